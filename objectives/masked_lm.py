@@ -1,0 +1,83 @@
+"""MLM with rarer tokens masked more often (paper §3.3, after XLM: Conneau & Lample 2019).
+
+Labelling rule, per `pair` example: of its non-special tokens, `round(mask_prob * n)` (at least one)
+positions are drawn without replacement with probability proportional to count(token)^-alpha, where
+count is the token's corpus frequency saved next to the tokenizer; of those, 80% become [MASK], 10%
+a uniformly random non-special token, 10% stay. The decoder is tied to the input embeddings and runs
+only on the drawn positions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from alignlab.platform.model import MaskedLMHead
+from alignlab.objectives.registry import Objective, classification_sums, register
+
+
+@register
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MaskedLMConfig:
+    name: ClassVar[str] = "mlm"
+    weight: float = 1.0
+    mask_prob: float = 0.15
+    alpha: float = 0.5
+    """Sampling exponent: weight of a token is count^-alpha (0 = uniform, as in BERT)."""
+    mask_token_prob: float = 0.8
+    random_token_prob: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not 0 < self.mask_prob < 1:
+            raise ValueError(f"mlm.mask_prob must be in (0, 1), got {self.mask_prob}")
+        if self.alpha < 0 or self.weight < 0:
+            raise ValueError("mlm.alpha and mlm.weight must be >= 0")
+        if self.mask_token_prob + self.random_token_prob > 1:
+            raise ValueError("mlm.mask_token_prob + mlm.random_token_prob must be <= 1")
+
+    def build(self, tokenizer) -> "MaskedLM":
+        return MaskedLM(self, tokenizer)
+
+
+class MaskedLM(Objective):
+    name = "mlm"
+
+    def __init__(self, config: MaskedLMConfig, tokenizer):
+        super().__init__(config, tokenizer)
+        counts = np.asarray(tokenizer.counts, dtype=np.float64)
+        w = np.power(np.maximum(counts, 1.0), -config.alpha)
+        w[tokenizer.special_ids] = 0.0
+        self.log_weight = np.log(np.maximum(w, 1e-300))
+        self.log_weight[tokenizer.special_ids] = -np.inf
+        self.random_ids = np.setdiff1d(np.arange(tokenizer.vocab_size), tokenizer.special_ids)
+
+    def add_labels(self, batch: dict, ex, rng: np.random.Generator) -> None:
+        ids = batch["input_ids"]  # numpy [B, T], edited in place
+        B, T = ids.shape
+        cand = np.isfinite(self.log_weight[ids]) & (batch["row_format"] == 0)[:, None]
+        n_pred = np.where(cand.any(1), np.maximum(1, np.rint(self.config.mask_prob * cand.sum(1))), 0).astype(int)
+        # Weighted sampling without replacement per row by the Gumbel-top-k trick.
+        keys = np.where(cand, self.log_weight[ids] + rng.gumbel(size=(B, T)), -np.inf)
+        order = np.argsort(-keys, axis=1)
+        rank = np.empty_like(order)
+        np.put_along_axis(rank, order, np.arange(T)[None].repeat(B, 0), axis=1)
+        chosen = (rank < n_pred[:, None]) & cand
+        pos = np.flatnonzero(chosen)
+        labels = ids.reshape(-1)[pos].copy()
+        u = rng.random(pos.size)
+        flat = ids.reshape(-1)
+        to_mask = u < self.config.mask_token_prob
+        to_rand = (u >= self.config.mask_token_prob) & (u < self.config.mask_token_prob + self.config.random_token_prob)
+        flat[pos[to_mask]] = self.tokenizer.mask_id
+        flat[pos[to_rand]] = rng.choice(self.random_ids, size=int(to_rand.sum()))
+        batch["mlm_positions"] = pos.astype(np.int64)
+        batch["mlm_labels"] = labels.astype(np.int64)
+
+    def build_head(self, model_cfg, encoder) -> torch.nn.Module:
+        return MaskedLMHead(model_cfg.hidden, encoder.tok)
+
+    def loss_and_sums(self, head, hidden_BTH, batch):
+        h = hidden_BTH.reshape(-1, hidden_BTH.shape[-1]).index_select(0, batch["mlm_positions"])
+        return classification_sums(head(h), batch["mlm_labels"])

@@ -1,0 +1,61 @@
+"""NSP (BERT; paper §3.3): is segment B the true next chunk of segment A?
+
+Labelling rule, per `pair` example, drawn on the fly: a row whose chunk has a next chunk keeps it
+with probability 0.5 (label 1); otherwise (and always for a document's last chunk) B is the first
+segment of another row of the batch from a different document (label 0). B's per-token labels
+travel with it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from alignlab.platform.model import SequenceHead
+from alignlab.objectives.registry import Objective, classification_sums, register
+
+
+@register
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NextSentenceConfig:
+    name: ClassVar[str] = "nsp"
+    weight: float = 1.0
+    next_prob: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.next_prob <= 1 or self.weight < 0:
+            raise ValueError("nsp.next_prob must be in [0, 1] and nsp.weight >= 0")
+
+    def build(self, tokenizer) -> "NextSentence":
+        return NextSentence(self, tokenizer)
+
+
+class NextSentence(Objective):
+    name = "nsp"
+
+    def corrupt(self, ex, rng: np.random.Generator) -> None:
+        n = len(ex.a)
+        labels = np.full(n, -100, dtype=np.int64)
+        pair_rows = [i for i in range(n) if ex.fmt[i] == "pair"]
+        for i in pair_rows:
+            if ex.b[i] is not None and rng.random() < self.config.next_prob:
+                labels[i] = 1
+                continue
+            others = [j for j in range(n) if ex.doc_id[j] != ex.doc_id[i]]
+            if not others:
+                labels[i] = 1 if ex.b[i] is not None else -100
+                continue
+            j = others[int(rng.integers(len(others)))]
+            ex.b[i] = ex.a_orig[j]
+            for key in ex.b_labels:
+                ex.b_labels[key][i] = ex.a_labels_orig[key][j]
+            labels[i] = 0
+        ex.example_labels["nsp"] = labels
+
+    def build_head(self, model_cfg, encoder) -> torch.nn.Module:
+        return SequenceHead(model_cfg.hidden, 2, model_cfg.dropout)
+
+    def loss_and_sums(self, head, hidden_BTH, batch):
+        return classification_sums(head(hidden_BTH[:, 0]), batch["nsp"])

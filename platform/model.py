@@ -1,0 +1,133 @@
+"""A BERT encoder (post-LN, as vanilla BERT) and the small heads the objectives put on top of it.
+
+Shape legend: B batch, T time (tokens), H hidden, V vocabulary, C classes, N selected rows/positions.
+A model is `AlignModel`: one shared encoder plus one head per objective, named by objective, so a
+finetuning run can keep a pretrained head (CT from WHP's, AD from PAD's) or discard it.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from alignlab.platform.config import ModelConfig
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.num_heads, self.head_dim, self.p = cfg.num_heads, cfg.head_dim, cfg.dropout
+        # One fused projection for q, k and v: one matmul instead of three.
+        self.qkv = nn.Linear(cfg.hidden, 3 * cfg.hidden)
+        self.attn_out = nn.Linear(cfg.hidden, cfg.hidden)
+        self.ln1 = nn.LayerNorm(cfg.hidden, eps=1e-12)
+        self.ffn_in = nn.Linear(cfg.hidden, cfg.ffn)
+        self.ffn_out = nn.Linear(cfg.ffn, cfg.hidden)
+        self.ln2 = nn.LayerNorm(cfg.hidden, eps=1e-12)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x_BTH: torch.Tensor, mask_B11T: torch.Tensor | None) -> torch.Tensor:
+        B, T, H = x_BTH.shape
+        qkv = self.qkv(x_BTH).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=mask_B11T,
+                                           dropout_p=self.p if self.training else 0.0)
+        a = a.transpose(1, 2).reshape(B, T, H)
+        x_BTH = self.ln1(x_BTH + self.drop(self.attn_out(a)))
+        return self.ln2(x_BTH + self.drop(self.ffn_out(F.gelu(self.ffn_in(x_BTH)))))
+
+
+class Encoder(nn.Module):
+    def __init__(self, cfg: ModelConfig, vocab_size: int):
+        super().__init__()
+        self.cfg, self.vocab_size = cfg, vocab_size
+        self.tok = nn.Embedding(vocab_size, cfg.hidden)
+        self.pos = nn.Embedding(cfg.max_len, cfg.hidden)
+        self.seg = nn.Embedding(2, cfg.hidden)
+        self.ln = nn.LayerNorm(cfg.hidden, eps=1e-12)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.apply(init_weights)
+
+    def embed(self, input_ids: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
+        T = input_ids.shape[1]
+        pos = torch.arange(T, device=input_ids.device)
+        return self.drop(self.ln(self.tok(input_ids) + self.pos(pos)[None] + self.seg(segment_ids)))
+
+    def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor,
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.embed(input_ids, segment_ids)
+        mask = None
+        if attention_mask is not None and not bool(attention_mask.all()):
+            mask = attention_mask[:, None, None, :]
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x
+
+
+def init_weights(m: nn.Module) -> None:
+    if isinstance(m, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(m.weight, std=0.02)
+    if isinstance(m, nn.Linear) and m.bias is not None:
+        nn.init.zeros_(m.bias)
+    if isinstance(m, nn.LayerNorm):
+        nn.init.ones_(m.weight)
+        nn.init.zeros_(m.bias)
+
+
+class TokenHead(nn.Module):
+    """Per-token classes (WHP, CT)."""
+
+    def __init__(self, hidden: int, num_classes: int, dropout: float):
+        super().__init__()
+        self.drop = nn.Dropout(dropout)
+        self.out = nn.Linear(hidden, num_classes)
+        self.apply(init_weights)
+
+    def forward(self, h_NH: torch.Tensor) -> torch.Tensor:
+        return self.out(self.drop(h_NH))
+
+
+class SequenceHead(nn.Module):
+    """Classes of a whole input from its [CLS] vector (NSP, PAD, AD): BERT's tanh pooler + linear."""
+
+    def __init__(self, hidden: int, num_classes: int, dropout: float):
+        super().__init__()
+        self.pool = nn.Linear(hidden, hidden)
+        self.drop = nn.Dropout(dropout)
+        self.out = nn.Linear(hidden, num_classes)
+        self.apply(init_weights)
+
+    def forward(self, cls_NH: torch.Tensor) -> torch.Tensor:
+        return self.out(self.drop(torch.tanh(self.pool(cls_NH))))
+
+
+class MaskedLMHead(nn.Module):
+    """Transform + decoder tied to the input embeddings, applied only to the rows it is given."""
+
+    def __init__(self, hidden: int, tok_embedding: nn.Embedding):
+        super().__init__()
+        self.dense = nn.Linear(hidden, hidden)
+        self.ln = nn.LayerNorm(hidden, eps=1e-12)
+        self.bias = nn.Parameter(torch.zeros(tok_embedding.num_embeddings))
+        self.apply(init_weights)
+        self.tok_embedding = tok_embedding  # registered as a submodule, but its weight is the encoder's
+
+    def forward(self, h_NH: torch.Tensor) -> torch.Tensor:
+        x = self.ln(F.gelu(self.dense(h_NH)))
+        return F.linear(x, self.tok_embedding.weight, self.bias)
+
+
+class AlignModel(nn.Module):
+    """Shared encoder + heads by objective name."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int, objectives: dict | None = None):
+        super().__init__()
+        self.cfg = cfg
+        self.encoder = Encoder(cfg, vocab_size)
+        self.heads = nn.ModuleDict()
+        for name, obj in (objectives or {}).items():
+            self.heads[name] = obj.build_head(cfg, self.encoder)
+
+    def head_state(self, name: str) -> dict[str, torch.Tensor]:
+        """A head's own weights (the tied embedding excluded)."""
+        return {k: v for k, v in self.heads[name].state_dict().items() if not k.startswith("tok_embedding.")}

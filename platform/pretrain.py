@@ -1,0 +1,195 @@
+"""Multi-objective pretraining: the plain-PyTorch step, loop, evaluation and checkpoint state.
+
+No Ray here (STYLE.md): `train_loop` takes an iterator of row batches, a `report` callable and a
+`save` callable; the Ray Train driver (`pretrain_ray.py`) and the tests supply them. The total loss
+is the weighted sum of the enabled objectives' losses; each term is logged as
+`train/<objective>/loss`.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from alignlab.platform.batching import Collator
+from alignlab.platform.config import PretrainConfig
+from alignlab.platform.model import AlignModel
+
+
+EVAL_STEP_BASE = 1 << 40
+"""Evaluation batches draw their on-the-fly labels from steps no training run reaches: fixed across evals."""
+
+
+def build_objectives(cfg: PretrainConfig, tokenizer) -> dict:
+    return {c.name: c.build(tokenizer) for c in cfg.objectives}
+
+
+def forward_objectives(model: AlignModel, objectives: dict, batch: dict[str, torch.Tensor]):
+    """Encoder once, then every objective's head and loss. Module-level so DDP wraps one call."""
+    hidden = model.encoder(batch["input_ids"], batch["segment_ids"], batch["attention_mask"])
+    return {name: obj.loss_and_sums(model.heads[name], hidden, batch) for name, obj in objectives.items()}
+
+
+class _Forward(torch.nn.Module):
+    """Wraps AlignModel so that DDP sees the whole multi-objective forward as one module call."""
+
+    def __init__(self, model: AlignModel, objectives: dict):
+        super().__init__()
+        self.model = model
+        self.objectives = objectives
+
+    def forward(self, batch):
+        return forward_objectives(self.model, self.objectives, batch)
+
+
+def lr_lambda(cfg: PretrainConfig) -> Callable[[int], float]:
+    def f(step: int) -> float:
+        warm = min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
+        if cfg.decay == "linear":
+            return warm * max(0.0, 1.0 - step / cfg.max_steps)
+        return warm
+
+    return f
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    """Optimizer steps done."""
+    epoch: int = 0
+    batches_in_epoch: int = 0
+    """Data position: row batches consumed in the current pass over the shards."""
+    history: list = field(default_factory=list)
+
+
+class Pretrainer:
+    """Model + objectives + optimizer + collator for one worker."""
+
+    def __init__(self, cfg: PretrainConfig, tokenizer, *, rank: int = 0, device: str = "cpu",
+                 wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None):
+        self.cfg, self.tok, self.device = cfg, tokenizer, torch.device(device)
+        torch.manual_seed(cfg.seed)
+        self.objectives = build_objectives(cfg, tokenizer)
+        self.model = AlignModel(cfg.model, tokenizer.vocab_size, self.objectives).to(self.device)
+        fwd = _Forward(self.model, self.objectives)
+        self.forward = wrap(fwd) if wrap else fwd
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
+        self.collate = Collator(list(self.objectives.values()), tokenizer, max_len=cfg.model.max_len,
+                                acronym_fraction=cfg.acronym_fraction,
+                                subword_alpha=cfg.subword_regularization_alpha, seed=cfg.seed, rank=rank)
+        self.state = TrainState()
+        self.autocast = self.device.type == "cuda"
+
+    def to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+
+    def train_step(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        self.forward.train()
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            out = self.forward(self.to_device(batch))
+        total = sum(self.objectives[n].weight * loss for n, (loss, _) in out.items())
+        self.optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        if self.cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.state.step += 1
+        metrics = {"train/loss": float(total.detach()), "lr": self.scheduler.get_last_lr()[0]}
+        for name, (loss, sums) in out.items():
+            metrics[f"train/{name}/loss"] = float(loss.detach())
+            n = float(sums["count"])
+            if n:
+                metrics[f"train/{name}/accuracy"] = float(sums["correct"]) / n
+        return metrics
+
+    @torch.no_grad()
+    def evaluate(self, row_batches: Iterable[dict], *, max_batches: int) -> dict[str, float]:
+        """Accuracy and perplexity per objective on held-out chunks (dropout off, fixed randomness)."""
+        self.model.eval()
+        totals: dict[str, dict[str, float]] = {n: {} for n in self.objectives}
+        for i, rows in enumerate(row_batches):
+            if i >= max_batches:
+                break
+            batch = self.to_device(self.collate(rows, step=EVAL_STEP_BASE + i))
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+                out = forward_objectives(self.model, self.objectives, batch)
+            for name, (_, sums) in out.items():
+                for k, v in sums.items():
+                    totals[name][k] = totals[name].get(k, 0.0) + float(v)
+        result = {}
+        for name, sums in totals.items():
+            for k, v in self.objectives[name].finalize(sums).items():
+                result[f"eval/{name}/{k}"] = v
+        return result
+
+    def state_dict(self) -> dict:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "step": self.state.step, "epoch": self.state.epoch, "batches_in_epoch": self.state.batches_in_epoch,
+            "torch_rng": torch.get_rng_state(),
+        }
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.model.load_state_dict(sd["model"])
+        self.optimizer.load_state_dict(sd["optimizer"])
+        self.scheduler.load_state_dict(sd["scheduler"])
+        self.state.step, self.state.epoch, self.state.batches_in_epoch = sd["step"], sd["epoch"], sd["batches_in_epoch"]
+        torch.set_rng_state(sd["torch_rng"])
+
+
+def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict]], *,
+               report: Callable[[dict, bool], None], log_every: int = 10) -> TrainState:
+    """Run until `max_steps`. `epoch_batches(epoch)` yields row batches of one pass over the data;
+    `report(metrics, checkpoint_now)` is called every `log_every` steps and at every checkpoint step.
+    A resumed trainer skips the batches its last checkpoint had consumed (exact data position)."""
+    cfg, st = trainer.cfg, trainer.state
+    waited = 0.0
+    t_start = time.perf_counter()
+    while st.step < cfg.max_steps:
+        skip = st.batches_in_epoch
+        it = iter(epoch_batches(st.epoch))
+        consumed = 0
+        while st.step < cfg.max_steps:
+            t0 = time.perf_counter()
+            try:
+                rows = next(it)
+            except StopIteration:
+                break
+            waited += time.perf_counter() - t0
+            consumed += 1
+            if consumed <= skip:
+                continue
+            st.batches_in_epoch = consumed
+            metrics = trainer.train_step(trainer.collate(rows, step=st.step))
+            ckpt = st.step % cfg.checkpoint_every == 0 or st.step == cfg.max_steps
+            if ckpt or st.step % log_every == 0:
+                wall = time.perf_counter() - t_start
+                metrics.update({"step": st.step, "epoch": st.epoch, "data_wait_fraction": waited / max(wall, 1e-9)})
+                report(metrics, ckpt)
+        else:
+            break
+        if consumed == 0:
+            raise ValueError("the training shard yielded no batches: the corpus is empty or smaller than one batch")
+        if st.step < cfg.max_steps:
+            st.epoch += 1
+            st.batches_in_epoch = 0
+    return st
+
+
+def perplexity(nll_sum: float, count: float) -> float:
+    return math.exp(nll_sum / count) if count else float("nan")
+
+
+def to_numpy_rows(table) -> dict:
+    """A pyarrow table / pandas frame → the dict-of-columns rows `Collator` takes (tests, benchmarks)."""
+    if hasattr(table, "to_pydict"):
+        return {k: np.asarray(v, dtype=object) for k, v in table.to_pydict().items()}
+    return {k: table[k].to_numpy() for k in table.columns}

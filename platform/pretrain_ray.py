@@ -1,0 +1,213 @@
+"""Ray edge of pretraining: a `TorchTrainer` whose workers stream their shard of the corpus, plus the
+model registry (a model's id is the hash of everything that determines it).
+
+<root>/models/<model-id>/
+    config.json          what the model is (corpus id, model config, objectives, budget, seed)
+    ray/                 Ray Train's run folder: checkpoints, resumed on a rerun or a worker failure
+    tensorboard/         rank 0's scalars
+    final/               model.pt, tokenizer.model, eval.json -- written last; its presence = finished
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import torch
+
+from alignlab.objectives.registry import objective_class
+from alignlab.platform.config import PretrainConfig, config_hash, pretrain_from_dict, to_dict
+from alignlab.platform.corpus import load_manifest
+from alignlab.platform.storage import model_dir, publish_dir, read_json, write_json
+
+# Fields that change how a run is executed, not what it produces.
+_RUNTIME_FIELDS = ("checkpoint_every", "eval_batches", "num_workers", "cpus_per_worker", "threads_per_worker", "use_gpu")
+CRASH_ENV = "ALIGNLAB_CRASH_AT_STEP"
+"""Fault injection for the resume tests: rank 0 exits hard once after this step (a marker file makes it once)."""
+
+
+def model_id(corpus_id: str, cfg: PretrainConfig) -> str:
+    d = to_dict(cfg)
+    for f in _RUNTIME_FIELDS:
+        d.pop(f)
+    return f"{cfg.model.label}-{'+'.join(cfg.objective_names)}-{config_hash(corpus_id, d)}"
+
+
+def is_finished(mdir: Path) -> bool:
+    return (mdir / "final" / "model.pt").exists()
+
+
+def check_corpus_for(cfg: PretrainConfig, cdir: Path) -> dict:
+    """The corpus must be finished and carry the labels every objective needs."""
+    manifest = load_manifest(cdir)
+    files = sorted((cdir / "shards" / "train").glob("*.parquet"))
+    if not files:
+        raise ValueError(f"{cdir}: the corpus has no training shards")
+    columns = set(pq.read_schema(files[0]).names)
+    stats = manifest["stats"]
+    for c in cfg.objectives:
+        cls = objective_class(c)
+        missing = [col for col in cls.corpus_columns if col not in columns]
+        if missing:
+            raise ValueError(f"objective {c.name!r} needs corpus columns {missing} that {cdir} lacks")
+        if cls.linked_only and not stats.get("linked_documents"):
+            raise ValueError(f"objective {c.name!r} needs linked (Wikipedia) documents, but corpus {cdir.name} "
+                             "has none (a web-only corpus); drop it from --objectives")
+    return manifest
+
+
+def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int = 2, name: str = "train") -> Path:
+    """Pretrain (or find) the model for (corpus, cfg). Returns the model folder; `final/` exists on return."""
+    import ray.data
+    import ray.train
+    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from alignlab.platform.ray_env import ensure_ray
+
+    cdir = Path(cdir)
+    manifest = check_corpus_for(cfg, cdir)
+    mid = model_id(manifest["corpus_id"], cfg)
+    mdir = model_dir(root, mid)
+    if is_finished(mdir):
+        return mdir
+    write_json(mdir / "config.json", {"model_id": mid, "corpus_id": manifest["corpus_id"], "corpus_dir": str(cdir),
+                                      "pretrain": to_dict(cfg)})
+    ensure_ray()
+    train_ds = ray.data.read_parquet(str(cdir / "shards" / "train"), num_cpus=0.25)
+    eval_files = sorted((cdir / "shards" / "eval").glob("*.parquet"))
+    datasets = {"train": train_ds}
+    if eval_files:
+        datasets["eval"] = ray.data.read_parquet([str(f) for f in eval_files], num_cpus=0.25)
+    resources = {"CPU": cfg.cpus_per_worker}
+    if cfg.use_gpu:
+        resources["GPU"] = 1
+    trainer = TorchTrainer(
+        _train_fn,
+        train_loop_config={"cfg": to_dict(cfg), "cdir": str(cdir), "mdir": str(mdir)},
+        scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu, resources_per_worker=resources),
+        run_config=RunConfig(
+            # The id is content-addressed, so reusing the name on a rerun resumes the same run on purpose.
+            name=name, storage_path=str(mdir / "ray"),
+            failure_config=FailureConfig(max_failures=max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=2),
+        ),
+        datasets=datasets,
+        dataset_config=DataConfig(datasets_to_split=["train"]),
+    )
+    trainer.fit()
+    if not is_finished(mdir):
+        raise RuntimeError(f"pretraining of {mid} ended without writing {mdir / 'final'}")
+    return mdir
+
+
+def _train_fn(config: dict) -> None:
+    """Runs on every Train worker."""
+    import ray.train
+    from ray.train import Checkpoint
+    from ray.train.torch import prepare_model
+
+    from alignlab.platform.pretrain import Pretrainer, train_loop
+    from alignlab.platform.tokenizer import Tokenizer
+
+    cfg = pretrain_from_dict(config["cfg"])
+    cdir, mdir = Path(config["cdir"]), Path(config["mdir"])
+    # Ray sets OMP_NUM_THREADS from the worker's CPUs (1 for fractions); set torch's threads explicitly.
+    torch.set_num_threads(cfg.threads_per_worker or max(1, int(cfg.cpus_per_worker)))
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = "cuda" if cfg.use_gpu and torch.cuda.is_available() else "cpu"
+    tok = Tokenizer(cdir / "tokenizer.model")
+    wrap = (lambda m: prepare_model(m, move_to_device=False)) if world > 1 else None
+    trainer = Pretrainer(cfg, tok, rank=rank, device=device, wrap=wrap)
+    ck = ray.train.get_checkpoint()
+    if ck:
+        with ck.as_directory() as d:
+            trainer.load_state_dict(torch.load(Path(d) / "state.pt", weights_only=False))
+    writer = None
+    if rank == 0:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(str(mdir / "tensorboard"))
+    shard = ray.train.get_dataset_shard("train")
+    crash_at = int(os.environ.get(CRASH_ENV, "-1"))
+
+    def epoch_batches(epoch: int):
+        return shard.iter_batches(batch_size=cfg.batch_size, batch_format="numpy", drop_last=True,
+                                  local_shuffle_buffer_size=cfg.batch_size * 4, local_shuffle_seed=cfg.seed + epoch,
+                                  prefetch_batches=2)
+
+    def report(metrics: dict, checkpoint_now: bool) -> None:
+        if writer is not None:
+            for k, v in metrics.items():
+                if k not in ("step", "epoch"):
+                    writer.add_scalar(k, v, metrics["step"])
+        if not checkpoint_now:
+            ray.train.report(metrics)
+            return
+        with tempfile.TemporaryDirectory() as d:
+            ckpt = None
+            if rank == 0:
+                torch.save(trainer.state_dict(), Path(d) / "state.pt")
+                ckpt = Checkpoint.from_directory(d)
+            ray.train.report(metrics, checkpoint=ckpt)
+        marker = mdir / ".crashed-once"
+        if rank == 0 and metrics["step"] == crash_at and not marker.exists():
+            marker.touch()
+            if writer is not None:
+                writer.flush()
+            os._exit(1)
+
+    try:
+        if trainer.state.step < cfg.max_steps:
+            train_loop(trainer, epoch_batches, report=report)
+        if rank == 0:
+            eval_metrics = {}
+            try:
+                eval_shard = ray.train.get_dataset_shard("eval")
+            except KeyError:
+                eval_shard = None
+            if eval_shard is not None:
+                eval_metrics = trainer.evaluate(
+                    eval_shard.iter_batches(batch_size=cfg.batch_size, batch_format="numpy"),
+                    max_batches=cfg.eval_batches)
+            for k, v in eval_metrics.items():
+                writer.add_scalar(k, v, trainer.state.step)
+            _export(trainer, tok, mdir, eval_metrics)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def _export(trainer, tok, mdir: Path, eval_metrics: dict) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="final.", dir=mdir))
+    torch.save(trainer.model.state_dict(), tmp / "model.pt")
+    shutil.copy(tok.model_path, tmp / "tokenizer.model")
+    counts = Path(tok.model_path).with_name("token_counts.npy")
+    if counts.exists():
+        shutil.copy(counts, tmp / "token_counts.npy")
+    write_json(tmp / "eval.json", {"step": trainer.state.step, **eval_metrics})
+    write_json(tmp / "model_config.json", {"model": dataclasses.asdict(trainer.cfg.model),
+                                           "vocab_size": tok.vocab_size,
+                                           "heads": list(trainer.model.heads.keys()),
+                                           "pretrain": to_dict(trainer.cfg)})
+    publish_dir(tmp, mdir / "final")
+
+
+def list_models(root: Path) -> list[dict]:
+    out = []
+    for cfg_file in sorted((root / "models").glob("*/config.json")):
+        mdir = cfg_file.parent
+        info = read_json(cfg_file)
+        pre = info["pretrain"]
+        row = {"model_id": info["model_id"], "size": f"{pre['model']['hidden']}x{pre['model']['num_layers']}",
+               "objectives": "+".join(o["name"] for o in pre["objectives"]), "max_steps": pre["max_steps"],
+               "finished": is_finished(mdir)}
+        if row["finished"]:
+            ev = read_json(mdir / "final" / "eval.json")
+            row.update({k: v for k, v in ev.items() if k.endswith(("accuracy", "perplexity"))})
+        out.append(row)
+    return out

@@ -1,0 +1,88 @@
+"""The sentencepiece unigram vocabulary: training on a corpus sample, special tokens, word-wise encoding.
+
+Words are encoded one by one (sentencepiece never merges across whitespace by default, so this
+equals encoding the whole text) because every word-level label (WHP tags, CT tags) is predicted
+at its word's first subword. Acronyms have two input forms: "letters" (one piece per letter, so
+the model sees the spelling that PAD/AD are about) and "text" (whatever pieces sentencepiece picks).
+"""
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import sentencepiece as spm
+
+PAD, UNK, CLS, SEP, MASK = "<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"
+
+
+def train_tokenizer(texts: Iterable[str], out_path: str | Path, *, vocab_size: int, seed: int = 0,
+                    num_threads: int = 2) -> None:
+    """Train a unigram model on `texts` and write it to `out_path` (via a temp name, renamed last)."""
+    out_path = Path(out_path)
+    # sentencepiece's trainer has no seed option; its sampling is deterministic for a given input order,
+    # and the sample it gets is drawn with `seed` upstream.
+    del seed
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts),
+        model_writer=buf,
+        model_type="unigram",
+        vocab_size=vocab_size,
+        # Small corpora cannot always fill the requested size; take what they give.
+        hard_vocab_limit=False,
+        character_coverage=0.9995,
+        pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+        pad_piece=PAD, unk_piece=UNK,
+        # Control symbols are never produced from raw text, unlike user-defined ones.
+        control_symbols=[CLS, SEP, MASK],
+        max_sentence_length=1 << 16,
+        num_threads=num_threads,
+        minloglevel=2,
+    )
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    tmp.write_bytes(buf.getvalue())
+    tmp.replace(out_path)
+
+
+class Tokenizer:
+    """A loaded sentencepiece model plus the ids every stage needs."""
+
+    def __init__(self, model_path: str | Path):
+        self.model_path = str(model_path)
+        self.sp = spm.SentencePieceProcessor(model_file=self.model_path)
+        self.vocab_size = self.sp.get_piece_size()
+        self.pad_id, self.unk_id = self.sp.pad_id(), self.sp.unk_id()
+        self.cls_id, self.sep_id, self.mask_id = (self.sp.piece_to_id(p) for p in (CLS, SEP, MASK))
+        assert len({self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id}) == 5, "special ids collide"
+        self.special_ids = np.array([self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id])
+        counts_path = Path(self.model_path).with_name("token_counts.npy")
+        # Corpus frequency of every piece (MLM masks rarer ones more often); ones when not built yet.
+        self.counts = np.load(counts_path) if counts_path.exists() else np.ones(self.vocab_size, dtype=np.int64)
+        self._letter_ids = {c: self._letter_piece(c) for c in "abcdefghijklmnopqrstuvwxyz"}
+
+    def _letter_piece(self, c: str) -> int:
+        for piece in (c, "\u2581" + c):
+            i = self.sp.piece_to_id(piece)
+            if i != self.unk_id:
+                return i
+        return self.unk_id
+
+    def encode_words(self, words: Sequence[str], *, alpha: float = 0.0) -> list[list[int]]:
+        """Pieces of each word; alpha > 0 samples a segmentation (subword regularization, Kudo 2018)."""
+        if not words:
+            return []
+        if alpha > 0:
+            return self.sp.encode(list(words), enable_sampling=True, alpha=alpha, nbest_size=-1)
+        return self.sp.encode(list(words))
+
+    def encode_acronym(self, acronym: str, form: str = "letters") -> list[int]:
+        if form == "letters":
+            return [self._letter_ids.get(c, self.unk_id) for c in acronym.lower()]
+        if form == "text":
+            return self.sp.encode(acronym.lower())
+        raise ValueError(f"unknown acronym form {form!r}: use 'letters' or 'text'")
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.sp.decode([int(i) for i in ids])
