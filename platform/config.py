@@ -135,6 +135,8 @@ class PretrainConfig:
     subword_regularization_alpha: float = 0.0
     """>0 re-tokenizes web chunks by sentencepiece sampling at this alpha (paper §3.3); 0 turns it off."""
     checkpoint_every: int = 100
+    log_every: int = 10
+    """Report metrics (Ray, TensorBoard) every this many steps."""
     eval_batches: int = 20
     num_workers: int = 1
     cpus_per_worker: float = 1.0
@@ -147,7 +149,7 @@ class PretrainConfig:
         from alignlab.objectives.registry import resolve_objectives
 
         object.__setattr__(self, "objectives", resolve_objectives(self.objectives or ("mlm",)))
-        _positive(self, "batch_size", "lr", "max_steps", "checkpoint_every", "num_workers", "cpus_per_worker")
+        _positive(self, "batch_size", "lr", "max_steps", "checkpoint_every", "log_every", "num_workers", "cpus_per_worker")
         _choice(self, "decay", ("constant", "linear"))
         if not 0.0 <= self.acronym_fraction <= 1.0:
             raise ValueError(f"PretrainConfig.acronym_fraction must be in [0, 1], got {self.acronym_fraction}")

@@ -24,7 +24,7 @@ from alignlab.platform.corpus import load_manifest
 from alignlab.platform.storage import model_dir, publish_dir, read_json, write_json
 
 # Fields that change how a run is executed, not what it produces.
-_RUNTIME_FIELDS = ("checkpoint_every", "eval_batches", "num_workers", "cpus_per_worker", "threads_per_worker", "use_gpu")
+_RUNTIME_FIELDS = ("checkpoint_every", "log_every", "eval_batches", "num_workers", "cpus_per_worker", "threads_per_worker", "use_gpu")
 CRASH_ENV = "ALIGNLAB_CRASH_AT_STEP"
 """Fault injection for the resume tests: rank 0 exits hard once after this step (a marker file makes it once)."""
 
@@ -163,7 +163,7 @@ def _train_fn(config: dict) -> None:
 
     try:
         if trainer.state.step < cfg.max_steps:
-            train_loop(trainer, epoch_batches, report=report)
+            train_loop(trainer, epoch_batches, report=report, log_every=cfg.log_every)
         if rank == 0:
             eval_metrics = {}
             try:

@@ -1,0 +1,38 @@
+"""Shared fixtures: one real local Ray instance per test session, and small real artifacts built once."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A real local Ray: 2 CPUs, no dashboard, started once per session (RAY_NOTES.md)."""
+    import ray
+
+    from alignlab.platform.ray_env import quiet_ray_data
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=1024**3)
+    quiet_ray_data()
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def storage_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("storage")
+
+
+@pytest.fixture(scope="session")
+def smoke_corpus(ray_session, storage_root):
+    """The smoke-preset bundled corpus, built once on the real Ray instance."""
+    from alignlab.platform.config import CORPUS_PRESETS
+    from alignlab.platform.corpus import build_corpus
+
+    return build_corpus(CORPUS_PRESETS["smoke"], storage_root, progress=False)
+
+
+def pytest_configure(config):
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
