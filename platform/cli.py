@@ -6,6 +6,9 @@
     alignlab data build-tasks | data validate --task {ct,ad} FILE [TEST_FILE]
     alignlab finetune --model ID --task {ct,ad} [--budget N --scheme S --seed S --fold F ...]
     alignlab fel --model ID --task {ct,ad} [...]      the protocol's ten calculations, mean ± std
+    alignlab finetune ... --save                      keep the model under <storage>/finetuned/<id>/
+    alignlab evaluate --model FINETUNED_ID --task {ct,ad} FILE [--json OUT]
+    alignlab predict --model FINETUNED_ID "a query"  |  --acronym ACR --snippet TEXT
     alignlab report STUDY_DIR
 Bad input prints `alignlab: error: ...` naming the file and problem, and exits 2.
 """
@@ -62,14 +65,30 @@ def main(argv: list[str] | None = None) -> int:
         f.add_argument("--model", required=True, help="pretrained model id (see `alignlab models`)")
         f.add_argument("--task", required=True, choices=["ct", "ad"])
         f.add_argument("--budget", type=int)
-        f.add_argument("--scheme")
+        f.add_argument("--scheme", choices=["pred", "pred+trm", "pred+trm+emb", "mt:pred+trm"])
         f.add_argument("--lr", type=float)
+        f.add_argument("--acronym-form", choices=["letters", "text"], help="AD acronym input form")
         f.add_argument("--selection", choices=["honest", "paper"])
         f.add_argument("--discard-head", action="store_true", help="start a fresh head (the paper's * models)")
         f.add_argument("--tasks-dir", default=None, help="task data folder (default: build the bundled tasks)")
         if name == "finetune":
             f.add_argument("--seed", type=int, default=0)
             f.add_argument("--fold", type=int, default=0)
+            f.add_argument("--save", action="store_true",
+                           help="keep the best-perplexity model under <storage>/finetuned/<id>/ and print its id")
+
+    ev = sub.add_parser("evaluate", help="score a saved finetuned model on a CT/AD JSONL file")
+    ev.add_argument("--model", required=True, help="finetuned model id (printed by `alignlab finetune --save`)")
+    ev.add_argument("--task", required=True, choices=["ct", "ad"])
+    ev.add_argument("file")
+    ev.add_argument("--json", default=None, help="also write the metrics to this JSON file")
+    ev.add_argument("--storage", default=None)
+    pr = sub.add_parser("predict", help="tag a query (CT) or score an acronym against a snippet (AD)")
+    pr.add_argument("--model", required=True, help="finetuned model id (printed by `alignlab finetune --save`)")
+    pr.add_argument("query", nargs="?", help="a CT query; prints it with [ ] around the predicted concepts")
+    pr.add_argument("--acronym", default=None)
+    pr.add_argument("--snippet", default=None)
+    pr.add_argument("--storage", default=None)
 
     rp = sub.add_parser("report", help="(re)write a study's report from its results")
     rp.add_argument("study_dir")
@@ -124,6 +143,8 @@ def _dispatch(args) -> int:
         return _data(args, root)
     if args.cmd in ("finetune", "fel"):
         return _finetune(args, root)
+    if args.cmd in ("evaluate", "predict"):
+        return _evaluate(args, root) if args.cmd == "evaluate" else _predict(args, root)
     if args.cmd == "report":
         from alignlab.platform.report import collect_results, write_report
 
@@ -160,13 +181,13 @@ def _data(args, root: Path) -> int:
 def _finetune(args, root: Path) -> int:
     import numpy as np
 
-    from alignlab.platform.finetune import load_pretrained, run_calculation
+    from alignlab.platform.finetune import load_pretrained, run_calculation, save_finetuned
     from alignlab.platform.protocol import TaskData, build_tasks, calculations, context_free_baselines, fel_split
 
     mdir = root / "models" / args.model
     pre = load_pretrained(mdir)
     cfg = dataclasses.replace(FINETUNE_PRESETS[args.preset], task=args.task)
-    for k in ("budget", "scheme", "lr", "selection"):
+    for k in ("budget", "scheme", "lr", "selection", "acronym_form"):
         if getattr(args, k) is not None:
             cfg = dataclasses.replace(cfg, **{k: getattr(args, k)})
     cfg = dataclasses.replace(cfg, keep_head=not args.discard_head)
@@ -177,18 +198,76 @@ def _finetune(args, root: Path) -> int:
     for fold, seed in points:
         c = dataclasses.replace(cfg, fold=fold, seed=seed)
         train, val, test = fel_split(data, c.task, c)
-        res = run_calculation(pre, c, train, test, val=val)
-        res.pop("_model")
+        other = None
+        if c.scheme == "mt:pred+trm":  # the other task's training sample of the same calculation, as in a study
+            oc = dataclasses.replace(c, task="ad" if c.task == "ct" else "ct")
+            other, _, _ = fel_split(data, oc.task, oc)
+        res = run_calculation(pre, c, train, test, val=val, other_task_train=other)
         res.update(context_free_baselines(c.task, train, test))
+        saved = save_finetuned(root, pre, c, res) if getattr(args, "save", False) else None
+        res.pop("_model")
         rows.append(res)
         print(json.dumps({"fold": fold, "seed": seed, **{k: (round(v, 4) if isinstance(v, float) else v)
                                                           for k, v in res.items()}}))
+        if saved:
+            print(f"Finetuned model: {saved.name}\nFolder: {saved}")
     if args.cmd == "fel":
         for k in ("accuracy", "perplexity", "best_accuracy", "epochs", "baseline_context_free"):
             v = np.array([r[k] for r in rows], dtype=float)
             print(f"{k}: {v.mean():.4f} ± {v.std(ddof=1):.4f}  ({cfg.selection} selection, n={len(v)})")
     return 0
 
+
+def _finetuned_folder(root: Path, fid: str) -> Path:
+    from alignlab.platform.finetune import finetuned_dir
+
+    fdir = finetuned_dir(root, fid)
+    if not (fdir / "model.pt").exists():
+        raise ValueError(f"no finetuned model {fid!r} under {fdir.parent} (save one with `alignlab finetune ... --save`)")
+    return fdir
+
+
+def _evaluate(args, root: Path) -> int:
+    from alignlab.platform import tasks as T
+    from alignlab.platform.finetune import evaluate_examples, load_finetuned
+    from alignlab.platform.storage import write_json
+
+    ft = load_finetuned(_finetuned_folder(root, args.model))
+    if args.task not in ft.task_heads:
+        raise ValueError(f"finetuned model {args.model} was trained for {', '.join(ft.task_heads)}, not {args.task}")
+    examples = T.load_examples(args.task, args.file)  # TaskDataError (a ValueError) names every file:line
+    m = evaluate_examples(ft.model, args.task, examples, ft.tok, acronym_form=ft.cfg.acronym_form)
+    unit = "words" if args.task == "ct" else "pairs"
+    print(f"{args.file}: {args.task.upper()} accuracy {m['accuracy']:.4f}  perplexity {m['perplexity']:.4f}  "
+          f"({m['count']} {unit}, {m['num_examples']} examples, model {args.model})")
+    if args.json:
+        write_json(Path(args.json), {"model": args.model, "task": args.task, "file": str(args.file), **m})
+    return 0
+
+
+def _predict(args, root: Path) -> int:
+    from alignlab.platform.inference import Predictor
+
+    if (args.acronym is None) != (args.snippet is None):
+        raise ValueError("AD prediction needs both --acronym and --snippet")
+    if (args.query is None) == (args.acronym is None):
+        raise ValueError("give either a query (CT) or --acronym and --snippet (AD)")
+    pred = Predictor.load(_finetuned_folder(root, args.model))
+    if args.query is not None:
+        if not args.query.split():
+            raise ValueError("the query is empty")
+        print(pred.bracket(args.query))
+        return 0
+    if not args.acronym.isalpha():
+        raise ValueError(f"acronym {args.acronym!r} must be letters only")
+    scores = pred.acronym_scores(args.acronym, args.snippet)
+    line = f"{args.acronym}: AD score = {scores['ad']:.2f}"
+    if "pad" in scores:
+        line += f", PAD score = {scores['pad']:.2f}"
+        if pred.ft.info.get("encoder_finetuned"):
+            line += "  (pretrained PAD head on the finetuned encoder)"
+    print(line)
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())

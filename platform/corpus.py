@@ -109,18 +109,14 @@ class ChunkLabeler:
             r["pad_acronym"], r["pad_label"] = "", -1
         for r, (acr, label, _kind) in zip(linked, pairs):
             r["pad_acronym"], r["pad_label"] = acr, int(label)
-        table = pa.Table.from_pylist(rows, schema=SHARD_SCHEMA)
-        return {name: table.column(name).to_pylist() for name in SHARD_SCHEMA.names} if rows else _empty_rows()
+        # A typed table, so that columns that are all null in a batch (web chunks' link labels) keep their type.
+        return pa.Table.from_pylist(rows, schema=SHARD_SCHEMA)
 
 
 def al_link(start: int, end: int):
     from alignlab.platform.documents import Link
 
     return Link(int(start), int(end), "")
-
-
-def _empty_rows() -> dict:
-    return {name: [] for name in SHARD_SCHEMA.names}
 
 
 def is_eval_doc(doc_id: str, fraction: float) -> bool:
@@ -307,8 +303,10 @@ def _shard_stats(shards: Path, cfg: CorpusConfig) -> tuple[np.ndarray, dict]:
             for lang, ln in zip(t.column("lang").to_pylist(), lens):
                 stats["tokens_per_lang"][lang] += int(ln)
             stats["pad_labels"].update(t.column("pad_label").to_pylist())
-            w = t.column("whp_a").combine_chunks().flatten().to_numpy(zero_copy_only=False)
-            stats["whp_tags"].update(w[w >= 0].tolist())
+            whp = t.column("whp_a").combine_chunks()
+            if pa.types.is_list(whp.type):
+                w = whp.flatten().to_numpy(zero_copy_only=False)
+                stats["whp_tags"].update(w[w >= 0].tolist())
             n += t.num_rows
         stats["chunks"][split] = n
     tags = stats.pop("whp_tags")

@@ -14,23 +14,30 @@ Selection (`selection`): "honest" picks epochs on a validation split carved from
 touches the test set once per selected epoch; "paper" picks them on the test set, as the paper did.
 Stopping rule: stop when the selection perplexity has not improved for `patience` epochs, or at
 `max_epochs`; "epochs" is the 1-based epoch of the best selection perplexity.
+Metrics: accuracy, and perplexity = exp(mean cross-entropy), over words (CT, at each word's first
+piece) or pairs (AD).
+Keeping a model: `save_finetuned` writes the best-perplexity state with what serving needs under
+`<root>/finetuned/<id>/`; `load_finetuned` + `evaluate_examples` score any file with it, and
+`alignlab.platform.inference.Predictor` serves it.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from alignlab.platform.aligned_labels import WHP_TAGS
-from alignlab.platform.config import FinetuneConfig, ModelConfig
+from alignlab.platform.config import FinetuneConfig, ModelConfig, config_hash, finetune_from_dict, to_dict
 from alignlab.platform.model import AlignModel, SequenceHead, TokenHead
-from alignlab.platform.storage import read_json
+from alignlab.platform.storage import publish_dir, read_json, write_json
 from alignlab.platform.tokenizer import Tokenizer
 
 IGNORE = -100
@@ -62,16 +69,23 @@ def load_pretrained(mdir: str | Path) -> Pretrained:
                       Tokenizer(final / "tokenizer.model"))
 
 
-def build_task_model(pre: Pretrained, task: str, *, keep_head: bool, dropout: float, seed: int) -> AlignModel:
-    import dataclasses
+def make_head(name: str, hidden: int, dropout: float) -> torch.nn.Module:
+    """A fresh head of a task or of its aligned pretraining objective (CT/WHP tag words, AD/PAD score [CLS])."""
+    if name in ("ct", "whp"):
+        return TokenHead(hidden, NUM_CLASSES["ct"], dropout)
+    if name in ("ad", "pad"):
+        return SequenceHead(hidden, NUM_CLASSES["ad"], dropout)
+    raise ValueError(f"no finetuning head named {name!r}")
 
+
+def build_task_model(pre: Pretrained, task: str, *, keep_head: bool, dropout: float, seed: int) -> AlignModel:
     torch.manual_seed(seed)
     cfg = dataclasses.replace(pre.model_cfg, dropout=dropout)
     model = AlignModel(cfg, pre.vocab_size)
     enc = {k[len("encoder."):]: v for k, v in pre.state.items() if k.startswith("encoder.")}
     model.encoder.load_state_dict(enc)
     for t in ("ct", "ad"):
-        head = TokenHead(cfg.hidden, NUM_CLASSES[t], dropout) if t == "ct" else SequenceHead(cfg.hidden, 2, dropout)
+        head = make_head(t, cfg.hidden, dropout)
         src = ALIGNED_HEAD[t]
         if keep_head and src in pre.heads:
             prefix = f"heads.{src}."
@@ -99,29 +113,48 @@ class Encoded:
         return Encoded(self.input_ids[idx], self.segment_ids[idx], self.attention_mask[idx], self.labels[idx])
 
 
+def ct_input(tok: Tokenizer, words, max_len: int) -> tuple[list[int], list[int]]:
+    """`[CLS] pieces.. [SEP]` of a query and the position of each word's first piece.
+
+    A word with no pieces becomes `<unk>`; words that would not fit are dropped (and not scored).
+    Shared by training, evaluation and the predictor, so all three see the same inputs.
+    """
+    ids, first = [tok.cls_id], []
+    for p in tok.encode_words(list(words)):
+        p = p or [tok.unk_id]
+        if len(ids) + len(p) > max_len - 1:
+            break
+        first.append(len(ids))
+        ids += p
+    ids.append(tok.sep_id)
+    return ids, first
+
+
+def ad_input(tok: Tokenizer, acronym: str, snippet: str, max_len: int, acronym_form: str) -> tuple[list[int], list[int]]:
+    """`[CLS] acronym [SEP] snippet [SEP]` ids and segment ids (the PAD input shape)."""
+    acr = tok.encode_acronym(acronym, acronym_form)[: max_len // 4]
+    snip = [p for w in tok.encode_words(snippet.split()) for p in w][: max_len - 3 - len(acr)]
+    ids = [tok.cls_id, *acr, tok.sep_id, *snip, tok.sep_id]
+    return ids, [0] * (len(acr) + 2) + [1] * (len(snip) + 1)
+
+
 def encode_examples(task: str, examples, tok: Tokenizer, max_len: int, acronym_form: str = "letters") -> Encoded:
     seqs, segs, labels = [], [], []
     for ex in examples:
         if task == "ad":
-            acr = tok.encode_acronym(ex.acronym, acronym_form)[: max_len // 4]
-            snip = [p for w in tok.encode_words(ex.snippet.split()) for p in w][: max_len - 3 - len(acr)]
-            ids = [tok.cls_id, *acr, tok.sep_id, *snip, tok.sep_id]
-            seg = [0] * (len(acr) + 2) + [1] * (len(snip) + 1)
+            ids, seg = ad_input(tok, ex.acronym, ex.snippet, max_len, acronym_form)
             labels.append(int(ex.label))
         else:
-            ids, lab = [tok.cls_id], [IGNORE]
-            for word, tag in zip(ex.tokens, ex.tags):
-                p = tok.encode_words([word])[0] or [tok.unk_id]
-                if len(ids) + len(p) > max_len - 1:
-                    break
-                ids += p
-                lab += [WHP_TAGS.index(tag)] + [IGNORE] * (len(p) - 1)
-            ids.append(tok.sep_id)
-            lab.append(IGNORE)
+            ids, first = ct_input(tok, ex.tokens, max_len)
+            lab = [IGNORE] * len(ids)
+            for pos, tag in zip(first, ex.tags):
+                lab[pos] = WHP_TAGS.index(tag)
             seg = [0] * len(ids)
             labels.append(lab)
         seqs.append(ids)
         segs.append(seg)
+    if not seqs:
+        raise ValueError(f"no {task.upper()} examples to encode")
     T = max(len(s) for s in seqs)
     n = len(seqs)
     input_ids = torch.full((n, T), tok.pad_id, dtype=torch.long)
@@ -280,3 +313,112 @@ def run_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, val=No
         "selection": cfg.selection, "num_train": len(train), "num_val": len(val or []), "num_test": len(test),
         "seconds": round(time.time() - t0, 3), "_model": model,
     }
+
+
+# ---------------------------------------------------------------- keeping, loading and scoring a finetuned model
+#
+# <root>/finetuned/<id>/   (id = task + hash of the pretrained model id and the finetune config)
+#     model.pt            encoder + the trained task head(s) + copies of the pretrained aligned heads (whp, pad)
+#     tokenizer.model     the pretrained model's vocabulary
+#     model_config.json   encoder shape, vocab size, which heads are task heads and which are pretrained copies
+#     finetune.json       the FinetuneConfig and the pretrained model it started from
+#     metrics.json        the calculation's result row
+
+
+def finetuned_id(model_id: str, cfg: FinetuneConfig) -> str:
+    """Same rule as a study's calculation id: the same request names the same finetuned model."""
+    return f"{cfg.task}-{config_hash(model_id, cfg)}"
+
+
+def finetuned_dir(root: Path, fid: str) -> Path:
+    return Path(root) / "finetuned" / fid
+
+
+def save_finetuned(root: Path, pre: Pretrained, cfg: FinetuneConfig, result: dict) -> Path:
+    """Write the model `run_calculation` kept (its best-perplexity state) with all a server needs.
+
+    The pretrained WHP/PAD heads are copied in as they were before finetuning, so the predictor can
+    show the aligned pretraining objective's score next to the task's (paper §4.1).
+    Written to a temporary folder and renamed, so a crash never leaves a half-written model.
+    """
+    model: AlignModel = result["_model"]
+    tasks = (cfg.task, "ad" if cfg.task == "ct" else "ct") if cfg.scheme == "mt:pred+trm" else (cfg.task,)
+    state = {f"encoder.{k}": v for k, v in model.encoder.state_dict().items()}
+    for t in tasks:
+        state.update({f"heads.{t}.{k}": v for k, v in model.heads[t].state_dict().items()})
+    pretrained_heads = [h for h in ("whp", "pad") if h in pre.heads]
+    for h in pretrained_heads:
+        prefix = f"heads.{h}."
+        state.update({k: v for k, v in pre.state.items() if k.startswith(prefix)})
+    fid = finetuned_id(pre.mdir.name, cfg)
+    final = finetuned_dir(root, fid)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{fid}.", dir=final.parent))
+    try:
+        torch.save({k: v.detach().clone() for k, v in state.items()}, tmp / "model.pt")
+        shutil.copy(pre.tok.model_path, tmp / "tokenizer.model")
+        write_json(tmp / "model_config.json", {"model": dataclasses.asdict(model.cfg), "vocab_size": pre.vocab_size,
+                                               "task_heads": list(tasks), "pretrained_heads": pretrained_heads})
+        write_json(tmp / "finetune.json", {"finetuned_id": fid, "pretrained_model_id": pre.mdir.name,
+                                           "pretrained_dir": str(pre.mdir), "finetune": to_dict(cfg),
+                                           "encoder_finetuned": cfg.scheme != "pred"})
+        write_json(tmp / "metrics.json", {k: v for k, v in result.items() if not k.startswith("_")})
+        publish_dir(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+@dataclass
+class Finetuned:
+    fdir: Path
+    model: AlignModel
+    """In eval mode; heads: the task head(s) and the pretrained copies (`whp`, `pad`) it carries."""
+    tok: Tokenizer
+    cfg: FinetuneConfig
+    task_heads: tuple[str, ...]
+    pretrained_heads: tuple[str, ...]
+    info: dict
+    metrics: dict
+
+    @property
+    def fid(self) -> str:
+        return self.fdir.name
+
+
+def load_finetuned(fdir: str | Path) -> Finetuned:
+    fdir = Path(fdir)
+    if not (fdir / "model.pt").exists():
+        raise ValueError(f"{fdir}: not a saved finetuned model (no model.pt); save one with `alignlab finetune ... --save`")
+    mc = read_json(fdir / "model_config.json")
+    info = read_json(fdir / "finetune.json")
+    model = AlignModel(ModelConfig(**mc["model"]), mc["vocab_size"])
+    for h in (*mc["task_heads"], *mc["pretrained_heads"]):
+        model.heads[h] = make_head(h, model.cfg.hidden, model.cfg.dropout)
+    model.load_state_dict(torch.load(fdir / "model.pt", map_location="cpu", weights_only=True))
+    model.eval()
+    metrics = read_json(fdir / "metrics.json") if (fdir / "metrics.json").exists() else {}
+    return Finetuned(fdir, model, Tokenizer(fdir / "tokenizer.model"), finetune_from_dict(info["finetune"]),
+                     tuple(mc["task_heads"]), tuple(mc["pretrained_heads"]), info, metrics)
+
+
+def evaluate_examples(model: AlignModel, task: str, examples, tok: Tokenizer, *, acronym_form: str = "letters",
+                      batch_size: int = 64) -> dict[str, float]:
+    """Accuracy and perplexity = exp(mean cross-entropy) over every scored unit (CT words, AD pairs) of
+    `examples`, in batches so a large user file fits in memory."""
+    if not examples:
+        raise ValueError(f"no {task.upper()} examples to evaluate")
+    model.eval()
+    nll, correct, count = 0.0, 0, 0
+    with torch.inference_mode():
+        for start in range(0, len(examples), batch_size):
+            enc = encode_examples(task, examples[start: start + batch_size], tok, model.cfg.max_len, acronym_form)
+            logits, labels = logits_and_labels(model, task, enc)
+            nll += F.cross_entropy(logits.float(), labels, reduction="sum").item()
+            correct += int((logits.argmax(-1) == labels).sum())
+            count += labels.numel()
+    if count == 0:
+        return {"accuracy": float("nan"), "perplexity": float("nan"), "count": 0, "num_examples": len(examples)}
+    return {"accuracy": correct / count, "perplexity": math.exp(nll / count), "count": count,
+            "num_examples": len(examples)}

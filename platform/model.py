@@ -6,11 +6,14 @@ finetuning run can keep a pretrained head (CT from WHP's, AD from PAD's) or disc
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from alignlab.platform.config import ModelConfig
+if TYPE_CHECKING:  # config builds presets at import time, and those import the objectives, which import this
+    from alignlab.platform.config import ModelConfig
 
 
 class EncoderLayer(nn.Module):

@@ -13,6 +13,7 @@ import dataclasses
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -25,8 +26,6 @@ from alignlab.platform.storage import model_dir, publish_dir, read_json, write_j
 
 # Fields that change how a run is executed, not what it produces.
 _RUNTIME_FIELDS = ("checkpoint_every", "log_every", "eval_batches", "num_workers", "cpus_per_worker", "threads_per_worker", "use_gpu")
-CRASH_ENV = "ALIGNLAB_CRASH_AT_STEP"
-"""Fault injection for the resume tests: rank 0 exits hard once after this step (a marker file makes it once)."""
 
 
 def model_id(corpus_id: str, cfg: PretrainConfig) -> str:
@@ -59,8 +58,12 @@ def check_corpus_for(cfg: PretrainConfig, cdir: Path) -> dict:
     return manifest
 
 
-def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int = 2, name: str = "train") -> Path:
-    """Pretrain (or find) the model for (corpus, cfg). Returns the model folder; `final/` exists on return."""
+def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int = 2, name: str = "train",
+             crash_at_step: int | None = None) -> Path:
+    """Pretrain (or find) the model for (corpus, cfg). Returns the model folder; `final/` exists on return.
+
+    `crash_at_step` is fault injection for the resume tests: rank 0 exits hard once, when it finishes
+    that step, before reporting it (a marker file in the model folder makes it happen only once)."""
     import ray.data
     import ray.train
     from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
@@ -87,7 +90,7 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
         resources["GPU"] = 1
     trainer = TorchTrainer(
         _train_fn,
-        train_loop_config={"cfg": to_dict(cfg), "cdir": str(cdir), "mdir": str(mdir)},
+        train_loop_config={"cfg": to_dict(cfg), "cdir": str(cdir), "mdir": str(mdir), "crash_at_step": crash_at_step},
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu, resources_per_worker=resources),
         run_config=RunConfig(
             # The id is content-addressed, so reusing the name on a rerun resumes the same run on purpose.
@@ -133,7 +136,7 @@ def _train_fn(config: dict) -> None:
 
         writer = SummaryWriter(str(mdir / "tensorboard"))
     shard = ray.train.get_dataset_shard("train")
-    crash_at = int(os.environ.get(CRASH_ENV, "-1"))
+    crash_at = config.get("crash_at_step")
 
     def epoch_batches(epoch: int):
         return shard.iter_batches(batch_size=cfg.batch_size, batch_format="numpy", drop_last=True,
@@ -141,6 +144,13 @@ def _train_fn(config: dict) -> None:
                                   prefetch_batches=2)
 
     def report(metrics: dict, checkpoint_now: bool) -> None:
+        marker = mdir / ".crashed-once"
+        if rank == 0 and metrics["step"] == crash_at and not marker.exists():
+            marker.touch()
+            if writer is not None:
+                writer.flush()
+            time.sleep(3)  # let the controller register the previous checkpoint, as a real later failure would
+            os._exit(1)
         if writer is not None:
             for k, v in metrics.items():
                 if k not in ("step", "epoch"):
@@ -154,12 +164,6 @@ def _train_fn(config: dict) -> None:
                 torch.save(trainer.state_dict(), Path(d) / "state.pt")
                 ckpt = Checkpoint.from_directory(d)
             ray.train.report(metrics, checkpoint=ckpt)
-        marker = mdir / ".crashed-once"
-        if rank == 0 and metrics["step"] == crash_at and not marker.exists():
-            marker.touch()
-            if writer is not None:
-                writer.flush()
-            os._exit(1)
 
     try:
         if trainer.state.step < cfg.max_steps:

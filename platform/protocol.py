@@ -44,7 +44,8 @@ def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int 
     """Build (or find) the bundled CT and AD datasets; their source documents are listed for holdout."""
     from alignlab.platform.sources import read_bundled
 
-    key = config_hash({"langs": list(langs), "max_docs": max_docs_per_lang, "snippets": target_snippets, "seed": seed})
+    key = config_hash({"langs": list(langs), "max_docs": max_docs_per_lang, "snippets": target_snippets, "seed": seed,
+                       "ad_builder": T.AD_BUILDER_VERSION})
     tdir = root / "tasks" / f"bundled-{key}"
     if (tdir / "stats.json").exists():
         return tdir

@@ -1,0 +1,437 @@
+"""Pretraining throughput on CPU: alignlab's step vs Hugging Face `BertForPreTraining`, and Ray's overhead.
+
+Two measurements, both written to `benchmarks/results/pretrain_throughput.json`:
+
+1. **Model step** (`--part models`): training tokens/s of one optimizer step (forward, backward, Adam,
+   grad clipping; MLM on the masked positions + NSP) for the paper's sizes at sequence length 128,
+   alignlab's real `Pretrainer.train_step` against `transformers.BertForPreTraining` at the same
+   config, batch, vocabulary and thread count. The two run interleaved in rounds in this one
+   process, so a change of machine load hits both. Both get the same `Collator` batches (HF's
+   labels are the same masked positions spread over a [B, T] tensor, as HF expects). MFU is model
+   FLOPs per step (the formula in `model_flops`, the same useful work for both) over the step time,
+   as a fraction of the fp32 matmul peak measured in this run (a large `torch.mm`).
+2. **Ray** (`--part ray`): the same step loop (`Pretrainer` + `train_loop`, collation included)
+   fed by Ray Data under a 1-worker Ray Train `TorchTrainer` -- `pretrain_ray.pretrain` itself, on
+   a synthetic parquet corpus in a temp dir -- against plain PyTorch on in-memory row batches.
+   Step time is taken between the loop's first and last metric reports (TensorBoard wall times on
+   the Ray side), so the fixed TorchTrainer start-up is excluded and reported separately.
+
+The vocabulary is a real sentencepiece model (trained by `train_tokenizer` on a small synthetic
+text, then padded with unused pieces to 32,000 so that the embedding, the tied MLM decoder and
+Adam's state have the paper's size); the synthetic rows draw their ids uniformly from it. Every
+row fills the 128 positions exactly (`[CLS] 63 [SEP] 62 [SEP]`), so no batch carries padding.
+
+Run from the repo root (see benchmarks/README.md):
+    python benchmarks/pretrain_throughput.py                 # everything (~15 min on 2 cores)
+    python benchmarks/pretrain_throughput.py --part models --compile
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import gc
+import json
+import os
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from alignlab.objectives.masked_lm import MaskedLMConfig
+from alignlab.objectives.next_sentence import NextSentenceConfig
+from alignlab.platform.config import MODEL_SIZES, PretrainConfig
+from alignlab.platform.corpus import SHARD_SCHEMA
+from alignlab.platform.pretrain import Pretrainer, to_numpy_rows, train_loop
+from alignlab.platform.tokenizer import Tokenizer, train_tokenizer
+
+RESULTS = Path(__file__).resolve().parent / "results" / "pretrain_throughput.json"
+SIZES = ("256x1", "256x3", "512x2", "768x3")
+VOCAB = 32_000
+SEQ = 128
+A_LEN, B_LEN = 63, 63  # [CLS] a [SEP] b [SEP], b cut to 62: every example is exactly SEQ tokens
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "python": sys.version.split()[0]}
+    try:
+        import transformers
+
+        info["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def make_tokenizer(folder: Path, vocab_size: int = VOCAB) -> Tokenizer:
+    """A real sentencepiece model with `vocab_size` pieces: trained small, then padded with unused pieces."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    rng = np.random.default_rng(0)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    words = ["".join(rng.choice(letters, size=rng.integers(2, 9))) for _ in range(3000)]
+    texts = [" ".join(rng.choice(words, size=40)) for _ in range(3000)]
+    small = folder / "small.model"
+    train_tokenizer(texts, small, vocab_size=1000)
+    proto = pb.ModelProto()
+    proto.ParseFromString(small.read_bytes())
+    have = {p.piece for p in proto.pieces}
+    i = 0
+    while len(proto.pieces) < vocab_size:
+        name = f"\u2581pad{i}"
+        i += 1
+        if name in have:
+            continue
+        p = proto.pieces.add()
+        p.piece, p.score, p.type = name, -100.0, pb.ModelProto.SentencePiece.NORMAL
+    path = folder / "tokenizer.model"
+    path.write_bytes(proto.SerializeToString())
+    tok = Tokenizer(path)
+    assert tok.vocab_size == vocab_size, tok.vocab_size
+    return tok
+
+
+def synthetic_rows(tok: Tokenizer, n: int, seed: int = 0) -> pa.Table:
+    """Shard rows with the real columns (corpus.SHARD_SCHEMA): 4 chunks per document, ids uniform."""
+    rng = np.random.default_rng(seed)
+    lo = int(tok.special_ids.max()) + 1
+    a = rng.integers(lo, tok.vocab_size, size=(n, A_LEN))
+    b = rng.integers(lo, tok.vocab_size, size=(n, B_LEN))
+    text = "lorem ipsum dolor sit amet " * 16
+    cols = {
+        "doc_id": [f"doc{i // 4}" for i in range(n)], "lang": ["en"] * n, "kind": ["web"] * n,
+        "chunk_index": [i % 4 for i in range(n)],
+        "a_ids": [r.tolist() for r in a], "b_ids": [r.tolist() for r in b], "has_next": [True] * n,
+        "a_text": [text] * n, "b_text": [text] * n,
+        "whp_a": [None] * n, "whp_b": [None] * n, "pad_acronym": [None] * n, "pad_label": [None] * n,
+    }
+    return pa.Table.from_pydict(cols, schema=SHARD_SCHEMA)
+
+
+def pretrain_config(size: str, **kw) -> PretrainConfig:
+    return PretrainConfig(model=MODEL_SIZES[size], objectives=(MaskedLMConfig(), NextSentenceConfig()),
+                          batch_size=32, lr=1e-4, grad_clip=1.0, **kw)
+
+
+# ---------------------------------------------------------------- FLOPs and peak
+
+
+def model_flops(size: str, batch: int, seq: int, vocab: int, masked_tokens: float) -> float:
+    """Model FLOPs of one training step (forward + backward = 3x forward; multiply-add = 2 FLOPs).
+
+    6 x encoder weight-matrix parameters x tokens + 12 x layers x seq^2 x hidden x batch (QK^T and
+    AV, forward and backward) + 6 x (hidden^2 + vocab x hidden) x masked tokens (MLM transform and
+    decoder). Embedding look-ups, layer norms, NSP head and the optimizer are left out."""
+    m = MODEL_SIZES[size]
+    weights = m.num_layers * (4 * m.hidden * m.hidden + 2 * m.hidden * m.ffn)
+    tokens = batch * seq
+    return (6 * weights * tokens + 12 * m.num_layers * seq * seq * m.hidden * batch
+            + 6 * (m.hidden * m.hidden + vocab * m.hidden) * masked_tokens)
+
+
+def matmul_peak(n: int = 4096, reps: int = 5) -> float:
+    """Best fp32 GFLOP/s of a large square torch.mm over `reps` timed calls."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    out = torch.empty(n, n)
+    torch.mm(a, b, out=out)
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        torch.mm(a, b, out=out)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best / 1e9
+
+
+# ---------------------------------------------------------------- model step
+
+
+class HFStep:
+    """`BertForPreTraining` at alignlab's config, trained like `Pretrainer`: the same optimizer class and
+    settings as the alignlab trainer it is compared with (`optimizer_like`), grad clipping at 1.0."""
+
+    def __init__(self, size: str, vocab: int, optimizer_like: torch.optim.Optimizer, *, seed: int = 0):
+        from transformers import BertConfig, BertForPreTraining
+
+        m = MODEL_SIZES[size]
+        torch.manual_seed(seed)
+        cfg = BertConfig(vocab_size=vocab, hidden_size=m.hidden, num_hidden_layers=m.num_layers,
+                         num_attention_heads=m.num_heads, intermediate_size=m.ffn, hidden_act="gelu",
+                         hidden_dropout_prob=m.dropout, attention_probs_dropout_prob=m.dropout,
+                         max_position_embeddings=m.max_len, type_vocab_size=2, layer_norm_eps=1e-12)
+        self.model = BertForPreTraining(cfg)
+        self.attn = getattr(self.model.config, "_attn_implementation", "?")
+        self.optimizer = type(optimizer_like)(self.model.parameters(), **optimizer_like.defaults)
+
+    @staticmethod
+    def inputs(batch: dict) -> dict:
+        B, T = batch["input_ids"].shape
+        labels = torch.full((B * T,), -100, dtype=torch.long)
+        labels[batch["mlm_positions"]] = batch["mlm_labels"]
+        return {"input_ids": batch["input_ids"], "token_type_ids": batch["segment_ids"],
+                "attention_mask": batch["attention_mask"].long(), "labels": labels.view(B, T),
+                "next_sentence_label": batch["nsp"]}
+
+    def step(self, inputs: dict) -> float:
+        self.model.train()
+        loss = self.model(**inputs).loss
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        return float(loss.detach())
+
+
+def _opt_flags(opt: torch.optim.Optimizer) -> str:
+    d = opt.defaults
+    return ", ".join(f"{k}={d[k]}" for k in ("lr", "foreach", "fused") if k in d)
+
+
+def bench_models(sizes, tok, rows: dict, *, steps: int, rounds: int, warmup: int, peak: float,
+                 compile_model: bool, with_hf: bool) -> dict:
+    out = {}
+    for size in sizes:
+        cfg = pretrain_config(size)
+        al = Pretrainer(cfg, tok)
+        if compile_model:
+            al.forward = torch.compile(al.forward)
+        batches = [al.collate({k: v[i * 32:(i + 1) * 32] for k, v in rows.items()}, step=i) for i in range(4)]
+        masked = statistics.mean(len(b["mlm_positions"]) for b in batches)
+        tokens = batches[0]["input_ids"].numel()
+        assert bool(batches[0]["attention_mask"].all()), "benchmark batches must carry no padding"
+        flops = model_flops(size, 32, SEQ, tok.vocab_size, masked)
+        hf = HFStep(size, tok.vocab_size, al.optimizer) if with_hf else None
+        hf_inputs = [HFStep.inputs(b) for b in batches] if with_hf else None
+        t_warm = time.perf_counter()
+        for i in range(warmup):
+            al.train_step(batches[i % 4])
+        warm_al = time.perf_counter() - t_warm
+        for i in range(warmup if with_hf else 0):
+            hf.step(hf_inputs[i % 4])
+        times = {"alignlab": [], "hf": []}
+        for r in range(rounds):
+            order = ("alignlab", "hf") if r % 2 == 0 else ("hf", "alignlab")
+            for who in order:
+                if who == "hf" and not with_hf:
+                    continue
+                for i in range(steps):
+                    t = time.perf_counter()
+                    if who == "alignlab":
+                        al.train_step(batches[i % 4])
+                    else:
+                        hf.step(hf_inputs[i % 4])
+                    times[who].append(time.perf_counter() - t)
+        row = {"tokens_per_step": tokens, "masked_tokens_per_step": masked,
+               "model_gflop_per_step": round(flops / 1e9, 2), "warmup_s_alignlab": round(warm_al, 2)}
+        for who, ts in times.items():
+            if not ts:
+                continue
+            med = statistics.median(ts)
+            row[f"{who}_step_s"] = round(med, 4)
+            row[f"{who}_step_s_min"] = round(min(ts), 4)
+            row[f"{who}_tokens_per_s"] = round(tokens / med, 1)
+            row[f"{who}_mfu"] = round(flops / med / 1e9 / peak, 4)
+        if with_hf:
+            row["ratio"] = round(row["alignlab_tokens_per_s"] / row["hf_tokens_per_s"], 3)
+            row["hf_attn_implementation"] = hf.attn
+        row["optimizer"] = f"{type(al.optimizer).__name__}({_opt_flags(al.optimizer)})"
+        out[size] = row
+        print(f"{size:>6}  alignlab {row['alignlab_tokens_per_s']:8.0f} tok/s (MFU {row['alignlab_mfu']:.0%})"
+              + (f"   HF {row['hf_tokens_per_s']:8.0f} tok/s (MFU {row['hf_mfu']:.0%})   ratio {row['ratio']:.2f}x"
+                 if with_hf else "")
+              + f"   [{row['model_gflop_per_step']} GFLOP/step, load {load_average()}]", flush=True)
+        del al, hf, batches, hf_inputs
+        gc.collect()
+    return out
+
+
+# ---------------------------------------------------------------- Ray vs plain
+
+
+def write_corpus(folder: Path, tok_src: Path, table: pa.Table, num_files: int) -> Path:
+    """A finished corpus folder as `pretrain_ray.pretrain` expects: manifest, tokenizer, train shards."""
+    import shutil
+
+    cdir = folder / "corpus"
+    (cdir / "shards" / "train").mkdir(parents=True)
+    shutil.copy(tok_src, cdir / "tokenizer.model")
+    per = -(-table.num_rows // num_files)
+    for i in range(num_files):
+        pq.write_table(table.slice(i * per, per), cdir / "shards" / "train" / f"part-{i:05d}.parquet")
+    (cdir / "manifest.json").write_text(json.dumps({"corpus_id": "bench-synthetic", "config": {}, "fingerprint": {},
+                                                    "stats": {"rows": table.num_rows, "linked_documents": 0}}))
+    return cdir
+
+
+def _steady(points: list[tuple[int, float]]) -> tuple[float, int]:
+    """Seconds per step between the first and the last (step, wall time) report."""
+    (s0, t0), (s1, t1) = points[0], points[-1]
+    return (t1 - t0) / (s1 - s0), s1 - s0
+
+
+def plain_run(cfg: PretrainConfig, tok: Tokenizer, cdir: Path) -> dict:
+    """The real loop on in-memory row batches, no Ray: what the Ray run is compared against."""
+    table = pq.read_table(cdir / "shards" / "train")
+    batches = [to_numpy_rows(table.slice(i, cfg.batch_size))
+               for i in range(0, table.num_rows - cfg.batch_size + 1, cfg.batch_size)]
+    torch.set_num_threads(cfg.threads_per_worker)
+    trainer = Pretrainer(cfg, tok)
+    points, last = [], {}
+
+    def report(metrics: dict, checkpoint_now: bool) -> None:
+        points.append((metrics["step"], time.perf_counter()))
+        last.update(metrics)
+
+    t = time.perf_counter()
+    train_loop(trainer, lambda epoch: iter(batches), report=report)
+    wall = time.perf_counter() - t
+    step_s, n = _steady(points)
+    return {"step_s": round(step_s, 4), "steps_timed": n, "wall_s": round(wall, 1),
+            "data_wait_fraction": round(last["data_wait_fraction"], 4)}
+
+
+def ray_run(cfg: PretrainConfig, cdir: Path, root: Path) -> dict:
+    import ray
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from alignlab.platform.pretrain_ray import pretrain
+    from alignlab.platform.ray_env import quiet_ray_data
+
+    t_init = time.perf_counter()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=1024**3)
+    quiet_ray_data()
+    init_s = time.perf_counter() - t_init
+    t_wall0, t = time.time(), time.perf_counter()
+    mdir = pretrain(cdir, cfg, root, max_failures=0)
+    fit_s = time.perf_counter() - t
+    ray.shutdown()
+    acc = EventAccumulator(str(mdir / "tensorboard"))
+    acc.Reload()
+    loss = acc.Scalars("train/loss")
+    wait = acc.Scalars("data_wait_fraction")
+    points = [(e.step, e.wall_time) for e in loss]
+    step_s, n = _steady(points)
+    first_step, first_wall = points[0]
+    # The first report comes after `first_step` steps; what precedes them is start-up.
+    startup = first_wall - t_wall0 - first_step * step_s
+    loop_s = points[-1][1] - t_wall0 - startup
+    # The loop's own measure is cumulative from its start (pipeline spin-up included); the steady
+    # share is the waiting done between the first and last report.
+    w0, w1 = wait[0].value, wait[-1].value
+    span0, span1 = points[0][1] - t_wall0 - startup, loop_s
+    steady_wait = (w1 * span1 - w0 * span0) / max(span1 - span0, 1e-9)
+    return {"step_s": round(step_s, 4), "steps_timed": n, "fit_wall_s": round(fit_s, 1),
+            "ray_init_s": round(init_s, 1), "startup_s": round(startup, 1),
+            "after_last_step_s": round(fit_s - (points[-1][1] - t_wall0), 1),
+            "data_wait_fraction": round(w1, 4), "data_wait_fraction_steady": round(steady_wait, 4)}
+
+
+def bench_ray(size: str, tok: Tokenizer, table: pa.Table, *, steps: int, num_files: int) -> dict:
+    cfg = pretrain_config(size, max_steps=steps, checkpoint_every=steps, num_workers=1, cpus_per_worker=0.5,
+                          threads_per_worker=2)
+    with tempfile.TemporaryDirectory(prefix="alignlab-bench-") as d:
+        d = Path(d)
+        cdir = write_corpus(d, Path(tok.model_path), table, num_files)
+        before = plain_run(cfg, tok, cdir)
+        print(f"ray    plain (before): {before}  load {load_average()}", flush=True)
+        ray_res = ray_run(cfg, cdir, d / "storage")
+        print(f"ray    TorchTrainer:   {ray_res}  load {load_average()}", flush=True)
+        after = plain_run(cfg, tok, cdir)
+        print(f"ray    plain (after):  {after}  load {load_average()}", flush=True)
+    plain_step = (before["step_s"] + after["step_s"]) / 2
+    tokens = cfg.batch_size * SEQ
+    return {"size": size, "steps": steps, "batch": cfg.batch_size, "cpus_per_worker": cfg.cpus_per_worker,
+            "threads_per_worker": cfg.threads_per_worker, "rows": table.num_rows, "parquet_files": num_files,
+            "plain_before": before, "plain_after": after, "ray": ray_res,
+            "plain_tokens_per_s": round(tokens / plain_step, 1), "ray_tokens_per_s": round(tokens / ray_res["step_s"], 1),
+            "ray_overhead": round(ray_res["step_s"] / plain_step - 1, 4),
+            "ray_data_wait_fraction": ray_res["data_wait_fraction"],
+            "ray_startup_s": ray_res["startup_s"]}
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--part", choices=("all", "models", "ray"), default="all")
+    p.add_argument("--sizes", default=",".join(SIZES), help="comma-separated hidden x layers labels")
+    p.add_argument("--steps", type=int, default=4, help="timed steps per model per round")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (alignlab, HF, HF, alignlab, ...)")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--compile", action="store_true", help="also time alignlab under torch.compile (opt-in)")
+    p.add_argument("--no-hf", action="store_true", help="alignlab only (for profiling runs)")
+    p.add_argument("--ray-size", default="256x1", help="model size of the Ray-vs-plain run")
+    p.add_argument("--ray-steps", type=int, default=60)
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    command = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__)] + sys.argv[1:])
+    sizes = [s for s in args.sizes.split(",") if s]
+    for s in sizes + [args.ray_size]:
+        if s not in MODEL_SIZES:
+            raise SystemExit(f"unknown size {s!r}: choose from {', '.join(MODEL_SIZES)}")
+
+    header = {"command": command, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "machine": machine(), "threads": args.threads, "batch": 32, "seq_len": SEQ, "vocab": VOCAB,
+              "load_average_start": load_average()}
+    print(f"# {command}\n# {header['date']}  {header['machine']}\n# load average (1, 5, 15 min) at start: "
+          f"{header['load_average_start']}", flush=True)
+    result = json.loads(args.out.read_text()) if args.out.exists() else {}
+    with tempfile.TemporaryDirectory(prefix="alignlab-tok-") as d:
+        tok = make_tokenizer(Path(d))
+        table = synthetic_rows(tok, 4096)
+        if args.part in ("all", "models"):
+            peak = matmul_peak()
+            print(f"# fp32 matmul peak (4096^3 torch.mm, {args.threads} threads): {peak:.1f} GFLOP/s", flush=True)
+            rows = to_numpy_rows(table.slice(0, 128))
+            models = bench_models(sizes, tok, rows, steps=args.steps, rounds=args.rounds, warmup=args.warmup,
+                                  peak=peak, compile_model=False, with_hf=not args.no_hf)
+            section = {**header, "matmul_peak_gflops": round(peak, 1), "configs": models}
+            if args.compile:
+                t = time.perf_counter()
+                section["compiled"] = bench_models(sizes, tok, rows, steps=args.steps, rounds=args.rounds,
+                                                   warmup=args.warmup, peak=peak, compile_model=True, with_hf=False)
+                section["compiled_total_s"] = round(time.perf_counter() - t, 1)
+            peak_end = matmul_peak()
+            section["matmul_peak_gflops_end"] = round(peak_end, 1)
+            section["load_average_end"] = load_average()
+            print(f"# fp32 matmul peak at end: {peak_end:.1f} GFLOP/s; load {section['load_average_end']}", flush=True)
+            result["models"] = section
+        if args.part in ("all", "ray"):
+            r = bench_ray(args.ray_size, tok, table, steps=args.ray_steps, num_files=4)
+            result["ray"] = {**header, **r, "load_average_end": load_average()}
+            print(f"# Ray overhead {r['ray_overhead']:+.1%} per step ({r['ray_tokens_per_s']:.0f} vs "
+                  f"{r['plain_tokens_per_s']:.0f} tok/s), data wait {r['ray_data_wait_fraction']:.1%}, "
+                  f"TorchTrainer start-up {r['ray_startup_s']:.0f} s", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    tmp.replace(args.out)
+    print(f"# wrote {os.path.relpath(args.out)}\n# command: {command}")
+
+
+if __name__ == "__main__":
+    main()

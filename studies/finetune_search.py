@@ -1,0 +1,67 @@
+"""An Optuna search of the finetuning settings, one search per task, against the paper's defaults.
+
+For the largest model (the paper's 768x3; stand-ins in studies/model_size.py; all four objectives,
+heads kept) and each task, Ray Tune runs `OptunaSearch` (TPE, seeded) over the learning rate, batch
+size, max epochs, dropout and backpropagation scheme, maximizing validation accuracy at the
+best-validation-perplexity epoch in `honest` mode: trials train on one sampled budget (fold 0, a
+seed outside the protocol's) and are scored on its validation split; the test set is never loaded.
+Every trial reports its validation metrics each epoch, and ASHA prunes the poor ones (pruning is
+for searches only: the protocol's grids always run to their own stopping rule). The first trial
+is the default setting. The best setting is then run over the protocol's ten calculations as an
+ordinary grid (column "searched"), next to the defaults (column "default", the baseline).
+
+Pitfall (RAY_NOTES §3, pitfall 9): Ray's OptunaSearch tells Optuna that an ASHA-stopped trial
+COMPLETED with its early value, which biases TPE toward settings that look good early. The runner
+(`alignlab.platform.study.run_search`) tells Optuna PRUNED instead, with the per-epoch values as
+intermediate values, and picks the best setting among trials that ran to their own end only, so
+settings are compared at the end of their runs, never at an early epoch. ASHA's max_t lies one past
+the longest run so that no trial is cut for merely reaching its own end. With 2+ trials at once,
+completion order (and so TPE's suggestions) depends on timing: the seed fixes the sampler, not the
+exact sequence.
+
+    python studies/finetune_search.py --preset mini [--storage DIR]
+"""
+import dataclasses
+
+from alignlab.platform.config import CORPUS_PRESETS, FINETUNE_PRESETS, SCHEMES
+from alignlab.platform.study import (SMOKE_TASK_DOCS, CalcSpec, ModelSpec, SearchParam, SearchSpec, Study,
+                                     largest_size, protocol_points, sized_pretrain, study_main)
+
+# (trials per search, batch sizes, max-epochs choices, ASHA grace period in epochs)
+SEARCH = {"smoke": (4, (8, 16), (2, 3), 1), "mini": (20, (16, 32, 64), (25, 50, 100), 5),
+          "paper": (40, (16, 32, 64), (50, 100, 200), 10)}
+
+
+def space(preset: str) -> tuple[SearchParam, ...]:
+    _, batch_sizes, max_epochs, _ = SEARCH[preset]
+    return (SearchParam(name="lr", kind="loguniform", values=(1e-5, 1e-2)),
+            SearchParam(name="batch_size", kind="choice", values=batch_sizes),
+            SearchParam(name="max_epochs", kind="choice", values=max_epochs),
+            SearchParam(name="dropout", kind="uniform", values=(0.0, 0.3)),
+            SearchParam(name="scheme", kind="choice", values=SCHEMES))
+
+
+def build(preset: str) -> Study:
+    """Optuna search of finetuning settings per task, and the best setting over the ten calculations."""
+    w, d = largest_size(preset)
+    key = f"{w}x{d}"
+    num_samples, _, _, grace = SEARCH[preset]
+    base = {t: dataclasses.replace(FINETUNE_PRESETS[preset], task=t, keep_head=True, selection="honest")
+            for t in ("ct", "ad")}
+    defaults = tuple(CalcSpec(model=key, row=t.upper(), col="default",
+                              finetune=dataclasses.replace(base[t], fold=fold, seed=seed))
+                     for t in ("ct", "ad") for fold, seed in protocol_points(preset))
+    searches = tuple(SearchSpec(name=t, model=key, base=base[t], space=space(preset), num_samples=num_samples,
+                                row=t.upper(), col="searched", scheduler="asha", grace_period=grace, seed=0)
+                     for t in ("ct", "ad"))
+    return Study(name=f"finetune_search-{preset}", title=f"Finetuning settings found by Optuna ({preset} preset)",
+                 corpus=CORPUS_PRESETS[preset], models=(ModelSpec(key=key, pretrain=sized_pretrain(preset, w, d)),),
+                 calcs=defaults, searches=searches, baseline_col="default", plots=("bars",),
+                 task_max_docs_per_lang=SMOKE_TASK_DOCS if preset == "smoke" else None,
+                 notes=f"Model {w}×{d} (all four objectives, heads kept). `default`: the preset's finetuning defaults; "
+                       f"`searched`: the best setting of the task's search ({num_samples} Optuna TPE trials, ASHA "
+                       f"pruning with a {grace}-epoch grace period), run over the protocol's ten calculations.")
+
+
+if __name__ == "__main__":
+    study_main(build)

@@ -1,0 +1,407 @@
+"""One FEL calculation on a tiny pretrained model built in-process (no Ray): metrics, backprop schemes,
+kept/discarded heads, honest selection, multitask, save -> evaluate round trip, and the predictor."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+
+import pytest
+import torch
+
+from alignlab.objectives.registry import resolve_objectives
+from alignlab.platform.aligned_labels import WHP_TAGS
+from alignlab.platform.cli import main
+from alignlab.platform.config import MODEL_SIZES, FinetuneConfig
+from alignlab.platform.finetune import (build_task_model, encode_examples, evaluate_examples, finetuned_dir,
+                                        load_finetuned, load_pretrained, run_calculation, save_finetuned)
+from alignlab.platform.inference import FastEncoder, Predictor, tags_to_brackets
+from alignlab.platform.model import AlignModel
+from alignlab.platform.storage import write_json
+from alignlab.platform.tasks import ADExample, CTExample, write_jsonl
+from alignlab.platform.tokenizer import Tokenizer, train_tokenizer
+
+MODEL_ID = "tiny-mlm+nsp+whp+pad-test"
+
+# ------------------------------------------------------------------------------------------- fixtures
+
+CONCEPTS = ["paris", "super mario", "world of warcraft", "london", "alan turing", "new york city", "python",
+            "red river", "mount everest", "the beatles", "france", "rome", "star wars", "albert einstein",
+            "amazon river", "tokyo", "moon", "grand canyon", "black sea", "jazz", "chess", "iron man"]
+PATTERNS = ["when was {} founded", "where is {}", "how big is {}", "what is the history of {}", "who made {}",
+            "{} facts", "is {} older than 100 years"]
+NAMES = ["world health organization", "national football league", "united nations", "european space agency",
+         "british broadcasting corporation", "north atlantic treaty organization", "central intelligence agency",
+         "new york times", "international monetary fund", "federal bureau of investigation", "world trade center",
+         "royal air force", "national basketball association", "united states navy", "general electric",
+         "international business machines", "world wide web", "rapid eye movement", "compact disc player",
+         "personal computer", "american broadcasting company", "london stock exchange", "south china sea"]
+FILLERS = ["said on monday that the plan was ready", "was mentioned in the report of the year",
+           "opened a new office near the river", "published the results after a long delay"]
+
+
+def _concept_tags(n: int) -> list[str]:
+    return ["SE"] if n == 1 else ["S"] + ["N"] * (n - 2) + ["E"]
+
+
+def _ct_examples(start: int, n: int) -> list[CTExample]:
+    out = []
+    for i in range(start, start + n):
+        pattern, concept = PATTERNS[i % len(PATTERNS)], CONCEPTS[i % len(CONCEPTS)].split()
+        tokens, tags = [], []
+        for w in pattern.split():
+            if w == "{}":
+                tokens += concept
+                tags += _concept_tags(len(concept))
+            else:
+                tokens.append(w)
+                tags.append("N")
+        out.append(CTExample(tuple(tokens), tuple(tags)))
+    return out
+
+
+def _ad_examples(start: int, n_snippets: int) -> list[ADExample]:
+    out = []
+    for i in range(start, start + n_snippets):
+        name = NAMES[i % len(NAMES)]
+        snippet = f"the {name} {FILLERS[i % len(FILLERS)]} number {i}"
+        acr = "".join(w[0] for w in name.split())
+        neg = acr[:-1] + ("z" if acr[-1] != "z" else "q")
+        out += [ADExample(acr, snippet, 1), ADExample(neg, snippet, 0)]
+    return out
+
+
+# Unit counts differ between splits (CT words: see the asserts), so a hook can tell which split was scored.
+CT_TRAIN, CT_VAL, CT_TEST = _ct_examples(0, 24), _ct_examples(24, 8), _ct_examples(40, 11)
+AD_TRAIN, AD_VAL, AD_TEST = _ad_examples(0, 12), _ad_examples(12, 4), _ad_examples(17, 5)
+DATA = {"ct": (CT_TRAIN, CT_VAL, CT_TEST), "ad": (AD_TRAIN, AD_VAL, AD_TEST)}
+
+
+@pytest.fixture(scope="module")
+def storage(tmp_path_factory):
+    """A storage root holding one tiny pretrained model (mlm, nsp, whp, pad) written as `pretrain_ray._export` does."""
+    from alignlab.platform.sources import read_bundled
+
+    root = tmp_path_factory.mktemp("ft-storage")
+    final = root / "models" / MODEL_ID / "final"
+    final.mkdir(parents=True)
+    docs = list(read_bundled(("en",), max_docs_per_lang=200))
+    train_tokenizer([d.text for d in docs], final / "tokenizer.model", vocab_size=500)
+    tok = Tokenizer(final / "tokenizer.model")
+    cfg = MODEL_SIZES["tiny"]
+    torch.manual_seed(123)
+    objectives = {c.name: c.build(tok) for c in resolve_objectives("mlm,nsp,whp,pad")}
+    model = AlignModel(cfg, tok.vocab_size, objectives)
+    torch.save(model.state_dict(), final / "model.pt")
+    write_json(final / "model_config.json", {"model": dataclasses.asdict(cfg), "vocab_size": tok.vocab_size,
+                                             "heads": list(model.heads.keys()), "pretrain": {}})
+    write_json(final / "eval.json", {"step": 0})
+    write_json(root / "models" / MODEL_ID / "config.json", {"model_id": MODEL_ID})
+    return root
+
+
+@pytest.fixture(scope="module")
+def pre(storage):
+    return load_pretrained(storage / "models" / MODEL_ID)
+
+
+def _cfg(task: str, **kw) -> FinetuneConfig:
+    base = dict(task=task, budget=10, max_epochs=3, patience=5, batch_size=8, lr=1e-2, selection="honest")
+    return FinetuneConfig(**{**base, **kw})
+
+
+def _run(pre, task: str, **kw) -> dict:
+    train, val, test = DATA[task]
+    cfg = _cfg(task, **kw)
+    other = DATA["ad" if task == "ct" else "ct"][0] if cfg.scheme == "mt:pred+trm" else None
+    return run_calculation(pre, cfg, train, test, val=val if cfg.selection == "honest" else None,
+                           other_task_train=other)
+
+
+def _enc_state(model_or_state) -> dict[str, torch.Tensor]:
+    sd = model_or_state.state_dict() if hasattr(model_or_state, "state_dict") else model_or_state
+    prefix = "" if hasattr(model_or_state, "state_dict") else "encoder."
+    return {k[len(prefix):]: v for k, v in sd.items() if k.startswith(prefix)}
+
+
+def _head_state(state: dict, name: str) -> dict[str, torch.Tensor]:
+    return {k[len(f"heads.{name}."):]: v for k, v in state.items() if k.startswith(f"heads.{name}.")}
+
+
+def _same(a: dict, b: dict) -> bool:
+    assert a.keys() == b.keys() and a
+    return all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ------------------------------------------------------------------------------------------- metrics
+
+
+def _by_hand(model: AlignModel, tok: Tokenizer, task: str, examples) -> dict[str, float]:
+    """Each example alone (no padding), its own input built here, then mean CE over words / pairs."""
+    model.eval()
+    nlls, hits = [], []
+    with torch.no_grad():
+        for ex in examples:
+            if task == "ct":
+                ids, first = [tok.cls_id], []
+                for word in ex.tokens:
+                    first.append(len(ids))
+                    ids += tok.sp.encode(word) or [tok.unk_id]
+                ids.append(tok.sep_id)
+                h = model.encoder(torch.tensor([ids]), torch.zeros(1, len(ids), dtype=torch.long))[0]
+                logp = torch.log_softmax(model.heads["ct"](h[first]), -1)
+                gold = [WHP_TAGS.index(t) for t in ex.tags]
+            else:
+                acr = [tok._letter_ids[c] for c in ex.acronym]
+                snip = [p for w in ex.snippet.split() for p in tok.sp.encode(w)]
+                ids = [tok.cls_id, *acr, tok.sep_id, *snip, tok.sep_id]
+                seg = [0] * (len(acr) + 2) + [1] * (len(snip) + 1)
+                h = model.encoder(torch.tensor([ids]), torch.tensor([seg]))[0]
+                logp = torch.log_softmax(model.heads["ad"](h[:1]), -1)
+                gold = [ex.label]
+            for row, g in zip(logp, gold):
+                nlls.append(-row[g].item())
+                hits.append(int(row.argmax().item() == g))
+    return {"accuracy": sum(hits) / len(hits), "perplexity": math.exp(sum(nlls) / len(nlls)), "count": len(hits)}
+
+
+@pytest.mark.parametrize("task", ["ct", "ad"])
+def test_metrics_equal_a_hand_computation_over_words_for_ct_and_pairs_for_ad(pre, task):
+    model = build_task_model(pre, task, keep_head=True, dropout=0.1, seed=0)
+    test = DATA[task][2]
+    hand = _by_hand(model, pre.tok, task, test)
+    assert hand["count"] == (sum(len(e.tokens) for e in test) if task == "ct" else len(test))
+    got = evaluate_examples(model, task, test, pre.tok, batch_size=4)  # batches of 4: padding must not matter
+    assert got["count"] == hand["count"]
+    assert got["accuracy"] == pytest.approx(hand["accuracy"], abs=1e-6)
+    assert got["perplexity"] == pytest.approx(hand["perplexity"], rel=1e-5)
+    assert 1.0 < got["perplexity"] < 10.0
+
+
+@pytest.mark.parametrize("task", ["ct", "ad"])
+def test_a_calculation_reports_the_test_metrics_of_the_best_perplexity_model_it_returns(pre, task):
+    res = _run(pre, task, scheme="pred+trm")
+    hand = _by_hand(res["_model"], pre.tok, task, DATA[task][2])
+    assert res["accuracy"] == pytest.approx(hand["accuracy"], abs=1e-6)
+    assert res["perplexity"] == pytest.approx(hand["perplexity"], rel=1e-5)
+    assert res["num_test"] == len(DATA[task][2])
+
+
+# ------------------------------------------------------------------------------------------- schemes
+
+
+def test_pred_scheme_leaves_every_encoder_weight_unchanged(pre):
+    res = _run(pre, "ct", scheme="pred")
+    assert _same(_enc_state(res["_model"].encoder), _enc_state(pre.state))
+    assert not _same(res["_model"].heads["ct"].state_dict(), _head_state(pre.state, "whp")), "the head must learn"
+
+
+def _split_encoder(state: dict) -> tuple[dict, dict]:
+    emb = {k: v for k, v in state.items() if not k.startswith("layers.")}
+    layers = {k: v for k, v in state.items() if k.startswith("layers.")}
+    return emb, layers
+
+
+@pytest.mark.parametrize("task", ["ct", "ad"])
+def test_pred_trm_changes_the_transformer_layers_but_not_the_embeddings(pre, task):
+    res = _run(pre, task, scheme="pred+trm")
+    emb, layers = _split_encoder(_enc_state(res["_model"].encoder))
+    emb0, layers0 = _split_encoder(_enc_state(pre.state))
+    assert {k.split(".")[0] for k in emb} == {"tok", "pos", "seg", "ln"}
+    assert _same(emb, emb0)
+    assert all(not torch.equal(layers[k], layers0[k]) for k in layers if k.endswith(".weight")), \
+        "every transformer weight matrix and layer norm should have moved"
+
+
+def test_pred_trm_emb_changes_the_embeddings_too(pre):
+    res = _run(pre, "ct", scheme="pred+trm+emb")
+    emb, layers = _split_encoder(_enc_state(res["_model"].encoder))
+    emb0, layers0 = _split_encoder(_enc_state(pre.state))
+    for name in ("tok.weight", "pos.weight", "ln.weight"):
+        assert not torch.equal(emb[name], emb0[name]), f"{name} did not change"
+    assert not _same(layers, layers0)
+
+
+def test_mt_scheme_trains_both_task_heads_while_single_task_leaves_the_other_head_alone(pre):
+    init = build_task_model(pre, "ct", keep_head=True, dropout=0.1, seed=0)
+    mt = _run(pre, "ct", scheme="mt:pred+trm")["_model"]
+    single = _run(pre, "ct", scheme="pred+trm")["_model"]
+    for t in ("ct", "ad"):
+        assert not _same(mt.heads[t].state_dict(), init.heads[t].state_dict()), f"mt did not train the {t} head"
+    assert not _same(single.heads["ct"].state_dict(), init.heads["ct"].state_dict())
+    assert _same(single.heads["ad"].state_dict(), init.heads["ad"].state_dict())
+
+
+def test_mt_scheme_without_the_other_tasks_examples_is_a_value_error(pre):
+    with pytest.raises(ValueError, match="other_task_train"):
+        run_calculation(pre, _cfg("ct", scheme="mt:pred+trm"), CT_TRAIN, CT_TEST, val=CT_VAL)
+
+
+# ------------------------------------------------------------------------------------------- heads
+
+
+@pytest.mark.parametrize("task,aligned", [("ct", "whp"), ("ad", "pad")])
+def test_keep_head_loads_the_pretrained_aligned_head_and_discard_reinitialises_it(pre, task, aligned):
+    pretrained = _head_state(pre.state, aligned)
+    kept = build_task_model(pre, task, keep_head=True, dropout=0.1, seed=0).heads[task].state_dict()
+    fresh = build_task_model(pre, task, keep_head=False, dropout=0.1, seed=0).heads[task].state_dict()
+    assert _same(kept, pretrained)
+    assert all(not torch.equal(fresh[k], pretrained[k]) for k in fresh if k.endswith("weight"))
+    # A model pretrained without the aligned objective has nothing to keep: the head is fresh either way.
+    without = dataclasses.replace(pre, heads=[h for h in pre.heads if h != aligned])
+    assert _same(build_task_model(without, task, keep_head=True, dropout=0.1, seed=0).heads[task].state_dict(), fresh)
+
+
+# ------------------------------------------------------------------------------------------- selection
+
+
+class _EncoderCalls:
+    """Records the input_ids of every Encoder forward (a global torch hook, removed on exit)."""
+
+    def __enter__(self):
+        from alignlab.platform.model import Encoder
+
+        self.inputs = []
+        self.handle = torch.nn.modules.module.register_module_forward_hook(
+            lambda m, args, out: self.inputs.append(args[0].clone()) if isinstance(m, Encoder) else None)
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.remove()
+
+    def count(self, enc) -> int:
+        return sum(x.shape == enc.input_ids.shape and torch.equal(x, enc.input_ids) for x in self.inputs)
+
+
+@pytest.mark.parametrize("task", ["ct", "ad"])
+def test_honest_selection_scores_val_every_epoch_and_the_test_set_only_for_the_two_selected_epochs(pre, task):
+    train, val, test = DATA[task]
+    cfg = _cfg(task, scheme="pred+trm", max_epochs=4)
+    seen = []
+    with _EncoderCalls() as calls:
+        res = run_calculation(pre, cfg, train, test, val=val, on_epoch=lambda e, m: seen.append(m))
+    L = pre.model_cfg.max_len
+    enc_test, enc_val = encode_examples(task, test, pre.tok, L), encode_examples(task, val, pre.tok, L)
+    assert res["epochs_run"] == len(seen) == 4
+    assert calls.count(enc_val) == 4, "validation is scored once per epoch"
+    assert calls.count(enc_test) == 2, "the test set is scored only at the best-perplexity and best-accuracy epochs"
+    # What on_epoch saw at the selected epoch is the kept model's score on val, not on test.
+    at_best = seen[res["epochs"] - 1]
+    model = res["_model"]
+    assert at_best["perplexity"] == pytest.approx(evaluate_examples(model, task, val, pre.tok)["perplexity"], rel=1e-6)
+    assert res["perplexity"] == pytest.approx(evaluate_examples(model, task, test, pre.tok)["perplexity"], rel=1e-6)
+    assert res["perplexity"] != pytest.approx(at_best["perplexity"], rel=1e-6)
+
+
+def test_paper_selection_scores_the_test_set_every_epoch_and_honest_requires_a_validation_split(pre):
+    train, _, test = DATA["ct"]
+    with _EncoderCalls() as calls:
+        res = run_calculation(pre, _cfg("ct", scheme="pred+trm", selection="paper", max_epochs=3), train, test)
+    assert calls.count(encode_examples("ct", test, pre.tok, pre.model_cfg.max_len)) == res["epochs_run"] == 3
+    with pytest.raises(ValueError, match="validation split"):
+        run_calculation(pre, _cfg("ct"), train, test, val=[])
+
+
+# ------------------------------------------------------------------------------------------- save, evaluate, predict
+
+
+@pytest.mark.parametrize("task,scheme", [("ad", "pred"), ("ct", "pred+trm")])
+def test_save_then_evaluate_gives_the_same_accuracy_and_perplexity(storage, pre, task, scheme):
+    cfg = _cfg(task, scheme=scheme)
+    train, val, test = DATA[task]
+    res = run_calculation(pre, cfg, train, test, val=val)
+    fdir = save_finetuned(storage, pre, cfg, res)
+    assert fdir == finetuned_dir(storage, fdir.name) and fdir.name.startswith(f"{task}-")
+    assert {p.name for p in fdir.iterdir()} == {"model.pt", "tokenizer.model", "model_config.json", "finetune.json",
+                                                "metrics.json"}
+    ft = load_finetuned(fdir)
+    assert ft.cfg == cfg and ft.task_heads == (task,) and ft.pretrained_heads == ("whp", "pad")
+    assert _same(ft.model.heads["pad"].state_dict(), _head_state(pre.state, "pad")), "pretrained PAD head kept as is"
+    again = evaluate_examples(ft.model, task, test, ft.tok)
+    assert again["accuracy"] == pytest.approx(res["accuracy"], abs=1e-6)
+    assert again["perplexity"] == pytest.approx(res["perplexity"], rel=1e-6)
+    # Saving the same calculation again names the same model and replaces it whole.
+    assert save_finetuned(storage, pre, cfg, res) == fdir
+    assert not [p for p in fdir.parent.iterdir() if p.name.startswith(".")], "no temporary folders left behind"
+
+
+def test_the_fast_predictor_matches_the_module_forward(storage, pre):
+    cfg = _cfg("ad", scheme="pred+trm")
+    res = run_calculation(pre, cfg, AD_TRAIN, AD_TEST, val=AD_VAL)
+    ft = load_finetuned(save_finetuned(storage, pre, cfg, res))
+    model, tok = ft.model, ft.tok
+    fast = FastEncoder(model.encoder)
+    enc = encode_examples("ad", AD_TEST[:1], tok, model.cfg.max_len)
+    with torch.no_grad():
+        ref = model.encoder(enc.input_ids, enc.segment_ids)[0]
+        torch.testing.assert_close(fast(enc.input_ids[0], enc.segment_ids[0]), ref, rtol=1e-4, atol=1e-5)
+        rows = torch.tensor([0, 3])
+        torch.testing.assert_close(fast(enc.input_ids[0], enc.segment_ids[0], rows), ref[rows], rtol=1e-4, atol=1e-5)
+        p = torch.softmax(model.heads["ad"](ref[:1]), -1)[0, 1].item()
+        p_pad = torch.softmax(model.heads["pad"](ref[:1]), -1)[0, 1].item()
+    scores = Predictor(ft).acronym_scores(AD_TEST[0].acronym, AD_TEST[0].snippet)
+    assert scores["ad"] == pytest.approx(p, abs=1e-5) and scores["pad"] == pytest.approx(p_pad, abs=1e-5)
+
+
+def test_predicted_tags_are_the_ct_heads_argmax_at_each_words_first_piece(storage, pre):
+    cfg = _cfg("ct", scheme="pred+trm")
+    res = run_calculation(pre, cfg, CT_TRAIN, CT_TEST, val=CT_VAL)
+    ft = load_finetuned(save_finetuned(storage, pre, cfg, res))
+    ex = CT_TEST[0]
+    enc = encode_examples("ct", [ex], ft.tok, ft.model.cfg.max_len)
+    with torch.no_grad():
+        h = ft.model.encoder(enc.input_ids, enc.segment_ids)[0]
+        want = [WHP_TAGS[i] for i in ft.model.heads["ct"](h[enc.labels[0] != -100]).argmax(-1).tolist()]
+    pred = Predictor(ft)
+    assert pred.tag(ex.tokens) == want
+    assert pred.bracket(" ".join(ex.tokens)) == tags_to_brackets(ex.tokens, want)
+    with pytest.raises(ValueError, match="no 'ad' head"):
+        pred.acronym_score("wow", "world of warcraft")
+
+
+def test_tags_become_brackets_as_in_the_papers_case_study():
+    words = "when was the first super mario released".split()
+    assert tags_to_brackets(words, ["N", "N", "N", "N", "S", "E", "N"]) == "when was the first [super mario] released"
+    # WHP's independent per-word tags can nest; they are printed as predicted (paper §4.1).
+    assert tags_to_brackets(words, ["S", "N", "S", "N", "S", "E", "E"]) == "[when was [the first [super mario] released]"
+    assert tags_to_brackets("skyrim 100% completion".split(), ["SE", "S", "E"]) == "[skyrim] [100% completion]"
+    with pytest.raises(ValueError):
+        tags_to_brackets(["a", "b"], ["N"])
+
+
+# ------------------------------------------------------------------------------------------- the command line
+
+
+def test_cli_finetune_save_then_evaluate_and_predict(storage, tmp_path, capsys):
+    tdir = tmp_path / "tasks"
+    write_jsonl(tdir / "ad.jsonl", AD_TRAIN + AD_VAL + AD_TEST)
+    write_jsonl(tdir / "ct_pool.jsonl", CT_TRAIN + CT_VAL)
+    write_jsonl(tdir / "ct_test.jsonl", CT_TEST)
+    common = ["--storage", str(storage)]
+    assert main(["finetune", "--preset", "smoke", "--model", MODEL_ID, "--task", "ct", "--budget", "20",
+                 "--scheme", "pred+trm", "--tasks-dir", str(tdir), "--save", *common]) == 0
+    out = capsys.readouterr().out
+    row = json.loads(out.splitlines()[0])
+    fid = out.split("Finetuned model: ")[1].split()[0]
+    assert (storage / "finetuned" / fid / "model.pt").exists()
+
+    assert main(["evaluate", "--model", fid, "--task", "ct", str(tdir / "ct_test.jsonl"),
+                 "--json", str(tmp_path / "m.json"), *common]) == 0
+    m = json.loads((tmp_path / "m.json").read_text())
+    assert m["accuracy"] == pytest.approx(row["accuracy"], abs=1e-4)
+    assert m["perplexity"] == pytest.approx(row["perplexity"], abs=1e-4)
+    assert f"accuracy {m['accuracy']:.4f}" in capsys.readouterr().out
+
+    assert main(["predict", "--model", fid, "when was the first super mario released", *common]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.replace("[", "").replace("]", "") == "when was the first super mario released"
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"tokens": ["a", "b"], "tags": ["N", "N"]}\n{"tokens": ["x"], "tags": ["Q"]}\n')
+    assert main(["evaluate", "--model", fid, "--task", "ct", str(bad), *common]) == 2
+    assert f"{bad}:2: unknown tag 'Q'" in capsys.readouterr().err
+    assert main(["predict", "--model", "ct-nope", "a query", *common]) == 2
+    assert main(["predict", "--model", fid, "--acronym", "wow", "--snippet", "world of warcraft", *common]) == 2
+    assert "no 'ad' head" in capsys.readouterr().err
+    shutil.rmtree(storage / "finetuned" / fid)

@@ -1,0 +1,148 @@
+"""On-the-fly labels (MLM, NSP) and the example mix, on hand-built rows with a real tiny tokenizer."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from alignlab.objectives.registry import resolve_objectives
+from alignlab.platform.batching import Collator
+from alignlab.platform.tokenizer import Tokenizer, train_tokenizer
+
+WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau "
+         "upsilon phi chi psi omega").split()
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tok")
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(WORDS, size=30)) for _ in range(300)]
+    train_tokenizer(texts, d / "tokenizer.model", vocab_size=100)
+    return Tokenizer(d / "tokenizer.model")
+
+
+def _rows(tok, n=8, linked=True, seg_words=12):
+    rng = np.random.default_rng(1)
+    rows = {k: [] for k in ("doc_id", "kind", "a_ids", "b_ids", "has_next", "a_text", "b_text", "whp_a", "whp_b",
+                            "pad_acronym", "pad_label")}
+    for i in range(n):
+        a_words, b_words = list(rng.choice(WORDS, seg_words)), list(rng.choice(WORDS, seg_words))
+        a = [p for w in tok.encode_words(a_words) for p in w]
+        b = [p for w in tok.encode_words(b_words) for p in w]
+        rows["doc_id"].append(f"d{i}")
+        rows["kind"].append("wiki" if linked else "web")
+        rows["a_ids"].append(a)
+        rows["b_ids"].append(b)
+        rows["has_next"].append(True)
+        rows["a_text"].append(" ".join(a_words))
+        rows["b_text"].append(" ".join(b_words))
+        rows["whp_a"].append([1] + [-100] * (len(a) - 1))
+        rows["whp_b"].append([2] + [-100] * (len(b) - 1))
+        rows["pad_acronym"].append("abg")
+        rows["pad_label"].append(i % 2)
+    return {k: np.asarray(v, dtype=object) for k, v in rows.items()}
+
+
+def _objectives(tok, names, **mlm):
+    cfgs = resolve_objectives(names)
+    return [c.build(tok) for c in cfgs]
+
+
+def test_mlm_masks_fifteen_percent_of_non_special_tokens_and_never_specials(tok):
+    col = Collator(_objectives(tok, "mlm"), tok, max_len=64)
+    rows = _rows(tok, n=32)
+    before = col(rows, step=0)
+    ids = before["input_ids"]
+    pos = before["mlm_positions"]
+    labels = before["mlm_labels"]
+    real = before["attention_mask"] & ~torch.isin(ids, torch.tensor([tok.cls_id, tok.sep_id, tok.pad_id]))
+    # What was drawn for prediction is never a special token, and about 15% of the real tokens.
+    assert not torch.isin(labels, torch.as_tensor(tok.special_ids)).any()
+    n_real = int(real.sum()) + int((ids.view(-1)[pos] == tok.mask_id).sum()) * 0
+    assert 0.12 < len(pos) / n_real < 0.18
+    flat = ids.view(-1)[pos]
+    masked = (flat == tok.mask_id).float().mean().item()
+    kept = (flat == labels).float().mean().item()
+    assert 0.7 < masked < 0.9 and 0.04 < kept < 0.2
+
+
+def test_mlm_draws_rare_tokens_more_often_than_frequent_ones(tok):
+    counts = np.ones(tok.vocab_size, dtype=np.int64)
+    rows = _rows(tok, n=64)
+    ids = np.concatenate([np.asarray(a, dtype=np.int64) for a in rows["a_ids"]])
+    frequent, rare = np.bincount(ids).argsort()[-1], np.bincount(ids).argsort()[-2]
+    counts[frequent], counts[rare] = 10_000, 10
+    tok.counts = counts
+    try:
+        col = Collator(_objectives(tok, "mlm"), tok, max_len=64)
+        hits = {frequent: [0, 0], rare: [0, 0]}
+        for step in range(20):
+            b = col(rows, step=step)
+            for t in hits:
+                hits[t][0] += int((b["mlm_labels"] == int(t)).sum())
+        occurrences = {t: int(sum((np.asarray(a, dtype=np.int64) == t).sum() for a in rows["a_ids"])) for t in hits}
+        rate = {t: hits[t][0] / max(1, occurrences[t]) for t in hits}
+        assert rate[rare] > 3 * rate[frequent]
+    finally:
+        tok.counts = np.ones(tok.vocab_size, dtype=np.int64)
+
+
+def test_nsp_keeps_about_half_the_true_next_segments_and_replaces_the_rest_from_other_documents(tok):
+    col = Collator(_objectives(tok, "nsp"), tok, max_len=64)
+    rows = _rows(tok, n=64)
+    labels = []
+    for step in range(10):
+        b = col(rows, step=step)
+        labels += b["nsp"].tolist()
+        for i, lab in enumerate(b["nsp"].tolist()):
+            seg = b["segment_ids"][i]
+            b_part = b["input_ids"][i][(seg == 1) & b["attention_mask"][i]][:-1].tolist()
+            own_next = [int(x) for x in rows["b_ids"][i]]
+            assert (b_part == own_next[: len(b_part)]) == (lab == 1)
+    assert 0.4 < np.mean(labels) < 0.6
+
+
+def test_the_same_step_makes_the_same_batch_and_another_step_a_different_one(tok):
+    col = Collator(_objectives(tok, "mlm,nsp"), tok, max_len=64)
+    rows = _rows(tok)
+    a, b, c = col(rows, step=3), col(rows, step=3), col(rows, step=4)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not torch.equal(a["input_ids"], c["input_ids"])
+
+
+def test_acronym_examples_come_only_from_linked_rows_and_carry_the_pad_label(tok):
+    objs = _objectives(tok, "mlm,pad")
+    col = Collator(objs, tok, max_len=64, acronym_fraction=1.0)
+    b = col(_rows(tok, linked=True), step=0)
+    assert (b["row_format"] == 1).all()
+    acr_ids = tok.encode_acronym("abg")
+    assert b["input_ids"][0, 1: 1 + len(acr_ids)].tolist() == acr_ids
+    assert b["pad"].tolist() == [i % 2 for i in range(8)]
+    web = col(_rows(tok, linked=False), step=0)
+    assert (web["row_format"] == 0).all() and (web["pad"] == -100).all()
+
+
+def test_without_pad_every_row_is_a_pair_example(tok):
+    col = Collator(_objectives(tok, "mlm,nsp,whp"), tok, max_len=64, acronym_fraction=1.0)
+    assert (col(_rows(tok), step=0)["row_format"] == 0).all()
+
+
+def test_whp_labels_sit_on_the_first_subword_of_each_word_in_both_segments(tok):
+    col = Collator(_objectives(tok, "whp"), tok, max_len=64)
+    b = col(_rows(tok), step=0)
+    assert b["whp"][0, 0] == -100  # [CLS]
+    assert b["whp"][0, 1] == 1
+    first_b = int((b["segment_ids"][0] == 1).nonzero()[0])
+    assert b["whp"][0, first_b] == 2
+
+
+def test_subword_regularization_resamples_only_web_chunks(tok):
+    col = Collator(_objectives(tok, "mlm"), tok, max_len=64, subword_alpha=0.1)
+    web, wiki = _rows(tok, linked=False), _rows(tok, linked=True)
+    seqs_web = {tuple(col(web, step=s)["input_ids"][0].tolist()) for s in range(8)}
+    col_plain = Collator(_objectives(tok, "mlm"), tok, max_len=64, subword_alpha=0.0)
+    assert len(seqs_web) > 1
+    w1 = col(wiki, step=0)["input_ids"]
+    w2 = col_plain(wiki, step=0)["input_ids"]
+    assert torch.equal(w1, w2)

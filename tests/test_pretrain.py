@@ -1,0 +1,159 @@
+"""Pretraining: the plain loop (overfit, checkpoint, exact resume) and the real Ray Train runs
+(a killed worker and a rerun both continue at the exact step and end with the uninterrupted weights)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from alignlab.platform.config import PRETRAIN_PRESETS
+from alignlab.platform.pretrain import Pretrainer, train_loop
+from alignlab.platform.tokenizer import Tokenizer
+
+SMOKE = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", log_every=1)
+
+
+def _row_batches(corpus, batch_size):
+    t = pq.read_table(sorted((corpus / "shards" / "train").glob("*.parquet"))[0])
+    cols = {k: np.asarray(v, dtype=object) for k, v in t.to_pydict().items()}
+    n = t.num_rows // batch_size
+    return [{k: v[i * batch_size:(i + 1) * batch_size] for k, v in cols.items()} for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def corpus_and_tok(smoke_corpus):
+    return smoke_corpus, Tokenizer(smoke_corpus / "tokenizer.model")
+
+
+@pytest.mark.ray
+def test_the_tiny_model_overfits_one_batch(corpus_and_tok):
+    corpus, tok = corpus_and_tok
+    cfg = dataclasses.replace(SMOKE, objectives="mlm,nsp,whp,pad", lr=1e-2, model=dataclasses.replace(SMOKE.model, dropout=0.0))
+    tr = Pretrainer(cfg, tok)
+    rows = _row_batches(corpus, 16)[0]
+    first = tr.train_step(tr.collate(rows, step=0))["train/loss"]
+    for _ in range(60):
+        last = tr.train_step(tr.collate(rows, step=0))["train/loss"]
+    assert last < 0.3 * first
+
+
+@pytest.mark.ray
+def test_a_checkpoint_round_trip_gives_equal_weights_and_the_exact_next_steps(corpus_and_tok, tmp_path):
+    corpus, tok = corpus_and_tok
+    batches = _row_batches(corpus, SMOKE.batch_size)
+    cfg = dataclasses.replace(SMOKE, max_steps=8)
+
+    def run(trainer, upto):
+        trainer.cfg = dataclasses.replace(cfg, max_steps=upto)
+        train_loop(trainer, lambda epoch: iter(batches), report=lambda m, c: None)
+
+    straight = Pretrainer(cfg, tok)
+    run(straight, 8)
+    first = Pretrainer(cfg, tok)
+    run(first, 4)
+    torch.save(first.state_dict(), tmp_path / "state.pt")
+    resumed = Pretrainer(cfg, tok)
+    resumed.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=False))
+    assert resumed.state.step == 4 and resumed.state.batches_in_epoch == 4
+    assert all(torch.equal(a, b) for a, b in zip(first.model.state_dict().values(), resumed.model.state_dict().values()))
+    run(resumed, 8)
+    for (k, a), b in zip(straight.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), f"{k} differs after resume"
+
+
+def _weights(mdir):
+    return torch.load(mdir / "final" / "model.pt", weights_only=True)
+
+
+def _steps_logged(mdir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    steps = []
+    for f in sorted((mdir / "tensorboard").glob("events.out.tfevents.*")):
+        acc = EventAccumulator(str(f))
+        acc.Reload()
+        if "train/loss" in acc.Tags()["scalars"]:
+            steps += [e.step for e in acc.Scalars("train/loss")]
+    return sorted(steps)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(smoke_corpus, tmp_path_factory):
+    from alignlab.platform.pretrain_ray import pretrain
+
+    return pretrain(smoke_corpus, SMOKE, tmp_path_factory.mktemp("straight"))
+
+
+@pytest.mark.ray
+def test_pretraining_writes_a_registered_model_with_eval_metrics_and_tensorboard(uninterrupted, smoke_corpus):
+    from alignlab.platform.pretrain_ray import list_models, pretrain
+
+    ev = json.loads((uninterrupted / "final" / "eval.json").read_text())
+    assert ev["step"] == SMOKE.max_steps
+    for name in ("mlm", "nsp", "whp", "pad"):
+        assert 0 <= ev[f"eval/{name}/accuracy"] <= 1 and ev[f"eval/{name}/perplexity"] >= 1
+    assert _steps_logged(uninterrupted) == list(range(1, SMOKE.max_steps + 1))
+    (row,) = list_models(uninterrupted.parent.parent)
+    assert row["finished"] and row["objectives"] == "mlm+nsp+whp+pad"
+    # A second request for the same config reuses the finished model without training.
+    before = (uninterrupted / "final" / "model.pt").stat().st_mtime_ns
+    assert pretrain(smoke_corpus, SMOKE, uninterrupted.parent.parent) == uninterrupted
+    assert (uninterrupted / "final" / "model.pt").stat().st_mtime_ns == before
+
+
+@pytest.mark.ray
+def test_a_killed_worker_resumes_from_the_last_checkpoint_with_no_step_repeated_or_skipped(
+        uninterrupted, smoke_corpus, tmp_path):
+    from alignlab.platform.pretrain_ray import pretrain
+
+    # Checkpoints at steps 5 and 10: rank 0 exits hard after step 6, before reporting it; Ray Train restarts
+    # the worker group, which must continue at step 6 from the step-5 checkpoint.
+    mdir = pretrain(smoke_corpus, SMOKE, tmp_path, max_failures=2, crash_at_step=6)
+    assert (mdir / ".crashed-once").exists()
+    assert _steps_logged(mdir) == list(range(1, SMOKE.max_steps + 1))
+    for (k, a), b in zip(_weights(uninterrupted).items(), _weights(mdir).values()):
+        assert torch.equal(a, b), f"{k} differs from the uninterrupted run"
+
+
+@pytest.mark.ray
+def test_rerunning_after_a_failed_run_continues_at_the_exact_step(uninterrupted, smoke_corpus, tmp_path):
+    from alignlab.platform.pretrain_ray import is_finished, pretrain
+
+    with pytest.raises(Exception):
+        pretrain(smoke_corpus, SMOKE, tmp_path, max_failures=0, crash_at_step=11)
+    mdir = next((tmp_path / "models").iterdir())
+    assert not is_finished(mdir), "an unfinished run must not be registered as finished"
+    mdir2 = pretrain(smoke_corpus, SMOKE, tmp_path, max_failures=0)
+    assert mdir2 == mdir
+    assert _steps_logged(mdir) == list(range(1, SMOKE.max_steps + 1))
+    for (k, a), b in zip(_weights(uninterrupted).items(), _weights(mdir).values()):
+        assert torch.equal(a, b), f"{k} differs from the uninterrupted run"
+
+
+@pytest.mark.ray
+def test_bad_pretraining_requests_get_clear_errors(smoke_corpus, tmp_path):
+    from alignlab.platform.pretrain_ray import pretrain
+
+    with pytest.raises(ValueError, match="not a finished corpus"):
+        pretrain(tmp_path, SMOKE, tmp_path)
+    with pytest.raises(ValueError, match="unknown objective 'xyz'"):
+        dataclasses.replace(SMOKE, objectives="mlm,xyz")
+
+
+@pytest.mark.ray
+def test_whp_on_a_web_only_corpus_is_refused_before_training(ray_session, tmp_path):
+    from alignlab.platform.config import CORPUS_PRESETS
+    from alignlab.platform.corpus import build_corpus
+    from alignlab.platform.pretrain_ray import pretrain
+
+    f = tmp_path / "web.txt"
+    f.write_text("\n\n".join(" ".join(["plain web text about models and data"] * 10) for _ in range(30)))
+    cfg = dataclasses.replace(CORPUS_PRESETS["smoke"], source="web", paths=(str(f),), vocab_size=100)
+    cdir = build_corpus(cfg, tmp_path / "root", progress=False)
+    with pytest.raises(ValueError, match="'whp' needs linked .*web-only"):
+        pretrain(cdir, dataclasses.replace(SMOKE, objectives="mlm,whp"), tmp_path / "root")
+    assert not list((tmp_path / "root").glob("models/*"))

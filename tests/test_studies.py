@@ -1,0 +1,148 @@
+"""Every study script expands into valid studies at every preset, and a search study runs end to end on Ray."""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from alignlab.platform.config import PRESETS, FinetuneConfig
+from alignlab.platform.study import SearchParam, SearchSpec, Study, planned_calc_ids
+
+STUDIES = Path(__file__).resolve().parents[1] / "studies"
+SCRIPTS = sorted(p.stem for p in STUDIES.glob("*.py"))
+
+
+def load_script(name: str):
+    """A study script as a module (studies/ is a folder of scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"study_script_{name}", STUDIES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_paper_tables_each_have_a_study_script():
+    assert {"objective_ablation", "model_size", "data_budget", "backprop", "learning_rate",
+            "finetune_search"} <= set(SCRIPTS)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_study_script_expands_into_a_valid_study_without_duplicate_calculations(name, preset):
+    study = load_script(name).build(preset)
+    assert isinstance(study, Study) and preset in study.name
+    assert study.calcs or study.searches
+    ids = planned_calc_ids(study)
+    dupes = [i for i, n in Counter(ids).items() if n > 1]
+    assert not dupes, f"{name}/{preset}: calculations declared twice: {dupes}"
+    used = {c.model for c in study.calcs} | {s.model for s in study.searches}
+    assert used == {m.key for m in study.models}, "a declared model is never finetuned"
+    # The paper-protocol grids never prune and each data point has the protocol's calculations.
+    per_cell = Counter((c.row, c.col) for c in study.calcs)
+    assert set(per_cell.values()) == {2 if preset == "smoke" else 10}
+
+
+def test_objective_ablation_at_paper_scale_is_three_models_by_two_tasks_by_ten_calculations():
+    study = load_script("objective_ablation").build("paper")
+    assert len(study.models) == 3
+    assert Counter(c.finetune.task for c in study.calcs) == {"ct": 30, "ad": 30}
+    assert len({(c.finetune.fold, c.finetune.seed) for c in study.calcs}) == 10
+    assert {c.model for c in study.calcs} == {"all", "-whp", "-pad"}
+
+
+def test_model_size_at_paper_scale_has_eleven_models_and_one_baseline_cell_per_task():
+    study = load_script("model_size").build("paper")
+    sizes = {m.key: m.pretrain.model.label for m in study.models}
+    assert len(sizes) == 11
+    assert {f"{h}x{n}" for h in (256, 512, 768) for n in (1, 2, 3)} <= set(sizes.values())
+    assert sizes["-whp"] == sizes["-pad"] == "768x3"
+    assert set(study.baseline_cells) == {("CT 768-", "3*"), ("AD 768-", "3*")}
+    ablated = {(c.finetune.task, c.model) for c in study.calcs if c.row.endswith("-")}
+    assert ablated == {("ct", "-whp"), ("ad", "-pad")}
+    assert all(not c.finetune.keep_head for c in study.calcs if c.col == "3*")
+    assert all(c.finetune.keep_head for c in study.calcs if c.col != "3*")
+
+
+def test_model_size_at_mini_shares_its_largest_model_with_the_objective_ablation():
+    sizes = {m.key: m.pretrain for m in load_script("model_size").build("mini").models}
+    ablation = {m.key: m.pretrain for m in load_script("objective_ablation").build("mini").models}
+    assert sizes["128x2"] == ablation["all"] and sizes["-whp"] == ablation["-whp"]
+
+
+def test_data_budget_skips_ct_at_1000_and_caps_ad_at_its_pool():
+    study = load_script("data_budget").build("paper")
+    budgets = {t: sorted({c.finetune.budget for c in study.calcs if c.finetune.task == t}) for t in ("ct", "ad")}
+    assert budgets == {"ct": [50, 100, 150, 200], "ad": [50, 100, 150, 200, 960]}
+    assert "1000" in study.notes and "960" in study.notes
+    assert set(study.baseline_cells) == {("CT 200", "768-×3*"), ("AD 200", "768-×3*")}
+
+
+def test_backprop_and_learning_rate_cover_the_paper_columns():
+    schemes = {c.finetune.scheme for c in load_script("backprop").build("paper").calcs}
+    assert schemes == {"pred", "pred+trm", "pred+trm+emb", "mt:pred+trm"}
+    lr = load_script("learning_rate").build("paper")
+    assert {c.finetune.lr for c in lr.calcs} == {1e-3, 1e-4, 1e-5}
+    assert all(c.finetune.max_epochs >= 1000 for c in lr.calcs)
+
+
+def test_finetune_search_runs_one_honest_search_per_task():
+    study = load_script("finetune_search").build("paper")
+    assert [s.base.task for s in study.searches] == ["ct", "ad"]
+    for s in study.searches:
+        assert s.base.selection == "honest" and s.scheduler in ("asha", "median")
+        assert {p.name for p in s.space} == {"lr", "batch_size", "max_epochs", "dropout", "scheme"}
+        assert len(s.points()) == 10
+
+
+def test_a_search_refuses_test_set_selection_and_unsearchable_fields():
+    base = FinetuneConfig(selection="paper")
+    lr = SearchParam(name="lr", kind="loguniform", values=(1e-5, 1e-2))
+    with pytest.raises(ValueError, match="honest"):
+        SearchSpec(name="x", model="m", base=base, space=(lr,), num_samples=2, row="AD", col="s")
+    with pytest.raises(ValueError, match="searchable"):
+        SearchParam(name="fold", kind="choice", values=(0, 1))
+    with pytest.raises(ValueError, match="low < high"):
+        SearchParam(name="lr", kind="loguniform", values=(1e-2, 1e-5))
+
+
+def test_a_study_rejects_a_baseline_that_has_no_calculations():
+    study = load_script("backprop").build("smoke")
+    with pytest.raises(ValueError, match="baseline"):
+        dataclasses.replace(study, baseline_col="nope")
+    with pytest.raises(ValueError, match="baseline cell"):
+        dataclasses.replace(study, baseline_cells=(("CT", "nope"),))
+
+
+@pytest.mark.ray
+def test_finetune_search_at_smoke_runs_end_to_end_on_ray(ray_session, storage_root):
+    from alignlab.platform.study import run_study
+    from alignlab.platform.storage import read_json
+
+    study = load_script("finetune_search").build("smoke")
+    # One task's search keeps the test short; the script searches both.
+    study = dataclasses.replace(study, searches=study.searches[-1:],
+                                calcs=tuple(c for c in study.calcs if c.row == study.searches[-1].row))
+    report = run_study(study, storage_root, progress=False)
+    sdir = report.parent
+    summary = read_json(sdir / "searches" / "ad.json")
+    assert len(summary["trials"]) == 4
+    base = study.searches[0].base  # the default setting is among the trials (Optuna points_to_evaluate)
+    assert any(t["params"]["lr"] == pytest.approx(base.lr) and t["params"]["scheme"] == base.scheme
+               for t in summary["trials"])
+    assert any(t["status"] == "complete" for t in summary["trials"])
+    assert 0.0 <= summary["best_value"] <= 1.0
+    best = summary["best_params"]
+    assert set(best) == {"lr", "batch_size", "max_epochs", "dropout", "scheme"}
+    trials = [read_json(f) for f in (sdir / "trials").glob("*.json")]
+    searched = [t for t in trials if t["col"] == "searched"]
+    assert len(searched) == 10 and len({(t["ft_fold"], t["ft_seed"]) for t in searched}) == 10
+    assert all(t["ft_scheme"] == best["scheme"] and t["ft_lr"] == pytest.approx(best["lr"]) for t in searched)
+    assert all(t["selection"] == "honest" for t in trials)
+    text = report.read_text()
+    assert "Selection mode: honest" in text and "Hyperparameter searches" in text and "searched" in text
+    # A rerun finds the search and every calculation done.
+    before = {f.name: f.stat().st_mtime for f in (sdir / "trials").glob("*.json")}
+    run_study(study, storage_root, progress=False)
+    assert {f.name: f.stat().st_mtime for f in (sdir / "trials").glob("*.json")} == before
