@@ -1,10 +1,12 @@
 """Serving a finetuned model: CT tagging of one query and AD scoring of one (acronym, snippet) pair, fast.
 
 The predictor runs batch 1 with no padding, in `torch.inference_mode()`, on a dedicated forward
-(`FastEncoder`) that reads the very tensors of the trained `model.Encoder` but skips what serving
-does not need:
-- no nn.Module dispatch, dropout, attention masks or batch dimension: plain `addmm`/`layer_norm`/SDPA
+(`FastEncoder`) built from the weights of the trained `model.Encoder` that skips what serving does
+not need:
+- no nn.Module dispatch, dropout, attention masks or batch dimension: plain linear/`layer_norm`/bmm
   calls on (T, H) rows;
+- linears run on weights prepacked once for oneDNN, with GELU and the residual adds fused in (see
+  `_Linear`; plain addmm where oneDNN is missing);
 - the last layer computes its queries, attention output and FFN only for the rows a head reads
   (each word's first piece for CT, [CLS] for AD) -- its keys and values still cover every token;
 - no MLM decoder (the saved model has none) and only the head that is asked for.
@@ -47,26 +49,75 @@ def tags_to_brackets(words: Sequence[str], tags: Sequence[str]) -> str:
     return " ".join(out)
 
 
-class FastEncoder:
-    """`model.Encoder`'s eval-mode forward for one unpadded sequence, on the encoder's own weight tensors."""
+def _mkldnn_linear_ok() -> bool:
+    """oneDNN's prepacked linear (what torch.compile's CPU backend uses) is there and gives linear's numbers."""
+    try:
+        if not torch.backends.mkldnn.is_available():
+            return False
+        x, w, b = torch.randn(3, 8), torch.randn(5, 8), torch.randn(5)
+        with torch.inference_mode():
+            y = torch.ops.mkldnn._linear_pointwise(x, torch.ops.mkldnn._reorder_linear_weight(w, 16), b, "gelu", [],
+                                                   "none")
+        return bool(torch.allclose(y, F.gelu(F.linear(x, w, b)), atol=1e-5))
+    except (AttributeError, RuntimeError):
+        return False
 
-    def __init__(self, encoder: Encoder):
+
+class _Linear:
+    """y = x W^T + b, optionally with GELU or a residual add fused in.
+
+    "mkldnn": weights reordered once into oneDNN's blocked layout (15-30% faster than MKL's sgemm for the
+    10-40 row inputs of one query on this CPU, and GELU/residual fused into the same call); "aten": addmm on
+    the (out, in) weight, for builds without oneDNN.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, backend: str, rows_hint: int = 16):
+        self.w, self.b, self.backend = weight.detach().contiguous(), bias.detach().contiguous(), backend
+        if backend == "mkldnn":
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(self.w, rows_hint)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.backend == "mkldnn":
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.b, "none", [], "")
+        return torch.addmm(self.b, x, self.w.t())
+
+    def gelu(self, x: torch.Tensor) -> torch.Tensor:
+        if self.backend == "mkldnn":
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.b, "gelu", [], "none")
+        return F.gelu(torch.addmm(self.b, x, self.w.t()))
+
+    def add(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        if self.backend == "mkldnn":
+            return torch.ops.mkldnn._linear_pointwise.binary(x, residual, self.packed, self.b, "add")
+        return torch.addmm(self.b, x, self.w.t()).add_(residual)
+
+
+class FastEncoder:
+    """`model.Encoder`'s eval-mode forward for one unpadded sequence, on the encoder's own weights."""
+
+    def __init__(self, encoder: Encoder, backend: str | None = None):
         cfg = encoder.cfg
+        self.backend = backend or ("mkldnn" if _mkldnn_linear_ok() else "aten")
         self.H, self.num_heads, self.head_dim = cfg.hidden, cfg.num_heads, cfg.head_dim
-        self.max_len = cfg.max_len
+        self.scale = cfg.head_dim ** -0.5
         self.tok = encoder.tok.weight.detach()
         self.pos = encoder.pos.weight.detach()
         self.seg = encoder.seg.weight.detach()
         # Position + segment-0 rows precomputed: a CT query (all segment 0) needs one add less.
         self.pos_seg0 = (self.pos + self.seg[0]).contiguous()
         self.ln = (encoder.ln.weight.detach(), encoder.ln.bias.detach(), encoder.ln.eps)
-        # Weights transposed once so every projection is one addmm(bias, x, W^T) with a contiguous W^T.
+        H, lin = cfg.hidden, lambda w, b: _Linear(w, b, self.backend)
         self.layers = []
         for layer in encoder.layers:
-            w = lambda lin: (lin.weight.detach().t().contiguous(), lin.bias.detach())  # noqa: E731
-            self.layers.append((w(layer.qkv), w(layer.attn_out), (layer.ln1.weight.detach(), layer.ln1.bias.detach()),
-                                w(layer.ffn_in), w(layer.ffn_out), (layer.ln2.weight.detach(), layer.ln2.bias.detach()),
-                                layer.ln1.eps, layer.ln2.eps))
+            w, b = layer.qkv.weight.detach(), layer.qkv.bias.detach()
+            self.layers.append({
+                "qkv": lin(w, b), "q": lin(w[:H], b[:H]), "kv": lin(w[H:], b[H:]),  # q/kv split: last layer
+                "attn_out": lin(layer.attn_out.weight, layer.attn_out.bias),
+                "ffn_in": lin(layer.ffn_in.weight, layer.ffn_in.bias),
+                "ffn_out": lin(layer.ffn_out.weight, layer.ffn_out.bias),
+                "ln1": (layer.ln1.weight.detach(), layer.ln1.bias.detach(), layer.ln1.eps),
+                "ln2": (layer.ln2.weight.detach(), layer.ln2.bias.detach(), layer.ln2.eps),
+            })
 
     def __call__(self, ids_T: torch.Tensor, seg_T: torch.Tensor | None = None,
                  rows: torch.Tensor | None = None) -> torch.Tensor:
@@ -76,20 +127,22 @@ class FastEncoder:
             x = self.tok.index_select(0, ids_T) + self.pos_seg0[:T]
         else:
             x = self.tok.index_select(0, ids_T) + self.pos[:T] + self.seg.index_select(0, seg_T)
-        x = F.layer_norm(x, (H,), *self.ln)
+        x = F.layer_norm(x, (H,), *self.ln[:2], self.ln[2])
         last = len(self.layers) - 1
-        for i, ((qkv_w, qkv_b), (ao_w, ao_b), ln1, (fi_w, fi_b), (fo_w, fo_b), ln2, eps1, eps2) in enumerate(self.layers):
+        for i, L in enumerate(self.layers):
             if i == last and rows is not None:
-                kv = torch.addmm(qkv_b[H:], x, qkv_w[:, H:]).view(T, 2, nh, d).permute(1, 2, 0, 3)
-                k, v = kv[0], kv[1]
+                k, v = L["kv"](x).view(T, 2, nh, d).permute(1, 2, 0, 3)
                 x = x.index_select(0, rows)
-                q = torch.addmm(qkv_b[:H], x, qkv_w[:, :H]).view(-1, nh, d).transpose(0, 1)
+                q = L["q"](x).view(-1, nh, d).transpose(0, 1)
             else:
-                q, k, v = torch.addmm(qkv_b, x, qkv_w).view(T, 3, nh, d).permute(1, 2, 0, 3)
-            a = F.scaled_dot_product_attention(q, k, v).transpose(0, 1).reshape(-1, H)
-            x = F.layer_norm(torch.addmm(ao_b, a, ao_w).add_(x), (H,), *ln1, eps1)
-            f = F.gelu(torch.addmm(fi_b, x, fi_w))
-            x = F.layer_norm(torch.addmm(fo_b, f, fo_w).add_(x), (H,), *ln2, eps2)
+                q, k, v = L["qkv"](x).view(T, 3, nh, d).permute(1, 2, 0, 3)
+            # Plain bmm/softmax: at a dozen tokens SDPA's dispatch and checks cost ~4x the arithmetic.
+            a = torch.bmm(torch.softmax(torch.bmm(q * self.scale, k.transpose(1, 2)), -1), v)
+            a = a.transpose(0, 1).reshape(-1, H)
+            w1, b1, eps1 = L["ln1"]
+            x = F.layer_norm(L["attn_out"].add(a, x), (H,), w1, b1, eps1)
+            w2, b2, eps2 = L["ln2"]
+            x = F.layer_norm(L["ffn_out"].add(L["ffn_in"].gelu(x), x), (H,), w2, b2, eps2)
         return x
 
 

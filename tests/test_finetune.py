@@ -16,7 +16,7 @@ from alignlab.platform.cli import main
 from alignlab.platform.config import MODEL_SIZES, FinetuneConfig
 from alignlab.platform.finetune import (build_task_model, encode_examples, evaluate_examples, finetuned_dir,
                                         load_finetuned, load_pretrained, run_calculation, save_finetuned)
-from alignlab.platform.inference import FastEncoder, Predictor, tags_to_brackets
+from alignlab.platform.inference import FastEncoder, Predictor, _mkldnn_linear_ok, tags_to_brackets
 from alignlab.platform.model import AlignModel
 from alignlab.platform.storage import write_json
 from alignlab.platform.tasks import ADExample, CTExample, write_jsonl
@@ -331,13 +331,19 @@ def test_the_fast_predictor_matches_the_module_forward(storage, pre):
     res = run_calculation(pre, cfg, AD_TRAIN, AD_TEST, val=AD_VAL)
     ft = load_finetuned(save_finetuned(storage, pre, cfg, res))
     model, tok = ft.model, ft.tok
-    fast = FastEncoder(model.encoder)
     enc = encode_examples("ad", AD_TEST[:1], tok, model.cfg.max_len)
+    backends = ["aten"] + (["mkldnn"] if _mkldnn_linear_ok() else [])
     with torch.no_grad():
         ref = model.encoder(enc.input_ids, enc.segment_ids)[0]
-        torch.testing.assert_close(fast(enc.input_ids[0], enc.segment_ids[0]), ref, rtol=1e-4, atol=1e-5)
-        rows = torch.tensor([0, 3])
-        torch.testing.assert_close(fast(enc.input_ids[0], enc.segment_ids[0], rows), ref[rows], rtol=1e-4, atol=1e-5)
+        for backend in backends:
+            fast = FastEncoder(model.encoder, backend)
+            torch.testing.assert_close(fast(enc.input_ids[0], enc.segment_ids[0]), ref, rtol=1e-4, atol=1e-5)
+            rows = torch.tensor([0, 3])
+            torch.testing.assert_close(fast(enc.input_ids[0], enc.segment_ids[0], rows), ref[rows], rtol=1e-4,
+                                       atol=1e-5)
+            ct_ids = encode_examples("ct", CT_TEST[:1], tok, model.cfg.max_len).input_ids[0]
+            torch.testing.assert_close(fast(ct_ids), model.encoder(ct_ids[None], torch.zeros_like(ct_ids)[None])[0],
+                                       rtol=1e-4, atol=1e-5)
         p = torch.softmax(model.heads["ad"](ref[:1]), -1)[0, 1].item()
         p_pad = torch.softmax(model.heads["pad"](ref[:1]), -1)[0, 1].item()
     scores = Predictor(ft).acronym_scores(AD_TEST[0].acronym, AD_TEST[0].snippet)

@@ -1,0 +1,65 @@
+"""End to end, as a user runs it: the README's main job (the objective-ablation study) at the smoke
+preset, on a real local Ray, killed mid-way and run again -- finished trials are not rerun, and the
+report has one row per calculation."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CMD = [sys.executable, str(REPO / "studies" / "objective_ablation.py"), "--preset", "smoke"]
+
+
+def _start(storage: Path, log: Path) -> subprocess.Popen:
+    return subprocess.Popen(CMD + ["--storage", str(storage)], stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                            cwd=REPO, start_new_session=True)
+
+
+@pytest.mark.ray
+def test_the_smoke_ablation_study_survives_a_killed_driver_and_reports_every_calculation(tmp_path):
+    storage = tmp_path / "storage"
+    trials = storage / "studies" / "objective_ablation-smoke" / "trials"
+    first = _start(storage, tmp_path / "first.log")
+    deadline = time.time() + 900
+    while time.time() < deadline and first.poll() is None and len(list(trials.glob("*.json"))) < 2:
+        time.sleep(1)
+    assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+    # Kill the driver and every process of the Ray instance it started (some leave its process group).
+    procs = [psutil.Process(first.pid), *psutil.Process(first.pid).children(recursive=True)]
+    os.killpg(first.pid, signal.SIGKILL)
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    first.wait()
+    psutil.wait_procs(procs, timeout=30)
+    done_before = {p.name: p.stat().st_mtime_ns for p in trials.glob("*.json")}
+    assert 2 <= len(done_before) < 12
+
+    second = subprocess.run(CMD + ["--storage", str(storage)], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    report = storage / "studies" / "objective_ablation-smoke" / "report.md"
+    assert f"Report: {report}" in second.stdout
+    assert f"{len(done_before)} of 12 calculations already done" in second.stdout
+    for name, mtime in done_before.items():
+        assert (trials / name).stat().st_mtime_ns == mtime, f"finished trial {name} was rerun"
+
+    sdir = report.parent
+    results = pd.read_parquet(sdir / "results.parquet")
+    assert len(results) == 12 and results["calc_id"].is_unique
+    assert set(results["selection"]) == {"honest"}
+    assert set(results["col"]) == {"all*", "-whp*", "-pad*"} and set(results["row"]) == {"CT", "AD"}
+    text = report.read_text()
+    assert "Selection mode: honest" in text and "<u>" in text and "Welch" in text
+    assert (sdir / "plots" / "accuracy_by_condition.png").stat().st_size > 1000
+    assert len(list((sdir / "tensorboard").rglob("events.out.tfevents.*"))) >= 12
+    assert len(list((storage / "models").glob("*/final/model.pt"))) == 3
