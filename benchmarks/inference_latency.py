@@ -110,7 +110,8 @@ def bench_size(size: str, tok, runs: int, warmup: int) -> dict:
             if i >= warmup:
                 times[k].append(dt)
     return {"size": size, "ct_input_tokens": len(ct_ids), "ad_input_tokens": len(ad_ids), "hf_input_tokens": 10,
-            "ct_output": pred.bracket(QUERY), "hf_attn_implementation": getattr(hf.config, "_attn_implementation", None),
+            "ct_output": pred.bracket(QUERY),
+            "hf_attn_implementation": getattr(hf.config, "_attn_implementation", None),
             **{k: _stats(v) for k, v in times.items()}}
 
 

@@ -81,6 +81,22 @@ def machine() -> dict:
     return info
 
 
+def heap_malloc() -> None:
+    """Make glibc serve every allocation from its heap and keep freed memory there (no mmap, no trim).
+
+    By default glibc maps each allocation above 128 KiB to fresh pages and unmaps it on free, so every
+    large tensor of every step (activations, [N, V] logits and their gradients, Adam temporaries) pays
+    a page fault per 4 KiB on first touch: on this VM, `torch.zeros(608, 32000)` took 56 ms fresh and
+    11 ms on reused memory. Process-wide, so it helps alignlab and HF alike; it is what tcmalloc /
+    jemalloc give PyTorch on CPU without a preload."""
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6")
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+    if not (libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)):
+        raise RuntimeError("mallopt refused the heap-only settings")
+
+
 def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -311,7 +327,15 @@ def plain_run(cfg: PretrainConfig, tok: Tokenizer, cdir: Path) -> dict:
             "data_wait_fraction": round(last["data_wait_fraction"], 4)}
 
 
-def ray_run(cfg: PretrainConfig, cdir: Path, root: Path) -> dict:
+def ray_run(cfg: PretrainConfig, cdir: Path, root: Path, *, env_vars: dict[str, str]) -> dict:
+    """`pretrain_ray.pretrain` on a fresh local Ray, timed from the loop's own reports (TensorBoard).
+
+    The loop reports every `log_every` steps, each time with `data_wait_fraction` = waited / loop wall
+    so far. From the first report (after step a) and the last (step b), with s the steady seconds per
+    step: loop wall at a is L_a = a * s / (1 - f_a) (its steps plus its waits), the loop started
+    L_a before report a (what precedes is start-up: Ray Train, Pretrainer, checkpoint lookup), the
+    waiting up to a (mostly the first batch, i.e. the Ray Data pipeline starting) is f_a * L_a, and
+    the steady waiting share is (f_b * L_b - f_a * L_a) / (t_b - t_a)."""
     import ray
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -319,7 +343,8 @@ def ray_run(cfg: PretrainConfig, cdir: Path, root: Path) -> dict:
     from alignlab.platform.ray_env import quiet_ray_data
 
     t_init = time.perf_counter()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=1024**3)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=1024**3,
+             runtime_env={"env_vars": env_vars} if env_vars else None)
     quiet_ray_data()
     init_s = time.perf_counter() - t_init
     t_wall0, t = time.time(), time.perf_counter()
@@ -328,35 +353,34 @@ def ray_run(cfg: PretrainConfig, cdir: Path, root: Path) -> dict:
     ray.shutdown()
     acc = EventAccumulator(str(mdir / "tensorboard"))
     acc.Reload()
-    loss = acc.Scalars("train/loss")
-    wait = acc.Scalars("data_wait_fraction")
-    points = [(e.step, e.wall_time) for e in loss]
+    points = [(e.step, e.wall_time - t_wall0) for e in acc.Scalars("train/loss")]
+    waits = [e.value for e in acc.Scalars("data_wait_fraction")]
     step_s, n = _steady(points)
-    first_step, first_wall = points[0]
-    # The first report comes after `first_step` steps; what precedes them is start-up.
-    startup = first_wall - t_wall0 - first_step * step_s
-    loop_s = points[-1][1] - t_wall0 - startup
-    # The loop's own measure is cumulative from its start (pipeline spin-up included); the steady
-    # share is the waiting done between the first and last report.
-    w0, w1 = wait[0].value, wait[-1].value
-    span0, span1 = points[0][1] - t_wall0 - startup, loop_s
-    steady_wait = (w1 * span1 - w0 * span0) / max(span1 - span0, 1e-9)
+    (a, t_a), (_, t_b), f_a, f_b = points[0], points[-1], waits[0], waits[-1]
+    loop_a = a * step_s / (1 - f_a)
+    steady_wait = (f_b * (loop_a + t_b - t_a) - f_a * loop_a) / (t_b - t_a)
     return {"step_s": round(step_s, 4), "steps_timed": n, "fit_wall_s": round(fit_s, 1),
-            "ray_init_s": round(init_s, 1), "startup_s": round(startup, 1),
-            "after_last_step_s": round(fit_s - (points[-1][1] - t_wall0), 1),
-            "data_wait_fraction": round(w1, 4), "data_wait_fraction_steady": round(steady_wait, 4)}
+            "ray_init_s": round(init_s, 1), "startup_s": round(t_a - loop_a, 1),
+            "first_batches_wait_s": round(f_a * loop_a, 1), "after_last_step_s": round(fit_s - t_b, 1),
+            "data_wait_fraction": round(f_b, 4), "data_wait_fraction_steady": round(max(steady_wait, 0.0), 4),
+            "reports": [{"step": s, "since_fit_s": round(t, 2), "data_wait_fraction": round(w, 4)}
+                        for (s, t), w in zip(points, waits)]}
 
 
-def bench_ray(size: str, tok: Tokenizer, table: pa.Table, *, steps: int, num_files: int) -> dict:
+def bench_ray(size: str, tok: Tokenizer, table: pa.Table, *, steps: int, num_files: int, malloc: str) -> dict:
     cfg = pretrain_config(size, max_steps=steps, checkpoint_every=steps, num_workers=1, cpus_per_worker=0.5,
                           threads_per_worker=2)
+    # The plain runs happen in this process (heap_malloc() already applied by main in "heap" mode);
+    # Ray's workers get the same glibc settings through their environment.
+    env_vars = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 30)} if malloc == "heap" else {}
     with tempfile.TemporaryDirectory(prefix="alignlab-bench-") as d:
         d = Path(d)
         cdir = write_corpus(d, Path(tok.model_path), table, num_files)
         before = plain_run(cfg, tok, cdir)
         print(f"ray    plain (before): {before}  load {load_average()}", flush=True)
-        ray_res = ray_run(cfg, cdir, d / "storage")
-        print(f"ray    TorchTrainer:   {ray_res}  load {load_average()}", flush=True)
+        ray_res = ray_run(cfg, cdir, d / "storage", env_vars=env_vars)
+        short = {k: v for k, v in ray_res.items() if k != "reports"}
+        print(f"ray    TorchTrainer:   {short}  load {load_average()}", flush=True)
         after = plain_run(cfg, tok, cdir)
         print(f"ray    plain (after):  {after}  load {load_average()}", flush=True)
     plain_step = (before["step_s"] + after["step_s"]) / 2
@@ -364,9 +388,12 @@ def bench_ray(size: str, tok: Tokenizer, table: pa.Table, *, steps: int, num_fil
     return {"size": size, "steps": steps, "batch": cfg.batch_size, "cpus_per_worker": cfg.cpus_per_worker,
             "threads_per_worker": cfg.threads_per_worker, "rows": table.num_rows, "parquet_files": num_files,
             "plain_before": before, "plain_after": after, "ray": ray_res,
-            "plain_tokens_per_s": round(tokens / plain_step, 1), "ray_tokens_per_s": round(tokens / ray_res["step_s"], 1),
+            "plain_tokens_per_s": round(tokens / plain_step, 1),
+            "ray_tokens_per_s": round(tokens / ray_res["step_s"], 1),
             "ray_overhead": round(ray_res["step_s"] / plain_step - 1, 4),
-            "ray_data_wait_fraction": ray_res["data_wait_fraction"],
+            "ray_data_wait_fraction_steady": ray_res["data_wait_fraction_steady"],
+            "ray_data_wait_fraction_whole_run": ray_res["data_wait_fraction"],
+            "ray_first_batches_wait_s": ray_res["first_batches_wait_s"],
             "ray_startup_s": ray_res["startup_s"]}
 
 
@@ -385,8 +412,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-hf", action="store_true", help="alignlab only (for profiling runs)")
     p.add_argument("--ray-size", default="256x1", help="model size of the Ray-vs-plain run")
     p.add_argument("--ray-steps", type=int, default=60)
+    p.add_argument("--malloc", choices=("default", "heap"), default="default",
+                   help="heap: glibc never returns large tensors' pages to the OS (see heap_malloc), in this "
+                        "process and in Ray's workers; figures go to the '*_heap_malloc' sections")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
+    if args.malloc == "heap":
+        heap_malloc()
     torch.set_num_threads(args.threads)
     command = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__)] + sys.argv[1:])
     sizes = [s for s in args.sizes.split(",") if s]
@@ -395,7 +427,7 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"unknown size {s!r}: choose from {', '.join(MODEL_SIZES)}")
 
     header = {"command": command, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-              "machine": machine(), "threads": args.threads, "batch": 32, "seq_len": SEQ, "vocab": VOCAB,
+              "machine": machine(), "threads": args.threads, "malloc": args.malloc, "batch": 32, "seq_len": SEQ, "vocab": VOCAB,
               "load_average_start": load_average()}
     print(f"# {command}\n# {header['date']}  {header['machine']}\n# load average (1, 5, 15 min) at start: "
           f"{header['load_average_start']}", flush=True)
@@ -417,15 +449,26 @@ def main(argv: list[str] | None = None) -> None:
                 section["compiled_total_s"] = round(time.perf_counter() - t, 1)
             peak_end = matmul_peak()
             section["matmul_peak_gflops_end"] = round(peak_end, 1)
+            # MFU against the higher of the two peaks (the conservative figure), recomputed if the end one won.
+            best = max(peak, peak_end)
+            section["mfu_peak_gflops"] = round(best, 1)
+            for rows_ in (section["configs"], section.get("compiled", {})):
+                for row in rows_.values():
+                    for who in ("alignlab", "hf"):
+                        if f"{who}_step_s" in row:
+                            row[f"{who}_mfu"] = round(row["model_gflop_per_step"] / row[f"{who}_step_s"] / best, 4)
             section["load_average_end"] = load_average()
             print(f"# fp32 matmul peak at end: {peak_end:.1f} GFLOP/s; load {section['load_average_end']}", flush=True)
-            result["models"] = section
+            result["models" if args.malloc == "default" else "models_heap_malloc"] = section
         if args.part in ("all", "ray"):
-            r = bench_ray(args.ray_size, tok, table, steps=args.ray_steps, num_files=4)
-            result["ray"] = {**header, **r, "load_average_end": load_average()}
+            r = bench_ray(args.ray_size, tok, table, steps=args.ray_steps, num_files=4, malloc=args.malloc)
+            key = "ray" if args.malloc == "default" else "ray_heap_malloc"
+            result.setdefault(key, {})[args.ray_size] = {**header, **r, "load_average_end": load_average()}
             print(f"# Ray overhead {r['ray_overhead']:+.1%} per step ({r['ray_tokens_per_s']:.0f} vs "
-                  f"{r['plain_tokens_per_s']:.0f} tok/s), data wait {r['ray_data_wait_fraction']:.1%}, "
-                  f"TorchTrainer start-up {r['ray_startup_s']:.0f} s", flush=True)
+                  f"{r['plain_tokens_per_s']:.0f} tok/s); data wait {r['ray_data_wait_fraction_steady']:.1%} "
+                  f"steady, {r['ray_data_wait_fraction_whole_run']:.1%} over the whole run (first batch "
+                  f"{r['ray_first_batches_wait_s']:.0f} s); start-up before the loop {r['ray_startup_s']:.0f} s",
+                  flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=2) + "\n")

@@ -223,7 +223,8 @@ def _finetuned_folder(root: Path, fid: str) -> Path:
 
     fdir = finetuned_dir(root, fid)
     if not (fdir / "model.pt").exists():
-        raise ValueError(f"no finetuned model {fid!r} under {fdir.parent} (save one with `alignlab finetune ... --save`)")
+        raise ValueError(f"no finetuned model {fid!r} under {fdir.parent} "
+                         "(save one with `alignlab finetune ... --save`)")
     return fdir
 
 

@@ -16,6 +16,16 @@ Stopping rule: stop when the selection perplexity has not improved for `patience
 `max_epochs`; "epochs" is the 1-based epoch of the best selection perplexity.
 Metrics: accuracy, and perplexity = exp(mean cross-entropy), over words (CT, at each word's first
 piece) or pairs (AD).
+Acronym input form (`acronym_form`, default "letters"): AD's acronym enters as one token per letter,
+not as the sentencepiece pieces of the acronym string ("text"). Measured on smoke-scale models (32x1
+after 12 steps and 64x2 after 600 steps of mlm+nsp+whp+pad, PAD pretrained in either form; 10 AD
+calculations per cell, budget 200, schemes pred and pred+trm+emb), both forms stay at chance (49.8-50.7%,
+below the 58.5% letters-only context-free baseline), so that scale cannot decide; and with the smoke
+vocabulary (1000 pieces) the forms hardly differ (1.0 piece per acronym letter). We keep "letters"
+because (1) AD asks whether the letters are the initials of a span, and with a real vocabulary "text"
+hides them: at 8000 pieces an acronym averages 0.8 pieces per letter (MENA -> "▁men" "a"), the
+spelling-blindness the paper blames for AD's difficulty (§4.2); (2) PAD pretrains on letters by default,
+so a kept PAD head sees the input form it was trained on. Revisit with a mini/paper-scale model.
 Keeping a model: `save_finetuned` writes the best-perplexity state with what serving needs under
 `<root>/finetuned/<id>/`; `load_finetuned` + `evaluate_examples` score any file with it, and
 `alignlab.platform.inference.Predictor` serves it.
@@ -31,6 +41,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -113,6 +124,30 @@ class Encoded:
         return Encoded(self.input_ids[idx], self.segment_ids[idx], self.attention_mask[idx], self.labels[idx])
 
 
+_WORD_START: dict[str, np.ndarray] = {}
+
+
+def word_pieces(tok: Tokenizer, words) -> list[list[int]]:
+    """The pieces of each word, as `tok.encode_words(words)` gives them, from one encode of the joined text.
+
+    One string is ~10x faster than a list (sentencepiece starts its thread pool for a list), and equal,
+    because pieces never cross whitespace: a piece beginning with "▁" starts each word. Where that does
+    not give one start per word (a word normalised away, or absorbed into <unk>), words are encoded one by one.
+    """
+    words = list(words)
+    if not words:
+        return []
+    start = _WORD_START.get(tok.model_path)
+    if start is None:
+        start = np.array([tok.sp.id_to_piece(i).startswith("▁") for i in range(tok.vocab_size)])
+        _WORD_START[tok.model_path] = start
+    ids = tok.sp.encode(" ".join(words))
+    starts = [i for i, p in enumerate(ids) if start[p]]
+    if len(starts) != len(words) or (ids and starts[0] != 0):
+        return [tok.sp.encode(w) for w in words]
+    return [ids[a:b] for a, b in zip(starts, starts[1:] + [len(ids)])]
+
+
 def ct_input(tok: Tokenizer, words, max_len: int) -> tuple[list[int], list[int]]:
     """`[CLS] pieces.. [SEP]` of a query and the position of each word's first piece.
 
@@ -120,7 +155,7 @@ def ct_input(tok: Tokenizer, words, max_len: int) -> tuple[list[int], list[int]]
     Shared by training, evaluation and the predictor, so all three see the same inputs.
     """
     ids, first = [tok.cls_id], []
-    for p in tok.encode_words(list(words)):
+    for p in word_pieces(tok, words):
         p = p or [tok.unk_id]
         if len(ids) + len(p) > max_len - 1:
             break
@@ -130,10 +165,12 @@ def ct_input(tok: Tokenizer, words, max_len: int) -> tuple[list[int], list[int]]
     return ids, first
 
 
-def ad_input(tok: Tokenizer, acronym: str, snippet: str, max_len: int, acronym_form: str) -> tuple[list[int], list[int]]:
+def ad_input(tok: Tokenizer, acronym: str, snippet: str, max_len: int,
+             acronym_form: str) -> tuple[list[int], list[int]]:
     """`[CLS] acronym [SEP] snippet [SEP]` ids and segment ids (the PAD input shape)."""
     acr = tok.encode_acronym(acronym, acronym_form)[: max_len // 4]
-    snip = [p for w in tok.encode_words(snippet.split()) for p in w][: max_len - 3 - len(acr)]
+    # Pieces never cross whitespace, so the joined snippet's pieces are its words' pieces in order.
+    snip = tok.sp.encode(" ".join(snippet.split()))[: max_len - 3 - len(acr)]
     ids = [tok.cls_id, *acr, tok.sep_id, *snip, tok.sep_id]
     return ids, [0] * (len(acr) + 2) + [1] * (len(snip) + 1)
 
@@ -390,7 +427,8 @@ class Finetuned:
 def load_finetuned(fdir: str | Path) -> Finetuned:
     fdir = Path(fdir)
     if not (fdir / "model.pt").exists():
-        raise ValueError(f"{fdir}: not a saved finetuned model (no model.pt); save one with `alignlab finetune ... --save`")
+        raise ValueError(f"{fdir}: not a saved finetuned model (no model.pt); "
+                         "save one with `alignlab finetune ... --save`")
     mc = read_json(fdir / "model_config.json")
     info = read_json(fdir / "finetune.json")
     model = AlignModel(ModelConfig(**mc["model"]), mc["vocab_size"])

@@ -5,8 +5,8 @@ The predictor runs batch 1 with no padding, in `torch.inference_mode()`, on a de
 not need:
 - no nn.Module dispatch, dropout, attention masks or batch dimension: plain linear/`layer_norm`/bmm
   calls on (T, H) rows;
-- linears run on weights prepacked once for oneDNN, with GELU and the residual adds fused in (see
-  `_Linear`; plain addmm where oneDNN is missing);
+- linears run on weights packed once for MKL's small-batch GEMM (oneDNN's or plain addmm where MKL is
+  missing; see `_Linear`);
 - the last layer computes its queries, attention output and FFN only for the rows a head reads
   (each word's first piece for CT, [CLS] for AD) -- its keys and values still cover every token;
 - no MLM decoder (the saved model has none) and only the head that is asked for.
@@ -49,8 +49,21 @@ def tags_to_brackets(words: Sequence[str], tags: Sequence[str]) -> str:
     return " ".join(out)
 
 
+def _mkl_linear_ok() -> bool:
+    """MKL's packed-weight linear (what torch.compile's CPU backend uses for fp32) is there and right."""
+    try:
+        if not torch.backends.mkl.is_available():
+            return False
+        x, w, b = torch.randn(3, 8), torch.randn(5, 8), torch.randn(5)
+        with torch.inference_mode():
+            y = torch.ops.mkl._mkl_linear(x, torch.ops.mkl._mkl_reorder_linear_weight(w, 16), w, b, 3)
+        return bool(torch.allclose(y, F.linear(x, w, b), atol=1e-5))
+    except (AttributeError, RuntimeError):
+        return False
+
+
 def _mkldnn_linear_ok() -> bool:
-    """oneDNN's prepacked linear (what torch.compile's CPU backend uses) is there and gives linear's numbers."""
+    """oneDNN's prepacked linear is there and gives linear's numbers."""
     try:
         if not torch.backends.mkldnn.is_available():
             return False
@@ -63,20 +76,32 @@ def _mkldnn_linear_ok() -> bool:
         return False
 
 
-class _Linear:
-    """y = x W^T + b, optionally with GELU or a residual add fused in.
+def default_backend() -> str:
+    return "mkl" if _mkl_linear_ok() else "mkldnn" if _mkldnn_linear_ok() else "aten"
 
-    "mkldnn": weights reordered once into oneDNN's blocked layout (15-30% faster than MKL's sgemm for the
-    10-40 row inputs of one query on this CPU, and GELU/residual fused into the same call); "aten": addmm on
-    the (out, in) weight, for builds without oneDNN.
+
+class _Linear:
+    """y = x W^T + b, optionally followed by GELU or a residual add, on weights prepared once.
+
+    Backends, fastest first on this project's 2-core Xeon (10-40 row inputs, the rows of one query):
+    - "mkl": MKL's packed-weight GEMM (`cblas_sgemm_pack`), ~25% under addmm and ~13% under "mkldnn" at
+      10-40 rows; the packed copy takes ~2.2-2.6x the weight's memory (one pack, sized for up to `max_rows`);
+    - "mkldnn": oneDNN's blocked weight layout with GELU/residual fused into the call, ~15% under addmm;
+    - "aten": addmm on the (out, in) weight, for builds with neither.
     """
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, backend: str, rows_hint: int = 16):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, backend: str, max_rows: int = 128):
         self.w, self.b, self.backend = weight.detach().contiguous(), bias.detach().contiguous(), backend
-        if backend == "mkldnn":
-            self.packed = torch.ops.mkldnn._reorder_linear_weight(self.w, rows_hint)
+        if backend == "mkl":
+            self.packed = torch.ops.mkl._mkl_reorder_linear_weight(self.w, max_rows)
+        elif backend == "mkldnn":
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(self.w, 16)
+        elif backend != "aten":
+            raise ValueError(f"unknown linear backend {backend!r}: use 'mkl', 'mkldnn' or 'aten'")
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.backend == "mkl":
+            return torch.ops.mkl._mkl_linear(x, self.packed, self.w, self.b, x.shape[0])
         if self.backend == "mkldnn":
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.b, "none", [], "")
         return torch.addmm(self.b, x, self.w.t())
@@ -84,12 +109,12 @@ class _Linear:
     def gelu(self, x: torch.Tensor) -> torch.Tensor:
         if self.backend == "mkldnn":
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.b, "gelu", [], "none")
-        return F.gelu(torch.addmm(self.b, x, self.w.t()))
+        return F.gelu(self(x))
 
     def add(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         if self.backend == "mkldnn":
             return torch.ops.mkldnn._linear_pointwise.binary(x, residual, self.packed, self.b, "add")
-        return torch.addmm(self.b, x, self.w.t()).add_(residual)
+        return self(x).add_(residual)
 
 
 class FastEncoder:
@@ -97,7 +122,7 @@ class FastEncoder:
 
     def __init__(self, encoder: Encoder, backend: str | None = None):
         cfg = encoder.cfg
-        self.backend = backend or ("mkldnn" if _mkldnn_linear_ok() else "aten")
+        self.backend = backend or default_backend()
         self.H, self.num_heads, self.head_dim = cfg.hidden, cfg.num_heads, cfg.head_dim
         self.scale = cfg.head_dim ** -0.5
         self.tok = encoder.tok.weight.detach()
@@ -106,12 +131,15 @@ class FastEncoder:
         # Position + segment-0 rows precomputed: a CT query (all segment 0) needs one add less.
         self.pos_seg0 = (self.pos + self.seg[0]).contiguous()
         self.ln = (encoder.ln.weight.detach(), encoder.ln.bias.detach(), encoder.ln.eps)
-        H, lin = cfg.hidden, lambda w, b: _Linear(w, b, self.backend)
+        H, lin = cfg.hidden, lambda w, b: _Linear(w, b, self.backend, cfg.max_len)
         self.layers = []
-        for layer in encoder.layers:
+        for i, layer in enumerate(encoder.layers):
             w, b = layer.qkv.weight.detach(), layer.qkv.bias.detach()
+            # The last layer's queries may cover only some rows, so its q and kv projections are kept apart.
+            proj = ({"q": lin(w[:H], b[:H]), "kv": lin(w[H:], b[H:])} if i == len(encoder.layers) - 1
+                    else {"qkv": lin(w, b)})
             self.layers.append({
-                "qkv": lin(w, b), "q": lin(w[:H], b[:H]), "kv": lin(w[H:], b[H:]),  # q/kv split: last layer
+                **proj,
                 "attn_out": lin(layer.attn_out.weight, layer.attn_out.bias),
                 "ffn_in": lin(layer.ffn_in.weight, layer.ffn_in.bias),
                 "ffn_out": lin(layer.ffn_out.weight, layer.ffn_out.bias),
@@ -130,9 +158,10 @@ class FastEncoder:
         x = F.layer_norm(x, (H,), *self.ln[:2], self.ln[2])
         last = len(self.layers) - 1
         for i, L in enumerate(self.layers):
-            if i == last and rows is not None:
+            if i == last:
                 k, v = L["kv"](x).view(T, 2, nh, d).permute(1, 2, 0, 3)
-                x = x.index_select(0, rows)
+                if rows is not None:
+                    x = x.index_select(0, rows)
                 q = L["q"](x).view(-1, nh, d).transpose(0, 1)
             else:
                 q, k, v = L["qkv"](x).view(T, 3, nh, d).permute(1, 2, 0, 3)

@@ -16,6 +16,20 @@ if TYPE_CHECKING:  # config builds presets at import time, and those import the 
     from alignlab.platform.config import ModelConfig
 
 
+def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """`F.dropout`, with the CPU keep-mask drawn from raw 64-bit random words (two 32-bit uniforms each)
+    instead of `bernoulli_`, which on CPU costs several times everything else dropout does. Drop
+    probability p to within 2^-32, kept values scaled by 1/(1-p) as usual."""
+    if not training or p == 0.0:
+        return x
+    if x.device.type != "cpu" or not 0.0 < p < 1.0:
+        return F.dropout(x, p, True)
+    n = x.numel()
+    bits = torch.empty((n + 1) // 2, dtype=torch.int64).random_(-(2**63), None).view(torch.int32)[:n]
+    scale = (bits >= round(p * 2**32) - 2**31).view(x.shape).to(x.dtype).mul_(1.0 / (1.0 - p))
+    return x * scale
+
+
 class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -31,12 +45,21 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x_BTH: torch.Tensor, mask_B11T: torch.Tensor | None) -> torch.Tensor:
         B, T, H = x_BTH.shape
-        qkv = self.qkv(x_BTH).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=mask_B11T,
-                                           dropout_p=self.p if self.training else 0.0)
+        q, k, v = self.qkv(x_BTH).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        if self.training and self.p > 0 and x_BTH.device.type == "cpu":
+            # SDPA's only CPU kernel with dropout is its generic "math" path (scales q and k, a NaN-safe
+            # softmax, bernoulli dropout); written out, it is the same attention with fewer passes.
+            s = torch.matmul(q * self.head_dim**-0.5, k.transpose(-1, -2))
+            if mask_B11T is not None:
+                s = s.masked_fill_(~mask_B11T, float("-inf"))
+            a = torch.matmul(dropout(torch.softmax(s, -1), self.p, True), v)
+        else:
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_B11T,
+                                               dropout_p=self.p if self.training else 0.0)
         a = a.transpose(1, 2).reshape(B, T, H)
-        x_BTH = self.ln1(x_BTH + self.drop(self.attn_out(a)))
-        return self.ln2(x_BTH + self.drop(self.ffn_out(F.gelu(self.ffn_in(x_BTH)))))
+        p = self.drop.p
+        x_BTH = self.ln1(x_BTH + dropout(self.attn_out(a), p, self.training))
+        return self.ln2(x_BTH + dropout(self.ffn_out(F.gelu(self.ffn_in(x_BTH))), p, self.training))
 
 
 class Encoder(nn.Module):
@@ -54,7 +77,8 @@ class Encoder(nn.Module):
     def embed(self, input_ids: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
         T = input_ids.shape[1]
         pos = torch.arange(T, device=input_ids.device)
-        return self.drop(self.ln(self.tok(input_ids) + self.pos(pos)[None] + self.seg(segment_ids)))
+        return dropout(self.ln(self.tok(input_ids) + self.pos(pos)[None] + self.seg(segment_ids)), self.drop.p,
+                       self.training)
 
     def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor,
                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -205,12 +205,6 @@ class Study:
             if len(set(owners)) != len(owners):
                 raise ValueError(f"study {self.name}: more than one baseline cell in a group: {self.baseline_cells}")
 
-    def group_of(self, row: str) -> str:
-        for c in (*self.calcs, *self.searches):
-            if c.row == row:
-                return c.group or c.row
-        return row
-
 
 def calc_id(model_id: str, ft: FinetuneConfig, salt: str = "") -> str:
     return f"{ft.task}-{config_hash(model_id, ft, *([salt] if salt else []))}"

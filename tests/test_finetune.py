@@ -14,9 +14,11 @@ from alignlab.objectives.registry import resolve_objectives
 from alignlab.platform.aligned_labels import WHP_TAGS
 from alignlab.platform.cli import main
 from alignlab.platform.config import MODEL_SIZES, FinetuneConfig
-from alignlab.platform.finetune import (build_task_model, encode_examples, evaluate_examples, finetuned_dir,
-                                        load_finetuned, load_pretrained, run_calculation, save_finetuned)
-from alignlab.platform.inference import FastEncoder, Predictor, _mkldnn_linear_ok, tags_to_brackets
+from alignlab.platform.finetune import (ad_input, build_task_model, ct_input, encode_examples, evaluate_examples,
+                                        finetuned_dir, load_finetuned, load_pretrained, run_calculation,
+                                        save_finetuned, word_pieces)
+from alignlab.platform.inference import (FastEncoder, Predictor, _mkl_linear_ok, _mkldnn_linear_ok,
+                                         tags_to_brackets)
 from alignlab.platform.model import AlignModel
 from alignlab.platform.storage import write_json
 from alignlab.platform.tasks import ADExample, CTExample, write_jsonl
@@ -332,7 +334,8 @@ def test_the_fast_predictor_matches_the_module_forward(storage, pre):
     ft = load_finetuned(save_finetuned(storage, pre, cfg, res))
     model, tok = ft.model, ft.tok
     enc = encode_examples("ad", AD_TEST[:1], tok, model.cfg.max_len)
-    backends = ["aten"] + (["mkldnn"] if _mkldnn_linear_ok() else [])
+    backends = ["aten"] + (["mkldnn"] if _mkldnn_linear_ok() else []) + (["mkl"] if _mkl_linear_ok() else [])
+    assert Predictor(ft).enc.backend == backends[-1], "the predictor must use the fastest backend available"
     with torch.no_grad():
         ref = model.encoder(enc.input_ids, enc.segment_ids)[0]
         for backend in backends:
@@ -366,11 +369,23 @@ def test_predicted_tags_are_the_ct_heads_argmax_at_each_words_first_piece(storag
         pred.acronym_score("wow", "world of warcraft")
 
 
+@pytest.mark.parametrize("text", ["when was the first super mario released",
+                                  "Zoë's café ☃ 100% naïve x​ y ＡＢＣ ﬁsh l'été",  # accents, unknown, NFKC
+                                  "​ lone zero width word"])
+def test_word_pieces_from_one_encode_equal_encoding_word_by_word(pre, text):
+    words = text.split()
+    assert word_pieces(pre.tok, words) == [pre.tok.sp.encode(w) for w in words]
+    ids, first = ct_input(pre.tok, words, 64)
+    assert len(first) == len(words) and ids[0] == pre.tok.cls_id and ids[-1] == pre.tok.sep_id
+    assert ad_input(pre.tok, "wow", text, 64, "letters")[0][5:-1] == [p for w in words for p in pre.tok.sp.encode(w)]
+
+
 def test_tags_become_brackets_as_in_the_papers_case_study():
     words = "when was the first super mario released".split()
     assert tags_to_brackets(words, ["N", "N", "N", "N", "S", "E", "N"]) == "when was the first [super mario] released"
     # WHP's independent per-word tags can nest; they are printed as predicted (paper §4.1).
-    assert tags_to_brackets(words, ["S", "N", "S", "N", "S", "E", "E"]) == "[when was [the first [super mario] released]"
+    nested = tags_to_brackets(words, ["S", "N", "S", "N", "S", "E", "E"])
+    assert nested == "[when was [the first [super mario] released]"
     assert tags_to_brackets("skyrim 100% completion".split(), ["SE", "S", "E"]) == "[skyrim] [100% completion]"
     with pytest.raises(ValueError):
         tags_to_brackets(["a", "b"], ["N"])
