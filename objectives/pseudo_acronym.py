@@ -25,10 +25,16 @@ class PseudoAcronymConfig:
     weight: float = 1.0
     acronym_form: str = "letters"
     """"letters": one token per letter; "text": sentencepiece pieces of the acronym."""
+    subword_alpha: float = 0.0
+    """> 0: the chunk of every PAD example is re-segmented by sentencepiece sampling at this alpha (subword
+    regularization, Kudo 2018), fresh each time it is seen. The paper pairs PAD with subword regularization
+    "to teach the model spelling" (§3.2): a sampled segmentation often splits a word's first letter off as
+    its own word-initial piece ("▁w orld"), the same token the "letters" form gives that letter, which
+    gives a small model a first foothold on matching letters to words. 0 turns it off."""
 
     def __post_init__(self) -> None:
-        if self.weight < 0:
-            raise ValueError("pad.weight must be >= 0")
+        if self.weight < 0 or self.subword_alpha < 0:
+            raise ValueError("pad.weight and pad.subword_alpha must be >= 0")
         if self.acronym_form not in ("letters", "text"):
             raise ValueError(f"pad.acronym_form must be 'letters' or 'text', got {self.acronym_form!r}")
 
@@ -49,6 +55,22 @@ class PseudoAcronym(Objective):
                 ex.acronym[i] = self.tokenizer.encode_acronym(str(rows["pad_acronym"][i]), self.config.acronym_form)
                 labels[i] = int(rows["pad_label"][i])
         ex.example_labels["pad"] = labels
+
+    def corrupt(self, ex, rng: np.random.Generator) -> None:
+        alpha = self.config.subword_alpha
+        if alpha <= 0:
+            return
+        for i, f in enumerate(ex.fmt):
+            if f != "acronym":
+                continue
+            room = ex.max_len - 3 - len(ex.acronym[i] or ())
+            pieces = [t for w in self.tokenizer.encode_words(str(ex.rows["a_text"][i]).split(), alpha=alpha,
+                                                                 seed=int(rng.integers(1, 2**31)))
+                      for t in w]
+            # A sampled segmentation is longer; one that no longer fits keeps the chunk's own pieces rather
+            # than cutting words off the end (which could cut the positive's span and flip its label).
+            if len(pieces) <= room:
+                ex.a[i] = pieces
 
     def build_head(self, model_cfg, encoder) -> torch.nn.Module:
         return SequenceHead(model_cfg.hidden, 2, model_cfg.dropout)

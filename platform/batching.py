@@ -23,9 +23,9 @@ FORMAT_IDS = {"pair": 0, "acronym": 1}
 class Examples:
     """A batch as Python lists, the view objectives edit before tensors are made."""
 
-    def __init__(self, rows: dict, fmt: list[str], a: list[list[int]], b: list[list[int] | None]):
+    def __init__(self, rows: dict, fmt: list[str], a: list[list[int]], b: list[list[int] | None], max_len: int):
         n = len(fmt)
-        self.rows, self.fmt, self.a, self.b = rows, fmt, a, b
+        self.rows, self.fmt, self.a, self.b, self.max_len = rows, fmt, a, b, max_len
         self.a_orig = list(a)
         self.doc_id = [str(x) for x in rows["doc_id"]]
         self.kind = [str(x) for x in rows["kind"]]
@@ -73,8 +73,8 @@ class Collator:
         a = [list(map(int, x)) for x in rows["a_ids"]]
         b = [list(map(int, x)) if bool(h) else None for x, h in zip(rows["b_ids"], rows["has_next"])]
         if self.subword_alpha > 0:
-            self._resample_web(rows, kind, a, b)
-        ex = Examples(rows, fmt, a, b)
+            self._resample_web(rows, kind, a, b, rng)
+        ex = Examples(rows, fmt, a, b, self.max_len)
         for o in self.objectives:
             o.load(ex, rows)
         for o in self.objectives:
@@ -84,15 +84,17 @@ class Collator:
             o.add_labels(batch, ex, rng)
         return {k: torch.from_numpy(v) for k, v in batch.items()}
 
-    def _resample_web(self, rows, kind, a, b) -> None:
+    def _resample_web(self, rows, kind, a, b, rng: np.random.Generator) -> None:
         """Subword regularization (paper §3.3): new sampled pieces for web chunks, each step."""
         limit = (self.max_len - 3) // 2
         for i, k in enumerate(kind):
             if k != "web":
                 continue
-            a[i] = _flat(self.tok.encode_words(str(rows["a_text"][i]).split(), alpha=self.subword_alpha))[:limit]
+            a[i] = _flat(self.tok.encode_words(str(rows["a_text"][i]).split(), alpha=self.subword_alpha,
+                                               seed=int(rng.integers(1, 2**31))))[:limit]
             if b[i] is not None:
-                b[i] = _flat(self.tok.encode_words(str(rows["b_text"][i]).split(), alpha=self.subword_alpha))[:limit]
+                b[i] = _flat(self.tok.encode_words(str(rows["b_text"][i]).split(), alpha=self.subword_alpha,
+                                                   seed=int(rng.integers(1, 2**31))))[:limit]
 
     def tensorize(self, ex: Examples) -> dict[str, np.ndarray]:
         cls, sep, L = self.tok.cls_id, self.tok.sep_id, self.max_len

@@ -27,7 +27,8 @@ from alignlab.platform.storage import resolve_root
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="mini", help=f"one of {', '.join(PRESETS)} (default mini)")
-    p.add_argument("--storage", default=None, help="storage root: local path or file:// URI (default ./alignlab-storage)")
+    p.add_argument("--storage", default=None, help="storage root: a local path, file:// URI or remote URI such as s3://bucket/prefix "
+                        "(default ./alignlab-storage)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,6 +129,8 @@ def _dispatch(args) -> int:
         cdir = Path(args.corpus) if args.corpus else build_corpus(CORPUS_PRESETS[args.preset], root)
         mdir = pretrain(cdir, cfg, root)
         print(json.dumps(json.loads((mdir / "final" / "eval.json").read_text()), indent=2))
+        if root.remote:
+            print(f"Stored at: {root.url('models/' + mdir.name)}")
         print(f"Model: {mdir.name}\nFolder: {mdir}")
         return 0
     if args.cmd == "models":
@@ -135,7 +138,7 @@ def _dispatch(args) -> int:
 
         rows = list_models(root)
         if not rows:
-            print(f"no models under {root / 'models'}")
+            print(f"no models under {root.url('models')}")
         for r in rows:
             print(json.dumps(r))
         return 0
@@ -149,6 +152,21 @@ def _dispatch(args) -> int:
         from alignlab.platform.report import collect_results, write_report
 
         sdir = Path(args.study_dir)
+        if "://" in args.study_dir and not args.study_dir.startswith("file://"):
+            # A study at a remote root: bring its files here, report, and put the report back.
+            uri, name = args.study_dir.rstrip("/").rsplit("/studies/", 1)
+            st = resolve_root(uri)
+            for f in st.list(f"studies/{name}"):
+                if not f.startswith(("tune/", "tensorboard/")):
+                    st.pull_file(f"studies/{name}/{f}")
+            sdir = st.local / "studies" / name
+            collect_results(sdir)
+            print(f"Report: {write_report(sdir)}")
+            st.push(f"studies/{name}", exclude=("trials/", "tensorboard/", "tune/", "searches/"))
+            print(f"Stored at: {st.url(f'studies/{name}/report.md')}")
+            return 0
+        if args.study_dir.startswith("file://"):
+            sdir = Path(args.study_dir[len("file://"):])
         if not (sdir / "study.json").exists():
             raise ValueError(f"{sdir}: not a study folder (no study.json)")
         collect_results(sdir)
@@ -184,8 +202,9 @@ def _finetune(args, root: Path) -> int:
     from alignlab.platform.finetune import load_pretrained, run_calculation, save_finetuned
     from alignlab.platform.protocol import TaskData, build_tasks, calculations, context_free_baselines, fel_split
 
-    mdir = root / "models" / args.model
-    pre = load_pretrained(mdir)
+    from alignlab.platform.pretrain_ray import fetch_model
+
+    pre = load_pretrained(fetch_model(root, args.model))
     cfg = dataclasses.replace(FINETUNE_PRESETS[args.preset], task=args.task)
     for k in ("budget", "scheme", "lr", "selection", "acronym_form"):
         if getattr(args, k) is not None:
@@ -204,7 +223,9 @@ def _finetune(args, root: Path) -> int:
             other, _, _ = fel_split(data, oc.task, oc)
         res = run_calculation(pre, c, train, test, val=val, other_task_train=other)
         res.update(context_free_baselines(c.task, train, test))
-        saved = save_finetuned(root, pre, c, res) if getattr(args, "save", False) else None
+        saved = save_finetuned(root.local, pre, c, res) if getattr(args, "save", False) else None
+        if saved is not None:
+            root.push(f"finetuned/{saved.name}", last=("model.pt",))
         res.pop("_model")
         rows.append(res)
         print(json.dumps({"fold": fold, "seed": seed, **{k: (round(v, 4) if isinstance(v, float) else v)
@@ -221,7 +242,8 @@ def _finetune(args, root: Path) -> int:
 def _finetuned_folder(root: Path, fid: str) -> Path:
     from alignlab.platform.finetune import finetuned_dir
 
-    fdir = finetuned_dir(root, fid)
+    root.pull(f"finetuned/{fid}", marker="model.pt")
+    fdir = finetuned_dir(root.local, fid)
     if not (fdir / "model.pt").exists():
         raise ValueError(f"no finetuned model {fid!r} under {fdir.parent} "
                          "(save one with `alignlab finetune ... --save`)")

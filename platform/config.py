@@ -87,12 +87,18 @@ class CorpusConfig:
     max_docs_per_lang: int | None = None
     """Cap on documents per language (bundled source), None for all."""
     vocab_size: int = 8000
+    lowercase: bool = True
+    """Case-fold all text in the tokenizer (an uncased vocabulary, like BERT-uncased). The FEL tasks are
+    lowercase (the paper's CT queries and AD snippets), and a cased vocabulary splits "World" and "world"
+    into unrelated pieces, so what pretraining teaches about spellings (PAD) reaches AD only partly."""
     tokenizer_sample_docs: int = 20000
     """Documents sampled to train the sentencepiece unigram model."""
     max_len: int = 128
     """Pretraining sequence length; a chunk holds at most (max_len - 3) // 2 tokens so that
     `[CLS] chunk [SEP] next-chunk [SEP]` fits for NSP."""
-    rows_per_shard: int = 20000
+    docs_per_shard: int = 2000
+    """Documents per staged part; each part is labelled by one Ray Data task into one shard file (bounded memory
+    per task, and a shard's rows depend only on its part, so every build writes the same files)."""
     eval_fraction: float = 0.02
     """Fraction of documents (by id hash) held out of training for the final pretraining evaluation."""
     holdout_ids_file: str | None = None
@@ -101,7 +107,7 @@ class CorpusConfig:
 
     def __post_init__(self) -> None:
         _choice(self, "source", SOURCES)
-        _positive(self, "vocab_size", "tokenizer_sample_docs", "max_len", "rows_per_shard")
+        _positive(self, "vocab_size", "tokenizer_sample_docs", "max_len", "docs_per_shard")
         if self.max_docs_per_lang is not None and self.max_docs_per_lang <= 0:
             raise ValueError(f"CorpusConfig.max_docs_per_lang must be > 0 or None, got {self.max_docs_per_lang}")
         if self.source != "bundled" and not self.paths:
@@ -249,9 +255,9 @@ def config_hash(*parts: Any, length: int = 12) -> str:
 
 CORPUS_PRESETS: dict[str, CorpusConfig] = {
     "smoke": CorpusConfig(langs=("en",), max_docs_per_lang=300, vocab_size=1000, tokenizer_sample_docs=300,
-                          max_len=64, rows_per_shard=400),
-    "mini": CorpusConfig(vocab_size=8000, tokenizer_sample_docs=12000, max_len=128, rows_per_shard=20000),
-    "paper": CorpusConfig(vocab_size=111000, tokenizer_sample_docs=2_000_000, max_len=128, rows_per_shard=100_000),
+                          max_len=64, docs_per_shard=100),
+    "mini": CorpusConfig(vocab_size=8000, tokenizer_sample_docs=12000, max_len=128, docs_per_shard=2000),
+    "paper": CorpusConfig(vocab_size=111000, tokenizer_sample_docs=2_000_000, max_len=128, docs_per_shard=20000),
 }
 
 PRETRAIN_PRESETS: dict[str, PretrainConfig] = {

@@ -11,6 +11,7 @@ its other subwords carry -100. A chunk never splits a word; a word longer than a
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.metadata
 import os
@@ -27,7 +28,7 @@ import pyarrow.parquet as pq
 from alignlab.platform import aligned_labels as al
 from alignlab.platform.config import CorpusConfig, config_hash, to_dict
 from alignlab.platform.documents import CorpusInputError, Document
-from alignlab.platform.storage import corpus_dir, publish_dir, read_json, write_json
+from alignlab.platform.storage import Storage, as_storage, corpus_dir, publish_dir, read_json, resolve_root, write_json
 from alignlab.platform.tokenizer import Tokenizer, train_tokenizer
 
 IGNORE = -100
@@ -84,15 +85,32 @@ def chunk_document(doc: Document, tok: Tokenizer, chunk_len: int) -> list[dict]:
     return rows
 
 
-class ChunkLabeler:
-    """Documents batch → labelled chunk rows. One instance per Ray Data actor: the tokenizer loads once."""
+LABEL_BATCH_DOCS = 256
+"""Documents whose linked chunks draw PAD's "another random chunk" from one another."""
 
-    def __init__(self, tokenizer_path: str, chunk_len: int, letter_probs: list[float], seed: int):
+
+class ChunkLabeler:
+    """Documents → labelled chunk rows. One instance per Ray Data actor: the tokenizer loads once.
+
+    `label(docs)` is the core (plain Python): it cuts a batch of documents into rows and makes their PAD
+    pairs. Called by Ray Data, an instance takes rows {src, dst} naming one staged part of documents and
+    the shard file to write (paths under the storage root `storage`): it labels the part in batches of
+    `LABEL_BATCH_DOCS` documents, each seeded by its first document, and writes the part's shard. A shard
+    depends only on its part, so every build of a corpus writes the same files."""
+
+    def __init__(self, tokenizer_path: str, chunk_len: int, letter_probs: list[float], seed: int,
+                 storage: str | None = None):
+        self.st = resolve_root(storage) if storage else None
+        if self.st is not None and self.st.remote:  # load the tokenizer from the root (pitfall 15: small args)
+            self.st.pull_file(tokenizer_path)
+            tokenizer_path = str(self.st.local / tokenizer_path)
+        elif self.st is not None:
+            tokenizer_path = str(self.st.local / tokenizer_path)
         self.tok = Tokenizer(tokenizer_path)
         self.chunk_len, self.seed = chunk_len, seed
         self.letter_probs = np.asarray(letter_probs, dtype=np.float64)
 
-    def __call__(self, docs: dict) -> dict:
+    def label(self, docs: dict) -> pa.Table:
         rows: list[dict] = []
         for i in range(len(docs["doc_id"])):
             links = tuple(al_link(s, e) for s, e in zip(docs["link_starts"][i], docs["link_ends"][i]))
@@ -111,6 +129,26 @@ class ChunkLabeler:
             r["pad_acronym"], r["pad_label"] = acr, int(label)
         # A typed table, so that columns that are all null in a batch (web chunks' link labels) keep their type.
         return pa.Table.from_pylist(rows, schema=SHARD_SCHEMA)
+
+    def __call__(self, parts: dict) -> dict:
+        fs, _ = self.st.filesystem()
+        out = {"dst": [], "rows": []}
+        for src, dst in zip(parts["src"], parts["dst"]):
+            docs = pq.read_table(self.st.ray_path(str(src)), filesystem=fs).to_pydict()
+            n = len(docs["doc_id"])
+            tables = [self.label({k: v[i: i + LABEL_BATCH_DOCS] for k, v in docs.items()})
+                      for i in range(0, n, LABEL_BATCH_DOCS)]
+            table = pa.concat_tables(tables) if tables else SHARD_SCHEMA.empty_table()
+            path = self.st.ray_path(str(dst))
+            if self.st.remote:  # an object appears whole or not at all
+                pq.write_table(table, path, filesystem=fs)
+            else:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                pq.write_table(table, path + ".tmp")
+                os.replace(path + ".tmp", path)
+            out["dst"].append(str(dst))
+            out["rows"].append(table.num_rows)
+        return out
 
 
 def al_link(start: int, end: int):
@@ -142,8 +180,13 @@ def source_fingerprint(cfg: CorpusConfig) -> dict:
 
 
 def corpus_id(cfg: CorpusConfig) -> str:
+    # The held-out ids count by content, not by where their file lies (a cache folder differs per machine).
     holdout = Path(cfg.holdout_ids_file).read_text() if cfg.holdout_ids_file else ""
-    return f"{cfg.source}-{config_hash(cfg, source_fingerprint(cfg), holdout)}"
+    return f"{cfg.source}-{config_hash(dataclasses.replace(cfg, holdout_ids_file=None), source_fingerprint(cfg), holdout)}"
+
+
+CORPUS_SMALL_FILES_ONLY = ("shards/",)
+"""What a node pulls of a remote corpus: everything but the shards, which Ray Data reads from the root."""
 
 
 def load_manifest(cdir: Path) -> dict:
@@ -157,17 +200,19 @@ def load_manifest(cdir: Path) -> dict:
 # ---------------------------------------------------------------- Ray edge
 
 
-def build_corpus(cfg: CorpusConfig, root: Path, *, docs: Iterable[Document] | None = None, num_workers: int = 1,
-                 progress: bool = True) -> Path:
-    """Build (or find) the corpus for `cfg` under `root`; returns its folder. `docs` overrides the source."""
+def build_corpus(cfg: CorpusConfig, root: Path | Storage, *, docs: Iterable[Document] | None = None,
+                 num_workers: int = 1, progress: bool = True) -> Path:
+    """Build (or find) the corpus for `cfg` under `root`; returns its (local) folder. `docs` overrides the
+    source. With a remote root the folder holds everything but the shards, which stay at the root."""
     import ray
 
     from alignlab.platform.ray_env import ensure_ray
     from alignlab.platform.sources import iter_documents
 
+    st = as_storage(root)
     cid = corpus_id(cfg) if docs is None else f"custom-{config_hash(cfg)}"
-    final = corpus_dir(root, cid)
-    if (final / MANIFEST).exists():
+    final = corpus_dir(st.local, cid)
+    if st.pull(f"corpus/{cid}", marker=MANIFEST, exclude=CORPUS_SMALL_FILES_ONLY):
         return final
     started = time.time()
     tmp = final.with_name(f"{cid}.tmp-{os.getpid()}")
@@ -181,38 +226,75 @@ def build_corpus(cfg: CorpusConfig, root: Path, *, docs: Iterable[Document] | No
             holdout = {ln.strip() for ln in Path(cfg.holdout_ids_file).read_text().splitlines() if ln.strip()}
         source = docs if docs is not None else iter_documents(cfg.source, cfg.paths, langs=cfg.langs,
                                                               max_docs_per_lang=cfg.max_docs_per_lang)
+        phase = {}
+        t = time.time()
         staged = _stage_documents(source, tmp / "docs", cfg, holdout, progress)
         if staged["documents"] == 0:
             raise CorpusInputError(",".join(cfg.paths) or cfg.source, "empty corpus: no documents with text")
-        train_tokenizer(staged.pop("sample"), tmp / "tokenizer.model", vocab_size=cfg.vocab_size, seed=cfg.seed)
+        phase["staging"] = round(time.time() - t, 2)
+        t = time.time()
+        train_tokenizer(staged.pop("sample"), tmp / "tokenizer.model", vocab_size=cfg.vocab_size, seed=cfg.seed,
+                        lowercase=cfg.lowercase)
+        phase["tokenizer"] = round(time.time() - t, 2)
         letter_probs = staged.pop("letter_probs")
         ensure_ray()
+        t_label = time.time()
+        # The labelling tasks read the staged parts and write the shards under the root, so that they can run
+        # on any node: a local root is one folder (on a cluster, a shared one); a remote root first receives
+        # the parts and the tokenizer, and then the shards, straight into the corpus's own folder there
+        # (unfinished until its manifest arrives, last).
+        work = f"corpus/{tmp.name}"
+        shard_base = f"corpus/{cid}/shards" if st.remote else f"{work}/shards"
+        if st.remote:
+            st.push(work)
+        shards: dict[str, list[str]] = {}
         for split in ("train", "eval"):
-            files = sorted(str(p) for p in (tmp / "docs" / split).glob("*.parquet"))
+            parts = sorted(p.name for p in (tmp / "docs" / split).glob("*.parquet"))
             (tmp / "shards" / split).mkdir(parents=True)
-            if not files:
+            shards[split] = [f"{split}/{p}" for p in parts]
+            if not parts:
                 continue
-            ds = ray.data.read_parquet(files, num_cpus=0.25)
-            ds = ds.map_batches(
+            items = [{"src": f"{work}/docs/{split}/{p}", "dst": f"{shard_base}/{split}/{p}"} for p in parts]
+            ds = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
                 ChunkLabeler,
-                fn_constructor_kwargs=dict(tokenizer_path=str(tmp / "tokenizer.model"), chunk_len=cfg.chunk_len,
-                                           letter_probs=list(letter_probs), seed=cfg.seed),
-                compute=ray.data.ActorPoolStrategy(size=num_workers), batch_size=256, batch_format="numpy", num_cpus=1,
+                fn_constructor_kwargs=dict(tokenizer_path=f"{work}/tokenizer.model", chunk_len=cfg.chunk_len,
+                                           letter_probs=list(letter_probs), seed=cfg.seed, storage=st.uri),
+                # Half a CPU per actor: on a 2-CPU machine two actors must leave Ray Data a whole CPU for its
+                # own tasks, or the pipeline waits forever at 0 rows (RAY_NOTES pitfall 1).
+                compute=ray.data.ActorPoolStrategy(size=max(1, min(num_workers, len(items)))), batch_size=1,
+                num_cpus=0.5,
             )
-            ds.write_parquet(str(tmp / "shards" / split), max_rows_per_file=cfg.rows_per_shard)
-        counts, stats = _shard_stats(tmp / "shards", cfg)
+            done = 0
+            for _ in ds.iter_rows():
+                done += 1
+                if progress:
+                    el = time.time() - t_label
+                    print(f"[corpus] {split}: labelled {done}/{len(items)} parts ({el:.0f}s, "
+                          f"ETA {el / done * (len(items) - done):.0f}s)", flush=True)
+        label_s = time.time() - t_label
+        counts, stats = _shard_stats(st, shard_base, shards, tmp / "tokenizer.model")
         np.save(tmp / "token_counts.npy", counts)
         shutil.rmtree(tmp / "docs")
+        if st.remote:
+            fs, _ = st.filesystem()
+            fs.delete_dir(st.ray_path(work))
         stats.update(staged)
+        stats["phase_seconds"] = {**phase, "labelling": round(label_s, 2)}
         stats["wall_time_s"] = round(time.time() - started, 2)
         write_json(tmp / "stats.json", stats)
         write_json(tmp / "config.json", to_dict(cfg))
         write_json(tmp / MANIFEST, {"corpus_id": cid, "config": to_dict(cfg), "fingerprint": source_fingerprint(cfg)
-                                    if docs is None else {}, "stats": stats})
+                                    if docs is None else {}, "columns": SHARD_SCHEMA.names, "shards": shards, "stats": stats})
         publish_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if st.remote:  # best effort: the staged parts at the root (shards without a manifest count as unfinished)
+            try:
+                st.filesystem()[0].delete_dir(st.ray_path(f"corpus/{tmp.name}"))
+            except Exception:  # noqa: BLE001 -- nothing there, or no permission: the original error matters
+                pass
         raise
+    st.push(f"corpus/{cid}", last=(MANIFEST,))
     return final
 
 
@@ -258,7 +340,7 @@ def _stage_documents(source: Iterator[Document], out: Path, cfg: CorpusConfig, h
         split = "eval" if is_eval_doc(doc.doc_id, cfg.eval_fraction) else "train"
         buf[split].append({"doc_id": doc.doc_id, "text": doc.text, "lang": doc.lang, "kind": doc.kind,
                            "link_starts": [lk.start for lk in doc.links], "link_ends": [lk.end for lk in doc.links]})
-        if len(buf[split]) >= 2000:
+        if len(buf[split]) >= cfg.docs_per_shard:
             flush(split)
         if progress and n_docs % 5000 == 0:
             print(f"[corpus] {n_docs} documents read ({time.time() - t0:.0f}s)", flush=True)
@@ -285,16 +367,17 @@ def _words_in_links(doc: Document) -> tuple[int, int]:
     return len(spans), inside
 
 
-def _shard_stats(shards: Path, cfg: CorpusConfig) -> tuple[np.ndarray, dict]:
+def _shard_stats(st: Storage, base: str, shards: dict[str, list[str]], tokenizer_path: Path) -> tuple[np.ndarray, dict]:
     """Token counts (for MLM's rare-token masking) and corpus statistics, streamed file by file."""
-    counts = None
     stats: dict = {"chunks": {}, "tokens_per_lang": Counter(), "pad_labels": Counter(), "whp_tags": Counter()}
-    vocab = Tokenizer(shards.parent / "tokenizer.model").vocab_size
+    vocab = Tokenizer(tokenizer_path).vocab_size
     counts = np.zeros(vocab, dtype=np.int64)
+    fs = st.ray_filesystem()
     for split in ("train", "eval"):
         n = 0
-        for f in sorted((shards / split).glob("*.parquet")):
-            t = pq.read_table(f, columns=["lang", "a_ids", "pad_label", "whp_a"])
+        for name in shards[split]:
+            t = pq.read_table(st.ray_path(f"{base}/{name}"), columns=["lang", "a_ids", "pad_label", "whp_a"],
+                              filesystem=fs)
             ids = t.column("a_ids").combine_chunks()
             flat = ids.flatten().to_numpy()
             if split == "train":

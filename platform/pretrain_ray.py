@@ -22,7 +22,8 @@ import torch
 from alignlab.objectives.registry import objective_class
 from alignlab.platform.config import PretrainConfig, config_hash, pretrain_from_dict, to_dict
 from alignlab.platform.corpus import load_manifest
-from alignlab.platform.storage import model_dir, publish_dir, read_json, write_json
+from alignlab.platform.storage import (Storage, as_storage, corpus_dir, model_dir, publish_dir, read_json, resolve_root,
+                                       write_json)
 
 # Fields that change how a run is executed, not what it produces.
 _RUNTIME_FIELDS = ("checkpoint_every", "log_every", "eval_batches", "num_workers", "cpus_per_worker", "threads_per_worker", "use_gpu")
@@ -39,13 +40,38 @@ def is_finished(mdir: Path) -> bool:
     return (mdir / "final" / "model.pt").exists()
 
 
-def check_corpus_for(cfg: PretrainConfig, cdir: Path) -> dict:
+FINAL_MARKER = "model.pt"
+"""Written last into `final/` (locally renamed in whole; at a remote root uploaded after the rest)."""
+
+
+def fetch_model(st: Storage, mid: str, *, weights: bool = True) -> Path:
+    """The local folder of a finished model of the root, its `final/` pulled (all of it, or only the small files)."""
+    mdir = model_dir(st.local, mid)
+    if not st.remote:
+        return mdir
+    if not st.has(f"models/{mid}/final/{FINAL_MARKER}"):
+        raise ValueError(f"{st.url('models/' + mid)}: not a finished pretrained model (no final/{FINAL_MARKER})")
+    if weights:
+        st.pull(f"models/{mid}/final", marker=FINAL_MARKER)
+    else:
+        for f in ("eval.json", "model_config.json"):
+            st.pull_file(f"models/{mid}/final/{f}")
+    st.pull_file(f"models/{mid}/config.json")
+    return mdir
+
+
+def check_corpus_for(cfg: PretrainConfig, cdir: Path, st: Storage | None = None) -> dict:
     """The corpus must be finished and carry the labels every objective needs."""
     manifest = load_manifest(cdir)
-    files = sorted((cdir / "shards" / "train").glob("*.parquet"))
-    if not files:
+    if "columns" in manifest:
+        columns = set(manifest["columns"])
+        has_train = manifest["stats"]["chunks"].get("train", 0) > 0
+    else:  # corpora written before the manifest listed its columns
+        files = sorted((cdir / "shards" / "train").glob("*.parquet"))
+        has_train = bool(files)
+        columns = set(pq.read_schema(files[0]).names) if files else set()
+    if not has_train:
         raise ValueError(f"{cdir}: the corpus has no training shards")
-    columns = set(pq.read_schema(files[0]).names)
     stats = manifest["stats"]
     for c in cfg.objectives:
         cls = objective_class(c)
@@ -71,30 +97,42 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
 
     from alignlab.platform.ray_env import ensure_ray
 
+    st = as_storage(root)
     cdir = Path(cdir)
     manifest = check_corpus_for(cfg, cdir)
-    mid = model_id(manifest["corpus_id"], cfg)
-    mdir = model_dir(root, mid)
-    if is_finished(mdir):
-        return mdir
-    write_json(mdir / "config.json", {"model_id": mid, "corpus_id": manifest["corpus_id"], "corpus_dir": str(cdir),
+    cid = manifest["corpus_id"]
+    mid = model_id(cid, cfg)
+    mdir = model_dir(st.local, mid)
+    if st.has(f"models/{mid}/final/{FINAL_MARKER}"):
+        return fetch_model(st, mid, weights=False)
+    write_json(mdir / "config.json", {"model_id": mid, "corpus_id": cid, "corpus_dir": str(cdir),
                                       "pretrain": to_dict(cfg)})
+    st.push_file(f"models/{mid}/config.json")
     ensure_ray()
-    train_ds = ray.data.read_parquet(str(cdir / "shards" / "train"), num_cpus=0.25)
-    eval_files = sorted((cdir / "shards" / "eval").glob("*.parquet"))
-    datasets = {"train": train_ds}
-    if eval_files:
-        datasets["eval"] = ray.data.read_parquet([str(f) for f in eval_files], num_cpus=0.25)
+    # Shards are read where they are -- the local corpus folder, or the remote root (never copied to a node) --
+    # in the manifest's order, so the row stream is the same on every run.
+    base = st.ray_path(f"corpus/{cid}/shards") if st.remote else str(cdir / "shards")
+
+    def shard_paths(split: str) -> list[str]:
+        if "shards" in manifest:
+            return [f"{base}/{name}" for name in manifest["shards"][split]]
+        return sorted(str(p) for p in (cdir / "shards" / split).glob("*.parquet"))  # older manifests
+
+    fs = st.ray_filesystem()
+    datasets = {"train": ray.data.read_parquet(shard_paths("train"), filesystem=fs, num_cpus=0.25)}
+    if shard_paths("eval"):
+        datasets["eval"] = ray.data.read_parquet(shard_paths("eval"), filesystem=fs, num_cpus=0.25)
     resources = {"CPU": cfg.cpus_per_worker}
     if cfg.use_gpu:
         resources["GPU"] = 1
     trainer = TorchTrainer(
         _train_fn,
-        train_loop_config={"cfg": to_dict(cfg), "cdir": str(cdir), "mdir": str(mdir), "crash_at_step": crash_at_step},
+        train_loop_config={"cfg": to_dict(cfg), "storage": st.uri, "corpus_id": cid, "corpus_dir": str(cdir),
+                           "model_id": mid, "crash_at_step": crash_at_step},
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu, resources_per_worker=resources),
         run_config=RunConfig(
             # The id is content-addressed, so reusing the name on a rerun resumes the same run on purpose.
-            name=name, storage_path=str(mdir / "ray"),
+            name=name, storage_path=st.ray_path(f"models/{mid}/ray"), storage_filesystem=fs,
             failure_config=FailureConfig(max_failures=max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=2),
         ),
@@ -102,9 +140,9 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
         dataset_config=DataConfig(datasets_to_split=["train"]),
     )
     trainer.fit()
-    if not is_finished(mdir):
-        raise RuntimeError(f"pretraining of {mid} ended without writing {mdir / 'final'}")
-    return mdir
+    if not st.has(f"models/{mid}/final/{FINAL_MARKER}"):
+        raise RuntimeError(f"pretraining of {mid} ended without writing {st.url(f'models/{mid}/final')}")
+    return fetch_model(st, mid, weights=False)
 
 
 def _train_fn(config: dict) -> None:
@@ -116,8 +154,17 @@ def _train_fn(config: dict) -> None:
     from alignlab.platform.pretrain import Pretrainer, train_loop
     from alignlab.platform.tokenizer import Tokenizer
 
+    from alignlab.platform.corpus import CORPUS_SMALL_FILES_ONLY, MANIFEST
+
     cfg = pretrain_from_dict(config["cfg"])
-    cdir, mdir = Path(config["cdir"]), Path(config["mdir"])
+    # Re-resolved on this node: a remote root's cache folder is this node's own.
+    st, mid = resolve_root(config["storage"]), config["model_id"]
+    if st.remote:
+        st.pull(f"corpus/{config['corpus_id']}", marker=MANIFEST, exclude=CORPUS_SMALL_FILES_ONLY)
+        cdir = corpus_dir(st.local, config["corpus_id"])
+    else:
+        cdir = Path(config["corpus_dir"])
+    mdir = model_dir(st.local, mid)
     # Ray sets OMP_NUM_THREADS from the worker's CPUs (1 for fractions); set torch's threads explicitly.
     torch.set_num_threads(cfg.threads_per_worker or max(1, int(cfg.cpus_per_worker)))
     ctx = ray.train.get_context()
@@ -158,6 +205,9 @@ def _train_fn(config: dict) -> None:
         if not checkpoint_now:
             ray.train.report(metrics)
             return
+        if writer is not None and st.remote:
+            writer.flush()
+            st.push(f"models/{mid}/tensorboard")
         with tempfile.TemporaryDirectory() as d:
             ckpt = None
             if rank == 0:
@@ -180,7 +230,10 @@ def _train_fn(config: dict) -> None:
                     max_batches=cfg.eval_batches)
             for k, v in eval_metrics.items():
                 writer.add_scalar(k, v, trainer.state.step)
+            writer.flush()
+            st.push(f"models/{mid}/tensorboard")
             _export(trainer, tok, mdir, eval_metrics)
+            st.push(f"models/{mid}/final", last=(FINAL_MARKER,))
     finally:
         if writer is not None:
             writer.close()
@@ -201,15 +254,24 @@ def _export(trainer, tok, mdir: Path, eval_metrics: dict) -> None:
     publish_dir(tmp, mdir / "final")
 
 
-def list_models(root: Path) -> list[dict]:
+def list_models(root: Path | Storage) -> list[dict]:
+    st = as_storage(root)
     out = []
-    for cfg_file in sorted((root / "models").glob("*/config.json")):
+    if st.remote:  # the registry is the root's: bring each model's small files over
+        for f in st.list("models"):
+            if f.count("/") == 1 and f.endswith("/config.json"):
+                mid = f.split("/")[0]
+                if st.has(f"models/{mid}/final/{FINAL_MARKER}"):
+                    fetch_model(st, mid, weights=False)
+                else:
+                    st.pull_file(f"models/{f}")
+    for cfg_file in sorted((st.local / "models").glob("*/config.json")):
         mdir = cfg_file.parent
         info = read_json(cfg_file)
         pre = info["pretrain"]
         row = {"model_id": info["model_id"], "size": f"{pre['model']['hidden']}x{pre['model']['num_layers']}",
                "objectives": "+".join(o["name"] for o in pre["objectives"]), "max_steps": pre["max_steps"],
-               "finished": is_finished(mdir)}
+               "finished": (mdir / "final" / "eval.json").exists()}
         if row["finished"]:
             ev = read_json(mdir / "final" / "eval.json")
             row.update({k: v for k, v in ev.items() if k.endswith(("accuracy", "perplexity"))})

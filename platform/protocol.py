@@ -14,7 +14,7 @@ from pathlib import Path
 
 from alignlab.platform import tasks as T
 from alignlab.platform.config import FinetuneConfig, config_hash
-from alignlab.platform.storage import read_json, write_json, write_text
+from alignlab.platform.storage import as_storage, read_json, write_json, write_text
 
 NUM_FOLDS = 5
 NUM_SEEDS = 2
@@ -44,10 +44,12 @@ def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int 
     """Build (or find) the bundled CT and AD datasets; their source documents are listed for holdout."""
     from alignlab.platform.sources import read_bundled
 
+    st = as_storage(root)
     key = config_hash({"langs": list(langs), "max_docs": max_docs_per_lang, "snippets": target_snippets, "seed": seed,
                        "ad_builder": T.AD_BUILDER_VERSION})
-    tdir = root / "tasks" / f"bundled-{key}"
-    if (tdir / "stats.json").exists():
+    rel = f"tasks/bundled-{key}"
+    tdir = st.local / rel
+    if st.pull(rel, marker="stats.json"):
         return tdir
     docs = list(read_bundled(langs, max_docs_per_lang=max_docs_per_lang))
     ad, ad_stats = T.build_ad_dataset(docs, seed=seed, target_snippets=target_snippets)
@@ -61,6 +63,7 @@ def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int 
     doc_ids = sorted(ad_stats.pop("doc_ids", []))
     write_text(tdir / "heldout_doc_ids.txt", "".join(d + "\n" for d in doc_ids))
     write_json(tdir / "stats.json", {"ad": ad_stats, "ct": ct_stats, "heldout_documents": len(doc_ids)})
+    st.push(rel, last=("stats.json",))
     return tdir
 
 

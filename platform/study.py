@@ -23,7 +23,7 @@ from pathlib import Path
 
 from alignlab.platform.config import (MODEL_SIZES, CorpusConfig, FinetuneConfig, ModelConfig, PretrainConfig,
                                       config_hash, finetune_from_dict, pretrain_from_dict, to_dict)
-from alignlab.platform.storage import read_json, study_dir, write_json
+from alignlab.platform.storage import Storage, as_storage, read_json, study_dir, write_json
 
 DEFAULT_TRIAL_RESOURCES = {"cpu": 1}
 """Ray resources of one FEL trial; on a GPU cluster e.g. {"cpu": 1, "gpu": 0.25} (`--gpus-per-trial`)."""
@@ -272,7 +272,7 @@ def planned_calc_ids(study: Study) -> list[str]:
 # ---------------------------------------------------------------- running a study
 
 
-def run_study(study: Study, root: Path, *, max_concurrent: int | None = None, progress: bool = True,
+def run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None = None, progress: bool = True,
               trial_resources: dict | None = None, max_parallel_pretrain: int = 1) -> Path:
     """Run (or resume) a study and write its report; returns the report's path.
 
@@ -286,25 +286,28 @@ def run_study(study: Study, root: Path, *, max_concurrent: int | None = None, pr
     from alignlab.platform.report import collect_results, write_report
 
     t0 = time.time()
+    st = as_storage(root)
     resources = dict(trial_resources or DEFAULT_TRIAL_RESOURCES)
-    sdir = study_dir(root, study.name)
+    srel = f"studies/{study.name}"
+    sdir = study_dir(st.local, study.name)
     sdir.mkdir(parents=True, exist_ok=True)
     say = print if progress else (lambda *a, **k: None)
     ensure_ray()
     say(f"[study {study.name}] building task datasets")
-    tdir = build_tasks(root, langs=study.task_langs, max_docs_per_lang=study.task_max_docs_per_lang,
+    tdir = build_tasks(st, langs=study.task_langs, max_docs_per_lang=study.task_max_docs_per_lang,
                        target_snippets=study.task_snippets, seed=study.corpus.seed)
     check_budgets(study, tdir)
     corpus_cfg = dataclasses.replace(study.corpus, holdout_ids_file=str(tdir / "heldout_doc_ids.txt"))
     say(f"[study {study.name}] building corpus ({corpus_cfg.source})")
-    cdir = build_corpus(corpus_cfg, root, progress=progress)
-    mdirs = pretrain_models(study, cdir, root, max_parallel=max_parallel_pretrain, say=say)
+    cdir = build_corpus(corpus_cfg, st, progress=progress)
+    mdirs = pretrain_models(study, cdir, st, max_parallel=max_parallel_pretrain, say=say)
 
     def calc_dict(c: CalcSpec, salt: str = "") -> dict:
         mid = mdirs[c.model].name
         return {"calc_id": calc_id(mid, c.finetune, salt), "model_key": c.model, "model_id": mid,
                 "model_dir": str(mdirs[c.model]), "task_dir": str(tdir), "row": c.row, "col": c.col,
-                "group": c.group or c.row, "finetune": to_dict(c.finetune), "study_dir": str(sdir)}
+                "group": c.group or c.row, "finetune": to_dict(c.finetune), "study_dir": str(sdir),
+                "storage": st.uri, "task_id": tdir.name, "study_name": study.name}
 
     calcs = [calc_dict(c) for c in study.calcs]
     searches: dict[str, dict] = {}
@@ -313,7 +316,7 @@ def run_study(study: Study, root: Path, *, max_concurrent: int | None = None, pr
         base = calc_dict(CalcSpec(model=s.model, row=s.row, col=s.col, group=s.group,
                                   finetune=dataclasses.replace(s.base, fold=s.search_fold, seed=s.search_seed)))
         searches[s.name] = run_search(s, base, sdir, resources=resources, max_concurrent=max_concurrent,
-                                      progress=progress)
+                                      progress=progress, storage=st)
         say(f"[study {study.name}] search {s.name!r}: best {searches[s.name]['best_params']} "
             f"({SEARCH_OBJECTIVE} = {searches[s.name]['best_value']:.3f})")
         # Salted so that a searched setting equal to a grid cell's stays a calculation of its own cell.
@@ -330,13 +333,20 @@ def run_study(study: Study, root: Path, *, max_concurrent: int | None = None, pr
         "cells": {c["calc_id"]: {"row": c["row"], "col": c["col"], "group": c["group"]} for c in calcs},
         "searches": list(searches.values()),
     })
-    pending = [c for c in calcs if not (sdir / "trials" / f"{c['calc_id']}.json").exists()]
+    st.push_file(f"{srel}/study.json")
+    finished = {f[: -len(".json")] for f in st.list(f"{srel}/trials") if f.endswith(".json")}
+    pending = [c for c in calcs if c["calc_id"] not in finished]
     say(f"[study {study.name}] {len(calcs) - len(pending)} of {len(calcs)} calculations already done; "
         f"running {len(pending)}")
     if pending:
-        run_trials(pending, sdir, max_concurrent=max_concurrent, progress=progress, resources=resources)
+        run_trials(pending, sdir, max_concurrent=max_concurrent, progress=progress, resources=resources, storage=st)
+    if st.remote:  # trials finished on other nodes wrote to the root: bring their result files over
+        for f in st.list(f"{srel}/trials"):
+            if not (sdir / "trials" / f).exists():
+                st.pull_file(f"{srel}/trials/{f}")
     collect_results(sdir)
     report = write_report(sdir)
+    st.push(srel, exclude=("trials/", "tensorboard/", "tune/", "searches/"))
     say(f"[study {study.name}] done in {time.time() - t0:.0f}s")
     return report
 
@@ -369,7 +379,8 @@ def pool_size(data, task: str, fold: int) -> int:
     return len(data.ad) - len(_ad_folds(data.ad)[fold % NUM_FOLDS])
 
 
-def pretrain_models(study: Study, cdir: Path, root: Path, *, max_parallel: int = 1, say=print) -> dict[str, Path]:
+def pretrain_models(study: Study, cdir: Path, root: Path | Storage, *, max_parallel: int = 1,
+                    say=print) -> dict[str, Path]:
     """Every model of the study, pretrained or found in the registry; `max_parallel` > 1 runs them side by side."""
     from alignlab.platform.pretrain_ray import pretrain
 
@@ -398,7 +409,7 @@ def pretrain_models(study: Study, cdir: Path, root: Path, *, max_parallel: int =
         while todo and len(running) < max_parallel:
             mid, m = todo.pop(0)
             say(f"[study {study.name}] pretraining {label(m)} (side by side, up to {max_parallel})")
-            running[task.remote(str(cdir), to_dict(m.pretrain), str(root))] = mid
+            running[task.remote(str(cdir), to_dict(m.pretrain), as_storage(root).uri)] = mid
         ready, _ = ray.wait(list(running), num_returns=1)
         done[running.pop(ready[0])] = Path(ray.get(ready[0]))
     return {m.key: done[model_id(cid, m.pretrain)] for m in study.models}
@@ -408,9 +419,10 @@ def _pretrain_task(cdir: str, cfg: dict, root: str) -> str:
     """A Ray task driving one pretraining run (the TorchTrainer-in-a-task pattern of RAY_NOTES §3)."""
     from alignlab.platform.pretrain_ray import pretrain
     from alignlab.platform.ray_env import quiet_ray_data
+    from alignlab.platform.storage import resolve_root
 
     quiet_ray_data()  # the DataContext is per process: same deterministic row order as from the driver
-    return str(pretrain(Path(cdir), pretrain_from_dict(cfg), Path(root)))
+    return str(pretrain(Path(cdir), pretrain_from_dict(cfg), resolve_root(root)))
 
 
 class _Progress:
@@ -444,8 +456,15 @@ def _threads(resources: dict) -> int:
     return max(1, int(resources.get("cpu", 1)))
 
 
+def _tune_storage(st: Storage | None, sdir: Path) -> dict:
+    """Where Tune keeps its experiment state: under the study at the root (shared by every node)."""
+    if st is None or not st.remote:
+        return {"storage_path": str(sdir / "tune")}
+    return {"storage_path": st.ray_path(f"studies/{sdir.name}/tune"), "storage_filesystem": st.ray_filesystem()}
+
+
 def run_trials(calcs: list[dict], sdir: Path, *, max_concurrent: int | None = None, progress: bool = True,
-               resources: dict | None = None) -> None:
+               resources: dict | None = None, storage: Storage | None = None) -> None:
     from ray import tune
 
     resources = dict(resources or DEFAULT_TRIAL_RESOURCES)
@@ -464,7 +483,7 @@ def run_trials(calcs: list[dict], sdir: Path, *, max_concurrent: int | None = No
                                     trial_dirname_creator=lambda t: t.config["calc"]["calc_id"],
                                     trial_name_creator=lambda t: t.config["calc"]["calc_id"]),
         run_config=tune.RunConfig(name=f"fel-{config_hash(sorted(c['calc_id'] for c in calcs))}",
-                                  storage_path=str(sdir / "tune"), verbose=0, callbacks=[_ProgressCallback()],
+                                  **_tune_storage(storage, sdir), verbose=0, callbacks=[_ProgressCallback()],
                                   failure_config=tune.FailureConfig(max_failures=1)),
     )
     results = tuner.fit()
@@ -493,6 +512,7 @@ def run_one(calc: dict) -> dict:
     from alignlab.platform.protocol import TaskData, context_free_baselines, fel_split
 
     ft = finetune_from_dict(calc["finetune"])
+    calc = localize(calc)
     sdir = Path(calc["study_dir"])
     data = TaskData.load(Path(calc["task_dir"]))
     train, val, test = fel_split(data, ft.task, ft)
@@ -518,8 +538,28 @@ def run_one(calc: dict) -> dict:
     row = {"calc_id": calc["calc_id"], "model_key": calc["model_key"], "model_id": calc["model_id"],
            "row": calc["row"], "col": calc["col"], "group": calc.get("group", calc["row"]), "node": node,
            **{f"ft_{k}": v for k, v in calc["finetune"].items()}, **res}
-    write_json(sdir / "trials" / f"{calc['calc_id']}.json", row)
+    if calc.get("storage"):
+        st = as_storage(calc["storage"])
+        st.push(f"studies/{calc['study_name']}/tensorboard/{tb_dir.name}")
+        write_json(sdir / "trials" / f"{calc['calc_id']}.json", row)
+        st.push_file(f"studies/{calc['study_name']}/trials/{calc['calc_id']}.json")  # last: marks it finished
+    else:
+        write_json(sdir / "trials" / f"{calc['calc_id']}.json", row)
     return row
+
+
+def localize(calc: dict) -> dict:
+    """A calc dict with this node's folders: with a remote root, its model and tasks are pulled here first."""
+    if not calc.get("storage"):
+        return calc
+    st = as_storage(calc["storage"])
+    if not st.remote:
+        return calc
+    from alignlab.platform.pretrain_ray import fetch_model
+
+    st.pull(f"tasks/{calc['task_id']}", marker="stats.json")
+    return {**calc, "model_dir": str(fetch_model(st, calc["model_id"])), "task_dir": str(st.local / "tasks" / calc["task_id"]),
+            "study_dir": str(study_dir(st.local, calc["study_name"]))}
 
 
 def _other_task_train(data, ft: FinetuneConfig):
@@ -536,7 +576,7 @@ def _other_task_train(data, ft: FinetuneConfig):
 
 
 def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict | None = None,
-               max_concurrent: int | None = None, progress: bool = True) -> dict:
+               max_concurrent: int | None = None, progress: bool = True, storage: Storage | None = None) -> dict:
     """Run (or find) one Optuna search; returns its summary (best params and value, every trial).
 
     Pruning vs. Optuna (RAY_NOTES pitfall 9): when a scheduler stops a trial, Ray's OptunaSearch tells
@@ -550,7 +590,8 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
     from ray import tune
 
     out_file = sdir / "searches" / f"{spec.name}.json"
-    if out_file.exists():
+    out_rel = f"studies/{sdir.name}/searches/{spec.name}.json"
+    if out_file.exists() or (storage is not None and storage.pull_file(out_rel)):
         return read_json(out_file)
     resources = dict(resources or DEFAULT_TRIAL_RESOURCES)
     prog = _Progress(spec.num_samples, progress, what=f"search {spec.name}")
@@ -575,7 +616,7 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
                                     max_concurrent_trials=_concurrency(resources, max_concurrent),
                                     trial_dirname_creator=lambda t: f"{spec.name}-{t.trial_id}",
                                     trial_name_creator=lambda t: f"{spec.name}-{t.trial_id}"),
-        run_config=tune.RunConfig(name=name, storage_path=str(sdir / "tune"), verbose=0,
+        run_config=tune.RunConfig(name=name, **_tune_storage(storage, sdir), verbose=0,
                                   callbacks=[_ProgressCallback()], failure_config=tune.FailureConfig(max_failures=1)),
     )
     results = tuner.fit()
@@ -602,6 +643,8 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
                "base": to_dict(spec.base), "best_params": best["params"], "best_value": best[SEARCH_OBJECTIVE],
                "trials": trials, "tune_dir": str(sdir / "tune" / name)}
     write_json(out_file, summary)
+    if storage is not None:
+        storage.push_file(out_rel)
     return summary
 
 
@@ -656,7 +699,7 @@ def search_trial(config: dict) -> None:
     from alignlab.platform.protocol import TaskData, fel_split
 
     torch.set_num_threads(config.get("threads", 1))
-    calc = config["calc"]
+    calc = localize(config["calc"])
     params = {k: v for k, v in config.items() if k not in ("calc", "threads")}
     ft = dataclasses.replace(finetune_from_dict(calc["finetune"]), **params)
     data = TaskData.load(Path(calc["task_dir"]))
@@ -696,20 +739,38 @@ def study_main(build, argv: list[str] | None = None) -> Path:
 
     ap = argparse.ArgumentParser(description=build.__doc__)
     ap.add_argument("--preset", default="mini", help="smoke | mini | paper (default mini)")
-    ap.add_argument("--storage", default=None, help="storage root: a local path or file:// URI (default ./alignlab-storage)")
+    ap.add_argument("--storage", default=None,
+                    help="storage root: a local path, file:// URI, or a remote URI such as s3://bucket/prefix "
+                         "(default ./alignlab-storage)")
     ap.add_argument("--max-concurrent", type=int, default=None,
                     help="FEL trials at once (default: as many as the cluster's CPUs/GPUs fit)")
     ap.add_argument("--cpus-per-trial", type=float, default=1.0, help="Ray CPUs per FEL trial (default 1)")
     ap.add_argument("--gpus-per-trial", type=float, default=0.0,
                     help="Ray GPUs per FEL trial, e.g. 0.25 to share a GPU by four trials (default 0)")
+    ap.add_argument("--trial-resources", default=None, metavar="JSON",
+                    help='extra Ray resources per FEL trial, e.g. \'{"fel_node": 1}\' to run trials only on nodes '
+                         'of a worker type that offers that custom resource (an autoscaler adds them on demand)')
     ap.add_argument("--parallel-pretrain", type=int, default=1,
                     help="independent pretraining runs side by side (default 1; >1 is for clusters)")
     args = ap.parse_args(argv)
     if args.cpus_per_trial <= 0 or args.gpus_per_trial < 0 or args.parallel_pretrain < 1:
         ap.error("--cpus-per-trial must be > 0, --gpus-per-trial >= 0 and --parallel-pretrain >= 1")
     resources = {"cpu": args.cpus_per_trial, **({"gpu": args.gpus_per_trial} if args.gpus_per_trial else {})}
+    if args.trial_resources:
+        import json
+
+        try:
+            extra = json.loads(args.trial_resources)
+        except json.JSONDecodeError as e:
+            ap.error(f"--trial-resources is not JSON: {e}")
+        if not isinstance(extra, dict) or not all(isinstance(v, (int, float)) and v > 0 for v in extra.values()):
+            ap.error('--trial-resources must be a JSON object of positive amounts, e.g. \'{"fel_node": 1}\'')
+        resources.update(extra)
     study = build(check_preset(args.preset))
-    report = run_study(study, resolve_root(args.storage), max_concurrent=args.max_concurrent,
+    root = resolve_root(args.storage)
+    report = run_study(study, root, max_concurrent=args.max_concurrent,
                        trial_resources=resources, max_parallel_pretrain=args.parallel_pretrain)
     print(f"Report: {report}")
+    if root.remote:
+        print(f"Stored at: {root.url(f'studies/{study.name}/report.md')}")
     return report

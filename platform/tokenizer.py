@@ -18,8 +18,12 @@ PAD, UNK, CLS, SEP, MASK = "<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"
 
 
 def train_tokenizer(texts: Iterable[str], out_path: str | Path, *, vocab_size: int, seed: int = 0,
-                    num_threads: int = 2) -> None:
-    """Train a unigram model on `texts` and write it to `out_path` (via a temp name, renamed last)."""
+                    num_threads: int = 2, lowercase: bool = True) -> None:
+    """Train a unigram model on `texts` and write it to `out_path` (via a temp name, renamed last).
+
+    `lowercase` bakes case folding into the model's own normalizer (sentencepiece's `nmt_nfkc_cf`), so
+    every later encode -- corpus chunks, FEL examples, a user's query at predict time -- is folded the
+    same way without any caller remembering to lowercase."""
     out_path = Path(out_path)
     # sentencepiece's trainer has no seed option; its sampling is deterministic for a given input order,
     # and the sample it gets is drawn with `seed` upstream.
@@ -33,6 +37,7 @@ def train_tokenizer(texts: Iterable[str], out_path: str | Path, *, vocab_size: i
         # Small corpora cannot always fill the requested size; take what they give.
         hard_vocab_limit=False,
         character_coverage=0.9995,
+        normalization_rule_name="nmt_nfkc_cf" if lowercase else "nmt_nfkc",
         pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
         pad_piece=PAD, unk_piece=UNK,
         # Control symbols are never produced from raw text, unlike user-defined ones.
@@ -61,20 +66,33 @@ class Tokenizer:
         # Corpus frequency of every piece (MLM masks rarer ones more often); ones when not built yet.
         self.counts = np.load(counts_path) if counts_path.exists() else np.ones(self.vocab_size, dtype=np.int64)
         self._letter_ids = {c: self._letter_piece(c) for c in "abcdefghijklmnopqrstuvwxyz"}
+        self.word_start = np.array([self.sp.id_to_piece(i).startswith("\u2581") for i in range(self.vocab_size)])
 
     def _letter_piece(self, c: str) -> int:
-        for piece in (c, "\u2581" + c):
+        # The word-initial piece first: an acronym letter stands for the start of a word, and "▁c" is also
+        # what a word starting with c begins with whenever sentencepiece splits off its first letter
+        # (always possible under subword regularization), so the two can meet as the same token.
+        for piece in ("\u2581" + c, c):
             i = self.sp.piece_to_id(piece)
             if i != self.unk_id:
                 return i
         return self.unk_id
 
-    def encode_words(self, words: Sequence[str], *, alpha: float = 0.0) -> list[list[int]]:
-        """Pieces of each word; alpha > 0 samples a segmentation (subword regularization, Kudo 2018)."""
+    def encode_words(self, words: Sequence[str], *, alpha: float = 0.0, seed: int | None = None) -> list[list[int]]:
+        """Pieces of each word; alpha > 0 samples a segmentation (subword regularization, Kudo 2018).
+
+        Sampling draws from sentencepiece's own generator; `seed` reseeds it first, so that the same
+        (seed, rank, step) makes the same pieces again when a run resumes."""
         if not words:
             return []
         if alpha > 0:
-            return self.sp.encode(list(words), enable_sampling=True, alpha=alpha, nbest_size=-1)
+            if seed is not None:
+                spm.set_random_generator_seed(int(seed))
+            # One string (not a list): a list starts sentencepiece's thread pool, whose workers draw from
+            # their own generators in no fixed order.
+            ids = self.sp.encode(" ".join(words), enable_sampling=True, alpha=alpha, nbest_size=-1)
+            return _split_at_word_starts(self, ids, len(words)) or [
+                self.sp.encode(w, enable_sampling=True, alpha=alpha, nbest_size=-1) for w in words]
         return self.sp.encode(list(words))
 
     def encode_acronym(self, acronym: str, form: str = "letters") -> list[int]:
@@ -86,3 +104,12 @@ class Tokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.sp.decode([int(i) for i in ids])
+
+
+def _split_at_word_starts(tok: Tokenizer, ids: list[int], num_words: int) -> list[list[int]] | None:
+    """Cut one encoded text into its words' pieces at the pieces that start with "▁"; None when that
+    does not give exactly `num_words` words (a word normalised away)."""
+    starts = [i for i, p in enumerate(ids) if tok.word_start[p]]
+    if len(starts) != num_words or (ids and starts[0] != 0):
+        return None
+    return [ids[a:b] for a, b in zip(starts, starts[1:] + [len(ids)])]

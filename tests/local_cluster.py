@@ -1,0 +1,131 @@
+"""A real Ray cluster started with `ray start --head` on loopback, for the job and autoscaling tests.
+
+Unlike `ray.cluster_utils.AutoscalingCluster` (whose start/shutdown run `ray stop --force`, killing every
+Ray process on the machine, the test session's own instance included), this cluster lives in its own
+temp dir, and stopping it kills only the processes that belong to it: those whose command line names
+that temp dir, and their descendants (workers, the job driver, the fake autoscaler's worker nodes).
+Token authentication is on, as on a real cluster: one random token, given to every process by
+`RAY_AUTH_TOKEN` (RAY_NOTES.md §0).
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# Ray's fake multi-node provider config (python/ray/autoscaler/_private/fake_multi_node/example.yaml,
+# which the 2.60 wheel does not ship), built inline: every "node" is a set of processes on this machine.
+def fake_autoscaling_config(head_resources: dict, worker_types: dict, gcs_address: str,
+                            idle_timeout_minutes: float) -> dict:
+    types = dict(worker_types)
+    types["ray.head.default"] = {"resources": head_resources, "node_config": {}, "max_workers": 0}
+    return {
+        "cluster_name": "alignlab-fake", "max_workers": sum(t.get("max_workers", 0) for t in worker_types.values()),
+        "provider": {"type": "fake_multinode", "use_node_id_as_ip": True, "disable_node_updaters": True,
+                     "disable_launch_config_check": True, "gcs_address": gcs_address},
+        "available_node_types": types, "head_node_type": "ray.head.default", "auth": {}, "upscaling_speed": 1.0,
+        "idle_timeout_minutes": idle_timeout_minutes, "docker": {}, "initialization_commands": [],
+        "setup_commands": [], "head_setup_commands": [], "worker_setup_commands": [], "head_start_ray_commands": [],
+        "worker_start_ray_commands": [], "file_mounts": {}, "cluster_synced_files": [],
+        "file_mounts_sync_continuously": False, "rsync_exclude": [], "rsync_filter": [],
+    }
+
+
+class LocalCluster:
+    def __init__(self, *, num_cpus: int = 2, autoscaling: dict | None = None, resources: dict | None = None):
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="alr-", dir="/tmp"))  # short: Ray's socket paths are limited
+        self.port, self.dashboard_port = free_port(), free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.dashboard = f"http://127.0.0.1:{self.dashboard_port}"
+        self.env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
+                    "RAY_USAGE_STATS_ENABLED": "0"}
+        self.env.pop("RAY_ADDRESS", None)
+        self.num_cpus, self.autoscaling, self.resources = num_cpus, autoscaling, resources
+
+    def start(self) -> "LocalCluster":
+        cmd = [RAY, "start", "--head", f"--port={self.port}", f"--dashboard-port={self.dashboard_port}",
+               "--dashboard-host=127.0.0.1", "--include-dashboard=true", "--node-ip-address=127.0.0.1",
+               f"--num-cpus={self.num_cpus}", f"--temp-dir={self.temp_dir}", "--disable-usage-stats"]
+        if self.resources:
+            cmd.append(f"--resources={json.dumps(self.resources)}")
+        if self.autoscaling is not None:
+            cfg = self.temp_dir / "autoscaling.json"
+            cfg.write_text(json.dumps(self.autoscaling))
+            cmd.append(f"--autoscaling-config={cfg}")
+            self.env.update({"RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1"})
+        out = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=180)
+        if out.returncode != 0:
+            self.stop()
+            raise RuntimeError(f"ray start failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+        return self
+
+    def driver_env(self) -> dict:
+        """Environment of a driver that joins this cluster (as `ray job submit` gives a job's driver)."""
+        return {**self.env, "RAY_ADDRESS": self.address}
+
+    def alive_nodes(self) -> list[dict]:
+        code = ("import json, ray; ray.init(); "
+                "print('NODES=' + json.dumps([{'id': n['NodeID'], 'resources': n['Resources']} "
+                "for n in ray.nodes() if n['Alive']]))")
+        out = subprocess.run([sys.executable, "-c", code], env=self.driver_env(), capture_output=True, text=True,
+                             timeout=120)
+        line = [ln for ln in out.stdout.splitlines() if ln.startswith("NODES=")]
+        assert line, out.stdout[-2000:] + out.stderr[-2000:]
+        return json.loads(line[0][len("NODES="):])
+
+    def stop(self) -> None:
+        mine = str(self.temp_dir)
+        roots = []
+        for p in psutil.process_iter(["cmdline"]):
+            try:
+                if any(mine in (a or "") for a in (p.info["cmdline"] or [])):
+                    roots.append(p)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        procs = set(roots)
+        for p in roots:
+            try:
+                procs.update(p.children(recursive=True))
+            except psutil.NoSuchProcess:
+                pass
+        for p in procs:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(list(procs), timeout=30)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def wait_for(predicate, timeout: float, every: float = 2.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    return predicate()

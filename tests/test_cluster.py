@@ -1,0 +1,173 @@
+"""Clusters and jobs, for real on this machine: a study submitted with `ray job submit --working-dir .` to a
+head started with `ray start --head`, a study on an autoscaling cluster (Ray's fake multi-node provider)
+whose trials make the autoscaler add worker nodes and whose idle nodes are removed afterwards, and a
+study whose storage root is an S3 bucket (a local moto server).
+
+Each cluster lives in its own temp dir and is stopped by killing only its own processes
+(`tests/local_cluster.py`), so the test session's Ray instance is never touched.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from local_cluster import RAY, LocalCluster, fake_autoscaling_config, free_port, wait_for
+
+REPO = Path(__file__).resolve().parents[1]
+STUDY = ["python", "studies/learning_rate.py", "--preset", "smoke"]
+"""The smallest smoke study: one pretrained model, CT and AD at three learning rates, two calculations each."""
+NUM_CALCS = 12
+
+
+def _report_ok(sdir: Path) -> pd.DataFrame:
+    report = sdir / "report.md"
+    assert report.exists(), f"no report under {sdir}"
+    text = report.read_text()
+    assert "Selection mode: honest" in text and "<u>" in text
+    results = pd.read_parquet(sdir / "results.parquet")
+    assert len(results) == NUM_CALCS and results["calc_id"].is_unique
+    assert len(list((sdir / "tensorboard").rglob("events.out.tfevents.*"))) >= NUM_CALCS
+    return results
+
+
+@pytest.mark.ray
+@pytest.mark.cluster
+def test_a_smoke_study_submitted_as_a_ray_job_runs_on_the_cluster_and_writes_its_report(tmp_path):
+    storage = tmp_path / "storage"
+    with LocalCluster(num_cpus=2) as cluster:
+        # The working dir is zipped and unpacked on the cluster: only tracked, non-ignored files travel.
+        runtime_env = {"excludes": ["alignlab-storage/", "benchmarks/results/"]}
+        job = subprocess.run(
+            [RAY, "job", "submit", "--address", cluster.dashboard, "--working-dir", ".", "--submission-id",
+             "alignlab-smoke-job", "--runtime-env-json", json.dumps(runtime_env), "--",
+             *STUDY, "--storage", str(storage)],
+            cwd=REPO, env=cluster.env, capture_output=True, text=True, timeout=900)
+        log = job.stdout[-4000:] + job.stderr[-3000:]
+        assert job.returncode == 0, log
+        assert "Job 'alignlab-smoke-job' succeeded" in job.stdout + job.stderr, log
+        status = subprocess.run([RAY, "job", "status", "--address", cluster.dashboard, "alignlab-smoke-job"],
+                                env=cluster.env, capture_output=True, text=True, timeout=120)
+        assert "SUCCEEDED" in status.stdout + status.stderr
+        logs = subprocess.run([RAY, "job", "logs", "--address", cluster.dashboard, "alignlab-smoke-job"],
+                              env=cluster.env, capture_output=True, text=True, timeout=120).stdout
+    sdir = storage / "studies" / "learning_rate-smoke"
+    assert f"Report: {sdir / 'report.md'}" in logs
+    # The driver and the workers imported the installed alignlab, and `platform` stayed the standard library's
+    # (a shadowing platform/ would have killed the job supervisor before the study started).
+    _report_ok(sdir)
+    assert len(list((storage / "models").glob("*/final/model.pt"))) == 1
+
+
+@pytest.mark.ray
+@pytest.mark.cluster
+def test_trials_needing_a_worker_resource_make_the_autoscaler_add_nodes_that_are_removed_when_idle(tmp_path):
+    storage = tmp_path / "storage"
+    port = free_port()
+    # The head runs the driver, the corpus and the pretraining; FEL trials ask for `fel_node`, which only the
+    # worker type offers, so every trial needs a node the autoscaler must first add.
+    config = fake_autoscaling_config(
+        head_resources={"CPU": 2}, gcs_address=f"127.0.0.1:{port}", idle_timeout_minutes=0.25,
+        worker_types={"fel_worker": {"resources": {"CPU": 1, "fel_node": 1}, "node_config": {}, "min_workers": 0,
+                                     "max_workers": 2}})
+    cluster = LocalCluster(num_cpus=2, autoscaling=config)
+    cluster.port, cluster.address = port, f"127.0.0.1:{port}"
+    with cluster:
+        nodes = cluster.alive_nodes()
+        assert len(nodes) == 1, nodes
+        head = nodes[0]["id"]
+        run = subprocess.run(
+            [sys.executable, *STUDY[1:], "--storage", str(storage), "--trial-resources", '{"fel_node": 1}',
+             "--max-concurrent", "2"],
+            cwd=REPO, env=cluster.driver_env(), capture_output=True, text=True, timeout=1200)
+        assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
+        results = _report_ok(storage / "studies" / "learning_rate-smoke")
+        trial_nodes = set(results["node"])
+        assert head not in trial_nodes, "a trial ran on the head, which lacks the fel_node resource"
+        assert len(trial_nodes) >= 2, f"trials ran on {trial_nodes}: the autoscaler added fewer than two nodes"
+        # Idle worker nodes go away after idle_timeout_minutes (15 s) plus the autoscaler's update interval.
+        remaining = wait_for(lambda: [n for n in cluster.alive_nodes() if n["id"] != head] == [] and "gone",
+                             timeout=240, every=5)
+        assert remaining == "gone", f"idle worker nodes were not removed: {cluster.alive_nodes()}"
+
+
+def _moto_server():
+    """A local S3-compatible server (moto's server mode, from PyPI) on a free port, or skip without moto."""
+    moto = shutil.which("moto_server", path=str(Path(sys.executable).parent)) or shutil.which("moto_server")
+    if moto is None:
+        pytest.fail("moto_server is missing: it comes with the dev extra (pip install -e '.[dev]')")
+    port = free_port()
+    proc = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.ray
+@pytest.mark.cluster
+def test_a_smoke_study_with_an_s3_storage_root_keeps_every_artifact_in_the_bucket(tmp_path):
+    import boto3
+
+    proc, endpoint = _moto_server()
+    try:
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+               "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint,
+               "ALIGNLAB_CACHE": str(tmp_path / "cache")}
+        s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test", aws_secret_access_key="test",
+                          region_name="us-east-1")
+        s3.create_bucket(Bucket="alignlab-test")
+        root = "s3://alignlab-test/runs"
+        run = subprocess.run([sys.executable, *STUDY[1:], "--storage", root], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=1200)
+        assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
+        assert f"Stored at: {root}/studies/learning_rate-smoke/report.md" in run.stdout
+        keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket="alignlab-test")
+                for o in page.get("Contents", [])]
+
+        def under(prefix: str) -> list[str]:
+            return [k for k in keys if k.startswith(f"runs/{prefix}")]
+
+        # Everything went through the root: tasks, the corpus with its shards, the model (final weights,
+        # Ray Train checkpoints, TensorBoard), the study's trials, results, report, plots and TensorBoard runs.
+        assert any(k.endswith("/stats.json") for k in under("tasks/"))
+        assert any(k.endswith("manifest.json") for k in under("corpus/"))
+        assert any(k.endswith(".parquet") and "/shards/train/" in k for k in under("corpus/"))
+        assert any(k.endswith("/final/model.pt") for k in under("models/"))
+        assert any("/ray/" in k and "checkpoint_" in k for k in under("models/"))
+        assert any("events.out.tfevents" in k for k in under("models/"))
+        study = "studies/learning_rate-smoke/"
+        assert len([k for k in under(study + "trials/") if k.endswith(".json")]) == NUM_CALCS
+        assert {f"runs/{study}{f}" for f in ("report.md", "results.parquet", "study.json")} <= set(keys)
+        assert any(k.endswith(".png") for k in under(study + "plots/"))
+        assert len({k.split("/")[4] for k in under(study + "tensorboard/")}) == NUM_CALCS
+
+        # A second machine with an empty cache finds every finished artifact at the root and reruns nothing.
+        def model_objects() -> dict:
+            return {o["Key"]: o["LastModified"] for page in s3.get_paginator("list_objects_v2").paginate(
+                Bucket="alignlab-test", Prefix="runs/models/") for o in page.get("Contents", [])}
+
+        before = model_objects()
+        env2 = {**env, "ALIGNLAB_CACHE": str(tmp_path / "cache2")}
+        again = subprocess.run([sys.executable, *STUDY[1:], "--storage", root], cwd=REPO, env=env2,
+                               capture_output=True, text=True, timeout=600)
+        assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-3000:]
+        assert f"{NUM_CALCS} of {NUM_CALCS} calculations already done" in again.stdout
+        assert model_objects() == before, "the finished model was trained (or written) again"
+        (sdir2,) = (tmp_path / "cache2").glob("s3-*/studies/learning_rate-smoke")
+        _report_ok(sdir2)
+    finally:
+        proc.kill()
+        proc.wait()
