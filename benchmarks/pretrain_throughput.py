@@ -146,9 +146,9 @@ def synthetic_rows(tok: Tokenizer, n: int, seed: int = 0) -> pa.Table:
     return pa.Table.from_pydict(cols, schema=SHARD_SCHEMA)
 
 
-def pretrain_config(size: str, **kw) -> PretrainConfig:
+def pretrain_config(size: str, precision: str = "fp32", **kw) -> PretrainConfig:
     return PretrainConfig(model=MODEL_SIZES[size], objectives=(MaskedLMConfig(), NextSentenceConfig()),
-                          batch_size=32, lr=1e-4, grad_clip=1.0, **kw)
+                          batch_size=32, lr=1e-4, grad_clip=1.0, precision=precision, **kw)
 
 
 # ---------------------------------------------------------------- FLOPs and peak
@@ -167,10 +167,10 @@ def model_flops(size: str, batch: int, seq: int, vocab: int, masked_tokens: floa
             + 6 * (m.hidden * m.hidden + vocab * m.hidden) * masked_tokens)
 
 
-def matmul_peak(n: int = 4096, reps: int = 5) -> float:
-    """Best fp32 GFLOP/s of a large square torch.mm over `reps` timed calls."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    out = torch.empty(n, n)
+def matmul_peak(n: int = 4096, reps: int = 5, dtype: torch.dtype = torch.float32) -> float:
+    """Best GFLOP/s of a large square torch.mm in `dtype` over `reps` timed calls."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    out = torch.empty(n, n, dtype=dtype)
     torch.mm(a, b, out=out)
     best = float("inf")
     for _ in range(reps):
@@ -187,7 +187,9 @@ class HFStep:
     """`BertForPreTraining` at alignlab's config, trained like `Pretrainer`: the same optimizer class and
     settings as the alignlab trainer it is compared with (`optimizer_like`), grad clipping at 1.0."""
 
-    def __init__(self, size: str, vocab: int, optimizer_like: torch.optim.Optimizer, *, seed: int = 0):
+    def __init__(self, size: str, vocab: int, optimizer_like: torch.optim.Optimizer, *, seed: int = 0,
+                 bf16: bool = False):
+        self.bf16 = bf16
         from transformers import BertConfig, BertForPreTraining
 
         m = MODEL_SIZES[size]
@@ -211,7 +213,8 @@ class HFStep:
 
     def step(self, inputs: dict) -> float:
         self.model.train()
-        loss = self.model(**inputs).loss
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):  # as Pretrainer's precision="bf16"
+            loss = self.model(**inputs).loss
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
@@ -225,10 +228,10 @@ def _opt_flags(opt: torch.optim.Optimizer) -> str:
 
 
 def bench_models(sizes, tok, rows: dict, *, steps: int, rounds: int, warmup: int, peak: float,
-                 compile_model: bool, with_hf: bool) -> dict:
+                 compile_model: bool, with_hf: bool, precision: str = "fp32") -> dict:
     out = {}
     for size in sizes:
-        cfg = pretrain_config(size)
+        cfg = pretrain_config(size, precision)
         al = Pretrainer(cfg, tok)
         if compile_model:
             al.forward = torch.compile(al.forward)
@@ -237,7 +240,7 @@ def bench_models(sizes, tok, rows: dict, *, steps: int, rounds: int, warmup: int
         tokens = batches[0]["input_ids"].numel()
         assert bool(batches[0]["attention_mask"].all()), "benchmark batches must carry no padding"
         flops = model_flops(size, 32, SEQ, tok.vocab_size, masked)
-        hf = HFStep(size, tok.vocab_size, al.optimizer) if with_hf else None
+        hf = HFStep(size, tok.vocab_size, al.optimizer, bf16=precision == "bf16") if with_hf else None
         hf_inputs = [HFStep.inputs(b) for b in batches] if with_hf else None
         t_warm = time.perf_counter()
         for i in range(warmup):
@@ -368,7 +371,7 @@ def ray_run(cfg: PretrainConfig, cdir: Path, root: Path, *, env_vars: dict[str, 
 
 
 def bench_ray(size: str, tok: Tokenizer, table: pa.Table, *, steps: int, num_files: int, malloc: str) -> dict:
-    cfg = pretrain_config(size, max_steps=steps, checkpoint_every=steps, num_workers=1, cpus_per_worker=0.5,
+    cfg = pretrain_config(size, "fp32", max_steps=steps, checkpoint_every=steps, num_workers=1, cpus_per_worker=0.5,
                           threads_per_worker=2)
     # The plain runs happen in this process (heap_malloc() already applied by main in "heap" mode);
     # Ray's workers get the same glibc settings through their environment.
@@ -409,6 +412,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--compile", action="store_true", help="also time alignlab under torch.compile (opt-in)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="both models' matmul precision: bf16 runs alignlab with precision='bf16' and HF under "
+                        "the same CPU autocast; MFU is then against the bf16 matmul peak (section 'models_bf16')")
     p.add_argument("--no-hf", action="store_true", help="alignlab only (for profiling runs)")
     p.add_argument("--ray-size", default="256x1", help="model size of the Ray-vs-plain run")
     p.add_argument("--ray-steps", type=int, default=60)
@@ -435,19 +441,22 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="alignlab-tok-") as d:
         tok = make_tokenizer(Path(d))
         table = synthetic_rows(tok, 4096)
+        dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
         if args.part in ("all", "models"):
-            peak = matmul_peak()
-            print(f"# fp32 matmul peak (4096^3 torch.mm, {args.threads} threads): {peak:.1f} GFLOP/s", flush=True)
+            peak = matmul_peak(dtype=dtype)
+            print(f"# {args.precision} matmul peak (4096^3 torch.mm, {args.threads} threads): {peak:.1f} GFLOP/s",
+                  flush=True)
             rows = to_numpy_rows(table.slice(0, 128))
             models = bench_models(sizes, tok, rows, steps=args.steps, rounds=args.rounds, warmup=args.warmup,
-                                  peak=peak, compile_model=False, with_hf=not args.no_hf)
-            section = {**header, "matmul_peak_gflops": round(peak, 1), "configs": models}
+                                  peak=peak, compile_model=False, with_hf=not args.no_hf, precision=args.precision)
+            section = {**header, "precision": args.precision, "matmul_peak_gflops": round(peak, 1), "configs": models}
             if args.compile:
                 t = time.perf_counter()
                 section["compiled"] = bench_models(sizes, tok, rows, steps=args.steps, rounds=args.rounds,
-                                                   warmup=args.warmup, peak=peak, compile_model=True, with_hf=False)
+                                                   warmup=args.warmup, peak=peak, compile_model=True, with_hf=False,
+                                                   precision=args.precision)
                 section["compiled_total_s"] = round(time.perf_counter() - t, 1)
-            peak_end = matmul_peak()
+            peak_end = matmul_peak(dtype=dtype)
             section["matmul_peak_gflops_end"] = round(peak_end, 1)
             # MFU against the higher of the two peaks (the conservative figure), recomputed if the end one won.
             best = max(peak, peak_end)
@@ -458,8 +467,10 @@ def main(argv: list[str] | None = None) -> None:
                         if f"{who}_step_s" in row:
                             row[f"{who}_mfu"] = round(row["model_gflop_per_step"] / row[f"{who}_step_s"] / best, 4)
             section["load_average_end"] = load_average()
-            print(f"# fp32 matmul peak at end: {peak_end:.1f} GFLOP/s; load {section['load_average_end']}", flush=True)
-            result["models" if args.malloc == "default" else "models_heap_malloc"] = section
+            print(f"# {args.precision} matmul peak at end: {peak_end:.1f} GFLOP/s; load {section['load_average_end']}",
+                  flush=True)
+            key = "models" if args.malloc == "default" else "models_heap_malloc"
+            result[key + ("_bf16" if args.precision == "bf16" else "")] = section
         if args.part in ("all", "ray"):
             r = bench_ray(args.ray_size, tok, table, steps=args.ray_steps, num_files=4, malloc=args.malloc)
             key = "ray" if args.malloc == "default" else "ray_heap_malloc"

@@ -141,6 +141,7 @@ class ChunkLabeler:
             table = pa.concat_tables(tables) if tables else SHARD_SCHEMA.empty_table()
             path = self.st.ray_path(str(dst))
             if self.st.remote:  # an object appears whole or not at all
+                fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
                 pq.write_table(table, path, filesystem=fs)
             else:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -185,7 +185,12 @@ class Storage:
         # An object store makes a written object visible whole or not at all, so no temporary name is needed.
         fs, _ = self.filesystem()
         base = self._remote_path(rel)
+        made: set[str] = set()
         for f in files:
+            parent = f"{base}/{f}".rsplit("/", 1)[0]
+            if parent not in made:  # filesystems with real folders (HDFS, a mounted one) need them first
+                fs.create_dir(parent, recursive=True)
+                made.add(parent)
             with open(self.local / rel / f, "rb") as src, fs.open_output_stream(f"{base}/{f}") as out:
                 shutil.copyfileobj(src, out, 1 << 20)
 

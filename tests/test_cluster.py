@@ -136,7 +136,7 @@ def test_a_smoke_study_with_an_s3_storage_root_keeps_every_artifact_in_the_bucke
         assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
         assert f"Stored at: {root}/studies/learning_rate-smoke/report.md" in run.stdout
         keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket="alignlab-test")
-                for o in page.get("Contents", [])]
+                for o in page.get("Contents", []) if not o["Key"].endswith("/")]  # not folder markers
 
         def under(prefix: str) -> list[str]:
             return [k for k in keys if k.startswith(f"runs/{prefix}")]

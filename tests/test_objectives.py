@@ -146,3 +146,63 @@ def test_subword_regularization_resamples_only_web_chunks(tok):
     w1 = col(wiki, step=0)["input_ids"]
     w2 = col_plain(wiki, step=0)["input_ids"]
     assert torch.equal(w1, w2)
+
+
+def _pad_examples(tok, batch, rows):
+    """(acronym ids, chunk ids) of each acronym example of a collated batch."""
+    out = []
+    for i in range(batch["input_ids"].shape[0]):
+        if int(batch["row_format"][i]) != 1:
+            continue
+        ids = batch["input_ids"][i][batch["attention_mask"][i]].tolist()
+        first_sep = ids.index(tok.sep_id)
+        out.append((ids[1:first_sep], ids[first_sep + 1:-1], str(rows["a_text"][i])))
+    return out
+
+
+def test_pad_subword_regularization_resamples_the_chunk_but_keeps_its_words_and_is_keyed_by_step(tok):
+    from alignlab.objectives.pseudo_acronym import PseudoAcronymConfig
+
+    rows = _rows(tok, n=16)
+    plain = Collator([PseudoAcronymConfig().build(tok)], tok, max_len=64, acronym_fraction=1.0)
+    sampled = Collator([PseudoAcronymConfig(subword_alpha=0.1).build(tok)], tok, max_len=64, acronym_fraction=1.0)
+    base = _pad_examples(tok, plain(rows, step=3), rows)
+    once, again = (_pad_examples(tok, sampled(rows, step=3), rows) for _ in range(2))
+    later = _pad_examples(tok, sampled(rows, step=4), rows)
+    assert len(base) == len(once) == 16
+    assert once == again, "the same (seed, rank, step) must give the same pieces (exact resume)"
+    assert once != later, "a new step draws new segmentations"
+    assert any(o[1] != b[1] for o, b in zip(once, base)), "sampling changed no chunk's pieces"
+    for (acr, chunk, text), (acr0, _, _) in zip(once, base):
+        assert acr == acr0 and tok.decode(chunk) == text  # the words are the same, only their pieces differ
+
+
+def test_acronym_letters_are_word_initial_pieces_where_the_vocabulary_has_them(tok):
+    ids = tok.encode_acronym("abg", "letters")
+    pieces = [tok.sp.id_to_piece(i) for i in ids]
+    assert len(ids) == 3 and tok.unk_id not in ids
+    assert all(p in (f"\u2581{c}", c) for p, c in zip(pieces, "abg"))
+    for c, i in tok._letter_ids.items():
+        if tok.sp.piece_to_id(f"\u2581{c}") != tok.unk_id:
+            assert tok.sp.id_to_piece(i) == f"\u2581{c}"
+
+
+def test_importing_one_objective_module_first_still_registers_them_all():
+    import subprocess
+    import sys
+
+    code = ("import alignlab.objectives.masked_lm; from alignlab.objectives.registry import registered; "
+            "print(sorted(registered()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "['mlm', 'nsp', 'pad', 'whp']", out.stderr[-2000:]
+
+
+def test_precision_auto_means_bf16_on_gpus_and_on_cpus_with_native_bf16_only():
+    from alignlab.platform.config import PretrainConfig
+    from alignlab.platform.pretrain import cpu_has_bf16, use_bf16
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert use_bf16("auto", cuda) and use_bf16("bf16", cpu) and not use_bf16("fp32", cuda)
+    assert use_bf16("auto", cpu) == cpu_has_bf16()
+    with pytest.raises(ValueError, match="precision"):
+        PretrainConfig(precision="fp16")
