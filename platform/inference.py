@@ -5,8 +5,8 @@ The predictor runs batch 1 with no padding, in `torch.inference_mode()`, on a de
 not need:
 - no nn.Module dispatch, dropout, attention masks or batch dimension: plain linear/`layer_norm`/bmm
   calls on (T, H) rows;
-- linears run on weights packed once for MKL's small-batch GEMM (oneDNN's or plain addmm where MKL is
-  missing; see `_Linear`);
+- linears run on weights packed once for MKL's small-batch GEMM or oneDNN's, whichever this CPU runs
+  faster (plain addmm where both are missing; see `_Linear` and `default_backend`);
 - the last layer computes its queries, attention output and FFN only for the rows a head reads
   (each word's first piece for CT, [CLS] for AD) -- its keys and values still cover every token;
 - no MLM decoder (the saved model has none) and only the head that is asked for.
@@ -76,14 +76,44 @@ def _mkldnn_linear_ok() -> bool:
         return False
 
 
+_BACKEND: str | None = None
+
+
 def default_backend() -> str:
-    return "mkl" if _mkl_linear_ok() else "mkldnn" if _mkldnn_linear_ok() else "aten"
+    """The fastest available linear backend on this CPU, timed once per process on a query-sized GEMM.
+
+    Timed rather than fixed because the ranking depends on the CPU: on the project's Intel Xeon MKL's packed
+    GEMM was fastest; on an AMD EPYC (same 2 cores, same torch) MKL took 2.6x as long as oneDNN
+    (1,066 vs 407 us for 16x768 @ 768x3072) and the 768x3 tagger missed its latency goal with it."""
+    global _BACKEND
+    if _BACKEND is None:
+        ok = [b for b, check in (("mkl", _mkl_linear_ok), ("mkldnn", _mkldnn_linear_ok)) if check()]
+        _BACKEND = ok[0] if len(ok) == 1 else "aten" if not ok else min(ok, key=_linear_seconds)
+    return _BACKEND
+
+
+def _linear_seconds(backend: str, rows: int = 16, hidden: int = 768, reps: int = 30) -> float:
+    """Median seconds of one (rows x hidden) @ (hidden x 4 hidden) linear on `backend`."""
+    import time
+
+    g = torch.Generator().manual_seed(0)
+    lin = _Linear(torch.randn(4 * hidden, hidden, generator=g), torch.zeros(4 * hidden), backend)
+    x = torch.randn(rows, hidden, generator=g)
+    times = []
+    with torch.inference_mode():
+        for i in range(reps + 5):
+            t = time.perf_counter()
+            lin(x)
+            if i >= 5:
+                times.append(time.perf_counter() - t)
+    return sorted(times)[len(times) // 2]
 
 
 class _Linear:
     """y = x W^T + b, optionally followed by GELU or a residual add, on weights prepared once.
 
-    Backends, fastest first on this project's 2-core Xeon (10-40 row inputs, the rows of one query):
+    Backends (`default_backend` times them and takes the fastest); on the project's 2-core Xeon, at 10-40
+    row inputs (the rows of one query), fastest first:
     - "mkl": MKL's packed-weight GEMM (`cblas_sgemm_pack`), ~25% under addmm and ~13% under "mkldnn" at
       10-40 rows; the packed copy takes ~2.2-2.6x the weight's memory (one pack, sized for up to `max_rows`);
     - "mkldnn": oneDNN's blocked weight layout with GELU/residual fused into the call, ~15% under addmm;

@@ -335,7 +335,12 @@ def test_the_fast_predictor_matches_the_module_forward(storage, pre):
     model, tok = ft.model, ft.tok
     enc = encode_examples("ad", AD_TEST[:1], tok, model.cfg.max_len)
     backends = ["aten"] + (["mkldnn"] if _mkldnn_linear_ok() else []) + (["mkl"] if _mkl_linear_ok() else [])
-    assert Predictor(ft).enc.backend == backends[-1], "the predictor must use the fastest backend available"
+    from alignlab.platform.inference import default_backend
+
+    # The predictor takes the backend this CPU runs fastest (timed once): MKL on Intel, oneDNN on AMD.
+    assert Predictor(ft).enc.backend == default_backend() and default_backend() in backends
+    if len(backends) == 3:
+        assert default_backend() != "aten", "a packed backend was available but not taken"
     with torch.no_grad():
         ref = model.encoder(enc.input_ids, enc.segment_ids)[0]
         for backend in backends:
