@@ -50,6 +50,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
+
 RESULTS = Path(__file__).resolve().parent / "results" / "corpus_throughput.json"
 PHASES = ("stage_s", "tokenizer_s", "labelling_s", "stats_s", "other_s")
 
@@ -58,20 +60,7 @@ PHASES = ("stage_s", "tokenizer_s", "labelling_s", "stats_s", "other_s")
 
 
 def machine() -> dict:
-    cpu = "unknown"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info = {"cpu": cpu, "cores": os.cpu_count(), "python": sys.version.split()[0]}
-    for mod in ("ray", "pyarrow", "sentencepiece"):
-        try:
-            info[mod] = __import__(mod).__version__
-        except ImportError:
-            pass
+    info = machine_info.machine("ray", "pyarrow", "sentencepiece")
     try:
         info["memory_gib"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3, 1)
     except (ValueError, OSError):
@@ -79,8 +68,7 @@ def machine() -> dict:
     return info
 
 
-def load_average() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
+load_average = machine_info.load_average
 
 
 def corpus_config(preset: str, max_docs_per_lang: int | None):

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
+
 import numpy as np
 import torch
 
@@ -145,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": command, "runs": args.runs, "warmup": args.warmup, "threads": args.threads, "dtype": "float32",
         "batch_size": 1, "weights": "random (latency does not depend on their values)", "vocab_size": tok.vocab_size,
         "query": QUERY, "acronym": ACRONYM, "snippet": SNIPPET,
-        "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "machine": _stdlib_platform.machine(),
+        "cpu": machine_info.cpu_model(), "cpu_count": os.cpu_count(), "machine": _stdlib_platform.machine(),
         "torch": torch.__version__, "transformers": transformers.__version__,
         "loadavg_before": [round(x, 2) for x in load_before], "loadavg_after": [round(x, 2) for x in load_after],
         "contenders": {"ct": "alignlab Predictor.bracket(query): tokenize + encode + CT head + tags to brackets",
@@ -159,16 +161,6 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"load average before {load_before}, after {load_after}; wrote {out}")
     return 0
-
-
-def _cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return _stdlib_platform.processor()
 
 
 if __name__ == "__main__":

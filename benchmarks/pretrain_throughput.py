@@ -45,6 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from alignlab.objectives.masked_lm import MaskedLMConfig
 from alignlab.objectives.next_sentence import NextSentenceConfig
 from alignlab.platform.config import MODEL_SIZES, PretrainConfig
@@ -63,22 +64,7 @@ A_LEN, B_LEN = 63, 63  # [CLS] a [SEP] b [SEP], b cut to 62: every example is ex
 
 
 def machine() -> dict:
-    cpu = "unknown"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info = {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "python": sys.version.split()[0]}
-    try:
-        import transformers
-
-        info["transformers"] = transformers.__version__
-    except ImportError:
-        pass
-    return info
+    return {**machine_info.machine("transformers"), "torch": torch.__version__}
 
 
 def heap_malloc() -> None:
@@ -97,8 +83,7 @@ def heap_malloc() -> None:
         raise RuntimeError("mallopt refused the heap-only settings")
 
 
-def load_average() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
+load_average = machine_info.load_average
 
 
 def make_tokenizer(folder: Path, vocab_size: int = VOCAB) -> Tokenizer:

@@ -1,0 +1,112 @@
+"""PAD learnability probe: pretrain in-process for N steps, print held-out accuracy per objective as it goes,
+then run a few FEL calculations (AD and CT, scheme pred, heads discarded, honest selection).
+
+This answers "after how many steps does PAD leave chance for this model, corpus and learning rate?"
+without a study around it: the same `Pretrainer` and `Collator` as `alignlab pretrain`, but a plain loop on
+rows read into memory (no Ray), so a probe of tens of thousands of steps costs only its steps. Rows are
+drawn in a fixed random order; held-out accuracy comes from the corpus's eval shards.
+
+    alignlab data build-tasks --preset mini && alignlab corpus build --preset mini   # or a study built them
+    python benchmarks/pad_probe.py --corpus alignlab-storage/corpus/<id> --tasks alignlab-storage/tasks/<id> \\
+        --steps 9000 --lr 2e-4 --decay constant --eval-every 1000
+
+Prints one JSON line per evaluation and a final RESULT line (mean accuracy % over the calculations, their
+standard deviation, and the context-free baseline on the same splits).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from alignlab.objectives.registry import objective_config
+from alignlab.platform.config import FINETUNE_PRESETS, MODEL_SIZES, PRETRAIN_PRESETS
+from alignlab.platform.finetune import Pretrained, run_calculation
+from alignlab.platform.pretrain import Pretrainer, to_numpy_rows
+from alignlab.platform.protocol import TaskData, calculations, context_free_baselines, fel_split
+from alignlab.platform.tokenizer import Tokenizer
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--corpus", type=Path, required=True, help="a finished corpus folder")
+    p.add_argument("--tasks", type=Path, required=True, help="a task folder (alignlab data build-tasks)")
+    p.add_argument("--objectives", default="mlm,nsp,whp,pad")
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--decay", choices=("constant", "linear"), default="linear")
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--ffn", type=int, default=512)
+    p.add_argument("--acronym-fraction", type=float, default=0.5)
+    p.add_argument("--pad-subword-alpha", type=float, default=0.0)
+    p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--eval-every", type=int, default=500)
+    p.add_argument("--eval-batches", type=int, default=30)
+    p.add_argument("--calculations", type=int, default=4, help="FEL calculations per task at the end (<= 10)")
+    a = p.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    manifest = json.loads((a.corpus / "manifest.json").read_text())
+    max_len = manifest["config"]["max_len"]
+    model = dataclasses.replace(MODEL_SIZES["128x2"], hidden=a.hidden, num_layers=a.layers, head_dim=a.head_dim,
+                                ffn=a.ffn, max_len=max_len)
+    objectives = tuple(objective_config(o, subword_alpha=a.pad_subword_alpha) if o == "pad" else objective_config(o)
+                       for o in a.objectives.split(","))
+    cfg = dataclasses.replace(PRETRAIN_PRESETS["mini"], model=model, objectives=objectives, lr=a.lr,
+                              warmup_steps=a.warmup, decay=a.decay, max_steps=a.steps, batch_size=a.batch_size,
+                              acronym_fraction=a.acronym_fraction, precision=a.precision)
+    tok = Tokenizer(a.corpus / "tokenizer.model")
+    trainer = Pretrainer(cfg, tok)
+
+    def shards(split):
+        return pa.concat_tables([pq.read_table(a.corpus / "shards" / n) for n in manifest["shards"][split]])
+
+    train, held_out = shards("train"), to_numpy_rows(shards("eval"))
+    order = np.random.default_rng(0).permutation(train.num_rows)
+    bs, t0, seen = a.batch_size, time.time(), []
+
+    def held_out_batches():
+        for s in range(0, len(held_out["doc_id"]) - bs + 1, bs):
+            yield {k: v[s: s + bs] for k, v in held_out.items()}
+
+    print(json.dumps({"config": {k: str(v) for k, v in vars(a).items()}}), flush=True)
+    for step in range(a.steps):
+        start = (step * bs) % (len(order) - bs)
+        m = trainer.train_step(trainer.collate(to_numpy_rows(train.take(order[start: start + bs])), step=step))
+        seen.append(m.get("train/pad/accuracy", float("nan")))
+        if (step + 1) % a.eval_every == 0 or step + 1 == a.steps:
+            ev = trainer.evaluate(held_out_batches(), max_batches=a.eval_batches)
+            print(json.dumps({"step": step + 1, "seconds": round(time.time() - t0),
+                              "train_pad_accuracy_recent": round(float(np.nanmean(seen[-a.eval_every:])), 3),
+                              **{k: round(v, 3) for k, v in ev.items() if not k.endswith("count")}}), flush=True)
+    pre = Pretrained(Path("."), model, tok.vocab_size, trainer.model.state_dict(), list(trainer.model.heads), tok)
+    data = TaskData.load(a.tasks)
+    result = {}
+    for task in ("ad", "ct"):
+        accs, base = [], []
+        for fold, seed in calculations()[: a.calculations]:
+            ft = dataclasses.replace(FINETUNE_PRESETS["mini"], task=task, fold=fold, seed=seed, keep_head=False)
+            tr, va, te = fel_split(data, task, ft)
+            accs.append(run_calculation(pre, ft, tr, te, val=va)["accuracy"])
+            base.append(context_free_baselines(task, tr, te)["baseline_context_free"])
+        result[task] = {"accuracy_pct": round(100 * float(np.mean(accs)), 1),
+                        "std_pct": round(100 * float(np.std(accs, ddof=1)), 1) if len(accs) > 1 else 0.0,
+                        "context_free_pct": round(100 * float(np.mean(base)), 1), "calculations": len(accs),
+                        "selection": "honest"}
+    print("RESULT " + json.dumps({"steps": a.steps, "pretrain_seconds": round(time.time() - t0), **result}),
+          flush=True)
+
+
+if __name__ == "__main__":
+    main()
