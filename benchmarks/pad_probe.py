@@ -48,6 +48,7 @@ def main(argv=None) -> None:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--ffn", type=int, default=512)
+    p.add_argument("--init", choices=("bert", "fan_in"), default="bert")
     p.add_argument("--acronym-fraction", type=float, default=0.5)
     p.add_argument("--pad-subword-alpha", type=float, default=0.0)
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto")
@@ -60,7 +61,7 @@ def main(argv=None) -> None:
     manifest = json.loads((a.corpus / "manifest.json").read_text())
     max_len = manifest["config"]["max_len"]
     model = dataclasses.replace(MODEL_SIZES["128x2"], hidden=a.hidden, num_layers=a.layers, head_dim=a.head_dim,
-                                ffn=a.ffn, max_len=max_len)
+                                ffn=a.ffn, max_len=max_len, init=a.init)
     objectives = tuple(objective_config(o, subword_alpha=a.pad_subword_alpha) if o == "pad" else objective_config(o)
                        for o in a.objectives.split(","))
     cfg = dataclasses.replace(PRETRAIN_PRESETS["mini"], model=model, objectives=objectives, lr=a.lr,

@@ -72,7 +72,7 @@ class Encoder(nn.Module):
         self.ln = nn.LayerNorm(cfg.hidden, eps=1e-12)
         self.drop = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_layers))
-        self.apply(init_weights)
+        self.apply(init_weights if cfg.init == "bert" else init_fan_in)
 
     def embed(self, input_ids: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
         T = input_ids.shape[1]
@@ -99,6 +99,14 @@ def init_weights(m: nn.Module) -> None:
     if isinstance(m, nn.LayerNorm):
         nn.init.ones_(m.weight)
         nn.init.zeros_(m.bias)
+
+
+def init_fan_in(m: nn.Module) -> None:
+    """Normal with std 1/sqrt(fan-in) (an embedding's fan-in taken as its width), so that attention
+    logits start at order 1 whatever the model's width; see `ModelConfig.init`."""
+    init_weights(m)
+    if isinstance(m, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(m.weight, std=m.weight.shape[1] ** -0.5)
 
 
 class TokenHead(nn.Module):

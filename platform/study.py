@@ -431,8 +431,8 @@ class _Progress:
     def __init__(self, total: int, enabled: bool, what: str = "trials"):
         self.total, self.done, self.t0, self.enabled, self.what = total, 0, time.time(), enabled, what
 
-    def tick(self, extra: str = "") -> None:
-        self.done += 1
+    def tick(self, extra: str = "", done: int | None = None) -> None:
+        self.done = self.done + 1 if done is None else done
         if not self.enabled:
             return
         el = time.time() - self.t0
@@ -597,28 +597,45 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
     prog = _Progress(spec.num_samples, progress, what=f"search {spec.name}")
 
     class _ProgressCallback(tune.Callback):
+        # Counted from Tune's own trial list, so that a restored search (below) counts its earlier trials.
+        def setup(self, **info):
+            prog.t0 = time.time()
+
         def on_trial_complete(self, iteration, trials, trial, **info):
             r = trial.last_result or {}
             how = "completed" if r.get("search_complete") else f"pruned at epoch {r.get('epoch', '?')}"
-            prog.tick(f" (last trial {how}, {SEARCH_OBJECTIVE} {r.get(SEARCH_OBJECTIVE, float('nan')):.3f})")
+            prog.tick(f" (last trial {how}, {SEARCH_OBJECTIVE} {r.get(SEARCH_OBJECTIVE, float('nan')):.3f})",
+                      done=sum(t.status == "TERMINATED" and t is not trial for t in trials) + 1)
 
-    points = []
-    if spec.start_from_base and all(p.contains(getattr(spec.base, p.name)) for p in spec.space):
-        points = [{p.name: getattr(spec.base, p.name) for p in spec.space}]
-    searcher = _PruneAwareOptunaSearch(metric=SEARCH_OBJECTIVE, mode="max", seed=spec.seed,
-                                       points_to_evaluate=points or None)
     name = f"search-{spec.name}-{config_hash(base_calc['calc_id'], spec)}"
-    tuner = tune.Tuner(
-        tune.with_resources(search_trial, resources),
-        param_space={"calc": base_calc, "threads": _threads(resources), **{p.name: p.to_tune() for p in spec.space}},
-        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=_scheduler(spec), metric=SEARCH_OBJECTIVE, mode="max",
-                                    num_samples=spec.num_samples, reuse_actors=True,
-                                    max_concurrent_trials=_concurrency(resources, max_concurrent),
-                                    trial_dirname_creator=lambda t: f"{spec.name}-{t.trial_id}",
-                                    trial_name_creator=lambda t: f"{spec.name}-{t.trial_id}"),
-        run_config=tune.RunConfig(name=name, **_tune_storage(storage, sdir), verbose=0,
-                                  callbacks=[_ProgressCallback()], failure_config=tune.FailureConfig(max_failures=1)),
-    )
+    where = _tune_storage(storage, sdir)
+    trainable = tune.with_resources(search_trial, resources)
+    exp_path = f"{where['storage_path'].rstrip('/')}/{name}"
+    if tune.Tuner.can_restore(exp_path, storage_filesystem=where.get("storage_filesystem")):
+        # A driver killed mid-search: Tune's experiment state holds the finished trials and the Optuna
+        # sampler's state, so the search goes on from there; trials that were running restart from scratch
+        # (a calculation has no checkpoint worth keeping).
+        print(f"[search {spec.name}] resuming the interrupted search at {exp_path}", flush=True)
+        tuner = tune.Tuner.restore(exp_path, trainable, resume_unfinished=True, restart_errored=True,
+                                   storage_filesystem=where.get("storage_filesystem"))
+    else:
+        points = []
+        if spec.start_from_base and all(p.contains(getattr(spec.base, p.name)) for p in spec.space):
+            points = [{p.name: getattr(spec.base, p.name) for p in spec.space}]
+        searcher = _PruneAwareOptunaSearch(metric=SEARCH_OBJECTIVE, mode="max", seed=spec.seed,
+                                           points_to_evaluate=points or None)
+        tuner = tune.Tuner(
+            trainable,
+            param_space={"calc": base_calc, "threads": _threads(resources),
+                         **{p.name: p.to_tune() for p in spec.space}},
+            tune_config=tune.TuneConfig(search_alg=searcher, scheduler=_scheduler(spec), metric=SEARCH_OBJECTIVE,
+                                        mode="max", num_samples=spec.num_samples, reuse_actors=True,
+                                        max_concurrent_trials=_concurrency(resources, max_concurrent),
+                                        trial_dirname_creator=lambda t: f"{spec.name}-{t.trial_id}",
+                                        trial_name_creator=lambda t: f"{spec.name}-{t.trial_id}"),
+            run_config=tune.RunConfig(name=name, **where, verbose=0, callbacks=[_ProgressCallback()],
+                                      failure_config=tune.FailureConfig(max_failures=1)),
+        )
     results = tuner.fit()
     trials = []
     for r in results:

@@ -69,3 +69,20 @@ def test_finetune_config_rejects_unknown_schemes_and_selection_modes():
 def test_a_non_bundled_corpus_needs_paths():
     with pytest.raises(ValueError, match="needs at least one input path"):
         C.CorpusConfig(source="web")
+
+
+def test_the_encoder_init_is_berts_by_default_and_fan_in_on_request():
+    import torch
+
+    from alignlab.platform.model import Encoder
+
+    torch.manual_seed(0)
+    bert = Encoder(C.MODEL_SIZES["128x2"], 1000)
+    fan = Encoder(dataclasses.replace(C.MODEL_SIZES["128x2"], init="fan_in"), 1000)
+    assert bert.layers[0].qkv.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    assert fan.layers[0].qkv.weight.std().item() == pytest.approx(128**-0.5, rel=0.05)
+    assert fan.layers[0].ffn_out.weight.std().item() == pytest.approx(512**-0.5, rel=0.05)
+    assert fan.tok.weight.std().item() == pytest.approx(128**-0.5, rel=0.05)
+    assert float(fan.layers[0].qkv.bias.abs().max()) == 0.0
+    with pytest.raises(ValueError, match="init"):
+        C.ModelConfig(init="xavier")

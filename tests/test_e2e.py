@@ -69,3 +69,47 @@ def test_the_smoke_ablation_study_survives_a_killed_driver_and_reports_every_cal
     assert (sdir / "plots" / "accuracy_by_condition.png").stat().st_size > 1000
     assert len(list((sdir / "tensorboard").rglob("events.out.tfevents.*"))) >= 12
     assert len(list((storage / "models").glob("*/final/model.pt"))) == 3
+
+
+@pytest.mark.ray
+def test_a_search_killed_mid_way_resumes_from_its_finished_trials(tmp_path):
+    storage = tmp_path / "storage"
+    cmd = [sys.executable, str(REPO / "studies" / "finetune_search.py"), "--preset", "smoke", "--storage", str(storage),
+           "--max-concurrent", "1"]
+    # Tune snapshots its experiment state at most every 10 s by default, and smoke trials take 0.1-0.4 s: the
+    # test asks for a snapshot at every step of Tune's loop (a user's knob too) and kills the driver as soon
+    # as the second trial is done, by when the first one's end is surely in a snapshot.
+    env = {**os.environ, "TUNE_GLOBAL_CHECKPOINT_S": "0"}
+    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, cwd=REPO,
+                             start_new_session=True, env=env)
+    log = []
+    for line in first.stdout:
+        log.append(line)
+        m = re.match(r"\[search ct\] (\d+)/4 done", line)
+        if m and int(m.group(1)) >= 2:
+            break
+    assert first.poll() is None, "".join(log)[-3000:]
+    procs = [psutil.Process(first.pid), *psutil.Process(first.pid).children(recursive=True)]
+    os.killpg(first.pid, signal.SIGKILL)
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    first.wait()
+    psutil.wait_procs(procs, timeout=30)
+    sdir = storage / "studies" / "finetune_search-smoke"
+    assert not (sdir / "searches" / "ct.json").exists()
+    results_before = {p.parent.name: p.stat().st_mtime_ns for p in (sdir / "tune").glob("search-ct-*/*/result.json")}
+    assert len(results_before) >= 2
+
+    second = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert "[search ct] resuming the interrupted search" in second.stdout
+    summary = pd.read_json(sdir / "searches" / "ct.json", typ="series")
+    assert len(summary["trials"]) == 4
+    trial_dirs = {p.parent.name: p.stat().st_mtime_ns for p in (sdir / "tune").glob("search-ct-*/*/result.json")}
+    assert len(trial_dirs) == 4, "the resumed search ran more trials than it asked for"
+    kept = [name for name, mtime in results_before.items() if trial_dirs.get(name) == mtime]
+    assert len(kept) >= 1, f"finished trials were rerun: {sorted(results_before)} vs {sorted(trial_dirs)}"
+    assert (sdir / "report.md").exists()
