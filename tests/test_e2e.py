@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -19,9 +18,27 @@ REPO = Path(__file__).resolve().parents[1]
 CMD = [sys.executable, str(REPO / "studies" / "objective_ablation.py"), "--preset", "smoke"]
 
 
-def _start(storage: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(CMD + ["--storage", str(storage), *extra], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, bufsize=1, cwd=REPO, start_new_session=True)
+def _kill_when(cmd: list[str], pattern: str, at_least: int, env: dict | None = None) -> None:
+    """Run a study driver and SIGKILL it, with every process of the Ray instance it started (some leave its
+    process group), the moment a line of its output matches `pattern` with a count >= `at_least`."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, cwd=REPO,
+                            start_new_session=True, env=env)
+    log = []
+    for line in proc.stdout:
+        log.append(line)
+        m = re.match(pattern, line)
+        if m and int(m.group(1)) >= at_least:
+            break
+    assert proc.poll() is None, "".join(log)[-3000:]
+    procs = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    os.killpg(proc.pid, signal.SIGKILL)
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    proc.wait()
+    psutil.wait_procs(procs, timeout=30)
 
 
 @pytest.mark.ray
@@ -30,24 +47,7 @@ def test_the_smoke_ablation_study_survives_a_killed_driver_and_reports_every_cal
     trials = storage / "studies" / "objective_ablation-smoke" / "trials"
     # One trial at a time, and the driver is killed the moment it reports its second finished trial: smoke
     # trials take a fraction of a second, so polling the trial files would often find all twelve done.
-    first = _start(storage, "--max-concurrent", "1")
-    log = []
-    for line in first.stdout:
-        log.append(line)
-        m = re.match(r"\[trials\] (\d+)/12 done", line)
-        if m and int(m.group(1)) >= 2:
-            break
-    assert first.poll() is None, "".join(log)[-3000:]
-    # Kill the driver and every process of the Ray instance it started (some leave its process group).
-    procs = [psutil.Process(first.pid), *psutil.Process(first.pid).children(recursive=True)]
-    os.killpg(first.pid, signal.SIGKILL)
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    first.wait()
-    psutil.wait_procs(procs, timeout=30)
+    _kill_when(CMD + ["--storage", str(storage), "--max-concurrent", "1"], r"\[trials\] (\d+)/12 done", 2)
     done_before = {p.name: p.stat().st_mtime_ns for p in trials.glob("*.json")}
     assert 2 <= len(done_before) < 12
 
@@ -80,24 +80,7 @@ def test_a_search_killed_mid_way_resumes_from_its_finished_trials(tmp_path):
     # test asks for a snapshot at every step of Tune's loop (a user's knob too) and kills the driver as soon
     # as the second trial is done, by when the first one's end is surely in a snapshot.
     env = {**os.environ, "TUNE_GLOBAL_CHECKPOINT_S": "0"}
-    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, cwd=REPO,
-                             start_new_session=True, env=env)
-    log = []
-    for line in first.stdout:
-        log.append(line)
-        m = re.match(r"\[search ct\] (\d+)/4 done", line)
-        if m and int(m.group(1)) >= 2:
-            break
-    assert first.poll() is None, "".join(log)[-3000:]
-    procs = [psutil.Process(first.pid), *psutil.Process(first.pid).children(recursive=True)]
-    os.killpg(first.pid, signal.SIGKILL)
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    first.wait()
-    psutil.wait_procs(procs, timeout=30)
+    _kill_when(cmd, r"\[search ct\] (\d+)/4 done", 2, env=env)
     sdir = storage / "studies" / "finetune_search-smoke"
     assert not (sdir / "searches" / "ct.json").exists()
     results_before = {p.parent.name: p.stat().st_mtime_ns for p in (sdir / "tune").glob("search-ct-*/*/result.json")}
