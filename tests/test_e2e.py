@@ -1,6 +1,6 @@
 """End to end, as a user runs it: the README's main job (the objective-ablation study) at the smoke
 preset, on a real local Ray, killed mid-way and run again -- finished trials are not rerun, and the
-report has one row per calculation."""
+report has one row per calculation; and an Optuna search killed mid-way goes on from its finished trials."""
 from __future__ import annotations
 
 import os
