@@ -575,6 +575,11 @@ def _other_task_train(data, ft: FinetuneConfig):
 # ---------------------------------------------------------------- Optuna searches
 
 
+SEARCH_STATE_SYNC_S = 10
+"""How often a search's Tune experiment state is uploaded to the storage root, at most: a killed search
+resumes from the last upload."""
+
+
 def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict | None = None,
                max_concurrent: int | None = None, progress: bool = True, storage: Storage | None = None) -> dict:
     """Run (or find) one Optuna search; returns its summary (best params and value, every trial).
@@ -622,18 +627,25 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
         points = []
         if spec.start_from_base and all(p.contains(getattr(spec.base, p.name)) for p in spec.space):
             points = [{p.name: getattr(spec.base, p.name) for p in spec.space}]
-        searcher = _PruneAwareOptunaSearch(metric=SEARCH_OBJECTIVE, mode="max", seed=spec.seed,
-                                           points_to_evaluate=points or None)
+        from ray.tune.search.optuna import OptunaSearch
+
+        # The space goes to the searcher itself, not to param_space: a restored Tuner gets the searcher back
+        # from its pickle but no param_space, and a searcher whose own state snapshot was not yet uploaded
+        # would otherwise have no space to sample from.
+        searcher = _PruneAwareOptunaSearch(
+            space=OptunaSearch.convert_search_space({p.name: p.to_tune() for p in spec.space}),
+            metric=SEARCH_OBJECTIVE, mode="max", seed=spec.seed, points_to_evaluate=points or None)
         tuner = tune.Tuner(
             trainable,
-            param_space={"calc": base_calc, "threads": _threads(resources),
-                         **{p.name: p.to_tune() for p in spec.space}},
+            param_space={"calc": base_calc, "threads": _threads(resources)},
             tune_config=tune.TuneConfig(search_alg=searcher, scheduler=_scheduler(spec), metric=SEARCH_OBJECTIVE,
                                         mode="max", num_samples=spec.num_samples, reuse_actors=True,
                                         max_concurrent_trials=_concurrency(resources, max_concurrent),
                                         trial_dirname_creator=lambda t: f"{spec.name}-{t.trial_id}",
                                         trial_name_creator=lambda t: f"{spec.name}-{t.trial_id}"),
+            # Tune uploads its experiment state (what a restore starts from) every 5 minutes by default.
             run_config=tune.RunConfig(name=name, **where, verbose=0, callbacks=[_ProgressCallback()],
+                                      sync_config=tune.SyncConfig(sync_period=SEARCH_STATE_SYNC_S),
                                       failure_config=tune.FailureConfig(max_failures=1)),
         )
     results = tuner.fit()

@@ -43,14 +43,14 @@ def _report_ok(sdir: Path, *, tensorboard: bool = True) -> pd.DataFrame:
 @pytest.mark.ray
 @pytest.mark.cluster
 def test_a_smoke_study_submitted_as_a_ray_job_runs_on_the_cluster_and_writes_its_report(tmp_path):
-    storage = tmp_path / "storage"
+    storage = tmp_path / "storage"  # given to the study as a file:// URI
     with LocalCluster(num_cpus=2) as cluster:
         # The working dir is zipped and unpacked on the cluster: only tracked, non-ignored files travel.
         runtime_env = {"excludes": ["alignlab-storage/", "benchmarks/results/"]}
         job = subprocess.run(
             [RAY, "job", "submit", "--address", cluster.dashboard, "--working-dir", ".", "--submission-id",
              "alignlab-smoke-job", "--runtime-env-json", json.dumps(runtime_env), "--",
-             *STUDY, "--storage", str(storage)],
+             *STUDY, "--storage", storage.as_uri()],
             cwd=REPO, env=cluster.env, capture_output=True, text=True, timeout=900)
         log = job.stdout[-4000:] + job.stderr[-3000:]
         assert job.returncode == 0, log
