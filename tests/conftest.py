@@ -36,3 +36,9 @@ def smoke_corpus(ray_session, storage_root):
 
 def pytest_configure(config):
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Cluster tests first, whatever order the files were named in: each starts its own Ray head, and one
+    started while this session's `ray_session` instance is up never gets a job agent (seen here)."""
+    items.sort(key=lambda item: item.get_closest_marker("cluster") is None)
