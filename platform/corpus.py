@@ -101,10 +101,8 @@ class ChunkLabeler:
     def __init__(self, tokenizer_path: str, chunk_len: int, letter_probs: list[float], seed: int,
                  storage: str | None = None):
         self.st = resolve_root(storage) if storage else None
-        if self.st is not None and self.st.remote:  # load the tokenizer from the root (pitfall 15: small args)
+        if self.st is not None:  # the tokenizer comes from the root (pitfall 15: small args); local: no copy
             self.st.pull_file(tokenizer_path)
-            tokenizer_path = str(self.st.local / tokenizer_path)
-        elif self.st is not None:
             tokenizer_path = str(self.st.local / tokenizer_path)
         self.tok = Tokenizer(tokenizer_path)
         self.chunk_len, self.seed = chunk_len, seed

@@ -36,12 +36,12 @@ def model_id(corpus_id: str, cfg: PretrainConfig) -> str:
     return f"{cfg.model.label}-{'+'.join(cfg.objective_names)}-{config_hash(corpus_id, d)}"
 
 
-def is_finished(mdir: Path) -> bool:
-    return (mdir / "final" / "model.pt").exists()
-
-
 FINAL_MARKER = "model.pt"
 """Written last into `final/` (locally renamed in whole; at a remote root uploaded after the rest)."""
+
+
+def is_finished(mdir: Path) -> bool:
+    return (mdir / "final" / FINAL_MARKER).exists()
 
 
 def fetch_model(st: Storage, mid: str, *, weights: bool = True) -> Path:

@@ -81,9 +81,7 @@ class Storage:
 
     def ray_path(self, rel: str) -> str:
         """`rel` as a path inside `ray_filesystem()` (a plain local path for local roots)."""
-        if not self.remote:
-            return str(self.local / rel)
-        return f"{self.filesystem()[1].rstrip('/')}/{rel}"
+        return self._remote_path(rel) if self.remote else str(self.local / rel)
 
     def _remote_path(self, rel: str) -> str:
         return f"{self.filesystem()[1].rstrip('/')}/{rel}".rstrip("/")
@@ -123,7 +121,7 @@ class Storage:
             return True
         if marker and not self.has(f"{rel}/{marker}"):
             return False
-        files = [f for f in self.list(rel) if not f.startswith(exclude)] if exclude else self.list(rel)
+        files = [f for f in self.list(rel) if not f.startswith(exclude)]  # startswith(()) is False
         if not files:
             return False
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -162,8 +160,7 @@ class Storage:
             return
         src = self.local / rel
         files = sorted(str(p.relative_to(src)) for p in src.rglob("*") if p.is_file())
-        files = [f for f in files if not f.startswith(exclude) and not Path(f).name.endswith(".tmp")] if exclude \
-            else [f for f in files if not Path(f).name.endswith(".tmp")]
+        files = [f for f in files if not f.startswith(exclude) and not f.endswith(".tmp")]
         first = [f for f in files if f not in last]
         self._upload(rel, first)
         self._upload(rel, [f for f in last if f in files])

@@ -538,13 +538,11 @@ def run_one(calc: dict) -> dict:
     row = {"calc_id": calc["calc_id"], "model_key": calc["model_key"], "model_id": calc["model_id"],
            "row": calc["row"], "col": calc["col"], "group": calc.get("group", calc["row"]), "node": node,
            **{f"ft_{k}": v for k, v in calc["finetune"].items()}, **res}
+    write_json(sdir / "trials" / f"{calc['calc_id']}.json", row)
     if calc.get("storage"):
         st = as_storage(calc["storage"])
         st.push(f"studies/{calc['study_name']}/tensorboard/{tb_dir.name}")
-        write_json(sdir / "trials" / f"{calc['calc_id']}.json", row)
         st.push_file(f"studies/{calc['study_name']}/trials/{calc['calc_id']}.json")  # last: marks it finished
-    else:
-        write_json(sdir / "trials" / f"{calc['calc_id']}.json", row)
     return row
 
 
