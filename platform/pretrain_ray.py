@@ -151,7 +151,8 @@ def _train_fn(config: dict) -> None:
     from ray.train import Checkpoint
     from ray.train.torch import prepare_model
 
-    from alignlab.platform.pretrain import Pretrainer, train_loop
+    from alignlab.platform.pretrain import Pretrainer, ProgressLine, train_loop
+    from alignlab.platform.ray_env import post_progress
     from alignlab.platform.tokenizer import Tokenizer
 
     from alignlab.platform.corpus import CORPUS_SMALL_FILES_ONLY, MANIFEST
@@ -190,7 +191,11 @@ def _train_fn(config: dict) -> None:
                                   local_shuffle_buffer_size=cfg.batch_size * 4, local_shuffle_seed=cfg.seed + epoch,
                                   prefetch_batches=2)
 
+    progress = ProgressLine(mid, cfg.max_steps, trainer.state.step) if rank == 0 else None
+
     def report(metrics: dict, checkpoint_now: bool) -> None:
+        if progress is not None and (line := progress.update(metrics["step"], metrics["train/loss"])):
+            post_progress(line)
         marker = mdir / ".crashed-once"
         if rank == 0 and metrics["step"] == crash_at and not marker.exists():
             marker.touch()

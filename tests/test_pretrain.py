@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from alignlab.platform.config import PRETRAIN_PRESETS
-from alignlab.platform.pretrain import Pretrainer, train_loop
+from alignlab.platform.pretrain import Pretrainer, ProgressLine, train_loop
 from alignlab.platform.tokenizer import Tokenizer
 
 SMOKE = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", log_every=1)
@@ -30,6 +30,18 @@ def corpus_and_tok(smoke_corpus):
 
 
 @pytest.mark.ray
+def test_the_progress_line_is_throttled_always_ends_and_counts_only_this_runs_steps():
+    now = [100.0]
+    line = ProgressLine("m", max_steps=1000, start_step=400, every_s=30, clock=lambda: now[0])
+    now[0] = 110.0
+    assert line.update(450, 5.0) is None  # 10 s since the start: too soon
+    now[0] = 130.0
+    out = line.update(500, 4.25)  # 100 steps in 30 s since the resume, 500 to go: 150 s
+    assert out == "[pretrain m] step 500/1000 (50%), loss 4.250, 3.33 steps/s, ETA 2m30s"
+    now[0] = 131.0
+    assert line.update(1000, 3.0).startswith("[pretrain m] step 1000/1000 (100%)")  # the last step always prints
+
+
 def test_the_tiny_model_overfits_one_batch(corpus_and_tok):
     corpus, tok = corpus_and_tok
     cfg = dataclasses.replace(SMOKE, objectives="mlm,nsp,whp,pad", lr=1e-2, model=dataclasses.replace(SMOKE.model, dropout=0.0))
