@@ -46,41 +46,57 @@ def batch(rng: np.random.Generator, n: int, words: int, letters: int) -> tuple[t
     return torch.from_numpy(x), torch.from_numpy(want.astype(np.int64))
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--steps", type=int, default=2000)
-    p.add_argument("--words", type=int, default=8)
-    p.add_argument("--letters", type=int, default=26)
+def add_model_args(p: argparse.ArgumentParser, *, lr: float, steps: int, init: str, every: int) -> None:
+    """The encoder, optimizer and run arguments the synthetic probes share."""
+    p.add_argument("--lr", type=float, default=lr)
+    p.add_argument("--steps", type=int, default=steps)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--init", choices=("bert", "fan_in"), default="bert", help="the encoder's init (ModelConfig.init)")
-    p.add_argument("--every", type=int, default=250)
+    p.add_argument("--init", choices=("bert", "fan_in"), default=init, help="the encoder's init (ModelConfig.init)")
+    p.add_argument("--every", type=int, default=every)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
-    a = p.parse_args(argv)
-    torch.manual_seed(a.seed)
-    torch.set_num_threads(a.threads)
+
+
+def train(a: argparse.Namespace, vocab: int, max_len: int, next_batch, label: dict, metric: str) -> None:
+    """alignlab's `Encoder` + `SequenceHead`, Adam, dropout off, on `next_batch()` -> (ids, segments, labels);
+    prints `metric` (accuracy over the last `a.every` batches) every `a.every` steps."""
     cfg = dataclasses.replace(MODEL_SIZES["128x2"], hidden=a.hidden, num_layers=a.layers, head_dim=a.head_dim,
-                              max_len=max(16, a.words + 4), dropout=0.0, init=a.init)
-    enc, head = Encoder(cfg, 3 + a.letters), SequenceHead(a.hidden, 2, 0.0)
+                              max_len=max_len, dropout=0.0, init=a.init)
+    enc, head = Encoder(cfg, vocab), SequenceHead(a.hidden, 2, 0.0)
     opt = torch.optim.Adam([*enc.parameters(), *head.parameters()], lr=a.lr)
-    rng = np.random.default_rng(a.seed)
     correct, t0 = [], time.time()
     for step in range(a.steps):
-        x, y = batch(rng, 32, a.words, a.letters)
-        seg = torch.zeros_like(x)
-        seg[:, 3:] = 1
-        logits = head(enc(x, seg)[:, 0])
+        x, seg, y = next_batch()
+        logits = head(enc(x, seg, x != 0)[:, 0])
         loss = torch.nn.functional.cross_entropy(logits, y)
         opt.zero_grad()
         loss.backward()
         opt.step()
         correct.append((logits.argmax(-1) == y).float().mean().item())
         if (step + 1) % a.every == 0:
-            print(json.dumps({"step": step + 1, "lr": a.lr, "train_accuracy_recent": round(float(np.mean(
-                correct[-a.every:])), 3), "seconds": round(time.time() - t0)}), flush=True)
+            print(json.dumps({"step": step + 1, **label, metric: round(float(np.mean(correct[-a.every:])), 3),
+                              "seconds": round(time.time() - t0)}), flush=True)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_model_args(p, lr=1e-3, steps=2000, init="bert", every=250)
+    p.add_argument("--words", type=int, default=8)
+    p.add_argument("--letters", type=int, default=26)
+    a = p.parse_args(argv)
+    torch.manual_seed(a.seed)
+    torch.set_num_threads(a.threads)
+    rng = np.random.default_rng(a.seed)
+
+    def next_batch():
+        x, y = batch(rng, 32, a.words, a.letters)
+        seg = torch.zeros_like(x)
+        seg[:, 3:] = 1
+        return x, seg, y
+
+    train(a, 3 + a.letters, max(16, a.words + 4), next_batch, {"lr": a.lr}, "train_accuracy_recent")
 
 
 if __name__ == "__main__":

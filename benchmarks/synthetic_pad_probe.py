@@ -33,15 +33,11 @@ Measured on this project's 2-core CPU (2026-11-23, two runs side by side at 1 th
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
-import time
 
 import numpy as np
 import torch
 
-from alignlab.platform.config import MODEL_SIZES
-from alignlab.platform.model import Encoder, SequenceHead
+from match_probe import add_model_args, train  # the shared encoder, optimizer and loop (benchmarks/ is on the path)
 
 LETTERS = 26
 CLS, SEP, FIRST = 1, 2, 3  # letter tokens are FIRST..FIRST+25, word tokens follow
@@ -97,17 +93,9 @@ def make_batch(rng, n: int, width: int, word_letter: np.ndarray | None, zipf: np
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_model_args(p, lr=1e-4, steps=10000, init="fan_in", every=500)
     p.add_argument("--words", default="letters", help="'letters' or a word-vocabulary size")
     p.add_argument("--width", type=int, default=45)
-    p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--steps", type=int, default=10000)
-    p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--init", choices=("bert", "fan_in"), default="fan_in")
-    p.add_argument("--every", type=int, default=500)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1)
     a = p.parse_args(argv)
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
@@ -120,24 +108,8 @@ def main(argv=None) -> None:
         zipf = 1.0 / np.arange(1, n_words + 1)
         zipf /= zipf.sum()
         vocab += n_words
-    L = 2 + 6 + a.width + 1
-    cfg = dataclasses.replace(MODEL_SIZES["128x2"], hidden=a.hidden, num_layers=a.layers, head_dim=a.head_dim,
-                              max_len=L, dropout=0.0, init=a.init)
-    enc, head = Encoder(cfg, vocab), SequenceHead(a.hidden, 2, 0.0)
-    opt = torch.optim.Adam([*enc.parameters(), *head.parameters()], lr=a.lr)
-    correct, t0 = [], time.time()
-    for step in range(a.steps):
-        x, seg, y = make_batch(rng, 32, a.width, word_letter, zipf)
-        logits = head(enc(x, seg, x != 0)[:, 0])
-        loss = torch.nn.functional.cross_entropy(logits, y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        correct.append((logits.argmax(-1) == y).float().mean().item())
-        if (step + 1) % a.every == 0:
-            print(json.dumps({"step": step + 1, "words": a.words, "lr": a.lr, "init": a.init,
-                              "accuracy_recent": round(float(np.mean(correct[-a.every:])), 3),
-                              "seconds": round(time.time() - t0)}), flush=True)
+    train(a, vocab, 2 + 6 + a.width + 1, lambda: make_batch(rng, 32, a.width, word_letter, zipf),
+          {"words": a.words, "lr": a.lr, "init": a.init}, "accuracy_recent")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,13 @@
 """The synthetic PAD probe's data follow PAD's labelling rule, so its learning curves measure PAD's difficulty."""
 from __future__ import annotations
 
-import importlib.util
+import sys
 from pathlib import Path
 
 import numpy as np
 
-_spec = importlib.util.spec_from_file_location(
-    "synthetic_pad_probe", Path(__file__).resolve().parents[1] / "benchmarks" / "synthetic_pad_probe.py")
-probe = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(probe)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # as when the script is run
+import synthetic_pad_probe as probe  # noqa: E402
 
 
 def _rows(x, seg, word_letter):
