@@ -100,7 +100,7 @@ def main(argv=None) -> None:
             ft = dataclasses.replace(FINETUNE_PRESETS["mini"], task=task, fold=fold, seed=seed, keep_head=False)
             tr, va, te = fel_split(data, task, ft)
             accs.append(run_calculation(pre, ft, tr, te, val=va)["accuracy"])
-            base.append(context_free_baselines(task, tr, te)["baseline_context_free"])
+            base.append(context_free_baselines(task, tr, te)["baseline_letters"])
         result[task] = {"accuracy_pct": round(100 * float(np.mean(accs)), 1),
                         "std_pct": round(100 * float(np.std(accs, ddof=1)), 1) if len(accs) > 1 else 0.0,
                         "context_free_pct": round(100 * float(np.mean(base)), 1), "calculations": len(accs),

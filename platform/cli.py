@@ -54,8 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     md.add_argument("--storage", default=None)
 
     data = sub.add_parser("data", help="FEL task data").add_subparsers(dest="action", required=True)
-    bt = data.add_parser("build-tasks", help="build the bundled CT and AD datasets")
+    bt = data.add_parser("build-tasks", help="build the CT and AD datasets (hand-labelled CT, bundled + npm AD)")
     _common(bt)
+    bt.add_argument("--ct-data", choices=["npm", "templated"], default="npm",
+                    help="CT data: the shipped hand-labelled npm set (default) or templated bundled titles")
+    cc = data.add_parser("convert-ct", help="bracketed CT text ('a [spatial graph] library') -> CT JSONL")
+    cc.add_argument("src", help="bracketed file, one text per line")
+    cc.add_argument("dst", help="JSONL file to write")
+    cc.add_argument("--texts", default=None, help="plain texts the lines must match word for word")
     dv = data.add_parser("validate", help="check a CT/AD JSONL file (and a test file for overlap)")
     dv.add_argument("--task", required=True, choices=["ct", "ad"])
     dv.add_argument("files", nargs="+")
@@ -181,9 +187,19 @@ def _data(args, root: Path) -> int:
     if args.action == "build-tasks":
         from alignlab.platform.protocol import build_tasks
 
-        tdir = build_tasks(root, max_docs_per_lang=3000 if args.preset == "smoke" else None)
+        tdir = build_tasks(root, max_docs_per_lang=3000 if args.preset == "smoke" else None, ct_data=args.ct_data)
         print((tdir / "stats.json").read_text())
         print(f"Tasks: {tdir}")
+        return 0
+    if args.action == "convert-ct":
+        from alignlab.platform import bracketed
+
+        try:
+            n = bracketed.convert(args.src, args.dst, texts=args.texts)
+        except T.TaskDataError as e:
+            print("\n".join(e.problems))
+            return 1
+        print(f"{args.dst}: {n} CT examples")
         return 0
     problems = T.validate_file(args.task, args.files[0])
     if len(args.files) > 1:
@@ -200,7 +216,8 @@ def _finetune(args, root: Path) -> int:
     import numpy as np
 
     from alignlab.platform.finetune import load_pretrained, run_calculation, save_finetuned
-    from alignlab.platform.protocol import TaskData, build_tasks, calculations, context_free_baselines, fel_split
+    from alignlab.platform.protocol import (TaskData, build_tasks, calculations, context_free_baselines,
+                                            extra_test_scores, fel_split)
 
     from alignlab.platform.pretrain_ray import fetch_model
 
@@ -222,7 +239,9 @@ def _finetune(args, root: Path) -> int:
             oc = dataclasses.replace(c, task="ad" if c.task == "ct" else "ct")
             other, _, _ = fel_split(data, oc.task, oc)
         res = run_calculation(pre, c, train, test, val=val, other_task_train=other)
-        res.update(context_free_baselines(c.task, train, test))
+        res.update(context_free_baselines(c.task, train + val, test, titles=data.titles))
+        res.update(extra_test_scores(res["_model"], pre.tok, c, data.extra_tests(c.task), train + val,
+                                     titles=data.titles))
         saved = save_finetuned(root.local, pre, c, res) if getattr(args, "save", False) else None
         if saved is not None:
             root.push(f"finetuned/{saved.name}", last=("model.pt",))
@@ -233,7 +252,9 @@ def _finetune(args, root: Path) -> int:
         if saved:
             print(f"Finetuned model: {saved.name}\nFolder: {saved}")
     if args.cmd == "fel":
-        for k in ("accuracy", "perplexity", "best_accuracy", "epochs", "baseline_context_free"):
+        keys = ["accuracy", "perplexity", "best_accuracy", "epochs"] + sorted(
+            k for k in rows[0] if k.startswith(("baseline_", "eval_")) and not k.endswith("_name"))
+        for k in keys:
             v = np.array([r[k] for r in rows], dtype=float)
             print(f"{k}: {v.mean():.4f} ± {v.std(ddof=1):.4f}  ({cfg.selection} selection, n={len(v)})")
     return 0

@@ -8,8 +8,9 @@ so the model trains on the rest and the test set only scores the selected epochs
 """
 from __future__ import annotations
 
+import importlib.util
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from alignlab.platform import tasks as T
@@ -25,44 +26,86 @@ def calculations() -> list[tuple[int, int]]:
     return [(fold, seed) for fold in range(NUM_FOLDS) for seed in range(NUM_SEEDS)]
 
 
+CT_DATA = ("npm", "templated")
+"""CT datasets a study can use: "npm" (default), the hand-labelled npm package summaries shipped in
+objectives/task_data/npm/ (real text, guideline and agreement beside it); "templated", titles of the
+bundled corpus placed in templates (gold tags by construction: fast, but a context-free rule solves it)."""
+SHIPPED_TASK_DATA = Path(importlib.util.find_spec("alignlab.objectives.registry").origin).parent / "task_data" / "npm"
+TASK_BUILDER_VERSION = 3
+"""Bumped when build_tasks writes different files for the same arguments (3: hand-labelled CT by default,
+out-of-domain AD, article titles for the gazetteer baseline)."""
+
+
 @dataclass
 class TaskData:
     tdir: Path
     ad: list
     ct_pool: list
     ct_test: list
+    ad_ood: list = field(default_factory=list)
+    """Out-of-domain AD test pairs (npm summaries): every AD calculation is also scored on them."""
+    titles: list = field(default_factory=list)
+    """Article titles of the bundled corpus as word tuples, for the CT gazetteer baseline."""
 
     @classmethod
     def load(cls, tdir: Path) -> "TaskData":
         tdir = Path(tdir)
+        ood = tdir / "ad_ood.jsonl"
+        titles = tdir / "titles.txt"
         return cls(tdir, T.load_examples("ad", tdir / "ad.jsonl"), T.load_examples("ct", tdir / "ct_pool.jsonl"),
-                   T.load_examples("ct", tdir / "ct_test.jsonl"))
+                   T.load_examples("ct", tdir / "ct_test.jsonl"),
+                   T.load_examples("ad", ood) if ood.exists() else [],
+                   [tuple(ln.split()) for ln in titles.read_text(encoding="utf-8").splitlines()] if titles.exists() else [])
+
+    def extra_tests(self, task: str) -> dict[str, list]:
+        """Test sets every calculation of `task` is also scored on, besides its protocol test set."""
+        return {"ood": self.ad_ood} if task == "ad" and self.ad_ood else {}
 
 
 def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int | None = None,
-                target_snippets: int = 600, seed: int = 0) -> Path:
-    """Build (or find) the bundled CT and AD datasets; their source documents are listed for holdout."""
+                target_snippets: int = 600, seed: int = 0, ct_data: str = "npm") -> Path:
+    """Build (or find) the task datasets; AD's source documents are listed for holdout.
+
+    AD comes from the bundled corpus (in-domain) plus the shipped out-of-domain npm pairs. CT is the
+    shipped hand-labelled npm set (`ct_data="npm"`) or the templated one built from bundled titles."""
     from alignlab.platform.sources import read_bundled
 
+    if ct_data not in CT_DATA:
+        raise ValueError(f"unknown CT data {ct_data!r}: choose one of {', '.join(CT_DATA)}")
     st = as_storage(root)
     key = config_hash({"langs": list(langs), "max_docs": max_docs_per_lang, "snippets": target_snippets, "seed": seed,
-                       "ad_builder": T.AD_BUILDER_VERSION})
-    rel = f"tasks/bundled-{key}"
+                       "ad_builder": T.AD_BUILDER_VERSION, "ct_data": ct_data, "builder": TASK_BUILDER_VERSION})
+    rel = f"tasks/{ct_data}-{key}"
     tdir = st.local / rel
     if st.pull(rel, marker="stats.json"):
         return tdir
     docs = list(read_bundled(langs, max_docs_per_lang=max_docs_per_lang))
     ad, ad_stats = T.build_ad_dataset(docs, seed=seed, target_snippets=target_snippets)
-    pool, test, ct_stats = T.build_ct_dataset(T.concepts_from_documents(d for d in docs if d.lang == "en"), seed=seed)
+    en_docs = [d for d in docs if d.lang == "en"]
+    if ct_data == "templated":
+        pool, test, ct_stats = T.build_ct_dataset(T.concepts_from_documents(en_docs), seed=seed)
+    else:
+        pool = T.load_examples("ct", SHIPPED_TASK_DATA / "ct_pool.jsonl")
+        test = T.load_examples("ct", SHIPPED_TASK_DATA / "ct_test.jsonl")
+        ct_stats = {"source": "npm package summaries, hand-labelled (objectives/task_data/npm)",
+                    "pool_size": len(pool), "test_size": len(test),
+                    "tag_fractions_pool": T.tag_fractions(pool), "tag_fractions_test": T.tag_fractions(test)}
+    ad_ood = T.load_examples("ad", SHIPPED_TASK_DATA / "ad_ood.jsonl")
+    titles = sorted({t for t in (T.title_words(d.title) for d in en_docs if d.title) if t})
     tdir.mkdir(parents=True, exist_ok=True)
     T.write_jsonl(tdir / "ad.jsonl", ad)
+    T.write_jsonl(tdir / "ad_ood.jsonl", ad_ood)
     T.write_jsonl(tdir / "ct_pool.jsonl", pool)
     T.write_jsonl(tdir / "ct_test.jsonl", test)
-    # CT concepts are article titles: the sentences of those articles are not held out (the paper's CT
-    # queries are not Wikipedia text either); AD snippets are corpus text, so their documents are.
+    write_text(tdir / "titles.txt", "".join(" ".join(t) + "\n" for t in titles))
+    # CT is not corpus text (npm summaries, or templates around titles), so nothing of it is held out;
+    # AD snippets are corpus text, so their documents are.
     doc_ids = sorted(ad_stats.pop("doc_ids", []))
     write_text(tdir / "heldout_doc_ids.txt", "".join(d + "\n" for d in doc_ids))
-    write_json(tdir / "stats.json", {"ad": ad_stats, "ct": ct_stats, "heldout_documents": len(doc_ids)})
+    write_json(tdir / "stats.json", {"ad": ad_stats, "ad_ood": {"num_examples": len(ad_ood),
+                                                                "num_snippets": len({e.snippet for e in ad_ood})},
+                                     "ct": ct_stats, "ct_data": ct_data, "titles": len(titles),
+                                     "heldout_documents": len(doc_ids)})
     st.push(rel, last=("stats.json",))
     return tdir
 
@@ -96,12 +139,45 @@ def fel_split(data: TaskData, task: str, cfg: FinetuneConfig) -> tuple[list, lis
     return sample[n_val:], sample[:n_val], test
 
 
-def context_free_baselines(task: str, train: list, test: list) -> dict[str, float]:
-    """Baselines that never see the context: majority class, and letters-only (AD) / per-word lexicon (CT)."""
+CT_BASELINES = ("majority", "lexicon", "run_rule", "gazetteer")
+AD_BASELINES = ("majority", "letters", "span_matcher")
+
+
+def context_free_baselines(task: str, train: list, test: list, *, titles=()) -> dict[str, float]:
+    """Every context-free baseline of `task`, trained on `train` (the calculation's budget) and scored
+    on `test`, as {"baseline_<name>": accuracy}, plus "baseline_best" and "baseline_best_name" (the
+    strongest; a model's effect only counts above it).
+
+    CT: majority tag; per-word lexicon; the run rule (a word tagged N in train is N, each run of other
+    words one concept); the title gazetteer (longest article-title match = concept), when `titles`
+    are given. AD: majority; letters-only logistic regression; the span matcher (positive iff the
+    acronym is the initials of a span of the snippet)."""
     if task == "ad":
-        return {"baseline_majority": T.majority_baseline([e.label for e in train], [e.label for e in test]),
-                "baseline_context_free": T.letters_only_ad_baseline(train, test)}
-    train_tags = [t for e in train for t in e.tags]
-    test_tags = [t for e in test for t in e.tags]
-    return {"baseline_majority": T.majority_baseline(train_tags, test_tags),
-            "baseline_context_free": T.lexicon_ct_baseline(train, test)}
+        out = {"baseline_majority": T.majority_baseline([e.label for e in train], [e.label for e in test]),
+               "baseline_letters": T.letters_only_ad_baseline(train, test),
+               "baseline_span_matcher": T.span_matcher_ad_baseline(test)}
+    else:
+        out = {"baseline_majority": T.majority_baseline([t for e in train for t in e.tags],
+                                                        [t for e in test for t in e.tags]),
+               "baseline_lexicon": T.lexicon_ct_baseline(train, test),
+               "baseline_run_rule": T.run_rule_ct_baseline(train, test)}
+        if titles:
+            out["baseline_gazetteer"] = T.gazetteer_ct_baseline(titles, test)
+    best = max(out, key=lambda k: out[k])
+    return {**out, "baseline_best": out[best], "baseline_best_name": best[len("baseline_"):]}
+
+
+def extra_test_scores(model, tok, cfg: FinetuneConfig, tests: dict[str, list], budget: list, *, titles=()) -> dict:
+    """The selected model's accuracy on each extra test set (out-of-domain AD, a user's --eval-file), with
+    the context-free baselines trained on the same budget and scored on that set:
+    {"eval_<name>_accuracy", "eval_<name>_perplexity", "eval_<name>_baseline_<b>", ...}."""
+    from alignlab.platform.finetune import evaluate_examples
+
+    out: dict = {}
+    for name, examples in tests.items():
+        m = evaluate_examples(model, cfg.task, examples, tok, acronym_form=cfg.acronym_form)
+        out[f"eval_{name}_accuracy"], out[f"eval_{name}_perplexity"] = m["accuracy"], m["perplexity"]
+        out[f"eval_{name}_num_test"] = len(examples)
+        for k, v in context_free_baselines(cfg.task, budget, examples, titles=titles).items():
+            out[f"eval_{name}_{k}"] = v
+    return out

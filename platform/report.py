@@ -74,7 +74,31 @@ def baseline_of(df: pd.DataFrame, study: dict) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _table(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], acc: str, ppl: str) -> tuple[list[str], dict]:
+def baseline_names(df: pd.DataFrame, prefix: str = "") -> list[str]:
+    """The context-free baselines present in the results (of the protocol test set, or of `prefix`'s set)."""
+    head = f"{prefix}baseline_"
+    return [c[len(head):] for c in df.columns
+            if c.startswith(head) and c not in (f"{head}best", f"{head}best_name") and df[c].notna().any()]
+
+
+def strongest_baseline(sub: pd.DataFrame, prefix: str = "") -> tuple[str, float]:
+    """(name, mean accuracy) of the strongest context-free baseline over a row's calculations."""
+    names = baseline_names(sub, prefix)
+    if not names:
+        return "–", float("nan")
+    means = {n: sub[f"{prefix}baseline_{n}"].mean() for n in names}
+    best = max(means, key=means.get)
+    return best, float(means[best])
+
+
+def extra_test_sets(df: pd.DataFrame) -> list[str]:
+    """Names of the extra test sets the calculations were scored on (out-of-domain AD, --eval-file)."""
+    return [c[len("eval_"): -len("_accuracy")] for c in df.columns
+            if c.startswith("eval_") and c.endswith("_accuracy") and "_baseline_" not in c]
+
+
+def _table(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], acc: str, ppl: str,
+           prefix: str = "") -> tuple[list[str], dict]:
     cols = list(dict.fromkeys(df["col"]))
     rows = list(dict.fromkeys(df["row"]))
     lines = ["| | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
@@ -95,7 +119,8 @@ def _table(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], acc: str, pp
             elif not base.empty:
                 better, p = welch_better(sub[acc], base[acc])
                 pvals[(r, c)] = p
-                if better:
+                # An effect counts only above what no model is needed for: the strongest context-free baseline.
+                if better and sub[acc].mean() > strongest_baseline(sub, prefix)[1]:
                     text = f"**{text}**"
             cells.append(text)
         lines.append(f"| {r} | " + " | ".join(cells) + " |")
@@ -135,13 +160,14 @@ def write_report(sdir: Path) -> Path:
             cells = [_fmt(df[(df["row"] == r) & (df["col"] == c)]["epochs"].astype(float), 1, 1)
                      for c in dict.fromkeys(df["col"])]
             out.append(f"| {r} | " + " | ".join(cells) + " |")
-        out += ["", "## Context-free baselines on the same splits", "",
-                "An effect only counts when it beats these: majority class, and a model that never sees the context "
-                "(AD: logistic regression on the acronym's letters; CT: each word's most frequent training tag).", "",
-                "| | majority | context-free |", "|---|---|---|"]
-        for r in dict.fromkeys(df["row"]):
-            sub = df[df["row"] == r]
-            out.append(f"| {r} | {_fmt(sub['baseline_majority'], 100)} | {_fmt(sub['baseline_context_free'], 100)} |")
+        out += ["", "## Context-free baselines on the same splits", ""] + _baseline_section(df, "")
+        for name in extra_test_sets(df):
+            out += ["", f"## Test set `{name}`", "", _EXTRA_TEST_TEXT.get(name, "A user's own test file "
+                    "(--eval-file); the models are those selected above, scored once more."), "",
+                    "### Accuracy at the best-perplexity epoch", ""]
+            out += _table(df[df[f"eval_{name}_accuracy"].notna()], baselines, f"eval_{name}_accuracy",
+                          f"eval_{name}_perplexity", prefix=f"eval_{name}_")[0]
+            out += ["", f"### Context-free baselines on `{name}`", ""] + _baseline_section(df, f"eval_{name}_")
         if pvals:
             out += ["", "Welch p-values against the baseline: " + ", ".join(
                 f"{r}/{c}: {p:.3g}" for (r, c), p in pvals.items() if not math.isnan(p))]
@@ -158,6 +184,35 @@ def write_report(sdir: Path) -> Path:
     path = sdir / "report.md"
     write_text(path, "\n".join(out))
     return path
+
+
+_EXTRA_TEST_TEXT = {
+    "ood": "Out-of-domain AD: 446 snippets of npm package summaries (objectives/task_data/npm/ad_ood.jsonl), mined "
+           "with the same rules as the in-domain set. Each AD calculation's selected model (trained on its "
+           "Wikipedia folds) is scored on all of it.",
+}
+
+
+def _baseline_section(df: pd.DataFrame, prefix: str) -> list[str]:
+    """Each row's context-free baselines (mean ± std over its calculations) and the strongest one, named."""
+    sub_df = df[df[f"{prefix}baseline_best"].notna()] if f"{prefix}baseline_best" in df else df.iloc[0:0]
+    names = baseline_names(sub_df, prefix)
+    if sub_df.empty or not names:
+        return ["No context-free baselines in these results."]
+    out = ["An effect only counts when it beats these; a cell is bold only when it is significantly above its "
+           "baseline model **and** above the strongest of them. Majority: the most frequent training label. "
+           "CT: lexicon (each word's most frequent training tag), run rule (a word tagged N in training is N; "
+           "each run of other words is one concept), gazetteer (longest match of a bundled-corpus article title "
+           "is a concept). AD: letters (logistic regression on the acronym alone), span matcher (positive iff "
+           "the acronym is the initials of some span of the snippet).", "",
+           "| | " + " | ".join(names) + " | strongest |", "|---|" + "---|" * (len(names) + 1)]
+    for r in dict.fromkeys(sub_df["row"]):
+        sub = sub_df[sub_df["row"] == r]
+        cells = [_fmt(sub[f"{prefix}baseline_{n}"], 100) if sub[f"{prefix}baseline_{n}"].notna().any() else "/"
+                 for n in names]
+        best, mean = strongest_baseline(sub, prefix)
+        out.append(f"| {r} | " + " | ".join(cells) + f" | {best} ({100 * mean:.1f}) |")
+    return out
 
 
 def _search_section(searches: list[dict]) -> list[str]:
@@ -223,21 +278,10 @@ def _plots(sdir: Path, df: pd.DataFrame, study: dict) -> list[Path]:
     made = []
     kinds = study.get("plots") or ["bars"]
     if "bars" in kinds:
-        rows = list(dict.fromkeys(df["row"]))
-        cols = list(dict.fromkeys(df["col"]))
-        fig, ax = plt.subplots(figsize=(1.5 + 1.2 * len(rows) * len(cols) / 2, 3.5))
-        w = 0.8 / len(cols)
-        for j, c in enumerate(cols):
-            means = [100 * df[(df.row == r) & (df.col == c)]["accuracy"].mean() for r in rows]
-            sds = [100 * df[(df.row == r) & (df.col == c)]["accuracy"].std(ddof=1) for r in rows]
-            ax.bar(np.arange(len(rows)) + j * w, means, w, yerr=np.nan_to_num(sds), capsize=3, label=c)
-        base = [100 * df[df.row == r]["baseline_context_free"].mean() for r in rows]
-        ax.scatter(np.arange(len(rows)) + 0.4 - w / 2, base, marker="_", s=400, color="k", label="context-free baseline")
-        ax.set_xticks(np.arange(len(rows)) + 0.4 - w / 2, rows)
-        ax.set_ylabel("accuracy % (best-perplexity epoch)")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        made.append(_save(fig, pdir / "accuracy_by_condition.png"))
+        made.append(_bars(df, "accuracy", "", pdir / "accuracy_by_condition.png"))
+    for name in extra_test_sets(df):  # every extra test set gets its bars, with its own baselines
+        made.append(_bars(df[df[f"eval_{name}_accuracy"].notna()], f"eval_{name}_accuracy", f"eval_{name}_",
+                          pdir / f"accuracy_{name}_by_condition.png", title=f"test set: {name}"))
     groups = list(dict.fromkeys(df["group"] if "group" in df else df["row"]))
     gcol = "group" if "group" in df else "row"
     if "budget" in kinds and "ft_budget" in df:
@@ -248,6 +292,8 @@ def _plots(sdir: Path, df: pd.DataFrame, study: dict) -> list[Path]:
                 m = sub.groupby("ft_budget")["accuracy"]
                 ax.errorbar(m.mean().index, 100 * m.mean(), yerr=100 * m.std(ddof=1).fillna(0), label=c, capsize=3,
                             marker="o")
+            b = df[df[gcol] == g].groupby("ft_budget")["baseline_best"].mean()
+            ax.plot(b.index, 100 * b, "k--", label="strongest context-free baseline")
             if df["ft_budget"].max() > 10 * df["ft_budget"].min():
                 ax.set_xscale("log")
             ax.set_title(g)
@@ -272,6 +318,7 @@ def _plots(sdir: Path, df: pd.DataFrame, study: dict) -> list[Path]:
                         ms.append(100 * acc.mean())
                         sds.append(100 * acc.std(ddof=1) if len(acc) > 1 else 0.0)
                 ax.errorbar(xs, ms, yerr=sds, label=r, capsize=3, marker="o")
+            ax.axhline(100 * strongest_baseline(sub_g)[1], color="k", ls="--", label="strongest context-free baseline")
             ax.set_xticks(range(len(cols)), cols)
             ax.set_title(g)
             ax.set_xlabel("layers (* = pretrained heads discarded)")
@@ -280,6 +327,30 @@ def _plots(sdir: Path, df: pd.DataFrame, study: dict) -> list[Path]:
         fig.tight_layout()
         made.append(_save(fig, pdir / "accuracy_by_model_size.png"))
     return made
+
+
+def _bars(df: pd.DataFrame, acc: str, prefix: str, path: Path, title: str = "") -> Path:
+    """Accuracy per row and column with error bars, and each row's strongest context-free baseline."""
+    import matplotlib.pyplot as plt
+
+    rows = list(dict.fromkeys(df["row"]))
+    cols = list(dict.fromkeys(df["col"]))
+    fig, ax = plt.subplots(figsize=(1.5 + 1.2 * len(rows) * len(cols) / 2, 3.5))
+    w = 0.8 / len(cols)
+    for j, c in enumerate(cols):
+        means = [100 * df[(df.row == r) & (df.col == c)][acc].mean() for r in rows]
+        sds = [100 * df[(df.row == r) & (df.col == c)][acc].std(ddof=1) for r in rows]
+        ax.bar(np.arange(len(rows)) + j * w, means, w, yerr=np.nan_to_num(sds), capsize=3, label=c)
+    base = [100 * strongest_baseline(df[df.row == r], prefix)[1] for r in rows]
+    ax.scatter(np.arange(len(rows)) + 0.4 - w / 2, base, marker="_", s=400, color="k",
+               label="strongest context-free baseline")
+    ax.set_xticks(np.arange(len(rows)) + 0.4 - w / 2, rows)
+    ax.set_ylabel("accuracy % (best-perplexity epoch)")
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _save(fig, path)
 
 
 def _save(fig, path: Path) -> Path:

@@ -175,6 +175,11 @@ class Study:
     task_langs: tuple[str, ...] = ("en", "es", "fr")
     task_max_docs_per_lang: int | None = None
     task_snippets: int = 600
+    ct_data: str = "npm"
+    """CT dataset: "npm" (the shipped hand-labelled real-text set) or "templated" (see protocol.CT_DATA)."""
+    eval_files: tuple[tuple[str, str], ...] = ()
+    """(task, path) of a user's own test files: every calculation of that task is also scored on each,
+    with its own columns (`eval_<file stem>_accuracy`, ...) in results.parquet and the report."""
     plots: tuple[str, ...] = ()
     """Which plots the report draws: "bars" (accuracy per column with error bars), "budget" (accuracy vs n),
     "by_size" (accuracy per column, one line per row, one panel per group)."""
@@ -206,8 +211,10 @@ class Study:
                 raise ValueError(f"study {self.name}: more than one baseline cell in a group: {self.baseline_cells}")
 
 
-def calc_id(model_id: str, ft: FinetuneConfig, salt: str = "") -> str:
-    return f"{ft.task}-{config_hash(model_id, ft, *([salt] if salt else []))}"
+def calc_id(model_id: str, ft: FinetuneConfig, salt: str = "", data: str = "") -> str:
+    """A calculation's id: its model, its finetuning config, and (`data`) the task data and extra test
+    files it is scored on, so that other data never counts as this calculation done."""
+    return f"{ft.task}-{config_hash(model_id, ft, *([salt] if salt else []), *([data] if data else []))}"
 
 
 # ---------------------------------------------------------------- model sizes at each preset
@@ -295,8 +302,12 @@ def run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None 
     ensure_ray()
     say(f"[study {study.name}] building task datasets")
     tdir = build_tasks(st, langs=study.task_langs, max_docs_per_lang=study.task_max_docs_per_lang,
-                       target_snippets=study.task_snippets, seed=study.corpus.seed)
+                       target_snippets=study.task_snippets, seed=study.corpus.seed, ct_data=study.ct_data)
     check_budgets(study, tdir)
+    eval_sets = stage_eval_files(study, sdir)
+    if eval_sets:
+        st.push(f"{srel}/eval")
+    data_key = config_hash(tdir.name, eval_sets) if eval_sets else tdir.name
     corpus_cfg = dataclasses.replace(study.corpus, holdout_ids_file=str(tdir / "heldout_doc_ids.txt"))
     say(f"[study {study.name}] building corpus ({corpus_cfg.source})")
     cdir = build_corpus(corpus_cfg, st, progress=progress)
@@ -304,10 +315,11 @@ def run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None 
 
     def calc_dict(c: CalcSpec, salt: str = "") -> dict:
         mid = mdirs[c.model].name
-        return {"calc_id": calc_id(mid, c.finetune, salt), "model_key": c.model, "model_id": mid,
+        return {"calc_id": calc_id(mid, c.finetune, salt, data_key), "model_key": c.model, "model_id": mid,
                 "model_dir": str(mdirs[c.model]), "task_dir": str(tdir), "row": c.row, "col": c.col,
                 "group": c.group or c.row, "finetune": to_dict(c.finetune), "study_dir": str(sdir),
-                "storage": st.uri, "task_id": tdir.name, "study_name": study.name}
+                "storage": st.uri, "task_id": tdir.name, "study_name": study.name,
+                "eval_sets": {n: f for n, (task, f) in eval_sets.items() if task == c.finetune.task}}
 
     calcs = [calc_dict(c) for c in study.calcs]
     searches: dict[str, dict] = {}
@@ -349,6 +361,26 @@ def run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None 
     st.push(srel, exclude=("trials/", "tensorboard/", "tune/", "searches/"))
     say(f"[study {study.name}] done in {time.time() - t0:.0f}s")
     return report
+
+
+def stage_eval_files(study: Study, sdir: Path) -> dict[str, tuple[str, str]]:
+    """Validate the study's --eval-file test files and copy them into <study>/eval/ (so trials on any node
+    read them from the storage root); returns {name: (task, file name under eval/)}. The name is the
+    file's stem; a bad file fails here, before any pretraining, naming the file and line."""
+    import re
+
+    from alignlab.platform.tasks import load_examples, write_jsonl
+
+    out: dict[str, tuple[str, str]] = {}
+    for task, path in study.eval_files:
+        examples = load_examples(task, path)  # TaskDataError names every FILE:LINE: problem
+        name = re.sub(r"[^a-z0-9]+", "_", Path(path).stem.lower()).strip("_") or "file"
+        if name in out or name == "ood":
+            raise ValueError(f"--eval-file {path}: another eval file (or the built-in 'ood' set) is named {name!r}; "
+                             "rename one of them")
+        write_jsonl(sdir / "eval" / f"{name}.jsonl", examples)
+        out[name] = (task, f"{name}.jsonl")
+    return out
 
 
 def check_budgets(study: Study, tdir: Path) -> None:
@@ -509,7 +541,8 @@ def run_one(calc: dict) -> dict:
     from torch.utils.tensorboard import SummaryWriter
 
     from alignlab.platform.finetune import load_pretrained, run_calculation
-    from alignlab.platform.protocol import TaskData, context_free_baselines, fel_split
+    from alignlab.platform.protocol import TaskData, context_free_baselines, extra_test_scores, fel_split
+    from alignlab.platform.tasks import load_examples
 
     ft = finetune_from_dict(calc["finetune"])
     calc = localize(calc)
@@ -523,8 +556,11 @@ def run_one(calc: dict) -> dict:
     try:
         res = run_calculation(pre, ft, train, test, val=val, other_task_train=other,
                               on_epoch=lambda e, m: [writer.add_scalar(f"select/{k}", v, e) for k, v in m.items()])
-        res.pop("_model")
-        res.update(context_free_baselines(ft.task, train, test))
+        tests = {**data.extra_tests(ft.task), **{name: load_examples(ft.task, sdir / "eval" / f)
+                                                 for name, f in calc.get("eval_sets", {}).items()}}
+        res.update(extra_test_scores(res.pop("_model"), pre.tok, ft, tests, train + val, titles=data.titles))
+        # Baselines learn from the whole budget the model had (its training and validation examples).
+        res.update(context_free_baselines(ft.task, train + val, test, titles=data.titles))
         hp = {f"ft/{k}": v for k, v in calc["finetune"].items()}
         hp.update({"model": calc["model_key"], "model_id": calc["model_id"], "row": calc["row"], "col": calc["col"]})
         writer.add_hparams(hp, {f"result/{k}": res[k] for k in ("accuracy", "perplexity", "best_accuracy", "epochs")},
@@ -556,6 +592,8 @@ def localize(calc: dict) -> dict:
     from alignlab.platform.pretrain_ray import fetch_model
 
     st.pull(f"tasks/{calc['task_id']}", marker="stats.json")
+    for f in calc.get("eval_sets", {}).values():
+        st.pull_file(f"studies/{calc['study_name']}/eval/{f}")
     return {**calc, "model_dir": str(fetch_model(st, calc["model_id"])), "task_dir": str(st.local / "tasks" / calc["task_id"]),
             "study_dir": str(study_dir(st.local, calc["study_name"]))}
 
@@ -779,7 +817,20 @@ def study_main(build, argv: list[str] | None = None) -> Path:
                          'of a worker type that offers that custom resource (an autoscaler adds them on demand)')
     ap.add_argument("--parallel-pretrain", type=int, default=1,
                     help="independent pretraining runs side by side (default 1; >1 is for clusters)")
+    ap.add_argument("--ct-data", choices=["npm", "templated"], default="npm",
+                    help="CT data: the shipped hand-labelled npm summaries (default) or templated bundled titles")
+    ap.add_argument("--eval-file", action="append", default=[], metavar="TASK=PATH",
+                    help="also score every finetuned calculation of TASK (ct or ad) on this JSONL test file; "
+                         "repeatable, e.g. --eval-file ct=my_ct.jsonl --eval-file ad=my_ad.jsonl")
     args = ap.parse_args(argv)
+    eval_files = []
+    for spec in args.eval_file:
+        task, sep, path = spec.partition("=")
+        if not sep or task not in ("ct", "ad") or not path:
+            ap.error(f"--eval-file {spec!r}: expected ct=PATH or ad=PATH")
+        if not Path(path).is_file():
+            ap.error(f"--eval-file {spec!r}: {path} is not a file")
+        eval_files.append((task, str(Path(path).resolve())))
     if args.cpus_per_trial <= 0 or args.gpus_per_trial < 0 or args.parallel_pretrain < 1:
         ap.error("--cpus-per-trial must be > 0, --gpus-per-trial >= 0 and --parallel-pretrain >= 1")
     resources = {"cpu": args.cpus_per_trial, **({"gpu": args.gpus_per_trial} if args.gpus_per_trial else {})}
@@ -793,7 +844,7 @@ def study_main(build, argv: list[str] | None = None) -> Path:
         if not isinstance(extra, dict) or not all(isinstance(v, (int, float)) and v > 0 for v in extra.values()):
             ap.error('--trial-resources must be a JSON object of positive amounts, e.g. \'{"fel_node": 1}\'')
         resources.update(extra)
-    study = build(check_preset(args.preset))
+    study = dataclasses.replace(build(check_preset(args.preset)), ct_data=args.ct_data, eval_files=tuple(eval_files))
     root = resolve_root(args.storage)
     report = run_study(study, root, max_concurrent=args.max_concurrent,
                        trial_resources=resources, max_parallel_pretrain=args.parallel_pretrain)

@@ -379,7 +379,8 @@ class AcronymPair:
     paren_end: int
 
 
-_PAREN_RE = re.compile(r"(\s+)\(\s*([^()\s]{2,10})\s*\)")
+# The parenthetical must end the word: "Numbers (VIN)s" is not a definition (removing it would glue "s" on).
+_PAREN_RE = re.compile(r"(\s+)\(\s*([^()\s]{2,10})\s*\)(?![^\W_])")
 
 
 def schwartz_hearst_long_form(short_form: str, long_form: str) -> str | None:
@@ -1053,3 +1054,75 @@ def lexicon_ct_baseline(train: Sequence[CTExample], test: Sequence[CTExample]) -
     if not pairs:
         raise ValueError("lexicon_ct_baseline needs a non-empty test set")
     return sum(p == g for p, g in pairs) / len(pairs)
+
+
+def _tags_of_runs(is_concept_word: Sequence[bool]) -> list[str]:
+    """Tags that make every maximal run of concept words one concept (S…E, or SE for one word)."""
+    tags, i, n = [], 0, len(is_concept_word)
+    while i < n:
+        if not is_concept_word[i]:
+            tags.append("N")
+            i += 1
+            continue
+        j = i
+        while j + 1 < n and is_concept_word[j + 1]:
+            j += 1
+        tags += concept_tags(j - i + 1)
+        i = j + 1
+    return tags
+
+
+def _word_accuracy(predicted: Sequence[Sequence[str]], test: Sequence[CTExample]) -> float:
+    pairs = [(p, g) for pred, ex in zip(predicted, test) for p, g in zip(pred, ex.tags)]
+    if not pairs:
+        raise ValueError("a CT baseline needs a non-empty test set")
+    return sum(p == g for p, g in pairs) / len(pairs)
+
+
+def run_rule_ct_baseline(train: Sequence[CTExample], test: Sequence[CTExample]) -> float:
+    """Word accuracy of the training-vocabulary run rule: a word tagged N anywhere in `train` is N;
+    every maximal run of the other words is one concept. It needs no context, only which words are
+    "function words" of the task, and it is strong wherever concepts sit between such words."""
+    n_words = {tok for ex in train for tok, tag in zip(ex.tokens, ex.tags) if tag == "N"}
+    return _word_accuracy([_tags_of_runs([t not in n_words for t in ex.tokens]) for ex in test], test)
+
+
+def gazetteer_tags(tokens: Sequence[str], titles: set[tuple[str, ...]], max_len: int) -> list[str]:
+    """Left-to-right longest match of `titles` (word tuples): each match is a concept, all else N."""
+    tags, i = [], 0
+    while i < len(tokens):
+        for n in range(min(max_len, len(tokens) - i), 0, -1):
+            if tuple(tokens[i: i + n]) in titles:
+                tags += concept_tags(n)
+                i += n
+                break
+        else:
+            tags.append("N")
+            i += 1
+    return tags
+
+
+def gazetteer_ct_baseline(titles: Iterable[Sequence[str]], test: Sequence[CTExample]) -> float:
+    """Word accuracy of tagging the longest matches of article titles as concepts: what WHP could
+    teach by looking titles up, with no context at all."""
+    table = {tuple(t) for t in titles if t}
+    if not table:
+        raise ValueError("gazetteer_ct_baseline needs at least one title")
+    max_len = max(len(t) for t in table)
+    return _word_accuracy([gazetteer_tags(ex.tokens, table, max_len) for ex in test], test)
+
+
+def title_words(title: str) -> tuple[str, ...]:
+    """A title as CT words: lowercased, parenthetical qualifier dropped ("Mercury (planet)" -> mercury)."""
+    return tuple(words_of(re.sub(r"\s*\([^)]*\)\s*$", "", title).lower()))
+
+
+def span_matcher_ad_baseline(test: Sequence[ADExample]) -> float:
+    """Accuracy of "positive iff the acronym is the initials of some contiguous span of the snippet"
+    (minor words such as "of" may be skipped, as in the task's own rule). No training and no notion
+    of an entity: it is right on every positive and every mutated negative, and wrong on every
+    pseudo-acronym negative (the initials of a non-entity span)."""
+    if not test:
+        raise ValueError("span_matcher_ad_baseline needs a non-empty test set")
+    hits = [_matches_a_span(ex.acronym, words_of(ex.snippet)) == (ex.label == 1) for ex in test]
+    return sum(hits) / len(hits)

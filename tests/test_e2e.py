@@ -48,15 +48,24 @@ def _kill_when(cmd: list[str], pattern: str, at_least: int, env: dict | None = N
 def test_the_smoke_ablation_study_survives_a_killed_driver_and_reports_every_calculation(tmp_path):
     storage = tmp_path / "storage"
     trials = storage / "studies" / "objective_ablation-smoke" / "trials"
+    # A user's own test files: every calculation of their task is also scored on them.
+    (tmp_path / "my_ct.jsonl").write_text(
+        '{"tokens": ["a", "react", "wrapper", "for", "leaflet"], "tags": ["N", "SE", "N", "N", "SE"]}\n'
+        '{"tokens": ["node", "js", "streams"], "tags": ["S", "E", "N"]}\n')
+    (tmp_path / "my_ad.jsonl").write_text(
+        '{"acronym": "ecs", "snippet": "the elastic container service runs docker", "label": 1}\n'
+        '{"acronym": "ecr", "snippet": "the elastic container service runs docker", "label": 0}\n')
+    cmd = CMD + ["--storage", str(storage), "--eval-file", f"ct={tmp_path / 'my_ct.jsonl'}",
+                 "--eval-file", f"ad={tmp_path / 'my_ad.jsonl'}"]
     # One trial at a time, and the driver is killed the moment it reports its second finished trial: smoke
     # trials take a fraction of a second, so polling the trial files would often find all twelve done.
-    first = _kill_when(CMD + ["--storage", str(storage), "--max-concurrent", "1"], r"\[trials\] (\d+)/12 done", 2)
+    first = _kill_when(cmd + ["--max-concurrent", "1"], r"\[trials\] (\d+)/12 done", 2)
     # Pretraining ran inside Ray Train workers, whose output Ray does not forward: their progress still shows.
     assert re.search(r"\[pretrain 32x1-mlm\+nsp\+whp\+pad-\w+\] step 12/12 \(100%\), loss ", first), first[-3000:]
     done_before = {p.name: p.stat().st_mtime_ns for p in trials.glob("*.json")}
     assert 2 <= len(done_before) < 12
 
-    second = subprocess.run(CMD + ["--storage", str(storage)], cwd=REPO, capture_output=True, text=True, timeout=900)
+    second = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     report = storage / "studies" / "objective_ablation-smoke" / "report.md"
     assert f"Report: {report}" in second.stdout
@@ -72,6 +81,18 @@ def test_the_smoke_ablation_study_survives_a_killed_driver_and_reports_every_cal
     text = report.read_text()
     assert "Selection mode: honest" in text and "<u>" in text and "Welch" in text
     assert (sdir / "plots" / "accuracy_by_condition.png").stat().st_size > 1000
+    # CT is the hand-labelled real-text set; AD is also scored out of domain; the user's files have columns of
+    # their own; every context-free baseline is computed on the same splits and the strongest is named.
+    ct, ad = results[results["row"] == "CT"], results[results["row"] == "AD"]
+    assert set(ct["num_test"]) == {260} and ct["eval_my_ct_accuracy"].between(0, 1).all()
+    assert ad["eval_ood_accuracy"].between(0, 1).all() and set(ad["eval_ood_num_test"]) == {892}
+    assert ad["eval_my_ad_accuracy"].between(0, 1).all() and ct["eval_ood_accuracy"].isna().all()
+    assert set(ct["baseline_best_name"]) <= {"majority", "lexicon", "run_rule", "gazetteer"}
+    assert ct["baseline_gazetteer"].notna().all() and ad["baseline_span_matcher"].notna().all()
+    assert ad["eval_ood_baseline_span_matcher"].notna().all()
+    for section in ("## Test set `ood`", "## Test set `my_ct`", "## Test set `my_ad`", "| span_matcher |", "strongest"):
+        assert section in text, section
+    assert (sdir / "plots" / "accuracy_ood_by_condition.png").stat().st_size > 1000
     assert len(list((sdir / "tensorboard").rglob("events.out.tfevents.*"))) >= 12
     assert len(list((storage / "models").glob("*/final/model.pt"))) == 3
 
