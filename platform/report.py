@@ -76,9 +76,13 @@ def baseline_of(df: pd.DataFrame, study: dict) -> dict[str, tuple[str, str]]:
 
 def baseline_names(df: pd.DataFrame, prefix: str = "") -> list[str]:
     """The context-free baselines present in the results (of the protocol test set, or of `prefix`'s set)."""
+    from alignlab.platform.protocol import AD_BASELINES, CT_BASELINES
+
     head = f"{prefix}baseline_"
-    return [c[len(head):] for c in df.columns
-            if c.startswith(head) and c not in (f"{head}best", f"{head}best_name") and df[c].notna().any()]
+    found = [c[len(head):] for c in df.columns
+             if c.startswith(head) and c not in (f"{head}best", f"{head}best_name") and df[c].notna().any()]
+    order = list(dict.fromkeys(CT_BASELINES + AD_BASELINES))  # the protocol's order, then any others
+    return sorted(found, key=lambda n: (order.index(n) if n in order else len(order), n))
 
 
 def strongest_baseline(sub: pd.DataFrame, prefix: str = "") -> tuple[str, float]:
@@ -93,15 +97,16 @@ def strongest_baseline(sub: pd.DataFrame, prefix: str = "") -> tuple[str, float]
 
 def extra_test_sets(df: pd.DataFrame) -> list[str]:
     """Names of the extra test sets the calculations were scored on (out-of-domain AD, --eval-file)."""
-    return [c[len("eval_"): -len("_accuracy")] for c in df.columns
-            if c.startswith("eval_") and c.endswith("_accuracy") and "_baseline_" not in c]
+    names = [c[len("eval_"): -len("_accuracy")] for c in df.columns
+             if c.startswith("eval_") and c.endswith("_accuracy") and "_baseline_" not in c]
+    return sorted(names, key=lambda n: (n not in _EXTRA_TEST_TEXT, n))  # built-in sets first
 
 
 def _table(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], acc: str, ppl: str,
            prefix: str = "") -> tuple[list[str], dict]:
     cols = list(dict.fromkeys(df["col"]))
     rows = list(dict.fromkeys(df["row"]))
-    lines = ["| | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+    lines = ["| | " + " | ".join(cols) + " | strongest context-free |", "|---|" + "---|" * (len(cols) + 1)]
     pvals = {}
     base_cells = set(baselines.values())
     for r in rows:
@@ -123,6 +128,8 @@ def _table(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], acc: str, pp
                 if better and sub[acc].mean() > strongest_baseline(sub, prefix)[1]:
                     text = f"**{text}**"
             cells.append(text)
+        name, mean = strongest_baseline(df[df["row"] == r], prefix)
+        cells.append(f"{100 * mean:.1f} ({name})" if name != "–" else "–")
         lines.append(f"| {r} | " + " | ".join(cells) + " |")
     return lines, pvals
 
@@ -167,7 +174,7 @@ def write_report(sdir: Path) -> Path:
                     "### Accuracy at the best-perplexity epoch", ""]
             out += _table(df[df[f"eval_{name}_accuracy"].notna()], baselines, f"eval_{name}_accuracy",
                           f"eval_{name}_perplexity", prefix=f"eval_{name}_")[0]
-            out += ["", f"### Context-free baselines on `{name}`", ""] + _baseline_section(df, f"eval_{name}_")
+            out += ["", f"### Context-free baselines on `{name}`", ""] + _baseline_section(df, f"eval_{name}_")[2:]
         if pvals:
             out += ["", "Welch p-values against the baseline: " + ", ".join(
                 f"{r}/{c}: {p:.3g}" for (r, c), p in pvals.items() if not math.isnan(p))]

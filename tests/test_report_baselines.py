@@ -1,0 +1,63 @@
+"""The report shows every context-free baseline and the strongest by name, scores extra test sets in their
+own sections, and bolds a cell only when it also beats the strongest context-free baseline."""
+from __future__ import annotations
+
+import json
+
+from alignlab.platform.report import collect_results, write_report
+
+
+def _study(tmp_path, ct_floor: float, ad_floor: float):
+    sdir = tmp_path / "studies" / "toy"
+    (sdir / "trials").mkdir(parents=True)
+    ids, cells = [], {}
+    for row, floor in (("CT", ct_floor), ("AD", ad_floor)):
+        for col, acc in (("all*", 0.80), ("-whp*", 0.70)):
+            for fold in range(5):
+                for seed in range(2):
+                    cid = f"{row}-{col}-{fold}-{seed}"
+                    jitter = 0.002 * (fold - 2) + 0.001 * seed
+                    r = {"calc_id": cid, "row": row, "col": col, "model_key": col, "model_id": col, "node": "local",
+                         "ft_fold": fold, "ft_seed": seed, "ft_budget": 200, "selection": "honest",
+                         "accuracy": acc + jitter, "perplexity": 2.0, "best_accuracy": acc + jitter,
+                         "perplexity_at_best_accuracy": 2.0, "epochs": 3, "baseline_majority": 0.5,
+                         "baseline_best": floor, "baseline_best_name": "strong"}
+                    if row == "CT":
+                        r.update({"baseline_lexicon": floor, "baseline_run_rule": 0.6})
+                    else:
+                        r.update({"baseline_letters": 0.5, "baseline_span_matcher": floor,
+                                  "eval_ood_accuracy": 0.6, "eval_ood_perplexity": 2.0, "eval_ood_num_test": 8,
+                                  "eval_ood_baseline_span_matcher": 0.9, "eval_ood_baseline_majority": 0.5,
+                                  "eval_ood_baseline_best": 0.9, "eval_ood_baseline_best_name": "span_matcher"})
+                    (sdir / "trials" / f"{cid}.json").write_text(json.dumps(r))
+                    ids.append(cid)
+                    cells[cid] = {"row": row, "col": col, "group": row}
+    (sdir / "study.json").write_text(json.dumps({
+        "name": "toy", "title": "Toy", "baseline_col": "-whp*", "baseline_cells": [], "plots": ["bars"],
+        "notes": "", "corpus_dir": str(tmp_path / "corpus" / "c"), "task_dir": "", "models": {},
+        "calculations": ids, "cells": cells, "searches": []}))
+    collect_results(sdir)
+    return write_report(sdir).read_text(), sdir
+
+
+def _row(text: str, section: str, row: str) -> str:
+    part = text[text.index(section):]
+    return next(line for line in part.splitlines() if line.startswith(f"| {row} |"))
+
+
+def test_a_significant_gain_is_bold_only_above_the_strongest_context_free_baseline(tmp_path):
+    text, _ = _study(tmp_path, ct_floor=0.85, ad_floor=0.75)
+    ct = _row(text, "## Accuracy at the best-perplexity epoch", "CT")
+    ad = _row(text, "## Accuracy at the best-perplexity epoch", "AD")
+    assert "**80.0" not in ct and "85.0 (lexicon)" in ct      # 80% is below the lexicon's 85%: not an effect
+    assert "**80.0" in ad and "75.0 (span_matcher)" in ad     # 80% beats both -whp* and the span matcher
+
+
+def test_every_baseline_and_every_extra_test_set_gets_a_place_in_the_report(tmp_path):
+    text, sdir = _study(tmp_path, ct_floor=0.85, ad_floor=0.75)
+    base = text[text.index("## Context-free baselines"):]
+    assert "| | majority | lexicon | run_rule | letters | span_matcher | strongest |" in base
+    assert "lexicon (85.0)" in base and "span_matcher (75.0)" in base
+    ood = _row(text, "## Test set `ood`", "AD")
+    assert "60.0" in ood and "90.0 (span_matcher)" in ood and "**" not in ood
+    assert (sdir / "plots" / "accuracy_ood_by_condition.png").stat().st_size > 1000
