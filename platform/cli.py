@@ -10,7 +10,8 @@
     alignlab evaluate --model FINETUNED_ID --task {ct,ad} FILE [--json OUT]
     alignlab predict --model FINETUNED_ID "a query"  |  --acronym ACR --snippet TEXT
     alignlab report STUDY_DIR
-Bad input prints `alignlab: error: ...` naming the file and problem, and exits 2.
+Bad input prints one line `alignlab: error: ...` naming the file and problem, and exits 2 (argparse's own
+errors too); `--debug` or ALIGNLAB_DEBUG=1 shows the traceback (platform/errors.py).
 """
 from __future__ import annotations
 
@@ -22,7 +23,16 @@ from pathlib import Path
 
 from alignlab.platform.config import (CORPUS_PRESETS, FINETUNE_PRESETS, MODEL_SIZES, PRESETS, PRETRAIN_PRESETS,
                                       check_preset)
+from alignlab.platform.protocol import NUM_FOLDS
+from alignlab.platform.errors import (Parser, int_below, name_list, nonneg_int, positive_float, positive_int,
+                                      run_guarded)
 from alignlab.platform.storage import resolve_root
+
+
+def _objective_names() -> set[str]:
+    from alignlab.objectives.registry import registered
+
+    return set(registered())
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -32,7 +42,8 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="alignlab", description="Objective-aligned pretraining and FEL studies on Ray.")
+    ap = Parser(prog="alignlab", description="Objective-aligned pretraining and FEL studies on Ray.")
+    ap.add_argument("--debug", action="store_true", help="show the traceback of an error (or set ALIGNLAB_DEBUG=1)")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     corpus = sub.add_parser("corpus", help="build corpus shards").add_subparsers(dest="action", required=True)
@@ -40,15 +51,15 @@ def main(argv: list[str] | None = None) -> int:
     _common(cb)
     cb.add_argument("--source", default="bundled", choices=["bundled", "wikidump", "web"])
     cb.add_argument("--path", action="append", default=[], help="input file or folder (repeatable)")
-    cb.add_argument("--workers", type=int, default=1, help="Ray Data labelling actors")
+    cb.add_argument("--workers", type=positive_int, default=1, help="Ray Data labelling actors")
     cb.add_argument("--holdout", default=None, help="file of document ids to keep out of the corpus")
 
     pt = sub.add_parser("pretrain", help="pretrain a model on a corpus (Ray Train TorchTrainer)")
     _common(pt)
-    pt.add_argument("--objectives", default="mlm,nsp,whp,pad")
+    pt.add_argument("--objectives", default="mlm,nsp,whp,pad", type=name_list(_objective_names, "objective"))
     pt.add_argument("--size", default=None, help=f"model size: {', '.join(MODEL_SIZES)}")
     pt.add_argument("--corpus", default=None, help="corpus folder (default: build the preset's bundled corpus)")
-    pt.add_argument("--max-steps", type=int, default=None)
+    pt.add_argument("--max-steps", type=positive_int, default=None)
 
     md = sub.add_parser("models", help="list pretrained models")
     md.add_argument("--storage", default=None)
@@ -71,16 +82,16 @@ def main(argv: list[str] | None = None) -> int:
         _common(f)
         f.add_argument("--model", required=True, help="pretrained model id (see `alignlab models`)")
         f.add_argument("--task", required=True, choices=["ct", "ad"])
-        f.add_argument("--budget", type=int)
+        f.add_argument("--budget", type=positive_int)
         f.add_argument("--scheme", choices=["pred", "pred+trm", "pred+trm+emb", "mt:pred+trm"])
-        f.add_argument("--lr", type=float)
+        f.add_argument("--lr", type=positive_float)
         f.add_argument("--acronym-form", choices=["letters", "text"], help="AD acronym input form")
         f.add_argument("--selection", choices=["honest", "paper"])
         f.add_argument("--discard-head", action="store_true", help="start a fresh head (the paper's * models)")
         f.add_argument("--tasks-dir", default=None, help="task data folder (default: build the bundled tasks)")
         if name == "finetune":
-            f.add_argument("--seed", type=int, default=0)
-            f.add_argument("--fold", type=int, default=0)
+            f.add_argument("--seed", type=nonneg_int, default=0)
+            f.add_argument("--fold", type=int_below(NUM_FOLDS), default=0, help=f"0..{NUM_FOLDS - 1}")
             f.add_argument("--save", action="store_true",
                            help="keep the best-perplexity model under <storage>/finetuned/<id>/ and print its id")
 
@@ -101,11 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("study_dir")
 
     args = ap.parse_args(argv)
-    try:
-        return _dispatch(args)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"alignlab: error: {e}", file=sys.stderr)
-        return 2
+    return run_guarded(lambda: _dispatch(args), argv)
 
 
 def _dispatch(args) -> int:
@@ -160,6 +167,8 @@ def _dispatch(args) -> int:
         sdir = Path(args.study_dir)
         if "://" in args.study_dir and not args.study_dir.startswith("file://"):
             # A study at a remote root: bring its files here, report, and put the report back.
+            if "/studies/" not in args.study_dir.rstrip("/"):
+                raise ValueError(f"{args.study_dir}: not a study folder (expected ROOT/studies/NAME)")
             uri, name = args.study_dir.rstrip("/").rsplit("/studies/", 1)
             st = resolve_root(uri)
             for f in st.list(f"studies/{name}"):

@@ -177,7 +177,8 @@ def _train_fn(config: dict) -> None:
     ck = ray.train.get_checkpoint()
     if ck:
         with ck.as_directory() as d:
-            trainer.load_state_dict(torch.load(Path(d) / "state.pt", weights_only=False))
+            # weights_only: a checkpoint in a shared bucket must not be able to run code when loaded.
+            trainer.load_state_dict(torch.load(Path(d) / "state.pt", weights_only=True))
     writer = None
     if rank == 0:
         from torch.utils.tensorboard import SummaryWriter

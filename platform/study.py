@@ -797,25 +797,24 @@ finite = _finite
 
 def study_main(build, argv: list[str] | None = None) -> Path:
     """The whole command line of a study script: `--preset`, `--storage`, concurrency and per-trial resources."""
-    import argparse
+    from alignlab.platform.config import PRESETS
+    from alignlab.platform.errors import Parser, nonneg_float, positive_float, positive_int, run_guarded
 
-    from alignlab.platform.config import check_preset
-    from alignlab.platform.storage import resolve_root
-
-    ap = argparse.ArgumentParser(description=build.__doc__)
-    ap.add_argument("--preset", default="mini", help="smoke | mini | paper (default mini)")
+    ap = Parser(description=build.__doc__)
+    ap.add_argument("--preset", default="mini", choices=PRESETS, help="smoke | mini | paper (default mini)")
+    ap.add_argument("--debug", action="store_true", help="show the traceback of an error (or set ALIGNLAB_DEBUG=1)")
     ap.add_argument("--storage", default=None,
                     help="storage root: a local path, file:// URI, or a remote URI such as s3://bucket/prefix "
                          "(default ./alignlab-storage)")
-    ap.add_argument("--max-concurrent", type=int, default=None,
+    ap.add_argument("--max-concurrent", type=positive_int, default=None,
                     help="FEL trials at once (default: as many as the cluster's CPUs/GPUs fit)")
-    ap.add_argument("--cpus-per-trial", type=float, default=1.0, help="Ray CPUs per FEL trial (default 1)")
-    ap.add_argument("--gpus-per-trial", type=float, default=0.0,
+    ap.add_argument("--cpus-per-trial", type=positive_float, default=1.0, help="Ray CPUs per FEL trial (default 1)")
+    ap.add_argument("--gpus-per-trial", type=nonneg_float, default=0.0,
                     help="Ray GPUs per FEL trial, e.g. 0.25 to share a GPU by four trials (default 0)")
     ap.add_argument("--trial-resources", default=None, metavar="JSON",
                     help='extra Ray resources per FEL trial, e.g. \'{"fel_node": 1}\' to run trials only on nodes '
                          'of a worker type that offers that custom resource (an autoscaler adds them on demand)')
-    ap.add_argument("--parallel-pretrain", type=int, default=1,
+    ap.add_argument("--parallel-pretrain", type=positive_int, default=1,
                     help="independent pretraining runs side by side (default 1; >1 is for clusters)")
     ap.add_argument("--ct-data", choices=["npm", "templated"], default="npm",
                     help="CT data: the shipped hand-labelled npm summaries (default) or templated bundled titles")
@@ -823,6 +822,17 @@ def study_main(build, argv: list[str] | None = None) -> Path:
                     help="also score every finetuned calculation of TASK (ct or ad) on this JSONL test file; "
                          "repeatable, e.g. --eval-file ct=my_ct.jsonl --eval-file ad=my_ad.jsonl")
     args = ap.parse_args(argv)
+    done: list[Path] = []
+    code = run_guarded(lambda: done.append(_run_study_command(build, args, ap)), argv)
+    if code:
+        raise SystemExit(code)
+    return done[0]
+
+
+def _run_study_command(build, args, ap) -> Path:
+    from alignlab.platform.config import check_preset
+    from alignlab.platform.storage import resolve_root
+
     eval_files = []
     for spec in args.eval_file:
         task, sep, path = spec.partition("=")
@@ -831,8 +841,6 @@ def study_main(build, argv: list[str] | None = None) -> Path:
         if not Path(path).is_file():
             ap.error(f"--eval-file {spec!r}: {path} is not a file")
         eval_files.append((task, str(Path(path).resolve())))
-    if args.cpus_per_trial <= 0 or args.gpus_per_trial < 0 or args.parallel_pretrain < 1:
-        ap.error("--cpus-per-trial must be > 0, --gpus-per-trial >= 0 and --parallel-pretrain >= 1")
     resources = {"cpu": args.cpus_per_trial, **({"gpu": args.gpus_per_trial} if args.gpus_per_trial else {})}
     if args.trial_resources:
         import json

@@ -191,14 +191,24 @@ def _example_key(obj: dict) -> tuple | None:
 
 def _read_lines(path) -> Iterator[tuple[int, dict | None, str | None]]:
     """(line number, parsed object or None, problem or None) for each non-blank line."""
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
+    if Path(path).is_dir():
+        raise TaskDataError([f"{path}: is a folder, not a task file"])
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                yield line_no, None, f"not UTF-8 ({e.reason} at byte {e.start + 1} of the line)"
+                continue
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
                 yield line_no, None, f"invalid JSON ({e.msg} at column {e.colno})"
+                continue
+            except RecursionError:
+                yield line_no, None, "JSON nested too deeply"
                 continue
             if not isinstance(obj, dict):
                 yield line_no, None, f"expected a JSON object, got {type(obj).__name__}"

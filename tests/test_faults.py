@@ -1,0 +1,112 @@
+"""Bad input through the real command line and the real study scripts: each case exits non-zero within a
+time limit, prints one line naming the flag or file and the problem, shows no traceback, and registers
+nothing under the storage root. (The first slice of issue #17; see README "Failure behaviour".)"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ALIGNLAB = [sys.executable, "-m", "alignlab.platform.cli"]
+STUDY = [sys.executable, str(REPO / "studies" / "objective_ablation.py"), "--preset", "smoke"]
+
+
+def _run(cmd: list[str], tmp_path: Path, timeout: float = 60) -> tuple[int, str]:
+    env = {k: v for k, v in os.environ.items() if k != "ALIGNLAB_DEBUG"}
+    p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=env)
+    return p.returncode, p.stdout + p.stderr
+
+
+def _bad_files(tmp_path: Path) -> dict[str, Path]:
+    files = {"dir": tmp_path / "a_folder", "utf8": tmp_path / "latin1.jsonl", "nested": tmp_path / "nested.jsonl",
+             "ct_bad": tmp_path / "ct_bad.jsonl", "brackets": tmp_path / "brackets.txt", "missing": tmp_path / "nope.jsonl",
+             "file_root": tmp_path / "root_is_a_file"}
+    files["dir"].mkdir()
+    files["utf8"].write_bytes(b'{"tokens": ["caf\xe9"], "tags": ["N"]}\n')
+    files["nested"].write_text("[" * 200000 + "\n")
+    files["ct_bad"].write_text('{"tokens": ["a", "b"], "tags": ["N"]}\n')
+    files["brackets"].write_text("a [b c\n")
+    files["file_root"].write_text("not a folder\n")
+    return files
+
+
+# (case id, argv after the command, words the one line must contain)
+CLI_CASES = [
+    ("objectives-empty", ["pretrain", "--objectives", ""], ["--objectives", "at least one objective"]),
+    ("objectives-unknown", ["pretrain", "--objectives", "mlm,bogus"], ["--objectives", "bogus"]),
+    ("max-steps-zero", ["pretrain", "--max-steps", "0"], ["--max-steps", ">= 1"]),
+    ("max-steps-text", ["pretrain", "--max-steps", "ten"], ["--max-steps", "whole number"]),
+    ("fold-out-of-range", ["finetune", "--model", "m", "--task", "ct", "--fold", "7"], ["--fold", "0..4"]),
+    ("lr-nan", ["finetune", "--model", "m", "--task", "ct", "--lr", "nan"], ["--lr", "finite"]),
+    ("lr-negative", ["fel", "--model", "m", "--task", "ad", "--lr=-1e-3"], ["--lr", "> 0"]),
+    ("budget-zero", ["finetune", "--model", "m", "--task", "ct", "--budget", "0"], ["--budget", ">= 1"]),
+    ("seed-negative", ["finetune", "--model", "m", "--task", "ct", "--seed", "-1"], ["--seed", ">= 0"]),
+    ("task-unknown", ["finetune", "--model", "m", "--task", "ner"], ["--task", "invalid choice"]),
+    ("workers-zero", ["corpus", "build", "--workers", "0"], ["--workers", ">= 1"]),
+    ("preset-unknown", ["pretrain", "--preset", "huge"], ["huge"]),
+    ("validate-a-folder", ["data", "validate", "--task", "ct", "{dir}"], ["a_folder", "folder"]),
+    ("validate-not-utf8", ["data", "validate", "--task", "ct", "{utf8}"], ["latin1.jsonl:1", "not UTF-8"]),
+    ("validate-nested-json", ["data", "validate", "--task", "ct", "{nested}"], ["nested.jsonl:1", "nested too deeply"]),
+    ("validate-bad-ct-line", ["data", "validate", "--task", "ct", "{ct_bad}"], ["ct_bad.jsonl:1", "1 tags for 2 tokens"]),
+    ("validate-missing", ["data", "validate", "--task", "ad", "{missing}"], ["nope.jsonl", "No such file"]),
+    ("convert-malformed", ["data", "convert-ct", "{brackets}", "{tmp}/out.jsonl"], ["brackets.txt:1", "never closed"]),
+    ("report-not-a-study", ["report", "{tmp}"], ["not a study folder"]),
+    ("report-remote-without-study", ["report", "s3://bucket/prefix"], ["s3://bucket/prefix", "not a study folder"]),
+    ("evaluate-unknown-model", ["evaluate", "--model", "ct-0000", "--task", "ct", "{ct_bad}", "--storage", "{tmp}/st"],
+     ["ct-0000", "no finetuned model"]),
+    ("web-source-missing-path", ["corpus", "build", "--source", "web", "--path", "{missing}", "--storage", "{tmp}/st"],
+     ["nope.jsonl"]),
+]
+
+STUDY_CASES = [
+    ("max-concurrent-negative", ["--max-concurrent", "-1"], ["--max-concurrent", ">= 1"]),
+    ("max-concurrent-zero", ["--max-concurrent", "0"], ["--max-concurrent", ">= 1"]),
+    ("cpus-per-trial-zero", ["--cpus-per-trial", "0"], ["--cpus-per-trial", "> 0"]),
+    ("gpus-per-trial-nan", ["--gpus-per-trial", "nan"], ["--gpus-per-trial", "finite"]),
+    ("parallel-pretrain-zero", ["--parallel-pretrain", "0"], ["--parallel-pretrain", ">= 1"]),
+    ("preset-unknown", ["--preset", "huge"], ["--preset", "huge"]),
+    ("eval-file-without-task", ["--eval-file", "{ct_bad}"], ["--eval-file", "ct=PATH"]),
+    ("eval-file-missing", ["--eval-file", "ct={missing}"], ["--eval-file", "not a file"]),
+    ("trial-resources-not-json", ["--trial-resources", "{{fel_node: 1}}"], ["--trial-resources", "not JSON"]),
+    ("trial-resources-negative", ["--trial-resources", '{{"fel_node": -1}}'], ["--trial-resources", "positive"]),
+]
+
+
+def _fill(argv: list[str], files: dict[str, Path], tmp_path: Path) -> list[str]:
+    return [a.format(tmp=tmp_path, **files) for a in argv]
+
+
+def _check(code: int, out: str, words: list[str], tmp_path: Path) -> None:
+    assert code != 0, out
+    assert "Traceback" not in out, out
+    lines = [l for l in out.splitlines() if l.strip() and "WARNING" not in l and "INFO" not in l]
+    assert len(lines) <= 2, out  # the error line (a task file's error adds its one FILE:LINE problem)
+    for w in words:
+        assert w in out, (w, out)
+    assert not list((tmp_path / "st").glob("*/*/manifest.json")) and not list((tmp_path / "st").glob("models/*/final"))
+
+
+@pytest.mark.parametrize("case, argv, words", CLI_CASES, ids=[c[0] for c in CLI_CASES])
+def test_the_cli_refuses_bad_input_in_one_line_without_a_traceback(tmp_path, case, argv, words):
+    files = _bad_files(tmp_path)
+    code, out = _run(ALIGNLAB + _fill(argv, files, tmp_path), tmp_path)
+    _check(code, out, words, tmp_path)
+
+
+@pytest.mark.parametrize("case, argv, words", STUDY_CASES, ids=[c[0] for c in STUDY_CASES])
+def test_a_study_script_refuses_bad_flags_in_one_line_without_a_traceback(tmp_path, case, argv, words):
+    files = _bad_files(tmp_path)
+    code, out = _run(STUDY + ["--storage", str(tmp_path / "st")] + _fill(argv, files, tmp_path), tmp_path)
+    _check(code, out, words, tmp_path)
+    assert not (tmp_path / "st").exists(), "a refused flag must not start any work"
+
+
+def test_debug_shows_the_traceback_that_the_boundary_otherwise_hides(tmp_path):
+    code, out = _run(ALIGNLAB + ["report", str(tmp_path)], tmp_path)
+    assert code == 2 and "Traceback" not in out
+    code, out = _run(ALIGNLAB + ["--debug", "report", str(tmp_path)], tmp_path)
+    assert code != 0 and "Traceback" in out and "not a study folder" in out
