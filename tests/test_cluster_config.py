@@ -20,3 +20,13 @@ def test_a_typo_in_cluster_yaml_is_caught_by_the_same_check():
     cfg["max_worker"] = cfg.pop("max_workers")
     with pytest.raises(Exception, match="max_worker"):
         validate_config(prepare_config(cfg))
+
+
+def test_the_cluster_opens_only_ssh_and_only_to_one_address():
+    import yaml
+
+    cfg = yaml.safe_load((REPO / "cluster.yaml").read_text())
+    rules = cfg["provider"]["security_group"]["IpPermissions"]
+    assert [(r["FromPort"], r["ToPort"], r["IpProtocol"]) for r in rules] == [(22, 22, "tcp")]
+    cidrs = [ip["CidrIp"] for r in rules for ip in r["IpRanges"]]
+    assert cidrs and "0.0.0.0/0" not in cidrs and all(c.endswith("/32") for c in cidrs)
