@@ -59,8 +59,9 @@ def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int 
     T.write_jsonl(tdir / "ct_pool.jsonl", pool)
     T.write_jsonl(tdir / "ct_test.jsonl", test)
     # CT concepts are article titles: the sentences of those articles are not held out (the paper's CT
-    # queries are not Wikipedia text either); AD snippets are corpus text, so their documents are.
-    doc_ids = sorted(ad_stats.pop("doc_ids", []))
+    # queries are not Wikipedia text either); AD snippets are corpus text, so their documents are, and so are
+    # the documents that define a positive's acronym ("long form (ACRO)" elsewhere gives the answer away).
+    doc_ids = sorted(set(ad_stats.pop("doc_ids", [])) | T.defining_doc_ids(docs, ad))
     write_text(tdir / "heldout_doc_ids.txt", "".join(d + "\n" for d in doc_ids))
     write_json(tdir / "stats.json", {"ad": ad_stats, "ct": ct_stats, "heldout_documents": len(doc_ids)})
     st.push(rel, last=("stats.json",))
