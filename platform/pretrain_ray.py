@@ -106,6 +106,9 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     cdir = Path(cdir)
     manifest = check_corpus_for(cfg, cdir)
     cid = manifest["corpus_id"]
+    if "heldout" not in manifest:
+        print(f"[pretrain] warning: corpus {cid} records no held-out task documents (built before the corpus-holdout "
+              "rule): its models may have read the AD test snippets; rebuild it with `alignlab corpus build`", flush=True)
     requested = cfg.precision
     cfg = resolve_precision(cfg)  # the workers train at the precision the id names, wherever they run
     mid = model_id(cid, cfg)

@@ -54,10 +54,11 @@ def test_the_tiny_model_overfits_one_batch(corpus_and_tok):
 
 
 @pytest.mark.ray
-def test_a_checkpoint_round_trip_gives_equal_weights_and_the_exact_next_steps(corpus_and_tok, tmp_path):
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_a_checkpoint_round_trip_gives_equal_weights_and_the_exact_next_steps(corpus_and_tok, tmp_path, precision):
     corpus, tok = corpus_and_tok
     batches = _row_batches(corpus, SMOKE.batch_size)
-    cfg = dataclasses.replace(SMOKE, max_steps=8)
+    cfg = dataclasses.replace(SMOKE, max_steps=8, precision=precision)
 
     def run(trainer, upto):
         trainer.cfg = dataclasses.replace(cfg, max_steps=upto)
