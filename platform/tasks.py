@@ -779,8 +779,8 @@ def defining_doc_ids(docs: Iterable[Document], examples: Iterable[ADExample]) ->
 
     A model pretrained on such a document has read the answer to that test pair even when the snippet's
     own document is held out. In the bundled summaries (all of them, the default 600 snippets) 208 of the
-    600 positives are defined in another document as well: 617 documents define a positive, 53 of them
-    besides the 564 snippet sources, and they define 42 positives. Pretraining holds all of these out (a
+    600 positives are defined in another document as well: 617 documents define a positive, the 564
+    snippet sources and 53 others, and those 53 define 42 positives. Pretraining holds all of them out (a
     snippet's own document defines its acronym, so it is among these ids when `docs` holds it)."""
     wanted: dict[str, set[tuple[str, ...]]] = {}
     for ex in examples:
@@ -802,6 +802,7 @@ def defining_doc_ids(docs: Iterable[Document], examples: Iterable[ADExample]) ->
                 found.add(doc.doc_id)
                 break
     return found
+
 
 # ---------------------------------------------------------------------------------------------
 # CT: template queries from concept phrases
