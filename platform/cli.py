@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     cb.add_argument("--source", default="bundled", choices=["bundled", "wikidump", "web"])
     cb.add_argument("--path", action="append", default=[], help="input file or folder (repeatable)")
     cb.add_argument("--workers", type=positive_int, default=1, help="Ray Data labelling actors")
-    cb.add_argument("--holdout", default=None, help="file of document ids to keep out of the corpus")
+    cb.add_argument("--holdout", default=None, help="file of document ids to keep out of the corpus, on top of the "
+                    "documents behind the root's task data (always held out; built first if missing)")
 
     pt = sub.add_parser("pretrain", help="pretrain a model on a corpus (Ray Train TorchTrainer)")
     _common(pt)
@@ -196,7 +197,8 @@ def _data(args, root: Path) -> int:
     if args.action == "build-tasks":
         from alignlab.platform.protocol import build_tasks
 
-        tdir = build_tasks(root, max_docs_per_lang=3000 if args.preset == "smoke" else None, ct_data=args.ct_data)
+        c = CORPUS_PRESETS[args.preset]  # the task data the preset's corpus holds out (CorpusConfig.hold_out_tasks)
+        tdir = build_tasks(root, max_docs_per_lang=c.task_max_docs_per_lang, seed=c.seed, ct_data=args.ct_data)
         print((tdir / "stats.json").read_text())
         print(f"Tasks: {tdir}")
         return 0

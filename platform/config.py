@@ -110,7 +110,17 @@ class CorpusConfig:
     eval_fraction: float = 0.02
     """Fraction of documents (by id hash) held out of training for the final pretraining evaluation."""
     holdout_ids_file: str | None = None
-    """A text file of document ids (one per line) kept out of the corpus entirely (e.g. FEL task sources)."""
+    """A text file of document ids (one per line) kept out of the corpus entirely, on top of the task holdout."""
+    hold_out_tasks: bool = True
+    """The corpus-holdout rule (corpus.heldout_doc_ids): keep out of the corpus every document that the bundled
+    FEL task datasets under the same storage root were built from, and every document that defines one of
+    their AD acronyms (protocol.build_tasks' held-out list). The task data is built first when the root lacks
+    it, so a corpus built by a study, by `alignlab corpus build` or `alignlab pretrain`, or by `build_corpus`
+    holds out the same documents and gets the same id, in whatever order the commands ran."""
+    task_max_docs_per_lang: int | None = None
+    """Which task datasets the rule builds or finds: those made from this many bundled documents per language
+    (None: all of them), with `seed` and the other defaults of protocol.build_tasks -- what the studies and
+    `alignlab data build-tasks` use at this preset."""
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -124,6 +134,8 @@ class CorpusConfig:
             raise ValueError(f"CorpusConfig.eval_fraction must be in [0, 0.5), got {self.eval_fraction}")
         if self.vocab_size < 100:
             raise ValueError(f"CorpusConfig.vocab_size must be >= 100, got {self.vocab_size}")
+        if self.task_max_docs_per_lang is not None and self.task_max_docs_per_lang <= 0:
+            raise ValueError(f"CorpusConfig.task_max_docs_per_lang must be > 0 or None, got {self.task_max_docs_per_lang}")
 
     @property
     def chunk_len(self) -> int:
@@ -268,7 +280,7 @@ def config_hash(*parts: Any, length: int = 12) -> str:
 
 CORPUS_PRESETS: dict[str, CorpusConfig] = {
     "smoke": CorpusConfig(langs=("en",), max_docs_per_lang=300, vocab_size=1000, tokenizer_sample_docs=300,
-                          max_len=64, docs_per_shard=100),
+                          max_len=64, docs_per_shard=100, task_max_docs_per_lang=3000),
     "mini": CorpusConfig(vocab_size=8000, tokenizer_sample_docs=12000, max_len=128, docs_per_shard=2000),
     "paper": CorpusConfig(vocab_size=111000, tokenizer_sample_docs=2_000_000, max_len=128, docs_per_shard=20000),
 }

@@ -178,10 +178,47 @@ def source_fingerprint(cfg: CorpusConfig) -> dict:
     return files
 
 
-def corpus_id(cfg: CorpusConfig) -> str:
-    # The held-out ids count by content, not by where their file lies (a cache folder differs per machine).
-    holdout = Path(cfg.holdout_ids_file).read_text() if cfg.holdout_ids_file else ""
-    return f"{cfg.source}-{config_hash(dataclasses.replace(cfg, holdout_ids_file=None), source_fingerprint(cfg), holdout)}"
+HELDOUT_FILE = "heldout_doc_ids.txt"
+"""The ids a corpus held out, one per line, sorted: in the task folder (what the tasks were built from) and in
+the corpus folder (what this corpus kept out)."""
+
+
+def _read_ids(path: Path) -> set[str]:
+    return {ln.strip() for ln in Path(path).read_text().splitlines() if ln.strip()}
+
+
+def heldout_doc_ids(cfg: CorpusConfig, root: Path | Storage) -> tuple[list[str], str | None]:
+    """The corpus-holdout rule: the sorted ids of the documents a corpus of `cfg` under `root` keeps out, and
+    the name of the task folder they come from (None with `hold_out_tasks` off).
+
+    The ids are those of `cfg.holdout_ids_file`, plus -- unless `cfg.hold_out_tasks` is off -- the held-out
+    list of the bundled task datasets under the same root that `cfg` names (built here first when missing):
+    every document an AD snippet was cut from or that defines a positive's acronym. So a study (which also
+    passes its task folder's list as `holdout_ids_file`), `alignlab corpus build`, `alignlab pretrain` and
+    `build_corpus` all hold out the same documents, and the corpus id (which hashes these ids) is the same
+    whichever ran first."""
+    ids: set[str] = set()
+    if cfg.holdout_ids_file:
+        ids |= _read_ids(Path(cfg.holdout_ids_file))
+    task_dir = None
+    if cfg.hold_out_tasks:
+        from alignlab.platform.protocol import build_tasks
+
+        tdir = build_tasks(as_storage(root), max_docs_per_lang=cfg.task_max_docs_per_lang, seed=cfg.seed)
+        ids |= _read_ids(tdir / HELDOUT_FILE)
+        task_dir = tdir.name
+    return sorted(ids), task_dir
+
+
+def corpus_id(cfg: CorpusConfig, heldout: list[str], *, custom: bool = False) -> str:
+    """Source, then a hash of the config, the input's fingerprint and the held-out ids. The ids count by
+    content, not by how they were chosen or where their file lies (a cache folder differs per machine), so
+    one set of held-out documents is one corpus."""
+    ident = dataclasses.replace(cfg, holdout_ids_file=None, hold_out_tasks=True, task_max_docs_per_lang=None)
+    digest = hashlib.sha256("".join(i + "\n" for i in heldout).encode()).hexdigest()
+    if custom:
+        return f"custom-{config_hash(ident, digest)}"
+    return f"{cfg.source}-{config_hash(ident, source_fingerprint(cfg), digest)}"
 
 
 CORPUS_SMALL_FILES_ONLY = ("shards/",)
@@ -209,7 +246,8 @@ def build_corpus(cfg: CorpusConfig, root: Path | Storage, *, docs: Iterable[Docu
     from alignlab.platform.sources import iter_documents
 
     st = as_storage(root)
-    cid = corpus_id(cfg) if docs is None else f"custom-{config_hash(cfg)}"
+    heldout, task_dir = heldout_doc_ids(cfg, st)
+    cid = corpus_id(cfg, heldout, custom=docs is not None)
     final = corpus_dir(st.local, cid)
     if st.pull(f"corpus/{cid}", marker=MANIFEST, exclude=CORPUS_SMALL_FILES_ONLY):
         return final
@@ -220,9 +258,8 @@ def build_corpus(cfg: CorpusConfig, root: Path | Storage, *, docs: Iterable[Docu
     (tmp / "docs" / "train").mkdir(parents=True)
     (tmp / "docs" / "eval").mkdir(parents=True)
     try:
-        holdout = set()
-        if cfg.holdout_ids_file:
-            holdout = {ln.strip() for ln in Path(cfg.holdout_ids_file).read_text().splitlines() if ln.strip()}
+        holdout = set(heldout)
+        (tmp / HELDOUT_FILE).write_text("".join(i + "\n" for i in heldout))
         source = docs if docs is not None else iter_documents(cfg.source, cfg.paths, langs=cfg.langs,
                                                               max_docs_per_lang=cfg.max_docs_per_lang)
         phase = {}
@@ -283,7 +320,8 @@ def build_corpus(cfg: CorpusConfig, root: Path | Storage, *, docs: Iterable[Docu
         write_json(tmp / "stats.json", stats)
         write_json(tmp / "config.json", to_dict(cfg))
         write_json(tmp / MANIFEST, {"corpus_id": cid, "config": to_dict(cfg), "fingerprint": source_fingerprint(cfg)
-                                    if docs is None else {}, "columns": SHARD_SCHEMA.names, "shards": shards, "stats": stats})
+                                    if docs is None else {}, "columns": SHARD_SCHEMA.names, "shards": shards, "stats": stats,
+                                    "heldout": {"documents": len(heldout), "task_dir": task_dir, "file": HELDOUT_FILE}})
         publish_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

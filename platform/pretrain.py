@@ -7,6 +7,7 @@ is the weighted sum of the enabled objectives' losses; each term is logged as
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -61,6 +62,15 @@ def use_bf16(precision: str, device: torch.device) -> bool:
     return precision == "bf16"
 
 
+def resolve_precision(cfg: PretrainConfig) -> PretrainConfig:
+    """`cfg` with "auto" precision replaced by what it picks here: "bf16" for GPU workers and on a CPU with
+    native bf16 matmuls, "fp32" elsewhere. A model's id and its training use the resolved value, so the
+    same request on a CPU without bf16 names (and trains) another model than on one with it."""
+    if cfg.precision != "auto":
+        return cfg
+    return dataclasses.replace(cfg, precision="bf16" if cfg.use_gpu or cpu_has_bf16() else "fp32")
+
+
 def lr_lambda(cfg: PretrainConfig) -> Callable[[int], float]:
     def f(step: int) -> float:
         warm = min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
@@ -99,6 +109,8 @@ class Pretrainer:
                                 subword_alpha=cfg.subword_regularization_alpha, seed=cfg.seed, rank=rank)
         self.state = TrainState()
         self.autocast = use_bf16(cfg.precision, self.device)
+        self.precision = "bf16" if self.autocast else "fp32"
+        """The matmul precision this trainer actually uses (recorded in the model's eval.json)."""
 
     def to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}

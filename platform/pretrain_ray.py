@@ -22,16 +22,21 @@ import torch
 from alignlab.objectives.registry import objective_class
 from alignlab.platform.config import PretrainConfig, config_hash, pretrain_from_dict, to_dict
 from alignlab.platform.corpus import load_manifest
+from alignlab.platform.pretrain import resolve_precision
 from alignlab.platform.storage import (Storage, as_storage, corpus_dir, model_dir, publish_dir, read_json, resolve_root,
                                        write_json)
 
-# Fields that change how a run is executed, not what it produces.
-_RUNTIME_FIELDS = ("checkpoint_every", "log_every", "eval_batches", "num_workers", "cpus_per_worker", "threads_per_worker", "use_gpu")
+RUNTIME_FIELDS = ("checkpoint_every", "log_every", "eval_batches", "cpus_per_worker", "threads_per_worker", "use_gpu")
+"""PretrainConfig fields that change how a run is executed, not what the model learns: checkpoint and report
+frequency, how many held-out batches the final evaluation reads, the resources and threads of a worker, and
+the device (what it changes, the precision, is in the id as resolved). Every other field is in the id: in
+particular `num_workers`, because the global batch is batch_size x num_workers and each worker draws its
+own rank-keyed randomness, and `precision`, "auto" resolved to what it picks (resolve_precision)."""
 
 
 def model_id(corpus_id: str, cfg: PretrainConfig) -> str:
-    d = to_dict(cfg)
-    for f in _RUNTIME_FIELDS:
+    d = to_dict(resolve_precision(cfg))
+    for f in RUNTIME_FIELDS:
         d.pop(f)
     return f"{cfg.model.label}-{'+'.join(cfg.objective_names)}-{config_hash(corpus_id, d)}"
 
@@ -101,12 +106,24 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     cdir = Path(cdir)
     manifest = check_corpus_for(cfg, cdir)
     cid = manifest["corpus_id"]
+    if "heldout" not in manifest:
+        print(f"[pretrain] warning: corpus {cid} records no held-out task documents (built before the corpus-holdout "
+              "rule): its models may have read the AD test snippets; rebuild it with `alignlab corpus build`", flush=True)
+    requested = cfg.precision
+    cfg = resolve_precision(cfg)  # the workers train at the precision the id names, wherever they run
     mid = model_id(cid, cfg)
     mdir = model_dir(st.local, mid)
     if st.has(f"models/{mid}/final/{FINAL_MARKER}"):
         return fetch_model(st, mid, weights=False)
+    why = ""
+    if requested == "auto":
+        why = " (auto: GPU workers)" if cfg.use_gpu else \
+            f" (auto: this CPU {'has' if cfg.precision == 'bf16' else 'lacks'} native bf16 matmuls)"
+    print(f"[pretrain {mid}] precision {cfg.precision}{why}; global batch {cfg.batch_size * cfg.num_workers} "
+          f"({cfg.num_workers} x {cfg.batch_size})", flush=True)
     write_json(mdir / "config.json", {"model_id": mid, "corpus_id": cid, "corpus_dir": str(cdir),
-                                      "pretrain": to_dict(cfg)})
+                                      "precision": cfg.precision, "requested_precision": requested,
+                                      "global_batch_size": cfg.batch_size * cfg.num_workers, "pretrain": to_dict(cfg)})
     st.push_file(f"models/{mid}/config.json")
     ensure_ray()
     # Shards are read where they are -- the local corpus folder, or the remote root (never copied to a node) --
@@ -252,7 +269,7 @@ def _export(trainer, tok, mdir: Path, eval_metrics: dict) -> None:
     counts = Path(tok.model_path).with_name("token_counts.npy")
     if counts.exists():
         shutil.copy(counts, tmp / "token_counts.npy")
-    write_json(tmp / "eval.json", {"step": trainer.state.step, **eval_metrics})
+    write_json(tmp / "eval.json", {"step": trainer.state.step, "precision": trainer.precision, **eval_metrics})
     write_json(tmp / "model_config.json", {"model": dataclasses.asdict(trainer.cfg.model),
                                            "vocab_size": tok.vocab_size,
                                            "heads": list(trainer.model.heads.keys()),
@@ -277,7 +294,7 @@ def list_models(root: Path | Storage) -> list[dict]:
         pre = info["pretrain"]
         row = {"model_id": info["model_id"], "size": f"{pre['model']['hidden']}x{pre['model']['num_layers']}",
                "objectives": "+".join(o["name"] for o in pre["objectives"]), "max_steps": pre["max_steps"],
-               "finished": (mdir / "final" / "eval.json").exists()}
+               "precision": info.get("precision", pre.get("precision")), "finished": (mdir / "final" / "eval.json").exists()}
         if row["finished"]:
             ev = read_json(mdir / "final" / "eval.json")
             row.update({k: v for k, v in ev.items() if k.endswith(("accuracy", "perplexity"))})

@@ -98,9 +98,10 @@ def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int 
     T.write_jsonl(tdir / "ct_pool.jsonl", pool)
     T.write_jsonl(tdir / "ct_test.jsonl", test)
     write_text(tdir / "titles.txt", "".join(" ".join(t) + "\n" for t in titles))
-    # CT is not corpus text (npm summaries, or templates around titles), so nothing of it is held out;
-    # AD snippets are corpus text, so their documents are.
-    doc_ids = sorted(ad_stats.pop("doc_ids", []))
+    # CT is not corpus text (npm summaries, or templates around titles), so nothing of it is held out. AD
+    # snippets are corpus text, so their documents are, and so are the documents that define a positive's
+    # acronym ("long form (ACRO)" elsewhere gives the answer away).
+    doc_ids = sorted(set(ad_stats.pop("doc_ids", [])) | T.defining_doc_ids(docs, ad))
     write_text(tdir / "heldout_doc_ids.txt", "".join(d + "\n" for d in doc_ids))
     write_json(tdir / "stats.json", {"ad": ad_stats, "ad_ood": {"num_examples": len(ad_ood),
                                                                 "num_snippets": len({e.snippet for e in ad_ood})},

@@ -86,3 +86,60 @@ def test_the_encoder_init_is_berts_by_default_and_fan_in_on_request():
     assert float(fan.layers[0].qkv.bias.detach().abs().max()) == 0.0
     with pytest.raises(ValueError, match="init"):
         C.ModelConfig(init="xavier")
+
+
+# ---------------------------------------------------------------- model identity
+
+# Every PretrainConfig field with a different value of it: the id must change for each, except the runtime-only
+# ones. A new field must be added here, so it cannot join the config without a decision on its identity.
+_OTHER_VALUE = {
+    "model": C.MODEL_SIZES["128x2"], "objectives": "mlm,nsp", "batch_size": 8, "lr": 5e-4, "warmup_steps": 3,
+    "decay": "linear", "max_steps": 13, "grad_clip": 0.5, "acronym_fraction": 0.5, "subword_regularization_alpha": 0.1,
+    "num_workers": 2, "precision": "fp32", "seed": 1,
+    # runtime-only
+    "checkpoint_every": 7, "log_every": 3, "eval_batches": 9, "cpus_per_worker": 2.0, "threads_per_worker": 2,
+    "use_gpu": True,
+}
+
+
+def _smoke(**changes):
+    return dataclasses.replace(C.PRETRAIN_PRESETS["smoke"], **{"precision": "bf16", **changes})
+
+
+def test_every_field_that_changes_what_a_model_learns_is_in_its_id_and_no_runtime_field_is():
+    from alignlab.platform.pretrain_ray import RUNTIME_FIELDS, model_id
+
+    assert set(_OTHER_VALUE) == {f.name for f in dataclasses.fields(C.PretrainConfig)}
+    base = model_id("corpus-x", _smoke())
+    for name, value in _OTHER_VALUE.items():
+        changed = model_id("corpus-x", _smoke(**{name: value}))
+        assert (changed == base) == (name in RUNTIME_FIELDS), name
+    assert model_id("corpus-y", _smoke()) != base
+
+
+def test_configs_differing_only_in_workers_are_two_models_and_only_in_runtime_fields_one():
+    from alignlab.platform.pretrain_ray import model_id
+
+    # 1 x 16 and 2 x 16 are global batches of 16 and 32: two models.
+    one, two = _smoke(num_workers=1), _smoke(num_workers=2)
+    assert model_id("c", one) != model_id("c", two)
+    # Checkpoint and report frequency, evaluation size, a worker's CPUs and threads: the same model.
+    assert model_id("c", _smoke(num_workers=1, checkpoint_every=50, log_every=1, eval_batches=3, cpus_per_worker=2.0,
+                                threads_per_worker=2)) == model_id("c", one)
+
+
+def test_auto_precision_names_the_model_of_the_precision_it_resolves_to(monkeypatch):
+    from alignlab.platform import pretrain as P
+    from alignlab.platform.pretrain_ray import model_id
+
+    auto = dataclasses.replace(C.PRETRAIN_PRESETS["smoke"], precision="auto")
+    bf16, fp32 = (model_id("c", dataclasses.replace(auto, precision=p)) for p in ("bf16", "fp32"))
+    assert bf16 != fp32
+    assert model_id("c", auto) == model_id("c", P.resolve_precision(auto))
+    monkeypatch.setattr(P, "cpu_has_bf16", lambda: True)
+    assert P.resolve_precision(auto).precision == "bf16" and model_id("c", auto) == bf16
+    monkeypatch.setattr(P, "cpu_has_bf16", lambda: False)
+    assert P.resolve_precision(auto).precision == "fp32" and model_id("c", auto) == fp32
+    # GPU workers train in bf16 under "auto", whatever the driver's CPU; explicit precisions stay as asked.
+    assert model_id("c", dataclasses.replace(auto, use_gpu=True)) == bf16
+    assert P.resolve_precision(dataclasses.replace(auto, precision="fp32", use_gpu=True)).precision == "fp32"

@@ -54,10 +54,11 @@ def test_the_tiny_model_overfits_one_batch(corpus_and_tok):
 
 
 @pytest.mark.ray
-def test_a_checkpoint_round_trip_gives_equal_weights_and_the_exact_next_steps(corpus_and_tok, tmp_path):
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_a_checkpoint_round_trip_gives_equal_weights_and_the_exact_next_steps(corpus_and_tok, tmp_path, precision):
     corpus, tok = corpus_and_tok
     batches = _row_batches(corpus, SMOKE.batch_size)
-    cfg = dataclasses.replace(SMOKE, max_steps=8)
+    cfg = dataclasses.replace(SMOKE, max_steps=8, precision=precision)
 
     def run(trainer, upto):
         trainer.cfg = dataclasses.replace(cfg, max_steps=upto)
@@ -115,6 +116,29 @@ def test_pretraining_writes_a_registered_model_with_eval_metrics_and_tensorboard
     before = (uninterrupted / "final" / "model.pt").stat().st_mtime_ns
     assert pretrain(smoke_corpus, SMOKE, uninterrupted.parent.parent) == uninterrupted
     assert (uninterrupted / "final" / "model.pt").stat().st_mtime_ns == before
+
+
+@pytest.mark.ray
+def test_pretraining_prints_and_records_the_precision_it_trains_at(smoke_corpus, tmp_path, capsys):
+    from alignlab.platform.corpus import load_manifest
+    from alignlab.platform.pretrain import resolve_precision
+    from alignlab.platform.pretrain_ray import list_models, model_id, pretrain
+
+    cfg = dataclasses.replace(SMOKE, precision="auto", max_steps=2, checkpoint_every=2)
+    used = resolve_precision(cfg).precision  # bf16 on a CPU with native bf16 matmuls, fp32 elsewhere
+    mdir = pretrain(smoke_corpus, cfg, tmp_path)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"[pretrain {mdir.name}] precision {used} (auto: this CPU ")
+    info = json.loads((mdir / "config.json").read_text())
+    assert (info["precision"], info["requested_precision"], info["global_batch_size"]) == (used, "auto", cfg.batch_size)
+    assert json.loads((mdir / "final" / "eval.json").read_text())["precision"] == used
+    assert json.loads((mdir / "final" / "model_config.json").read_text())["pretrain"]["precision"] == used
+    (row,) = list_models(tmp_path)
+    assert row["precision"] == used
+    # The model is the one an explicit request for that precision names.
+    explicit = dataclasses.replace(cfg, precision=used)
+    assert mdir.name == model_id(load_manifest(smoke_corpus)["corpus_id"], explicit)
+    assert pretrain(smoke_corpus, explicit, tmp_path) == mdir
 
 
 @pytest.mark.ray
