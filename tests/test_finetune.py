@@ -240,6 +240,32 @@ def test_mt_scheme_without_the_other_tasks_examples_is_a_value_error(pre):
         run_calculation(pre, _cfg("ct", scheme="mt:pred+trm"), CT_TRAIN, CT_TEST, val=CT_VAL)
 
 
+def _training_batches(pre, task: str, seed: int) -> list[tuple[int, ...]]:
+    """The training examples of each batch, in the order a calculation trained on them (encoder forwards
+    of training rows, recorded by a hook; scheme pred+trm runs the encoder on every batch)."""
+    train, val, test = DATA[task]
+    enc = encode_examples(task, train, pre.tok, pre.model_cfg.max_len)
+    rows = {tuple(r.tolist()): i for i, r in enumerate(enc.input_ids)}
+    with _EncoderCalls() as calls:
+        run_calculation(pre, _cfg(task, scheme="pred+trm", max_epochs=2, seed=seed), train, test, val=val)
+    batches = [tuple(rows.get(tuple(r.tolist()), -1) for r in x) for x in calls.inputs
+               if x.shape[1] == enc.input_ids.shape[1]]
+    return [b for b in batches if -1 not in b]
+
+
+@pytest.mark.parametrize("task", ["ct", "ad"])
+def test_the_seed_changes_the_initialisation_and_the_batch_order_of_the_same_examples(pre, task):
+    """The other half of the protocol's seeds (tests/test_protocol.py: a seed never changes the examples)."""
+    fresh = [build_task_model(pre, task, keep_head=False, dropout=0.1, seed=s).heads[task].state_dict() for s in (0, 1)]
+    assert all(not torch.equal(fresh[0][k], fresh[1][k]) for k in fresh[0] if k.endswith("weight"))
+    order0, order1 = _training_batches(pre, task, 0), _training_batches(pre, task, 1)
+    n = len(DATA[task][0])
+    for order in (order0, order1):  # two epochs, each every training example exactly once
+        assert sorted(i for b in order for i in b) == sorted(list(range(n)) * 2)
+    assert order0 != order1, "seed 1 must visit the same examples in another order"
+    assert order0 == _training_batches(pre, task, 0), "the same seed gives the same order"
+
+
 # ------------------------------------------------------------------------------------------- heads
 
 
