@@ -167,15 +167,18 @@ def _search_section(searches: list[dict]) -> list[str]:
            "validation split (the test set is never loaded); the objective is validation accuracy at the "
            "best-validation-perplexity epoch. Trials a scheduler stopped early count as *pruned* (Optuna "
            "PRUNED, never COMPLETE), and the best setting is chosen among the trials that ran to their own end. "
-           "The best setting was then run as the calculations of its cell in the tables above.", ""]
+           "The best setting was then run as the calculations of its cell in the tables above. Selection is "
+           "nested: a search samples only from what the calculations reporting its setting may train on (AD: "
+           "one search per test fold, inside the other four folds; CT: the pool, never the test set).", ""]
     for s in searches:
         name = s["name"]
         statuses = [t["status"] for t in s["trials"]]
         counts = ", ".join(f"{statuses.count(k)} {k}" for k in ("complete", "pruned", "error") if k in statuses)
         out += [f"### {name} → cell {s['row']} / {s['col']}", "",
                 f"Model `{s['model']}`; {s['num_samples']} trials ({counts}); {s['sampler']}; pruning: "
-                f"{s['scheduler']} (grace period {s['grace_period']} epochs); trials on fold {s['search_fold']}, "
-                f"seed {s['search_seed']}.", "",
+                f"{s['scheduler']} (grace period {s['grace_period']} epochs); trials sample only from the training "
+                f"data of fold {s['search_fold']}, seed {s['search_seed']}; its setting is reported on (fold, seed) "
+                f"{', '.join(f'({f}, {sd})' for f, sd in s.get('final_points', []))}.", "",
                 "Best: " + ", ".join(f"`{k}={_short(v)}`" for k, v in s["best_params"].items())
                 + f" — validation accuracy {100 * s['best_value']:.1f} %.", ""]
         keys = [p["name"] for p in s["space"]]
