@@ -197,7 +197,7 @@ def test_finetune_search_at_smoke_runs_end_to_end_on_ray(ray_session, storage_ro
     assert set(best) == {"lr", "batch_size", "max_epochs", "dropout", "scheme"}
     trials = [read_json(f) for f in (sdir / "trials").glob("*.json")]
     searched = [t for t in trials if t["col"] == "searched"]
-    assert sorted((t["ft_fold"], t["ft_seed"]) for t in searched) == [(0, 0), (0, 1)] == summary["final_points"]
+    assert sorted([t["ft_fold"], t["ft_seed"]] for t in searched) == [[0, 0], [0, 1]] == summary["final_points"]
     assert all(t["ft_scheme"] == best["scheme"] and t["ft_lr"] == pytest.approx(best["lr"]) for t in searched)
     assert all(t["selection"] == "honest" for t in trials)
     text = report.read_text()
