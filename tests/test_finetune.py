@@ -331,6 +331,66 @@ def test_paper_selection_scores_the_test_set_every_epoch_and_honest_requires_a_v
         run_calculation(pre, _cfg("ct"), train, test, val=[])
 
 
+# Selection metrics scripted per epoch: perplexity is best at epoch 2 and then worsens (overconfidence), while
+# accuracy keeps improving until epoch 7 -- the case where stopping on perplexity alone cut the best-accuracy
+# column short.
+SCRIPTED = [(0.60, 2.0), (0.62, 1.8), (0.63, 1.9), (0.64, 2.0), (0.65, 2.1), (0.66, 2.2), (0.70, 2.3),
+            (0.69, 2.4), (0.68, 2.5), (0.67, 2.6), (0.66, 2.7), (0.65, 2.8)]
+
+
+def test_training_goes_on_until_neither_best_perplexity_nor_best_accuracy_improved_for_patience_epochs(pre, monkeypatch):
+    import alignlab.platform.finetune as ft
+
+    train, val, test = DATA["ct"]
+    n_val_units = sum(len(e.tokens) for e in val)
+    assert n_val_units != sum(len(e.tokens) for e in test)
+    real, script = ft.metrics_from_logits, iter(SCRIPTED)
+
+    def scripted(logits, labels):  # the validation split's score each epoch; the test set's is real
+        if labels.numel() != n_val_units:
+            return real(logits, labels)
+        acc, ppl = next(script)
+        return {"accuracy": acc, "perplexity": ppl}
+
+    monkeypatch.setattr(ft, "metrics_from_logits", scripted)
+    seen = []
+    res = run_calculation(pre, _cfg("ct", scheme="pred", max_epochs=len(SCRIPTED), patience=2), train, test, val=val,
+                          on_epoch=lambda e, m: seen.append(m))
+    assert res["epochs"] == 2, "best validation perplexity"
+    assert res["best_accuracy_epoch"] == 7, "the best validation accuracy, five epochs after the best perplexity"
+    assert res["epochs_run"] == len(seen) == 9, "stopped 2 (patience) epochs after the later of the two, not at epoch 4"
+    # And a run whose accuracy stops improving first still runs to the perplexity's patience.
+    script = iter([(0.7, 2.0), (0.6, 1.9), (0.6, 1.8), (0.6, 1.7), (0.6, 1.8), (0.6, 1.9), (0.6, 2.0)])
+    res = run_calculation(pre, _cfg("ct", scheme="pred", max_epochs=7, patience=2), train, test, val=val)
+    assert (res["epochs"], res["best_accuracy_epoch"], res["epochs_run"]) == (4, 1, 6)
+
+
+@pytest.mark.parametrize("selection", ["honest", "paper"])
+@pytest.mark.parametrize("task,scheme", [("ct", "pred+trm"), ("ad", "pred+trm"), ("ct", "pred")])
+def test_best_accuracy_is_never_below_the_accuracy_at_the_best_perplexity_epoch(pre, task, scheme, selection):
+    """What is asserted, on the selection split's terms (validation in honest mode, the test set in paper mode):
+    the selection accuracy at the best-accuracy epoch >= the selection accuracy at the best-perplexity epoch,
+    both epochs are the first best over every epoch run, and the run stopped only when neither had improved for
+    `patience` epochs (or at max_epochs). In honest mode the two reported *test* accuracies may legitimately be
+    in either order -- each is the test score of an epoch chosen on validation -- so they are not compared."""
+    train, val, test = DATA[task]
+    seen, patience, max_epochs = [], 2, 25
+    res = run_calculation(pre, _cfg(task, scheme=scheme, max_epochs=max_epochs, patience=patience, selection=selection),
+                          train, test, val=val if selection == "honest" else None, on_epoch=lambda e, m: seen.append(m))
+    acc = [m["accuracy"] for m in seen]
+    ppl = [m["perplexity"] for m in seen]
+    assert res["best_accuracy_epoch"] == acc.index(max(acc)) + 1
+    assert res["epochs"] == ppl.index(min(ppl)) + 1
+    assert acc[res["best_accuracy_epoch"] - 1] >= acc[res["epochs"] - 1]
+    run = res["epochs_run"]
+    assert run == len(seen)
+    assert run == max_epochs or (run - res["epochs"] >= patience and run - res["best_accuracy_epoch"] >= patience)
+    assert run == max_epochs or (run - res["epochs"] == patience or run - res["best_accuracy_epoch"] == patience), \
+        "stopped at the first epoch where both had stopped improving"
+    if selection == "paper":  # selected on the test set itself: the reported columns obey the same order
+        assert res["best_accuracy"] >= res["accuracy"]
+
+
 # ------------------------------------------------------------------------------------------- save, evaluate, predict
 
 
