@@ -181,13 +181,17 @@ def test_finetune_search_at_smoke_runs_end_to_end_on_ray(ray_session, storage_ro
     from alignlab.platform.storage import read_json
 
     study = load_script("finetune_search").build("smoke")
-    # One task's search keeps the test short; the script searches both.
-    study = dataclasses.replace(study, searches=study.searches[-1:],
-                                calcs=tuple(c for c in study.calcs if c.row == study.searches[-1].row))
-    report = run_study(study, storage_root, progress=False)
+    # One task's search keeps the test short; the script searches both. Eight trials, one at a time (so the
+    # run is deterministic), give ASHA trials to prune: with a FIFO scheduler (no pruning) this test fails.
+    search = dataclasses.replace(study.searches[-1], num_samples=8)
+    study = dataclasses.replace(study, searches=(search,), calcs=tuple(c for c in study.calcs if c.row == search.row))
+    report = run_study(study, storage_root, progress=False, max_concurrent=1)
     sdir = report.parent
     summary = read_json(sdir / "searches" / "ad-fold0.json")  # AD: one search per test fold (smoke: fold 0 only)
-    assert len(summary["trials"]) == 4
+    assert len(summary["trials"]) == 8
+    pruned = [t for t in summary["trials"] if t["status"] == "pruned"]
+    assert pruned, f"no trial was pruned: {[t['status'] for t in summary['trials']]}"
+    assert all(t["epoch"] < t["params"]["max_epochs"] for t in pruned), "pruned means stopped before its own end"
     base = study.searches[0].base  # the default setting is among the trials (Optuna points_to_evaluate)
     assert any(t["params"]["lr"] == pytest.approx(base.lr) and t["params"]["scheme"] == base.scheme
                for t in summary["trials"])
