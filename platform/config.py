@@ -207,7 +207,7 @@ class FinetuneConfig:
     dropout: float = 0.1
     max_epochs: int = 200
     patience: int = 20
-    """Stop when the selection perplexity has not improved for this many epochs."""
+    """Stop when neither the selection perplexity nor the selection accuracy has improved for this many epochs."""
     selection: str = "honest"
     """"honest": select epochs on a validation split carved from the budget, touch the test set once;
     "paper": select on the test set, as the paper did (for reproduction only)."""

@@ -12,8 +12,10 @@ Heads: `keep_head` initialises CT's head from WHP's and AD's from PAD's when the
 otherwise a fresh head (the paper's `*` models).
 Selection (`selection`): "honest" picks epochs on a validation split carved from the budget and
 touches the test set once per selected epoch; "paper" picks them on the test set, as the paper did.
-Stopping rule: stop when the selection perplexity has not improved for `patience` epochs, or at
-`max_epochs`; "epochs" is the 1-based epoch of the best selection perplexity.
+Stopping rule (`EpochSelector`): the best-perplexity epoch and the best-accuracy epoch are each selected
+on the selection split, and training goes on until BOTH have stopped improving for `patience` epochs
+(or to `max_epochs`), so the best-accuracy column is the best of a run that was not cut short at the
+perplexity's stopping point; "epochs" is the 1-based epoch of the best selection perplexity.
 Metrics: accuracy, and perplexity = exp(mean cross-entropy), over words (CT, at each word's first
 piece) or pairs (AD).
 Acronym input form (`acronym_form`, default "letters"): AD's acronym enters as one token per letter,
@@ -265,6 +267,29 @@ class _Features:
         return torch.nonzero(torch.isin(self.row_of_unit, rows)).squeeze(1)
 
 
+class EpochSelector:
+    """The selected epochs of a run and its stopping rule: the first epoch of the lowest selection perplexity,
+    the first epoch of the highest selection accuracy, and stop once neither has improved for `patience`
+    epochs. One rule for both, so that neither selected epoch is cut short by the other's stopping point."""
+
+    def __init__(self, patience: int):
+        self.patience = patience
+        self.best_ppl, self.ppl_epoch = math.inf, 0
+        self.best_acc, self.acc_epoch = -math.inf, 0
+
+    def update(self, epoch: int, m: dict) -> tuple[bool, bool]:
+        """Record an epoch's selection metrics; returns (new best perplexity, new best accuracy)."""
+        new_ppl, new_acc = m["perplexity"] < self.best_ppl, m["accuracy"] > self.best_acc
+        if new_ppl:
+            self.best_ppl, self.ppl_epoch = m["perplexity"], epoch
+        if new_acc:
+            self.best_acc, self.acc_epoch = m["accuracy"], epoch
+        return new_ppl, new_acc
+
+    def done(self, epoch: int) -> bool:
+        return epoch - self.ppl_epoch >= self.patience and epoch - self.acc_epoch >= self.patience
+
+
 def run_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, val=None, other_task_train=None,
                     on_epoch=None) -> dict:
     """Finetune on `train`, select epochs on `val` (honest) or `test` (paper), return one result row."""
@@ -306,8 +331,8 @@ def run_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, val=No
         (head if frozen else model).load_state_dict(sd)
 
     history: list[dict] = []
-    best_ppl = (math.inf, -1, None, None)  # (ppl, epoch, snapshot, metrics)
-    best_acc = (-math.inf, -1, None, None)
+    selector = EpochSelector(cfg.patience)
+    best_ppl = best_acc = (None, None)  # (snapshot, selection metrics) at the selected epoch
     for epoch in range(1, cfg.max_epochs + 1):
         order = torch.randperm(len(enc_train), generator=gen)
         for start in range(0, len(order), cfg.batch_size):
@@ -329,24 +354,25 @@ def run_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, val=No
         history.append({"epoch": epoch, **m})
         if on_epoch:
             on_epoch(epoch, m)
-        if m["perplexity"] < best_ppl[0]:
-            best_ppl = (m["perplexity"], epoch, snapshot(), m)
-        if m["accuracy"] > best_acc[0]:
-            best_acc = (m["accuracy"], epoch, snapshot(), m)
-        if epoch - best_ppl[1] >= cfg.patience:
+        new_ppl, new_acc = selector.update(epoch, m)
+        if new_ppl:
+            best_ppl = (snapshot(), m)
+        if new_acc:
+            best_acc = (snapshot(), m)
+        if selector.done(epoch):
             break
     if cfg.selection == "paper":
-        at_ppl, at_acc = best_ppl[3], best_acc[3]
+        at_ppl, at_acc = best_ppl[1], best_acc[1]
     else:  # the test set is touched once per selected epoch, after all selection is done
-        restore(best_ppl[2])
+        restore(best_ppl[0])
         at_ppl = evaluate(enc_test, f_test if frozen else None)
-        restore(best_acc[2])
+        restore(best_acc[0])
         at_acc = evaluate(enc_test, f_test if frozen else None)
-    restore(best_ppl[2])  # the kept model is the best-perplexity one (the paper's choice)
+    restore(best_ppl[0])  # the kept model is the best-perplexity one (the paper's choice)
     return {
         "accuracy": at_ppl["accuracy"], "perplexity": at_ppl["perplexity"],
         "best_accuracy": at_acc["accuracy"], "perplexity_at_best_accuracy": at_acc["perplexity"],
-        "epochs": best_ppl[1], "epochs_run": len(history), "best_accuracy_epoch": best_acc[1],
+        "epochs": selector.ppl_epoch, "epochs_run": len(history), "best_accuracy_epoch": selector.acc_epoch,
         "selection": cfg.selection, "num_train": len(train), "num_val": len(val or []), "num_test": len(test),
         "seconds": round(time.time() - t0, 3), "_model": model,
     }

@@ -2,12 +2,19 @@
 
 - AD: 5-fold cross-validation over snippets (a snippet's positive and negative share a fold) x 2
   seeds; the training set of budget n is sampled from the four training folds, the fifth is the test set.
-- CT: 5 random samples of n from the 275-query pool, tested on the 200-query set, x 2 seeds.
+- CT: 5 random samples of n from the 275-query pool ("fold" numbers the sample), tested on the
+  200-query set, x 2 seeds.
+The examples of a calculation depend on (task, budget, fold) only: the two seeds of a fold train on
+the same sample, validate on the same split and test on the same set; the seed changes the
+initialisation (fresh heads, dropout) and the batch order only (`finetune.run_calculation`).
 In "honest" selection a validation split (`val_fraction` of n) is carved from the sampled budget,
 so the model trains on the rest and the test set only scores the selected epochs.
+Searches (`search_split`, `search_groups`) are nested: a search whose setting is reported on AD's
+fold f samples only from fold f's four training folds; CT's searches sample from the pool.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import random
 from dataclasses import dataclass, field
@@ -122,22 +129,63 @@ def _ad_folds(examples: list) -> list[list[int]]:
     return folds
 
 
-def fel_split(data: TaskData, task: str, cfg: FinetuneConfig) -> tuple[list, list, list]:
-    """(train, val, test) of one calculation; val is empty in "paper" selection."""
-    rng = random.Random(f"{task}-{cfg.budget}-{cfg.fold}-{cfg.seed}")
+def _pool_and_test(data: TaskData, task: str, fold: int) -> tuple[list, list]:
+    """The examples a calculation of this fold may sample its budget from, and its test set."""
     if task == "ad":
         folds = _ad_folds(data.ad)
-        test = [data.ad[i] for i in folds[cfg.fold % NUM_FOLDS]]
-        pool = [data.ad[i] for f, idx in enumerate(folds) if f != cfg.fold % NUM_FOLDS for i in idx]
-    else:
-        pool, test = list(data.ct_pool), list(data.ct_test)
+        test = [data.ad[i] for i in folds[fold % NUM_FOLDS]]
+        pool = [data.ad[i] for f, idx in enumerate(folds) if f != fold % NUM_FOLDS for i in idx]
+        return pool, test
+    return list(data.ct_pool), list(data.ct_test)
+
+
+def _sample(pool: list, task: str, cfg: FinetuneConfig, key: str) -> tuple[list, list]:
+    """(train, val) of a budget drawn from `pool` by `key`; val is empty in "paper" selection."""
     if cfg.budget > len(pool):
         raise ValueError(f"budget {cfg.budget} exceeds the {len(pool)} {task.upper()} training examples available")
-    sample = rng.sample(pool, cfg.budget)
+    sample = random.Random(key).sample(pool, cfg.budget)
     if cfg.selection == "paper":
-        return sample, [], test
+        return sample, []
     n_val = max(2, round(cfg.val_fraction * cfg.budget))
-    return sample[n_val:], sample[:n_val], test
+    return sample[n_val:], sample[:n_val]
+
+
+def fel_split(data: TaskData, task: str, cfg: FinetuneConfig) -> tuple[list, list, list]:
+    """(train, val, test) of one calculation; val is empty in "paper" selection.
+
+    Keyed by (task, budget, fold), never by the seed: the paper's "two random seeds" train the same
+    sample twice with a different initialisation and batch order (§3.4: five samples x two seeds)."""
+    pool, test = _pool_and_test(data, task, cfg.fold)
+    train, val = _sample(pool, task, cfg, f"{task}-{cfg.budget}-{cfg.fold}")
+    return train, val, test
+
+
+def search_groups(task: str, points) -> dict[int | None, tuple[tuple[int, int], ...]]:
+    """The searches a searched cell needs (nested selection): outer fold -> the (fold, seed) points that
+    report that search's best setting.
+
+    AD's test fold changes with the fold, and every snippet is in some fold's test set, so one search
+    cannot serve all folds: fold f gets its own search, inside f's four training folds (nested
+    cross-validation). CT's test set is the same separate 200-query set for every calculation, so one
+    search on the pool serves every sample (key None)."""
+    points = tuple((int(f), int(s)) for f, s in points)
+    if task != "ad":
+        return {None: points}
+    groups: dict[int | None, tuple[tuple[int, int], ...]] = {}
+    for f, s in points:
+        groups[f % NUM_FOLDS] = groups.get(f % NUM_FOLDS, ()) + ((f, s),)
+    return groups
+
+
+def search_split(data: TaskData, task: str, cfg: FinetuneConfig) -> tuple[list, list]:
+    """(train, val) of a search trial whose setting is reported on the calculations of outer fold `cfg.fold`.
+
+    Drawn from that fold's training pool only (AD: the four other folds; CT: the pool), by a key of its
+    own, so the search never sees the test set of a calculation that reports its setting. Searches
+    select in honest mode: val is carved from the budget as in a calculation."""
+    pool, _ = _pool_and_test(data, task, cfg.fold)
+    key = f"search-{task}-{cfg.budget}-{cfg.fold % NUM_FOLDS if task == 'ad' else 'pool'}"
+    return _sample(pool, task, dataclasses.replace(cfg, selection="honest"), key)
 
 
 CT_BASELINES = ("majority", "lexicon", "run_rule", "gazetteer")

@@ -3,15 +3,20 @@ significance against the study's baseline), PNG plots, and pointers to the Tenso
 
 Cells read "acc ± std / ppl ± std" (accuracy in %, mean ± one standard deviation over the ten
 calculations). A cell is **bold** when its accuracy is significantly higher than its baseline's
-(Welch's t-test, p < 0.05); the baseline is underlined. The baseline is the study's baseline column
-in the same row, or -- when the study names baseline cells (the paper's Tables 1-2) -- the one
-baseline cell of the row's group (e.g. its task). Searches (Optuna) get a section of their own.
+(`significant_gain`: paired t-test over the calculations paired by (fold, seed), p < 0.05, and a
+higher mean); the baseline is underlined. A cell and its baseline share their splits -- the same
+(fold, seed) trains, validates and tests on the same examples -- so the paired test is the right
+one; the Wilcoxon signed-rank test and Welch's (unpaired) t-test are reported beside it. The baseline
+is the study's baseline column in the same row, or -- when the study names baseline cells (the
+paper's Tables 1-2) -- the one baseline cell of the row's group (e.g. its task). Searches (Optuna)
+get a section of their own.
 """
 from __future__ import annotations
 
 import math
 import os
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +26,8 @@ from scipy import stats as sps
 from alignlab.platform.storage import read_json, write_text
 
 P_VALUE = 0.05
+PAIR_KEYS = ("ft_fold", "ft_seed")
+"""What pairs a cell's calculations with its baseline's: the same (fold, seed) means the same splits."""
 
 
 def collect_results(sdir: Path) -> pd.DataFrame:
@@ -51,16 +58,63 @@ def _fmt(values: pd.Series, scale: float = 1.0, digits: int = 1) -> str:
     return f"{v.mean():.{digits}f} ± {sd:.{digits}f}"
 
 
-def welch_better(a: pd.Series, b: pd.Series) -> tuple[bool, float]:
-    """Is mean(a) significantly greater than mean(b)? (two-sided Welch's t-test, p < 0.05, and a > b)."""
-    a, b = a.dropna().to_numpy(), b.dropna().to_numpy()
-    if len(a) < 2 or len(b) < 2 or (a.std() == 0 and b.std() == 0):
-        return (len(a) > 0 and len(b) > 0 and a.mean() > b.mean() and a.std() == 0 and b.std() == 0
-                and len(a) > 1 and len(b) > 1), float("nan")
-    with warnings.catch_warnings():  # nearly identical samples (tiny smoke models) only lose precision
+@dataclass(frozen=True)
+class Comparison:
+    """A cell against its baseline on one metric. p-values are two-sided; nan where a test is undefined."""
+
+    n_pairs: int
+    """Calculations of the cell with a baseline calculation of the same (fold, seed)."""
+    mean: float
+    """Mean of the cell over the paired calculations."""
+    base_mean: float
+    p_paired: float
+    """Paired t-test (`scipy.stats.ttest_rel`) over the pairs: the decision."""
+    p_wilcoxon: float
+    """Wilcoxon signed-rank test over the pairs (exact for <= 50 pairs without zero differences)."""
+    p_welch: float
+    """Welch's t-test (`ttest_ind(equal_var=False)`), unpaired, over all calculations of each cell."""
+    bold: bool
+
+
+def _quiet(test, *args, **kwargs) -> float:
+    """A scipy test's p-value; nan where it is undefined (too few values)."""
+    with warnings.catch_warnings():  # zero-variance or nearly identical samples only lose precision
         warnings.simplefilter("ignore", RuntimeWarning)
-        t, p = sps.ttest_ind(a, b, equal_var=False)
-    return bool(p < P_VALUE and a.mean() > b.mean()), float(p)
+        try:
+            return float(test(*args, **kwargs).pvalue)
+        except ValueError:
+            return float("nan")
+
+
+def significant_gain(sub: pd.DataFrame, base: pd.DataFrame, metric: str = "accuracy",
+                     floor: float = float("nan")) -> Comparison:
+    """Is `sub`'s `metric` significantly above `base`'s? The one place the report's **bold** is decided.
+
+    Rows pair by (fold, seed) (`PAIR_KEYS`). Bold = paired t-test p < `P_VALUE`, the paired mean is higher,
+    and (when `floor` is given: the strongest context-free baseline) the cell's mean is above `floor` -- an
+    effect that a model-free rule matches is no evidence for the model. No special cases: a deterministic tie (every difference 0) has no t statistic (p = nan) and is not
+    significant; a constant non-zero difference is what the t-test says it is."""
+    a = sub.dropna(subset=[metric]).groupby(list(PAIR_KEYS))[metric].mean()
+    b = base.dropna(subset=[metric]).groupby(list(PAIR_KEYS))[metric].mean()
+    pairs = pd.concat([a.rename("sub"), b.rename("base")], axis=1, join="inner")
+    x, y = pairs["sub"].to_numpy(float), pairs["base"].to_numpy(float)
+    n = len(pairs)
+    p_paired = _quiet(sps.ttest_rel, x, y) if n >= 2 else float("nan")
+    p_wilcoxon = _quiet(sps.wilcoxon, x, y) if n >= 2 else float("nan")
+    wa, wb = sub[metric].dropna().to_numpy(float), base[metric].dropna().to_numpy(float)
+    p_welch = _quiet(sps.ttest_ind, wa, wb, equal_var=False) if len(wa) >= 2 and len(wb) >= 2 else float("nan")
+    mean, base_mean = (float(x.mean()), float(y.mean())) if n else (float("nan"), float("nan"))
+    above_floor = math.isnan(floor) or sub[metric].dropna().mean() > floor
+    return Comparison(n, mean, base_mean, p_paired, p_wilcoxon, p_welch,
+                      bool(p_paired < P_VALUE and mean > base_mean and above_floor))
+
+
+def welch_better(a: pd.Series, b: pd.Series) -> tuple[bool, float]:
+    """Is mean(a) greater than mean(b) by two-sided Welch's t-test, p < 0.05? Unpaired; the report's bold is
+    `significant_gain` (paired). No special case: two constant, equal samples have p = nan (not significant)."""
+    a, b = a.dropna().to_numpy(float), b.dropna().to_numpy(float)
+    p = _quiet(sps.ttest_ind, a, b, equal_var=False) if len(a) >= 2 and len(b) >= 2 else float("nan")
+    return bool(p < P_VALUE and a.mean() > b.mean()), p
 
 
 def baseline_of(df: pd.DataFrame, study: dict) -> dict[str, tuple[str, str]]:
@@ -103,11 +157,11 @@ def extra_test_sets(df: pd.DataFrame) -> list[str]:
 
 
 def _table(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], acc: str, ppl: str,
-           prefix: str = "") -> tuple[list[str], dict]:
+           prefix: str = "") -> tuple[list[str], dict[tuple[str, str], Comparison]]:
     cols = list(dict.fromkeys(df["col"]))
     rows = list(dict.fromkeys(df["row"]))
     lines = ["| | " + " | ".join(cols) + " | strongest context-free |", "|---|" + "---|" * (len(cols) + 1)]
-    pvals = {}
+    comparisons = {}
     base_cells = set(baselines.values())
     for r in rows:
         cells = []
@@ -122,16 +176,37 @@ def _table(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], acc: str, pp
             if (r, c) in base_cells:
                 text = f"<u>{text}</u>"
             elif not base.empty:
-                better, p = welch_better(sub[acc], base[acc])
-                pvals[(r, c)] = p
                 # An effect counts only above what no model is needed for: the strongest context-free baseline.
-                if better and sub[acc].mean() > strongest_baseline(sub, prefix)[1]:
+                floor = strongest_baseline(sub, prefix)[1]
+                comparisons[(r, c)] = cmp = significant_gain(sub, base, acc, floor=floor)
+                if cmp.bold:
                     text = f"**{text}**"
             cells.append(text)
         name, mean = strongest_baseline(df[df["row"] == r], prefix)
         cells.append(f"{100 * mean:.1f} ({name})" if name != "–" else "–")
         lines.append(f"| {r} | " + " | ".join(cells) + " |")
-    return lines, pvals
+    return lines, comparisons
+
+
+def _p(p: float) -> str:
+    return "–" if math.isnan(p) else f"{p:.3g}"
+
+
+def _significance(tables: dict[str, dict[tuple[str, str], Comparison]], baselines: dict[str, tuple[str, str]]) -> list[str]:
+    """Every compared cell's p-values: paired t (the bold decision), Wilcoxon signed-rank, Welch (unpaired)."""
+    out = ["## Significance against the baseline", "",
+           f"Calculations paired by (fold, seed). **bold** = paired t-test p < {P_VALUE} and a higher mean; the "
+           "Wilcoxon signed-rank test (paired) and Welch's t-test (unpaired) are shown beside it. – : undefined "
+           "(e.g. a deterministic tie: every paired difference 0).", "",
+           "| metric | row | cell | baseline | mean − baseline (points) | pairs | paired t p | Wilcoxon p | Welch p | bold |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for metric, comparisons in tables.items():
+        for (r, c), cmp in comparisons.items():
+            br, bc = baselines[r]
+            diff = "–" if math.isnan(cmp.mean) else f"{100 * (cmp.mean - cmp.base_mean):+.2f}"
+            out.append(f"| {metric} | {r} | {c} | {br} / {bc} | {diff} | {cmp.n_pairs} | {_p(cmp.p_paired)} | "
+                       f"{_p(cmp.p_wilcoxon)} | {_p(cmp.p_welch)} | {'yes' if cmp.bold else 'no'} |")
+    return out
 
 
 def write_report(sdir: Path) -> Path:
@@ -150,17 +225,21 @@ def write_report(sdir: Path) -> Path:
            "(`honest`: epochs selected on a validation split carved from the training budget, test set touched "
            "once per selected epoch; `paper`: epochs selected on the test set, as in the paper — for reproduction only).",
            "", f"Cells: accuracy % ± std / perplexity ± std over the calculations (n). Baseline: <u>{base}</u>. "
-           f"**Bold**: accuracy significantly above the row's baseline (Welch's t-test, p < {P_VALUE}).", ""]
+           f"**Bold**: accuracy significantly above the row's baseline (paired t-test over the calculations "
+           f"paired by (fold, seed), p < {P_VALUE}, and a higher mean) **and** above the row's strongest "
+           "context-free baseline (last column); Wilcoxon and Welch p-values in the significance section.", ""]
     if study.get("notes"):
         out += [study["notes"], ""]
     if df.empty:
         out.append("No finished calculations yet.")
     else:
         out += ["## Accuracy at the best-perplexity epoch", ""]
-        lines, pvals = _table(df, baselines, "accuracy", "perplexity")
-        out += lines + [""]
+        lines, at_ppl = _table(df, baselines, "accuracy", "perplexity")
+        out += lines + [""] + _side_by_side(df)
         out += ["## Best accuracy (and its perplexity)", ""]
-        out += _table(df, baselines, "best_accuracy", "perplexity_at_best_accuracy")[0] + [""]
+        lines, at_best = _table(df, baselines, "best_accuracy", "perplexity_at_best_accuracy")
+        out += lines + [""]
+        tables = {"accuracy": at_ppl, "best_accuracy": at_best}
         out += ["## Epochs to convergence (epoch of the best selection perplexity)", "",
                 "| | " + " | ".join(dict.fromkeys(df["col"])) + " |", "|---|" + "---|" * df["col"].nunique()]
         for r in dict.fromkeys(df["row"]):
@@ -172,12 +251,11 @@ def write_report(sdir: Path) -> Path:
             out += ["", f"## Test set `{name}`", "", _EXTRA_TEST_TEXT.get(name, "A user's own test file "
                     "(--eval-file); the models are those selected above, scored once more."), "",
                     "### Accuracy at the best-perplexity epoch", ""]
-            out += _table(df[df[f"eval_{name}_accuracy"].notna()], baselines, f"eval_{name}_accuracy",
-                          f"eval_{name}_perplexity", prefix=f"eval_{name}_")[0]
-            out += ["", f"### Context-free baselines on `{name}`", ""] + _baseline_section(df, f"eval_{name}_")[2:]
-        if pvals:
-            out += ["", "Welch p-values against the baseline: " + ", ".join(
-                f"{r}/{c}: {p:.3g}" for (r, c), p in pvals.items() if not math.isnan(p))]
+            lines, tables[name] = _table(df[df[f"eval_{name}_accuracy"].notna()], baselines, f"eval_{name}_accuracy",
+                                         f"eval_{name}_perplexity", prefix=f"eval_{name}_")
+            out += lines + ["", f"### Context-free baselines on `{name}`", ""] + _baseline_section(df, f"eval_{name}_")[2:]
+        if any(tables.values()):
+            out += [""] + _significance(tables, baselines)
     if study.get("searches"):
         out += [""] + _search_section(study["searches"])
     out += ["", "## Pretrained models", "", "Held-out evaluation of each pretrained model (accuracy % / perplexity).", ""]
@@ -191,6 +269,27 @@ def write_report(sdir: Path) -> Path:
     path = sdir / "report.md"
     write_text(path, "\n".join(out))
     return path
+
+
+def _side_by_side(df: pd.DataFrame) -> list[str]:
+    """For each row scored on extra test sets (AD: out of domain), its protocol test set and every extra set
+    side by side, per model, each with its strongest context-free baseline."""
+    out = []
+    for r in dict.fromkeys(df["row"]):
+        sub_r = df[df["row"] == r]
+        names = [n for n in extra_test_sets(df) if sub_r[f"eval_{n}_accuracy"].notna().any()]
+        if not names:
+            continue
+        sets = [("", "test"), *((f"eval_{n}_", n) for n in names)]
+        out += [f"{r} on each of its test sets (accuracy % at the best-perplexity epoch, mean ± std):", "",
+                "| model | " + " | ".join(label for _, label in sets) + " |", "|---|" + "---|" * len(sets)]
+        for c in dict.fromkeys(sub_r["col"]):
+            sub = sub_r[sub_r["col"] == c]
+            out.append(f"| {c} | " + " | ".join(_fmt(sub[f"{p}accuracy"], 100) for p, _ in sets) + " |")
+        floors = [strongest_baseline(sub_r, p) for p, _ in sets]
+        out.append("| strongest context-free | " + " | ".join(f"{100 * m:.1f} ({n})" for n, m in floors) + " |")
+        out.append("")
+    return out
 
 
 _EXTRA_TEST_TEXT = {
@@ -229,15 +328,18 @@ def _search_section(searches: list[dict]) -> list[str]:
            "validation split (the test set is never loaded); the objective is validation accuracy at the "
            "best-validation-perplexity epoch. Trials a scheduler stopped early count as *pruned* (Optuna "
            "PRUNED, never COMPLETE), and the best setting is chosen among the trials that ran to their own end. "
-           "The best setting was then run as the calculations of its cell in the tables above.", ""]
+           "The best setting was then run as the calculations of its cell in the tables above. Selection is "
+           "nested: a search samples only from what the calculations reporting its setting may train on (AD: "
+           "one search per test fold, inside the other four folds; CT: the pool, never the test set).", ""]
     for s in searches:
         name = s["name"]
         statuses = [t["status"] for t in s["trials"]]
         counts = ", ".join(f"{statuses.count(k)} {k}" for k in ("complete", "pruned", "error") if k in statuses)
         out += [f"### {name} → cell {s['row']} / {s['col']}", "",
                 f"Model `{s['model']}`; {s['num_samples']} trials ({counts}); {s['sampler']}; pruning: "
-                f"{s['scheduler']} (grace period {s['grace_period']} epochs); trials on fold {s['search_fold']}, "
-                f"seed {s['search_seed']}.", "",
+                f"{s['scheduler']} (grace period {s['grace_period']} epochs); trials sample only from the training "
+                f"data of fold {s['search_fold']}, seed {s['search_seed']}; its setting is reported on (fold, seed) "
+                f"{', '.join(f'({f}, {sd})' for f, sd in s.get('final_points', []))}.", "",
                 "Best: " + ", ".join(f"`{k}={_short(v)}`" for k, v in s["best_params"].items())
                 + f" — validation accuracy {100 * s['best_value']:.1f} %.", ""]
         keys = [p["name"] for p in s["space"]]

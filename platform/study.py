@@ -101,7 +101,13 @@ class SearchSpec:
     """An Optuna (TPE) search of finetuning settings for one model and one grid cell (e.g. one task),
     maximizing `SEARCH_OBJECTIVE` on the validation split carved from the budget (honest selection;
     the test set is never loaded by a search trial). Its best setting is then run as ordinary
-    calculations at `final_points` (the protocol's ten (fold, seed) by default) in cell (row, col)."""
+    calculations at `final_points` (the protocol's ten (fold, seed) by default) in cell (row, col).
+
+    Selection is nested (`nested()`, `protocol.search_groups`): a declared search becomes one search per
+    outer fold whose test set changes with the fold (AD: the calculations of fold f report the best
+    setting of a search that sampled only from f's four training folds), or one search for all points
+    when the test set is fixed and separate (CT: the search samples from the pool). No searched example
+    is ever in the test set of a calculation that reports the search's setting."""
 
     name: str
     """Unique within the study; names the search's folder and files."""
@@ -117,10 +123,11 @@ class SearchSpec:
     """"asha" (ASHA, reduction factor 3), "median" (median stopping rule) or "fifo" (no pruning)."""
     grace_period: int = 1
     """Epochs a trial runs before it can be pruned."""
-    search_fold: int = 0
+    search_fold: int | None = None
+    """The outer fold whose training pool every trial samples from (`protocol.search_split`); None (the
+    declaration) means one search per outer fold, made by `nested()`."""
     search_seed: int = 2
-    """The (fold, seed) every trial trains on. Seed 2 is outside the protocol's seeds (0, 1), so no final
-    calculation shares a search trial's sampled training set; the test fold is never used by the search."""
+    """The seed of every trial: initialisation and batch order only (the sample depends on the fold)."""
     final_points: tuple[tuple[int, int], ...] = ()
     """(fold, seed) of the calculations the best setting is run on; empty means the protocol's ten."""
     start_from_base: bool = True
@@ -140,6 +147,14 @@ class SearchSpec:
         if self.num_samples < 1 or self.grace_period < 1:
             raise ValueError(f"search {self.name!r}: num_samples and grace_period must be >= 1")
         self.finetune_for({p.name: (p.values[0]) for p in self.space})  # every point of the space is a valid config
+        if self.search_fold is not None:
+            from alignlab.platform.protocol import search_groups
+
+            outer = set(search_groups(self.base.task, self.points())) - {None}
+            if outer - {self.search_fold}:
+                raise ValueError(f"search {self.name!r}: it samples from the training folds of fold {self.search_fold}, "
+                                 f"so it cannot choose the setting of calculations tested on fold(s) "
+                                 f"{sorted(outer - {self.search_fold})}; leave search_fold None for one search per fold")
 
     def finetune_for(self, params: dict) -> FinetuneConfig:
         return dataclasses.replace(self.base, **params)
@@ -152,6 +167,22 @@ class SearchSpec:
         from alignlab.platform.protocol import calculations
 
         return self.final_points or tuple(calculations())
+
+    def nested(self) -> tuple["SearchSpec", ...]:
+        """The searches `run_study` runs for this declaration: one per outer fold (named `<name>-fold<f>`, each
+        reporting on the points of its fold), or itself for a task whose test set is the same for every point."""
+        from alignlab.platform.protocol import search_groups
+
+        if self.search_fold is not None:
+            return (self,)
+        return tuple(dataclasses.replace(self, name=self.name if fold is None else f"{self.name}-fold{fold}",
+                                         search_fold=pts[0][0] if fold is None else fold, final_points=pts)
+                     for fold, pts in search_groups(self.base.task, self.points()).items())
+
+    def search_finetune(self) -> FinetuneConfig:
+        """The config a trial starts from (before the trial's values): the outer fold and the search's seed."""
+        assert self.search_fold is not None, "call nested() first"
+        return dataclasses.replace(self.base, fold=self.search_fold, seed=self.search_seed)
 
     def calcs_for(self, best: dict) -> tuple[CalcSpec, ...]:
         ft = self.finetune_for(best)
@@ -167,7 +198,7 @@ class Study:
     models: tuple[ModelSpec, ...]
     calcs: tuple[CalcSpec, ...]
     baseline_col: str
-    """Column of the table that significance is tested against (Welch's t-test, p < 0.05), row by row."""
+    """Column of the table that significance is tested against (`report.significant_gain`: paired t-test), row by row."""
     baseline_cells: tuple[tuple[str, str], ...] = ()
     """(row, col) cells tested against instead, one per group: every row is compared with the baseline cell
     of its group (the paper's Tables 1-2: one underlined cell per task). Empty: `baseline_col`, row by row."""
@@ -193,7 +224,7 @@ class Study:
         unknown -= set(keys)
         if unknown:
             raise ValueError(f"study {self.name}: calculations use undeclared models {sorted(unknown)}")
-        snames = [s.name for s in self.searches]
+        snames = [n.name for s in self.searches for n in s.nested()]
         if len(set(snames)) != len(snames):
             raise ValueError(f"study {self.name}: search names repeat: {snames}")
         cells = {(c.row, c.col) for c in self.calcs} | {(s.row, s.col) for s in self.searches}
@@ -323,10 +354,10 @@ def run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None 
 
     calcs = [calc_dict(c) for c in study.calcs]
     searches: dict[str, dict] = {}
-    for s in study.searches:
-        say(f"[study {study.name}] search {s.name!r}: {s.num_samples} Optuna trials ({s.scheduler} pruning)")
-        base = calc_dict(CalcSpec(model=s.model, row=s.row, col=s.col, group=s.group,
-                                  finetune=dataclasses.replace(s.base, fold=s.search_fold, seed=s.search_seed)))
+    for s in (n for declared in study.searches for n in declared.nested()):
+        say(f"[study {study.name}] search {s.name!r}: {s.num_samples} Optuna trials ({s.scheduler} pruning), "
+            f"reported on (fold, seed) {list(s.points())}")
+        base = calc_dict(CalcSpec(model=s.model, row=s.row, col=s.col, group=s.group, finetune=s.search_finetune()))
         searches[s.name] = run_search(s, base, sdir, resources=resources, max_concurrent=max_concurrent,
                                       progress=progress, storage=st)
         say(f"[study {study.name}] search {s.name!r}: best {searches[s.name]['best_params']} "
@@ -393,7 +424,7 @@ def check_budgets(study: Study, tdir: Path) -> None:
         n = pool_size(data, c.finetune.task, c.finetune.fold)
         if c.finetune.budget > n:
             bad.add(f"{c.row}/{c.col}: {c.finetune.task.upper()} budget {c.finetune.budget} > {n} available")
-    for s in study.searches:
+    for s in (n for declared in study.searches for n in declared.nested()):
         for fold in {s.search_fold, *(f for f, _ in s.points())}:
             n = pool_size(data, s.base.task, fold)
             if s.base.budget > n:
@@ -704,6 +735,7 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
                "objective": SEARCH_OBJECTIVE, "scheduler": spec.scheduler, "grace_period": spec.grace_period,
                "num_samples": spec.num_samples, "sampler": f"optuna TPE (seed {spec.seed})",
                "search_fold": spec.search_fold, "search_seed": spec.search_seed,
+               "final_points": [list(pt) for pt in spec.points()],
                "space": [{"name": p.name, "kind": p.kind, "values": list(p.values)} for p in spec.space],
                "base": to_dict(spec.base), "best_params": best["params"], "best_value": best[SEARCH_OBJECTIVE],
                "trials": trials, "tune_dir": str(sdir / "tune" / name)}
@@ -755,20 +787,20 @@ def _PruneAwareOptunaSearch(**kwargs):  # noqa: N802 -- a class, built late so t
 
 
 def search_trial(config: dict) -> None:
-    """A Ray Tune function trainable for one search trial: trains on the search's (fold, seed) sample and
-    reports validation metrics every epoch; the test set is never loaded (the validation split stands in)."""
+    """A Ray Tune function trainable for one search trial: trains on the search's sample of its outer fold's
+    training pool (`protocol.search_split`) and reports validation metrics every epoch; no test set is loaded."""
     import torch
     from ray import tune
 
     from alignlab.platform.finetune import load_pretrained, run_calculation
-    from alignlab.platform.protocol import TaskData, fel_split
+    from alignlab.platform.protocol import TaskData
 
     torch.set_num_threads(config.get("threads", 1))
     calc = localize(config["calc"])
     params = {k: v for k, v in config.items() if k not in ("calc", "threads")}
     ft = dataclasses.replace(finetune_from_dict(calc["finetune"]), **params)
     data = TaskData.load(Path(calc["task_dir"]))
-    train, val, _ = fel_split(data, ft.task, ft)
+    train, val, other = search_examples(data, ft)
     pre = load_pretrained(calc["model_dir"])
     best = {"ppl": math.inf, "acc": float("nan")}
 
@@ -778,11 +810,20 @@ def search_trial(config: dict) -> None:
         tune.report({"epoch": epoch, "val_accuracy": m["accuracy"], "val_perplexity": m["perplexity"],
                      SEARCH_OBJECTIVE: best["acc"], "val_perplexity_at_best_ppl": best["ppl"], "search_complete": 0})
 
-    res = run_calculation(pre, ft, train, val, val=val, other_task_train=_other_task_train(data, ft), on_epoch=on_epoch)
+    res = run_calculation(pre, ft, train, val, val=val, other_task_train=other, on_epoch=on_epoch)
     # The run's own end: the restored best-perplexity model scored on the validation split.
     tune.report({"epoch": res["epochs_run"], "val_accuracy": res["accuracy"], "val_perplexity": res["perplexity"],
                  SEARCH_OBJECTIVE: res["accuracy"], "val_perplexity_at_best_ppl": res["perplexity"],
                  "epochs": res["epochs"], "search_complete": 1})
+
+
+def search_examples(data, ft: FinetuneConfig) -> tuple[list, list, list | None]:
+    """Every example a search trial learns or selects from: (train, val, the other task's training examples
+    for the multitask scheme or None). `ft` is `SearchSpec.search_finetune()` with the trial's values."""
+    from alignlab.platform.protocol import search_split
+
+    train, val = search_split(data, ft.task, ft)
+    return train, val, _other_task_train(data, ft)
 
 
 def _finite(x) -> bool:

@@ -3,12 +3,22 @@
 For the largest model (the paper's 768x3; stand-ins in studies/model_size.py; all four objectives,
 heads kept) and each task, Ray Tune runs `OptunaSearch` (TPE, seeded) over the learning rate, batch
 size, max epochs, dropout and backpropagation scheme, maximizing validation accuracy at the
-best-validation-perplexity epoch in `honest` mode: trials train on one sampled budget (fold 0, a
-seed outside the protocol's) and are scored on its validation split; the test set is never loaded.
-Every trial reports its validation metrics each epoch, and ASHA prunes the poor ones (pruning is
-for searches only: the protocol's grids always run to their own stopping rule). The first trial
-is the default setting. The best setting is then run over the protocol's ten calculations as an
-ordinary grid (column "searched"), next to the defaults (column "default", the baseline).
+best-validation-perplexity epoch in `honest` mode: trials are scored on the validation split of
+their sample and never load a test set. Every trial reports its validation metrics each epoch, and
+ASHA prunes the poor ones (pruning is for searches only: the protocol's grids always run to their
+own stopping rule). The first trial is the default setting. The best setting is then run over the
+protocol's calculations as an ordinary grid (column "searched"), next to the defaults (column
+"default", the baseline), on the same (fold, seed) points, so the two columns pair up.
+
+Selection is nested, so no searched example is ever tested by a calculation that reports the
+search's choice (`SearchSpec.nested`, `protocol.search_groups`, `protocol.search_split`):
+- AD: every snippet is in the test fold of some calculation, so one search cannot serve all five
+  folds. Fold f gets its own search, whose trials sample only from f's four training folds, and its
+  best setting is reported on fold f's two calculations only (searches `ad-fold0` ... `ad-fold4`; the
+  "searched" cell may hold up to five settings). This costs five searches per AD cell; the estimate is
+  that of the search procedure, as in nested cross-validation.
+- CT: every calculation tests on the separate 200-query set, so one search (`ct`), sampling from the
+  275-query pool, serves all ten.
 
 Pitfall (RAY_NOTES §3, pitfall 9): Ray's OptunaSearch tells Optuna that an ASHA-stopped trial
 COMPLETED with its early value, which biases TPE toward settings that look good early. The runner
@@ -52,7 +62,8 @@ def build(preset: str) -> Study:
                               finetune=dataclasses.replace(base[t], fold=fold, seed=seed))
                      for t in ("ct", "ad") for fold, seed in protocol_points(preset))
     searches = tuple(SearchSpec(name=t, model=key, base=base[t], space=space(preset), num_samples=num_samples,
-                                row=t.upper(), col="searched", scheduler="asha", grace_period=grace, seed=0)
+                                row=t.upper(), col="searched", scheduler="asha", grace_period=grace, seed=0,
+                                final_points=tuple(protocol_points(preset)))
                      for t in ("ct", "ad"))
     return Study(name=f"finetune_search-{preset}", title=f"Finetuning settings found by Optuna ({preset} preset)",
                  corpus=CORPUS_PRESETS[preset], models=(ModelSpec(key=key, pretrain=sized_pretrain(preset, w, d)),),
@@ -60,7 +71,9 @@ def build(preset: str) -> Study:
                  task_max_docs_per_lang=SMOKE_TASK_DOCS if preset == "smoke" else None,
                  notes=f"Model {w}×{d} (all four objectives, heads kept). `default`: the preset's finetuning defaults; "
                        f"`searched`: the best setting of the task's search ({num_samples} Optuna TPE trials, ASHA "
-                       f"pruning with a {grace}-epoch grace period), run over the protocol's ten calculations.")
+                       f"pruning with a {grace}-epoch grace period), run over the same calculations. Nested "
+                       f"selection: AD runs one search per test fold, inside its four training folds, and "
+                       f"reports it on that fold only; CT's one search samples from the pool, never the test set.")
 
 
 if __name__ == "__main__":

@@ -240,6 +240,32 @@ def test_mt_scheme_without_the_other_tasks_examples_is_a_value_error(pre):
         run_calculation(pre, _cfg("ct", scheme="mt:pred+trm"), CT_TRAIN, CT_TEST, val=CT_VAL)
 
 
+def _training_batches(pre, task: str, seed: int) -> list[tuple[int, ...]]:
+    """The training examples of each batch, in the order a calculation trained on them (encoder forwards
+    of training rows, recorded by a hook; scheme pred+trm runs the encoder on every batch)."""
+    train, val, test = DATA[task]
+    enc = encode_examples(task, train, pre.tok, pre.model_cfg.max_len)
+    rows = {tuple(r.tolist()): i for i, r in enumerate(enc.input_ids)}
+    with _EncoderCalls() as calls:
+        run_calculation(pre, _cfg(task, scheme="pred+trm", max_epochs=2, seed=seed), train, test, val=val)
+    batches = [tuple(rows.get(tuple(r.tolist()), -1) for r in x) for x in calls.inputs
+               if x.shape[1] == enc.input_ids.shape[1]]
+    return [b for b in batches if -1 not in b]
+
+
+@pytest.mark.parametrize("task", ["ct", "ad"])
+def test_the_seed_changes_the_initialisation_and_the_batch_order_of_the_same_examples(pre, task):
+    """The other half of the protocol's seeds (tests/test_protocol.py: a seed never changes the examples)."""
+    fresh = [build_task_model(pre, task, keep_head=False, dropout=0.1, seed=s).heads[task].state_dict() for s in (0, 1)]
+    assert all(not torch.equal(fresh[0][k], fresh[1][k]) for k in fresh[0] if k.endswith("weight"))
+    order0, order1 = _training_batches(pre, task, 0), _training_batches(pre, task, 1)
+    n = len(DATA[task][0])
+    for order in (order0, order1):  # two epochs, each every training example exactly once
+        assert sorted(i for b in order for i in b) == sorted(list(range(n)) * 2)
+    assert order0 != order1, "seed 1 must visit the same examples in another order"
+    assert order0 == _training_batches(pre, task, 0), "the same seed gives the same order"
+
+
 # ------------------------------------------------------------------------------------------- heads
 
 
@@ -303,6 +329,66 @@ def test_paper_selection_scores_the_test_set_every_epoch_and_honest_requires_a_v
     assert calls.count(encode_examples("ct", test, pre.tok, pre.model_cfg.max_len)) == res["epochs_run"] == 3
     with pytest.raises(ValueError, match="validation split"):
         run_calculation(pre, _cfg("ct"), train, test, val=[])
+
+
+# Selection metrics scripted per epoch: perplexity is best at epoch 2 and then worsens (overconfidence), while
+# accuracy keeps improving until epoch 7 -- the case where stopping on perplexity alone cut the best-accuracy
+# column short.
+SCRIPTED = [(0.60, 2.0), (0.62, 1.8), (0.63, 1.9), (0.64, 2.0), (0.65, 2.1), (0.66, 2.2), (0.70, 2.3),
+            (0.69, 2.4), (0.68, 2.5), (0.67, 2.6), (0.66, 2.7), (0.65, 2.8)]
+
+
+def test_training_goes_on_until_neither_best_perplexity_nor_best_accuracy_improved_for_patience_epochs(pre, monkeypatch):
+    import alignlab.platform.finetune as ft
+
+    train, val, test = DATA["ct"]
+    n_val_units = sum(len(e.tokens) for e in val)
+    assert n_val_units != sum(len(e.tokens) for e in test)
+    real, script = ft.metrics_from_logits, iter(SCRIPTED)
+
+    def scripted(logits, labels):  # the validation split's score each epoch; the test set's is real
+        if labels.numel() != n_val_units:
+            return real(logits, labels)
+        acc, ppl = next(script)
+        return {"accuracy": acc, "perplexity": ppl}
+
+    monkeypatch.setattr(ft, "metrics_from_logits", scripted)
+    seen = []
+    res = run_calculation(pre, _cfg("ct", scheme="pred", max_epochs=len(SCRIPTED), patience=2), train, test, val=val,
+                          on_epoch=lambda e, m: seen.append(m))
+    assert res["epochs"] == 2, "best validation perplexity"
+    assert res["best_accuracy_epoch"] == 7, "the best validation accuracy, five epochs after the best perplexity"
+    assert res["epochs_run"] == len(seen) == 9, "stopped 2 (patience) epochs after the later of the two, not at epoch 4"
+    # And a run whose accuracy stops improving first still runs to the perplexity's patience.
+    script = iter([(0.7, 2.0), (0.6, 1.9), (0.6, 1.8), (0.6, 1.7), (0.6, 1.8), (0.6, 1.9), (0.6, 2.0)])
+    res = run_calculation(pre, _cfg("ct", scheme="pred", max_epochs=7, patience=2), train, test, val=val)
+    assert (res["epochs"], res["best_accuracy_epoch"], res["epochs_run"]) == (4, 1, 6)
+
+
+@pytest.mark.parametrize("selection", ["honest", "paper"])
+@pytest.mark.parametrize("task,scheme", [("ct", "pred+trm"), ("ad", "pred+trm"), ("ct", "pred")])
+def test_best_accuracy_is_never_below_the_accuracy_at_the_best_perplexity_epoch(pre, task, scheme, selection):
+    """What is asserted, on the selection split's terms (validation in honest mode, the test set in paper mode):
+    the selection accuracy at the best-accuracy epoch >= the selection accuracy at the best-perplexity epoch,
+    both epochs are the first best over every epoch run, and the run stopped only when neither had improved for
+    `patience` epochs (or at max_epochs). In honest mode the two reported *test* accuracies may legitimately be
+    in either order -- each is the test score of an epoch chosen on validation -- so they are not compared."""
+    train, val, test = DATA[task]
+    seen, patience, max_epochs = [], 2, 25
+    res = run_calculation(pre, _cfg(task, scheme=scheme, max_epochs=max_epochs, patience=patience, selection=selection),
+                          train, test, val=val if selection == "honest" else None, on_epoch=lambda e, m: seen.append(m))
+    acc = [m["accuracy"] for m in seen]
+    ppl = [m["perplexity"] for m in seen]
+    assert res["best_accuracy_epoch"] == acc.index(max(acc)) + 1
+    assert res["epochs"] == ppl.index(min(ppl)) + 1
+    assert acc[res["best_accuracy_epoch"] - 1] >= acc[res["epochs"] - 1]
+    run = res["epochs_run"]
+    assert run == len(seen)
+    assert run == max_epochs or (run - res["epochs"] >= patience and run - res["best_accuracy_epoch"] >= patience)
+    assert run == max_epochs or (run - res["epochs"] == patience or run - res["best_accuracy_epoch"] == patience), \
+        "stopped at the first epoch where both had stopped improving"
+    if selection == "paper":  # selected on the test set itself: the reported columns obey the same order
+        assert res["best_accuracy"] >= res["accuracy"]
 
 
 # ------------------------------------------------------------------------------------------- save, evaluate, predict

@@ -65,7 +65,7 @@ def test_ad_folds_never_split_a_snippet_between_train_and_test(data, selection):
         train_sets.add(frozenset(_keys(fit)))
     # The five test folds partition the data set: every pair is tested exactly once per seed.
     assert len(seen_test) == len(data.ad) and _keys(seen_test) == _keys(data.ad)
-    assert len(train_sets) == 10, "the ten calculations must draw ten different training sets"
+    assert len(train_sets) == NUM_FOLDS, "five folds, each trained twice: five different training sets"
 
 
 @pytest.mark.parametrize("selection", ["paper", "honest"])
@@ -78,7 +78,7 @@ def test_ct_trains_on_samples_of_the_pool_and_always_tests_on_the_test_set(data,
         assert _keys(train + val) <= _keys(data.ct_pool)
         assert not _keys(train + val) & _keys(test)
         train_sets.add(frozenset(_keys(train + val)))
-    assert len(train_sets) == 10
+    assert len(train_sets) == NUM_FOLDS, "five samples of the pool, each trained with two seeds"
 
 
 @pytest.mark.parametrize("task,budget", [("ad", 30), ("ct", 20)])
@@ -101,3 +101,24 @@ def test_a_budget_larger_than_the_pool_is_a_clear_value_error(data, task):
     with pytest.raises(ValueError, match=rf"budget {available + 1} exceeds the {available} {task.upper()} training"):
         fel_split(data, task, cfg)
     fel_split(data, task, dataclasses.replace(cfg, budget=available))  # exactly the pool is fine
+
+
+@pytest.mark.parametrize("selection", ["paper", "honest"])
+@pytest.mark.parametrize("task,budget", [("ad", 30), ("ct", 20)])
+def test_the_seed_never_changes_a_calculations_examples_only_the_fold_does(data, task, budget, selection):
+    """Paper §3.4: five samples (CT) or folds (AD), each trained with two seeds. The seed changes the
+    initialisation and batch order (tests/test_finetune.py), never which examples train, validate or test."""
+    splits = {}
+    for fold, seed in calculations():
+        cfg = FinetuneConfig(task=task, budget=budget, selection=selection, fold=fold, seed=seed)
+        splits.setdefault(fold, []).append(tuple(map(_keys_in_order, fel_split(data, task, cfg))))
+    for fold, (seed0, seed1) in splits.items():
+        assert seed0 == seed1, f"fold {fold}: seeds 0 and 1 must train, validate and test on the same examples"
+    assert len({s[0][0] for s in splits.values()}) == NUM_FOLDS, "each fold draws its own training sample"
+    # Any seed, not just the protocol's two.
+    cfg = FinetuneConfig(task=task, budget=budget, selection=selection, fold=3, seed=7)
+    assert tuple(map(_keys_in_order, fel_split(data, task, cfg))) == splits[3][0]
+
+
+def _keys_in_order(examples) -> tuple:
+    return tuple(_key(ex) for ex in examples)

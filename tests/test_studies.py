@@ -96,6 +96,66 @@ def test_finetune_search_runs_one_honest_search_per_task():
         assert len(s.points()) == 10
 
 
+def _task_data():
+    from alignlab.platform.protocol import TaskData
+    from alignlab.platform.tasks import ADExample, CTExample
+
+    ad = [ADExample(acr, f"snippet {i} of the acronym study", label) for i in range(300)
+          for acr, label in ((f"s{i}a", 1), (f"s{i}b", 0))]
+    ct = [CTExample(("when", "was", f"concept{i}", "made"), ("N", "N", "SE", "N")) for i in range(475)]
+    return TaskData(Path("."), ad, ct[:275], ct[275:])
+
+
+def _key(ex) -> tuple:
+    return ex.tokens if hasattr(ex, "tokens") else (ex.acronym, ex.snippet)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_no_searched_example_is_in_the_test_set_of_a_calculation_that_reports_the_search(preset):
+    """Nested selection: every example any trial of a search trains or validates on (for every scheme of the
+    space, the multitask scheme's other-task examples included) lies outside the test set of every calculation
+    its best setting is reported on; and every searched point is reported by exactly one search."""
+    from alignlab.platform.protocol import fel_split
+    from alignlab.platform.study import search_examples
+
+    data = _task_data()
+    study = load_script("finetune_search").build(preset)
+    for declared in study.searches:
+        task = declared.base.task
+        runs = declared.nested()
+        reported = [pt for run in runs for pt in run.points()]
+        assert sorted(reported) == sorted(declared.points()), "each point is reported by exactly one search"
+        if task == "ct":
+            assert [r.name for r in runs] == ["ct"], "CT's fixed, separate test set needs one search"
+        else:
+            assert {r.search_fold for r in runs} == {f for f, _ in declared.points()}, "AD: one search per test fold"
+        [schemes] = [p.values for p in declared.space if p.name == "scheme"]
+        for run in runs:
+            for scheme in schemes:
+                trial = dataclasses.replace(run.search_finetune(), scheme=scheme)
+                train, val, other = search_examples(data, trial)
+                searched = {_key(e) for e in train + val + (other or [])}
+                assert len(train) + len(val) == trial.budget and val
+                for calc in run.calcs_for({"scheme": scheme}):
+                    test = fel_split(data, task, calc.finetune)[2]
+                    leaked = searched & {_key(e) for e in test}
+                    assert not leaked, (f"search {run.name} saw {len(leaked)} examples of the test set of "
+                                        f"(fold, seed) {calc.finetune.fold, calc.finetune.seed}")
+                if task == "ct":  # the CT search samples from the pool; the test set stays separate
+                    assert {_key(e) for e in train + val} <= {_key(e) for e in data.ct_pool}
+
+
+def test_a_search_on_one_folds_training_data_refuses_to_report_on_another_fold():
+    base = FinetuneConfig(task="ad")
+    lr = SearchParam(name="lr", kind="loguniform", values=(1e-5, 1e-2))
+    with pytest.raises(ValueError, match="cannot choose the setting"):
+        SearchSpec(name="x", model="m", base=base, space=(lr,), num_samples=2, row="AD", col="s", search_fold=0,
+                   final_points=((0, 0), (1, 0)))
+    ct = SearchSpec(name="x", model="m", base=dataclasses.replace(base, task="ct"), space=(lr,), num_samples=2,
+                    row="CT", col="s", search_fold=0)
+    assert ct.nested() == (ct,) and len(ct.points()) == 10
+
+
 def test_a_search_refuses_test_set_selection_and_unsearchable_fields():
     base = FinetuneConfig(selection="paper")
     lr = SearchParam(name="lr", kind="loguniform", values=(1e-5, 1e-2))
@@ -121,13 +181,17 @@ def test_finetune_search_at_smoke_runs_end_to_end_on_ray(ray_session, storage_ro
     from alignlab.platform.storage import read_json
 
     study = load_script("finetune_search").build("smoke")
-    # One task's search keeps the test short; the script searches both.
-    study = dataclasses.replace(study, searches=study.searches[-1:],
-                                calcs=tuple(c for c in study.calcs if c.row == study.searches[-1].row))
-    report = run_study(study, storage_root, progress=False)
+    # One task's search keeps the test short; the script searches both. Eight trials, one at a time (so the
+    # run is deterministic), give ASHA trials to prune: with a FIFO scheduler (no pruning) this test fails.
+    search = dataclasses.replace(study.searches[-1], num_samples=8)
+    study = dataclasses.replace(study, searches=(search,), calcs=tuple(c for c in study.calcs if c.row == search.row))
+    report = run_study(study, storage_root, progress=False, max_concurrent=1)
     sdir = report.parent
-    summary = read_json(sdir / "searches" / "ad.json")
-    assert len(summary["trials"]) == 4
+    summary = read_json(sdir / "searches" / "ad-fold0.json")  # AD: one search per test fold (smoke: fold 0 only)
+    assert len(summary["trials"]) == 8
+    pruned = [t for t in summary["trials"] if t["status"] == "pruned"]
+    assert pruned, f"no trial was pruned: {[t['status'] for t in summary['trials']]}"
+    assert all(t["epoch"] < t["params"]["max_epochs"] for t in pruned), "pruned means stopped before its own end"
     base = study.searches[0].base  # the default setting is among the trials (Optuna points_to_evaluate)
     assert any(t["params"]["lr"] == pytest.approx(base.lr) and t["params"]["scheme"] == base.scheme
                for t in summary["trials"])
@@ -137,7 +201,7 @@ def test_finetune_search_at_smoke_runs_end_to_end_on_ray(ray_session, storage_ro
     assert set(best) == {"lr", "batch_size", "max_epochs", "dropout", "scheme"}
     trials = [read_json(f) for f in (sdir / "trials").glob("*.json")]
     searched = [t for t in trials if t["col"] == "searched"]
-    assert len(searched) == 10 and len({(t["ft_fold"], t["ft_seed"]) for t in searched}) == 10
+    assert sorted([t["ft_fold"], t["ft_seed"]] for t in searched) == [[0, 0], [0, 1]] == summary["final_points"]
     assert all(t["ft_scheme"] == best["scheme"] and t["ft_lr"] == pytest.approx(best["lr"]) for t in searched)
     assert all(t["selection"] == "honest" for t in trials)
     text = report.read_text()
