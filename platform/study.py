@@ -2,8 +2,9 @@
 
 Running a study: (1) build the bundled task datasets and the corpus (task documents held out), and
 check every calculation's budget against the task pools; (2) make sure every pretrained model
-exists -- the registry deduplicates them across studies; (3) run each Optuna search (if any) and
-expand its best setting into the protocol's calculations; (4) run every pending FEL calculation as
+exists -- the registry deduplicates them across studies; (3) run each Optuna search (if any; nested:
+one per test fold that changes with the fold, `SearchSpec.nested`) and expand its best setting into
+the calculations it may report on; (4) run every pending FEL calculation as
 a Ray Tune trial (a plain grid: no scheduler, no pruning); (5) aggregate and report.
 Resumable at the calculation level: each finished calculation is written to
 `trials/<calc-id>.json` (temp name, renamed), and a rerun -- after a crash, a kill of the driver,
