@@ -34,6 +34,7 @@ class NextSentenceConfig:
 
 class NextSentence(Objective):
     name = "nsp"
+    bert_pooler = True  # BERT's pooler is trained by NSP; export writes this head's `pool` as BertModel's pooler
 
     def corrupt(self, ex, rng: np.random.Generator) -> None:
         n = len(ex.a)

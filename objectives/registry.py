@@ -107,6 +107,9 @@ class Objective:
     corpus_columns: ClassVar[tuple[str, ...]] = ()
     linked_only: ClassVar[bool] = False
     """True for objectives whose labels exist only for linked (Wikipedia) chunks."""
+    bert_pooler: ClassVar[bool] = False
+    """True when this objective's head starts with BERT's pooler (a `pool` layer: dense + tanh on [CLS], as
+    BERT's NSP head): `alignlab export` writes that layer as BertModel's pooler."""
 
     def __init__(self, config: Any, tokenizer: Any):
         self.config, self.tokenizer = config, tokenizer

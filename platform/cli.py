@@ -10,6 +10,7 @@
     alignlab evaluate --model FINETUNED_ID --task {ct,ad} FILE [--json OUT]
     alignlab predict --model FINETUNED_ID "a query"  |  --acronym ACR --snippet TEXT
     alignlab report STUDY_DIR
+    alignlab export --model ID OUT_DIR                a transformers BertModel folder (+ tokenizer, aligned heads)
 Bad input prints `alignlab: error: ...` naming the file and problem, and exits 2.
 """
 from __future__ import annotations
@@ -100,6 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     rp = sub.add_parser("report", help="(re)write a study's report from its results")
     rp.add_argument("study_dir")
 
+    ex = sub.add_parser("export", help="write a pretrained model as a Hugging Face transformers BERT folder")
+    ex.add_argument("--model", required=True, help="pretrained model id (see `alignlab models`)")
+    ex.add_argument("out_dir", help="folder to write (new or empty); BertModel.from_pretrained(OUT_DIR) loads it")
+    ex.add_argument("--storage", default=None)
+
     args = ap.parse_args(argv)
     try:
         return _dispatch(args)
@@ -154,6 +160,13 @@ def _dispatch(args) -> int:
         return _finetune(args, root)
     if args.cmd in ("evaluate", "predict"):
         return _evaluate(args, root) if args.cmd == "evaluate" else _predict(args, root)
+    if args.cmd == "export":
+        from alignlab.platform.export import export_model
+        from alignlab.platform.pretrain_ray import fetch_model
+
+        out = export_model(fetch_model(root, args.model), Path(args.out_dir))
+        print(f"Exported: {out}")
+        return 0
     if args.cmd == "report":
         from alignlab.platform.report import collect_results, write_report
 
