@@ -75,6 +75,10 @@ class MaskedLM(Objective):
         batch["mlm_positions"] = pos.astype(np.int64)
         batch["mlm_labels"] = labels.astype(np.int64)
 
+    @property
+    def num_classes(self) -> int:
+        return self.tokenizer.vocab_size
+
     def build_head(self, model_cfg, encoder) -> torch.nn.Module:
         return MaskedLMHead(model_cfg.hidden, encoder.tok)
 

@@ -55,6 +55,10 @@ class NextSentence(Objective):
             labels[i] = 0
         ex.example_labels["nsp"] = labels
 
+    @property
+    def num_classes(self) -> int:
+        return 2
+
     def build_head(self, model_cfg, encoder) -> torch.nn.Module:
         return SequenceHead(model_cfg.hidden, 2, model_cfg.dropout)
 

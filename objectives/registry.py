@@ -10,7 +10,8 @@ The verbs an objective may implement (defaults do nothing):
 - batch time:   `load(ex, rows)` copies its corpus columns into the example view; `corrupt(ex, rng)` edits the list-of-examples view before tensors are made
                 (NSP swaps next segments); `add_labels(batch, ex, rng)` edits/extends the tensor
                 batch (MLM masks inputs); both run in the data pipeline, not on the model.
-- model:        `build_head(model_cfg, encoder)`, `loss_and_sums(head, hidden_BTH, batch)` returning
+- model:        `num_classes` (how many classes its head chooses among; `loss_scaling="log_classes"` divides
+                its loss by the log of it), `build_head(model_cfg, encoder)`, `loss_and_sums(head, hidden_BTH, batch)` returning
                 a scalar mean loss and additive metric sums (all-reducible), `finalize(sums)` turning
                 sums into accuracy and perplexity.
 `example_format` says which inputs it trains on: "pair" = `[CLS] chunk [SEP] next [SEP]`,
@@ -114,6 +115,13 @@ class Objective:
     def __init__(self, config: Any, tokenizer: Any):
         self.config, self.tokenizer = config, tokenizer
         self.weight = float(getattr(config, "weight", 1.0))
+
+    @property
+    def num_classes(self) -> int:
+        """How many output classes its head chooses among (MLM: the vocabulary; NSP, PAD: 2; WHP: 4). The engine's
+        `loss_scaling="log_classes"` divides this objective's loss by log(num_classes) (MUPPET §3.2)."""
+        raise NotImplementedError(f"objective {self.name!r} does not declare num_classes, which "
+                                  "loss_scaling='log_classes' needs")
 
     def load(self, ex: Any, rows: dict) -> None:
         """Copy this objective's corpus columns into the example view."""

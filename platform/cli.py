@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     pt.add_argument("--size", default=None, help=f"model size: {', '.join(MODEL_SIZES)}")
     pt.add_argument("--corpus", default=None, help="corpus folder (default: build the preset's bundled corpus)")
     pt.add_argument("--max-steps", type=int, default=None)
+    pt.add_argument("--loss-scaling", choices=["none", "log_classes"], default=None,
+                    help="divide each objective's loss by log(number of classes) (MUPPET §3.2); default none")
 
     md = sub.add_parser("models", help="list pretrained models")
     md.add_argument("--storage", default=None)
@@ -138,6 +140,8 @@ def _dispatch(args) -> int:
             cfg = dataclasses.replace(cfg, model=MODEL_SIZES[args.size])
         if args.max_steps:
             cfg = dataclasses.replace(cfg, max_steps=args.max_steps)
+        if args.loss_scaling:
+            cfg = dataclasses.replace(cfg, loss_scaling=args.loss_scaling)
         cdir = Path(args.corpus) if args.corpus else build_corpus(CORPUS_PRESETS[args.preset], root)
         mdir = pretrain(cdir, cfg, root)
         print(json.dumps(json.loads((mdir / "final" / "eval.json").read_text()), indent=2))

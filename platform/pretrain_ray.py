@@ -29,10 +29,18 @@ from alignlab.platform.storage import (Storage, as_storage, corpus_dir, model_di
 _RUNTIME_FIELDS = ("checkpoint_every", "log_every", "eval_batches", "num_workers", "cpus_per_worker", "threads_per_worker", "use_gpu")
 
 
+# Fields added after models were registered: at their default they are left out of the hash, so every existing
+# model keeps its id; any other value is part of it.
+_NEW_FIELD_DEFAULTS = {"loss_scaling": "none"}
+
+
 def model_id(corpus_id: str, cfg: PretrainConfig) -> str:
     d = to_dict(cfg)
     for f in _RUNTIME_FIELDS:
         d.pop(f)
+    for f, default in _NEW_FIELD_DEFAULTS.items():
+        if d.get(f) == default:
+            d.pop(f)
     return f"{cfg.model.label}-{'+'.join(cfg.objective_names)}-{config_hash(corpus_id, d)}"
 
 
