@@ -137,12 +137,11 @@ def hf_tokenizer(model_path: str | Path, max_len: int):
                                    model_input_names=["input_ids", "token_type_ids", "attention_mask"])
 
 
-def _head_info(name: str, state: dict[str, torch.Tensor], module: str, config: dict) -> dict:
-    out_w = state.get("out.weight")
+def _head_info(name: str, state: dict[str, torch.Tensor], module: str, config: dict, num_classes: int | None) -> dict:
     kind = {"TokenHead": "per token", "SequenceHead": "[CLS] vector", "MaskedLMHead": "masked positions"}
     return {"objective": name, "module": f"alignlab.platform.model.{module}" if module else None,
             "input": kind.get(module, "see module"),
-            "num_classes": int(out_w.shape[0]) if out_w is not None else (int(state["bias"].shape[0]) if "bias" in state else None),
+            "num_classes": num_classes,
             "config": config, "tensors": {k: list(v.shape) for k, v in state.items()},
             **({"tied": {"tok_embedding.weight": "embeddings.word_embeddings.weight"}} if module == "MaskedLMHead" else {})}
 
@@ -197,9 +196,13 @@ def export_model(mdir: str | Path, out_dir: str | Path) -> Path:
         prefix = f"heads.{name}."
         hs = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
         hs = {k: v for k, v in hs.items() if not k.startswith("tok_embedding.")}  # tied: the word embedding
+        try:
+            num_classes = int(built[name].num_classes) if name in built else None
+        except NotImplementedError:
+            num_classes = None
         heads.update({f"{name}.{k}": v.float().contiguous().clone() for k, v in hs.items()})
         heads_info[name] = _head_info(name, hs, modules.get(name, ""),
-                                      to_dict(objectives[name]) if name in objectives else {})
+                                      to_dict(objectives[name]) if name in objectives else {}, num_classes)
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))

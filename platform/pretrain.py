@@ -45,7 +45,10 @@ def loss_coefficients(cfg: PretrainConfig, objectives: dict) -> dict[str, float]
 
 
 def forward_objectives(model: AlignModel, objectives: dict, batch: dict[str, torch.Tensor]):
-    """Encoder once, then every objective's head and loss. Module-level so DDP wraps one call."""
+    """Every objective's model-time input edit, the encoder once, then every objective's head and loss.
+    Module-level so DDP wraps one call."""
+    for name, obj in objectives.items():
+        batch = obj.edit_input(model.heads[name], batch)
     hidden = model.encoder(batch["input_ids"], batch["segment_ids"], batch["attention_mask"])
     return {name: obj.loss_and_sums(model.heads[name], hidden, batch) for name, obj in objectives.items()}
 
