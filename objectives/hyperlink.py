@@ -41,6 +41,10 @@ class Hyperlink(Objective):
     def load(self, ex, rows) -> None:
         ex.add_token_labels("whp", rows["whp_a"], rows["whp_b"])
 
+    @property
+    def num_classes(self) -> int:
+        return NUM_TAGS
+
     def build_head(self, model_cfg, encoder) -> torch.nn.Module:
         return TokenHead(model_cfg.hidden, NUM_TAGS, model_cfg.dropout)
 

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from alignlab.platform.model import MaskedLMHead
-from alignlab.objectives.registry import Objective, classification_sums, register
+from alignlab.objectives.registry import Objective, classification_sums, lock_inputs, register
 
 
 @register
@@ -72,8 +72,13 @@ class MaskedLM(Objective):
         to_rand = (u >= self.config.mask_token_prob) & (u < self.config.mask_token_prob + self.config.random_token_prob)
         flat[pos[to_mask]] = self.tokenizer.mask_id
         flat[pos[to_rand]] = rng.choice(self.random_ids, size=int(to_rand.sum()))
+        lock_inputs(batch, chosen)  # e.g. RTD must not resample what MLM predicts
         batch["mlm_positions"] = pos.astype(np.int64)
         batch["mlm_labels"] = labels.astype(np.int64)
+
+    @property
+    def num_classes(self) -> int:
+        return self.tokenizer.vocab_size
 
     def build_head(self, model_cfg, encoder) -> torch.nn.Module:
         return MaskedLMHead(model_cfg.hidden, encoder.tok)

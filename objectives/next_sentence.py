@@ -34,6 +34,7 @@ class NextSentenceConfig:
 
 class NextSentence(Objective):
     name = "nsp"
+    bert_pooler = True  # BERT's pooler is trained by NSP; export writes this head's `pool` as BertModel's pooler
 
     def corrupt(self, ex, rng: np.random.Generator) -> None:
         n = len(ex.a)
@@ -53,6 +54,10 @@ class NextSentence(Objective):
                 ex.b_labels[key][i] = ex.a_labels_orig[key][j]
             labels[i] = 0
         ex.example_labels["nsp"] = labels
+
+    @property
+    def num_classes(self) -> int:
+        return 2
 
     def build_head(self, model_cfg, encoder) -> torch.nn.Module:
         return SequenceHead(model_cfg.hidden, 2, model_cfg.dropout)

@@ -72,6 +72,10 @@ class PseudoAcronym(Objective):
             if len(pieces) <= room:
                 ex.a[i] = pieces
 
+    @property
+    def num_classes(self) -> int:
+        return 2
+
     def build_head(self, model_cfg, encoder) -> torch.nn.Module:
         return SequenceHead(model_cfg.hidden, 2, model_cfg.dropout)
 

@@ -10,7 +10,14 @@ The verbs an objective may implement (defaults do nothing):
 - batch time:   `load(ex, rows)` copies its corpus columns into the example view; `corrupt(ex, rng)` edits the list-of-examples view before tensors are made
                 (NSP swaps next segments); `add_labels(batch, ex, rng)` edits/extends the tensor
                 batch (MLM masks inputs); both run in the data pipeline, not on the model.
-- model:        `build_head(model_cfg, encoder)`, `loss_and_sums(head, hidden_BTH, batch)` returning
+- model time:   `edit_input(head, batch) -> batch`, called by the engine for every objective, in order, on the
+                device batch *before the encoder runs* (inside the model's forward, so DDP sees it): an objective
+                whose corruption needs a model -- RTD's generator fills masked positions with samples -- edits
+                `input_ids` here and may add namespaced tensors for its own loss. The default returns the batch.
+                Positions an objective corrupts and predicts at data time are marked with `lock_inputs(batch,
+                mask)` (`batch["input_locked"]`, [B, T] bool), so that later edits leave them alone.
+- model:        `num_classes` (how many classes its head chooses among; `loss_scaling="log_classes"` divides
+                its loss by the log of it), `build_head(model_cfg, encoder)`, `loss_and_sums(head, hidden_BTH, batch)` returning
                 a scalar mean loss and additive metric sums (all-reducible), `finalize(sums)` turning
                 sums into accuracy and perplexity.
 `example_format` says which inputs it trains on: "pair" = `[CLS] chunk [SEP] next [SEP]`,
@@ -107,10 +114,20 @@ class Objective:
     corpus_columns: ClassVar[tuple[str, ...]] = ()
     linked_only: ClassVar[bool] = False
     """True for objectives whose labels exist only for linked (Wikipedia) chunks."""
+    bert_pooler: ClassVar[bool] = False
+    """True when this objective's head starts with BERT's pooler (a `pool` layer: dense + tanh on [CLS], as
+    BERT's NSP head): `alignlab export` writes that layer as BertModel's pooler."""
 
     def __init__(self, config: Any, tokenizer: Any):
         self.config, self.tokenizer = config, tokenizer
         self.weight = float(getattr(config, "weight", 1.0))
+
+    @property
+    def num_classes(self) -> int:
+        """How many output classes its head chooses among (MLM: the vocabulary; NSP, PAD: 2; WHP: 4). The engine's
+        `loss_scaling="log_classes"` divides this objective's loss by log(num_classes) (MUPPET §3.2)."""
+        raise NotImplementedError(f"objective {self.name!r} does not declare num_classes, which "
+                                  "loss_scaling='log_classes' needs")
 
     def load(self, ex: Any, rows: dict) -> None:
         """Copy this objective's corpus columns into the example view."""
@@ -122,6 +139,10 @@ class Objective:
     def add_labels(self, batch: dict, ex: Any, rng: Any) -> None:
         return None
 
+    def edit_input(self, head: torch.nn.Module, batch: dict) -> dict:
+        """Model-time corruption of the encoder's input (see the module docstring); the default changes nothing."""
+        return batch
+
     def build_head(self, model_cfg: Any, encoder: Any) -> torch.nn.Module:
         raise NotImplementedError  # every objective has a head; subclasses must define it
 
@@ -130,6 +151,13 @@ class Objective:
 
     def finalize(self, sums: dict[str, float]) -> dict[str, float]:
         return classification_metrics(sums)
+
+
+def lock_inputs(batch: dict, mask: Any) -> None:
+    """Mark [B, T] positions (numpy bool) whose input token this objective corrupted and predicts: other
+    objectives' input edits must leave them alone (`batch["input_locked"]`)."""
+    locked = batch.get("input_locked")
+    batch["input_locked"] = mask.copy() if locked is None else (locked | mask)
 
 
 def classification_sums(logits_NC: torch.Tensor, labels_N: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -10,6 +10,7 @@
     alignlab evaluate --model FINETUNED_ID --task {ct,ad} FILE [--json OUT]
     alignlab predict --model FINETUNED_ID "a query"  |  --acronym ACR --snippet TEXT
     alignlab report STUDY_DIR
+    alignlab export --model ID OUT_DIR                a transformers BertModel folder (+ tokenizer, aligned heads)
 Bad input prints one line `alignlab: error: ...` naming the file and problem, and exits 2 (argparse's own
 errors too); `--debug` or ALIGNLAB_DEBUG=1 shows the traceback (platform/errors.py).
 """
@@ -61,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     pt.add_argument("--size", default=None, help=f"model size: {', '.join(MODEL_SIZES)}")
     pt.add_argument("--corpus", default=None, help="corpus folder (default: build the preset's bundled corpus)")
     pt.add_argument("--max-steps", type=positive_int, default=None)
+    pt.add_argument("--loss-scaling", choices=["none", "log_classes"], default=None,
+                    help="divide each objective's loss by log(number of classes) (MUPPET §3.2); default none")
 
     md = sub.add_parser("models", help="list pretrained models")
     md.add_argument("--storage", default=None)
@@ -112,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     rp = sub.add_parser("report", help="(re)write a study's report from its results")
     rp.add_argument("study_dir")
 
+    ex = sub.add_parser("export", help="write a pretrained model as a Hugging Face transformers BERT folder")
+    ex.add_argument("--model", required=True, help="pretrained model id (see `alignlab models`)")
+    ex.add_argument("out_dir", help="folder to write (new or empty); BertModel.from_pretrained(OUT_DIR) loads it")
+    ex.add_argument("--storage", default=None)
+
     args = ap.parse_args(argv)
     return run_guarded(lambda: _dispatch(args), argv)
 
@@ -140,6 +148,8 @@ def _dispatch(args) -> int:
             cfg = dataclasses.replace(cfg, model=MODEL_SIZES[args.size])
         if args.max_steps:
             cfg = dataclasses.replace(cfg, max_steps=args.max_steps)
+        if args.loss_scaling:
+            cfg = dataclasses.replace(cfg, loss_scaling=args.loss_scaling)
         cdir = Path(args.corpus) if args.corpus else build_corpus(CORPUS_PRESETS[args.preset], root)
         mdir = pretrain(cdir, cfg, root)
         print(json.dumps(json.loads((mdir / "final" / "eval.json").read_text()), indent=2))
@@ -162,6 +172,13 @@ def _dispatch(args) -> int:
         return _finetune(args, root)
     if args.cmd in ("evaluate", "predict"):
         return _evaluate(args, root) if args.cmd == "evaluate" else _predict(args, root)
+    if args.cmd == "export":
+        from alignlab.platform.export import export_model
+        from alignlab.platform.pretrain_ray import fetch_model
+
+        out = export_model(fetch_model(root, args.model), Path(args.out_dir))
+        print(f"Exported: {out}")
+        return 0
     if args.cmd == "report":
         from alignlab.platform.report import collect_results, write_report
 

@@ -18,6 +18,7 @@ SOURCES = ("bundled", "wikidump", "web")
 SCHEMES = ("pred", "pred+trm", "pred+trm+emb", "mt:pred+trm")
 SELECTION_MODES = ("honest", "paper")
 TASKS = ("ct", "ad")
+LOSS_SCALINGS = ("none", "log_classes")
 
 
 def check_preset(name: str) -> str:
@@ -173,6 +174,11 @@ class PretrainConfig:
     """Matmul precision of the forward pass: "fp32", "bf16" (autocast; weights, optimizer state and losses stay
     fp32), or "auto": bf16 on a GPU and on CPUs with native bf16 matmuls (AVX512-BF16 or AMX: ~1.4x faster
     steps at the mini size here, 1.5x at 256x1), fp32 elsewhere."""
+    loss_scaling: str = "none"
+    """How each objective's loss is scaled before the weighted sum: "none", or "log_classes": divided by the log of
+    its number of output classes (MUPPET, Aghajanyan et al. 2021, §3.2), so that a 111K-way MLM and a 2-way NSP
+    start on one scale (a uniform guess costs log C nats, i.e. 1 after scaling). Part of the model id when not
+    "none"."""
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -182,6 +188,7 @@ class PretrainConfig:
         _positive(self, "batch_size", "lr", "max_steps", "checkpoint_every", "log_every", "num_workers", "cpus_per_worker")
         _choice(self, "decay", ("constant", "linear"))
         _choice(self, "precision", ("auto", "fp32", "bf16"))
+        _choice(self, "loss_scaling", LOSS_SCALINGS)
         if not 0.0 <= self.acronym_fraction <= 1.0:
             raise ValueError(f"PretrainConfig.acronym_fraction must be in [0, 1], got {self.acronym_fraction}")
         if self.warmup_steps < 0 or self.grad_clip < 0 or self.subword_regularization_alpha < 0:

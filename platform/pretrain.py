@@ -2,7 +2,8 @@
 
 No Ray here (STYLE.md): `train_loop` takes an iterator of row batches, a `report` callable and a
 `save` callable; the Ray Train driver (`pretrain_ray.py`) and the tests supply them. The total loss
-is the weighted sum of the enabled objectives' losses; each term is logged as
+is the weighted sum of the enabled objectives' losses (each optionally divided by the log of its
+number of classes, `PretrainConfig.loss_scaling`); each unscaled term is logged as
 `train/<objective>/loss`.
 """
 from __future__ import annotations
@@ -29,8 +30,26 @@ def build_objectives(cfg: PretrainConfig, tokenizer) -> dict:
     return {c.name: c.build(tokenizer) for c in cfg.objectives}
 
 
+def loss_coefficients(cfg: PretrainConfig, objectives: dict) -> dict[str, float]:
+    """Each objective's factor in the total loss: its weight, divided by log(num_classes) under
+    `loss_scaling="log_classes"` (MUPPET §3.2: a uniform guess then costs 1 for every objective)."""
+    coef = {}
+    for name, obj in objectives.items():
+        c = obj.weight
+        if cfg.loss_scaling == "log_classes":
+            n = int(obj.num_classes)
+            if n < 2:
+                raise ValueError(f"objective {name!r} declares {n} classes; log_classes scaling needs at least 2")
+            c /= math.log(n)
+        coef[name] = c
+    return coef
+
+
 def forward_objectives(model: AlignModel, objectives: dict, batch: dict[str, torch.Tensor]):
-    """Encoder once, then every objective's head and loss. Module-level so DDP wraps one call."""
+    """Every objective's model-time input edit, the encoder once, then every objective's head and loss.
+    Module-level so DDP wraps one call."""
+    for name, obj in objectives.items():
+        batch = obj.edit_input(model.heads[name], batch)
     hidden = model.encoder(batch["input_ids"], batch["segment_ids"], batch["attention_mask"])
     return {name: obj.loss_and_sums(model.heads[name], hidden, batch) for name, obj in objectives.items()}
 
@@ -111,6 +130,7 @@ class Pretrainer:
         self.autocast = use_bf16(cfg.precision, self.device)
         self.precision = "bf16" if self.autocast else "fp32"
         """The matmul precision this trainer actually uses (recorded in the model's eval.json)."""
+        self.coefficients = loss_coefficients(cfg, self.objectives)
 
     def to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
@@ -119,7 +139,7 @@ class Pretrainer:
         self.forward.train()
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
             out = self.forward(self.to_device(batch))
-        total = sum(self.objectives[n].weight * loss for n, (loss, _) in out.items())
+        total = sum(self.coefficients[n] * loss for n, (loss, _) in out.items())
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
         if self.cfg.grad_clip > 0:

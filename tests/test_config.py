@@ -95,7 +95,7 @@ def test_the_encoder_init_is_berts_by_default_and_fan_in_on_request():
 _OTHER_VALUE = {
     "model": C.MODEL_SIZES["128x2"], "objectives": "mlm,nsp", "batch_size": 8, "lr": 5e-4, "warmup_steps": 3,
     "decay": "linear", "max_steps": 13, "grad_clip": 0.5, "acronym_fraction": 0.5, "subword_regularization_alpha": 0.1,
-    "num_workers": 2, "precision": "fp32", "seed": 1,
+    "num_workers": 2, "precision": "fp32", "seed": 1, "loss_scaling": "log_classes",
     # runtime-only
     "checkpoint_every": 7, "log_every": 3, "eval_batches": 9, "cpus_per_worker": 2.0, "threads_per_worker": 2,
     "use_gpu": True,

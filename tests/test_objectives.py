@@ -194,7 +194,7 @@ def test_importing_one_objective_module_first_still_registers_them_all():
     code = ("import alignlab.objectives.masked_lm; from alignlab.objectives.registry import registered; "
             "print(sorted(registered()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.stdout.strip() == "['mlm', 'nsp', 'pad', 'whp']", out.stderr[-2000:]
+    assert out.stdout.strip() == "['mlm', 'nsp', 'pad', 'rtd', 'whp']", out.stderr[-2000:]
 
 
 def test_precision_auto_means_bf16_on_gpus_and_on_cpus_with_native_bf16_only():

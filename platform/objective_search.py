@@ -1,0 +1,251 @@
+"""A search over the pretraining objective mixture: Ray Tune + Optuna, each trial a pretrained model scored by FEL.
+
+A trial's setting is one on/off switch and one loss weight per candidate objective. The trial builds the
+preset's `PretrainConfig` with the objectives that are on (at their weights), pretrains it through the model
+registry (`pretrain_ray.pretrain`: an identical config is trained once and then found, across trials and
+studies; weights are choices from a short grid so that equal settings do occur), then finetunes CT and AD
+at the protocol's (fold, seed) points of the preset and reports the mean **validation** accuracy of each
+(honest mode: validation split carved from the budget, the test set is never loaded by a search, as in
+`study.run_search`).
+
+Multi-objective, not a scalarisation: OptunaSearch gets `metric=[ct, ad]`, `mode=["max", "max"]` (Optuna
+`directions`; its TPE sampler handles several objectives), and the answer is the Pareto front of the
+trials: the mixtures no other trial beats on both tasks. Why: the two tasks pull toward different aligned
+objectives (CT toward WHP, AD toward PAD, the paper's Table 5), so the interesting result is the trade-off
+itself; a fixed weighted sum would hide it behind an arbitrary exchange rate between CT and AD points.
+
+Trials run one at a time by default (`max_concurrent=1`): each starts a TorchTrainer whose Ray Data pipeline
+needs a free CPU (RAY_NOTES pitfall 1), so side-by-side trials on a small box starve each other. No scheduler
+and no pruning: a pretraining run is only comparable at its full budget. The trial is a Tune function
+trainable that drives its own TorchTrainer (the Train-V2 pattern of RAY_NOTES §3; `Tuner(trainer)` is gone).
+
+    <root>/studies/<name>/{search.json, report.md, tune/}
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from alignlab.platform.config import (TASKS, CorpusConfig, FinetuneConfig, PretrainConfig, config_hash,
+                                      finetune_from_dict, pretrain_from_dict, to_dict)
+from alignlab.platform.storage import Storage, as_storage, read_json, study_dir, write_json, write_text
+
+METRICS = tuple(f"{t}_val_accuracy" for t in TASKS)
+"""What each trial reports and the search maximizes, one per task: mean validation accuracy over the points."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MixSearchSpec:
+    name: str
+    title: str
+    corpus: CorpusConfig
+    pretrain: PretrainConfig
+    """The preset's pretraining run; its objectives are replaced by each trial's mixture."""
+    finetune: FinetuneConfig
+    """The preset's FEL settings (honest selection); task, fold and seed are set per calculation."""
+    candidates: tuple[str, ...]
+    """Objectives a trial may switch on."""
+    weights: tuple[float, ...] = (0.3, 1.0, 3.0)
+    """The weight grid of every objective."""
+    points: tuple[tuple[int, int], ...] = ((0, 0), (1, 1))
+    """(fold, seed) of each task's calculations in a trial."""
+    num_samples: int = 8
+    seed: int = 0
+    task_max_docs_per_lang: int | None = None
+
+    def __post_init__(self) -> None:
+        from alignlab.objectives.registry import resolve_objectives
+
+        resolve_objectives(self.candidates)  # unknown names fail here
+        if self.finetune.selection != "honest":
+            raise ValueError(f"{self.name}: an objective search selects on validation data only (selection='honest')")
+        if self.num_samples < 1 or not self.weights or min(self.weights) <= 0 or not self.points:
+            raise ValueError(f"{self.name}: num_samples >= 1, positive weights and at least one point are needed")
+
+    def space(self) -> dict:
+        """Flat Optuna space (picklable, same keys in every trial): `on_<obj>` and `w_<obj>` per candidate."""
+        from ray import tune
+
+        out = {}
+        for n in self.candidates:
+            out[f"on_{n}"] = tune.choice([True, False])
+            out[f"w_{n}"] = tune.choice(list(self.weights))
+        return out
+
+    def mixture(self, params: dict) -> tuple[tuple[str, float], ...]:
+        return mixture(self.candidates, params)
+
+    def pretrain_for(self, params: dict) -> PretrainConfig:
+        return pretrain_for(self.pretrain, self.mixture(params))
+
+
+def mixture(candidates, params: dict) -> tuple[tuple[str, float], ...]:
+    """(objective, weight) of the switched-on objectives; all off means the first candidate alone (weight 1)."""
+    on = tuple((n, float(params[f"w_{n}"])) for n in candidates if params[f"on_{n}"])
+    return on or ((candidates[0], 1.0),)
+
+
+def pretrain_for(base: PretrainConfig, mix) -> PretrainConfig:
+    from alignlab.objectives.registry import objective_config
+
+    return dataclasses.replace(base, objectives=tuple(objective_config(n, weight=w) for n, w in mix))
+
+
+def pareto_front(rows: list[dict], keys=METRICS) -> list[int]:
+    """Indices of the rows no other row dominates (>= on every key, > on one); NaN rows never make the front."""
+    ok = [i for i, r in enumerate(rows) if all(isinstance(r.get(k), (int, float)) and math.isfinite(r[k]) for k in keys)]
+    front = []
+    for i in ok:
+        a = [rows[i][k] for k in keys]
+        dominated = any(all(rows[j][k] >= x for k, x in zip(keys, a)) and any(rows[j][k] > x for k, x in zip(keys, a))
+                        for j in ok if j != i)
+        if not dominated:
+            front.append(i)
+    return front
+
+
+def mix_trial(config: dict) -> None:
+    """Ray Tune function trainable: pretrain this trial's mixture (or find it), then FEL on CT and AD (validation)."""
+    import numpy as np
+    import torch
+    from ray import tune
+
+    from alignlab.platform.finetune import load_pretrained, run_calculation
+    from alignlab.platform.pretrain_ray import fetch_model, pretrain
+    from alignlab.platform.protocol import TaskData, fel_split
+    from alignlab.platform.ray_env import quiet_ray_data
+    from alignlab.platform.storage import resolve_root
+
+    ctx = config["ctx"]
+    torch.set_num_threads(ctx.get("threads", 1))
+    quiet_ray_data()  # the DataContext is per process: the same row order as from the driver
+    params = {k: v for k, v in config.items() if k != "ctx"}
+    pre_cfg = pretrain_for(pretrain_from_dict(ctx["pretrain"]), mixture(ctx["candidates"], params))
+    st = resolve_root(ctx["storage"])
+    t0 = time.time()
+    mdir = pretrain(Path(ctx["corpus_dir"]), pre_cfg, st)
+    pre = load_pretrained(fetch_model(st, mdir.name))
+    pretrain_s = time.time() - t0
+    data = TaskData.load(Path(ctx["task_dir"]))
+    base = finetune_from_dict(ctx["finetune"])
+    out = {"model_id": mdir.name, "objectives": "+".join(pre_cfg.objective_names), "pretrain_s": pretrain_s}
+    for task in TASKS:
+        accs = []
+        for fold, seed in ctx["points"]:
+            ft = dataclasses.replace(base, task=task, fold=fold, seed=seed)
+            train, val, _ = fel_split(data, task, ft)  # the test split is not used by a search
+            accs.append(run_calculation(pre, ft, train, val, val=val)["accuracy"])
+        out[f"{task}_val_accuracy"] = float(np.mean(accs))
+    tune.report(out)
+
+
+def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concurrent: int = 1,
+                         progress: bool = True) -> Path:
+    """Run (or find) the search; writes search.json and report.md and returns the report's path."""
+    from ray import tune
+    from ray.tune.search.optuna import OptunaSearch
+
+    from alignlab.platform.corpus import build_corpus
+    from alignlab.platform.protocol import build_tasks
+    from alignlab.platform.ray_env import ensure_ray
+
+    t0 = time.time()
+    st = as_storage(root)
+    sdir = study_dir(st.local, spec.name)
+    sdir.mkdir(parents=True, exist_ok=True)
+    say = print if progress else (lambda *a, **k: None)
+    ensure_ray()
+    tdir = build_tasks(st, max_docs_per_lang=spec.task_max_docs_per_lang, seed=spec.corpus.seed)
+    cdir = build_corpus(dataclasses.replace(spec.corpus, holdout_ids_file=str(tdir / "heldout_doc_ids.txt")), st,
+                        progress=progress)
+    name = f"objective-search-{config_hash(spec.name, spec.pretrain, spec.finetune, list(spec.candidates), list(spec.weights), [list(p) for p in spec.points], spec.seed, tdir.name)}"
+    out_file = sdir / "search.json"
+    if out_file.exists() and read_json(out_file).get("tune_name") == name and \
+            len(read_json(out_file)["trials"]) >= spec.num_samples:
+        say(f"[search {spec.name}] already done: {out_file}")
+        return write_objective_report(sdir)
+    ctx = {"pretrain": to_dict(spec.pretrain), "finetune": to_dict(spec.finetune), "candidates": list(spec.candidates),
+           "points": [list(p) for p in spec.points], "corpus_dir": str(cdir), "task_dir": str(tdir), "storage": st.uri,
+           "threads": 1}
+    say(f"[search {spec.name}] {spec.num_samples} Optuna trials over {', '.join(spec.candidates)} "
+        f"(on/off x weights {list(spec.weights)}), each pretraining a model and scoring CT and AD")
+
+    class _Progress(tune.Callback):
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            r = trial.last_result or {}
+            done = sum(t.status == "TERMINATED" for t in trials)
+            say(f"[search {spec.name}] {done}/{spec.num_samples} trials, {time.time() - t0:.0f}s: {r.get('objectives')} "
+                f"CT {r.get('ct_val_accuracy', float('nan')):.3f} AD {r.get('ad_val_accuracy', float('nan')):.3f}", flush=True)
+
+    storage_path = str(sdir / "tune")
+    exp = f"{storage_path}/{name}"
+    trainable = tune.with_resources(mix_trial, {"cpu": 0.1})  # a driver: the TorchTrainer asks for its own CPUs
+    if tune.Tuner.can_restore(exp):
+        say(f"[search {spec.name}] resuming the interrupted search at {exp}")
+        tuner = tune.Tuner.restore(exp, trainable, resume_unfinished=True, restart_errored=True)
+    else:
+        searcher = OptunaSearch(space=OptunaSearch.convert_search_space(spec.space()), metric=list(METRICS),
+                                mode=["max"] * len(METRICS), seed=spec.seed)
+        tuner = tune.Tuner(
+            trainable, param_space={"ctx": ctx},
+            tune_config=tune.TuneConfig(search_alg=searcher, num_samples=spec.num_samples,
+                                        max_concurrent_trials=max_concurrent,
+                                        trial_dirname_creator=lambda t: f"mix-{t.trial_id}",
+                                        trial_name_creator=lambda t: f"mix-{t.trial_id}"),
+            run_config=tune.RunConfig(name=name, storage_path=storage_path, verbose=0, callbacks=[_Progress()],
+                                      failure_config=tune.FailureConfig(max_failures=1)))
+    results = tuner.fit()
+    trials = []
+    for r in results:
+        params = {k: v for k, v in (r.config or {}).items() if k != "ctx"}
+        if r.error or not r.metrics or METRICS[0] not in r.metrics:
+            trials.append({"status": "error", "error": str(r.error)[:500], "params": params})
+            continue
+        trials.append({"status": "complete", "params": params,
+                       "mixture": [list(x) for x in spec.mixture(params)],
+                       **{k: r.metrics[k] for k in (*METRICS, "model_id", "objectives", "pretrain_s")}})
+    trials.sort(key=lambda t: (t.get("model_id", ""), str(t["params"])))
+    front = pareto_front(trials)
+    for i, t in enumerate(trials):
+        t["pareto"] = i in front
+    if not front:
+        raise RuntimeError(f"search {spec.name}: no trial finished ({[t.get('error') for t in trials]})")
+    write_json(out_file, {"name": spec.name, "title": spec.title, "tune_name": name, "metrics": list(METRICS),
+                          "modes": ["max"] * len(METRICS), "sampler": f"optuna TPE, multi-objective (seed {spec.seed})",
+                          "candidates": list(spec.candidates), "weights": list(spec.weights),
+                          "points": [list(p) for p in spec.points], "finetune": to_dict(spec.finetune),
+                          "pretrain": to_dict(spec.pretrain), "trials": trials,
+                          "pareto_front": [trials[i]["model_id"] for i in front], "tune_dir": exp})
+    report = write_objective_report(sdir)
+    if st.remote:
+        st.push(f"studies/{spec.name}", exclude=("tune/",))
+    say(f"[search {spec.name}] done in {time.time() - t0:.0f}s")
+    return report
+
+
+def write_objective_report(sdir: Path) -> Path:
+    s = read_json(sdir / "search.json")
+    done = [t for t in s["trials"] if t["status"] == "complete"]
+    lines = [f"# {s['title']}", "",
+             f"Multi-objective Optuna search ({s['sampler']}) over the pretraining objective mixture: each objective of "
+             f"{', '.join(s['candidates'])} on or off, with a weight from {s['weights']}. Each trial pretrains its mixture "
+             "(one registry entry per distinct mixture) and is scored by FEL on CT and AD: mean **validation** accuracy "
+             f"over {len(s['points'])} (fold, seed) points per task, honest selection; the test sets are not used.", "",
+             f"{len(done)} of {len(s['trials'])} trials finished, {len({t['model_id'] for t in done})} distinct models. "
+             "**Pareto front** (no other trial is at least as good on both tasks and better on one) in bold.", "",
+             "| mixture (objective × weight) | model | CT val acc | AD val acc | Pareto |", "|---|---|---|---|---|"]
+    for t in sorted(done, key=lambda t: (not t["pareto"], -(t["ct_val_accuracy"] + t["ad_val_accuracy"]))):
+        mix = ", ".join(f"{n}×{w:g}" for n, w in t["mixture"])
+        ct, ad = f"{100 * t['ct_val_accuracy']:.1f}", f"{100 * t['ad_val_accuracy']:.1f}"
+        if t["pareto"]:
+            mix, ct, ad = f"**{mix}**", f"**{ct}**", f"**{ad}**"
+        lines.append(f"| {mix} | `{t['model_id']}` | {ct} | {ad} | {'yes' if t['pareto'] else ''} |")
+    errors = [t for t in s["trials"] if t["status"] != "complete"]
+    if errors:
+        lines += ["", f"{len(errors)} trial(s) failed; first error: {errors[0].get('error')}"]
+    out = sdir / "report.md"
+    write_text(out, "\n".join(lines) + "\n")
+    return out

@@ -1,0 +1,59 @@
+"""Beyond the paper: which mixture of pretraining objectives is best for CT and for AD? A multi-objective search.
+
+Ray Tune runs `OptunaSearch` (TPE, seeded) with `metric=["ct_val_accuracy", "ad_val_accuracy"]` and
+`mode=["max", "max"]`. Its search space is one on/off switch and one loss weight (from a short grid) per
+objective -- MLM, NSP, WHP, PAD and ELECTRA's RTD. Each trial pretrains its mixture at the preset's budget
+through the model registry (identical mixtures are trained once and shared, also with other studies), then
+runs FEL on CT and AD at the preset's protocol points and reports each task's mean validation accuracy
+(honest selection; the search never loads a test set). The report lists every trial and marks the Pareto
+front.
+
+Why multi-objective rather than one scalar: CT and AD are aligned to different objectives (WHP and PAD), so
+a mixture good for one may cost the other; the Pareto front shows that trade-off, where any weighted sum of
+the two accuracies would fix an exchange rate between CT and AD points that nothing justifies.
+(`alignlab.platform.objective_search` has the details: no pruning, one trial at a time on a small box.)
+
+    python studies/objective_mix.py --preset mini [--storage DIR] [--num-samples N]
+"""
+import argparse
+import dataclasses
+
+from alignlab.platform.config import CORPUS_PRESETS, FINETUNE_PRESETS, PRETRAIN_PRESETS, check_preset
+from alignlab.platform.objective_search import MixSearchSpec, run_objective_search
+from alignlab.platform.study import SMOKE_TASK_DOCS, protocol_points
+
+CANDIDATES = ("mlm", "nsp", "whp", "pad", "rtd")
+NUM_SAMPLES = {"smoke": 3, "mini": 12, "paper": 40}
+
+
+def build(preset: str) -> MixSearchSpec:
+    """Multi-objective Optuna search of the pretraining objective mixture, scored by FEL on CT and AD."""
+    return MixSearchSpec(
+        name=f"objective_mix-{preset}", title=f"Objective mixture search ({preset} preset)",
+        corpus=CORPUS_PRESETS[preset], pretrain=PRETRAIN_PRESETS[preset],
+        finetune=dataclasses.replace(FINETUNE_PRESETS[preset], keep_head=True, selection="honest"),
+        candidates=CANDIDATES, weights=(0.3, 1.0, 3.0), points=tuple(protocol_points(preset)),
+        num_samples=NUM_SAMPLES[preset], seed=0,
+        task_max_docs_per_lang=SMOKE_TASK_DOCS if preset == "smoke" else None)
+
+
+def main(argv=None):
+    from alignlab.platform.storage import resolve_root
+
+    ap = argparse.ArgumentParser(description=build.__doc__)
+    ap.add_argument("--preset", default="mini", help="smoke | mini | paper (default mini)")
+    ap.add_argument("--storage", default=None, help="storage root (default ./alignlab-storage)")
+    ap.add_argument("--num-samples", type=int, default=None, help="Optuna trials (default: the preset's)")
+    ap.add_argument("--max-concurrent", type=int, default=1,
+                    help="trials at once (default 1: each trains a model; >1 is for clusters)")
+    args = ap.parse_args(argv)
+    spec = build(check_preset(args.preset))
+    if args.num_samples:
+        spec = dataclasses.replace(spec, num_samples=args.num_samples)
+    report = run_objective_search(spec, resolve_root(args.storage), max_concurrent=args.max_concurrent)
+    print(f"Report: {report}")
+    return report
+
+
+if __name__ == "__main__":
+    main()

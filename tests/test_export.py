@@ -1,0 +1,110 @@
+"""`alignlab export`: a pretrained model as a transformers BertModel folder, equal to alignlab's encoder."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", reason="export needs transformers: pip install -e '.[bench]'")
+
+from tiny_model import real_texts, tiny_pretrained  # noqa: E402
+
+from alignlab.platform.cli import main  # noqa: E402
+from alignlab.platform.finetune import load_pretrained  # noqa: E402
+from alignlab.platform.model import Encoder  # noqa: E402
+
+
+def _encoder(mdir):
+    pre = load_pretrained(mdir)
+    enc = Encoder(pre.model_cfg, pre.vocab_size)
+    enc.load_state_dict({k[len("encoder."):]: v for k, v in pre.state.items() if k.startswith("encoder.")})
+    return enc.eval(), pre
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("root")
+    mdir = tiny_pretrained(root, "mlm,nsp,whp,pad", steps=3)
+    out = tmp_path_factory.mktemp("hf") / "bert"
+    assert main(["export", "--model", mdir.name, str(out), "--storage", str(root)]) == 0
+    return mdir, out
+
+
+def test_the_exported_bert_gives_alignlabs_hidden_states_and_token_ids_on_real_text(exported):
+    mdir, out = exported
+    enc, pre = _encoder(mdir)
+    bert = transformers.BertModel.from_pretrained(str(out)).eval()
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(out))
+    texts = real_texts()[100:116]
+    pairs = list(zip(texts[::2], texts[1::2]))
+    # The tokenizer: alignlab's word-wise sentencepiece ids, with [CLS] A [SEP] B [SEP] and token types 0/1.
+    rows = []
+    for a, b in pairs:
+        a_ids = [p for w in pre.tok.encode_words(a.split()) for p in w]
+        b_ids = [p for w in pre.tok.encode_words(b.split()) for p in w]
+        rows.append(([pre.tok.cls_id, *a_ids, pre.tok.sep_id, *b_ids, pre.tok.sep_id],
+                     [0] * (len(a_ids) + 2) + [1] * (len(b_ids) + 1)))
+    got = hf_tok([a for a, _ in pairs], [b for _, b in pairs])
+    assert got["input_ids"] == [r[0] for r in rows]
+    assert got["token_type_ids"] == [r[1] for r in rows]
+    assert hf_tok(texts[0])["input_ids"] == [pre.tok.cls_id, *[p for w in pre.tok.encode_words(texts[0].split())
+                                                                for p in w], pre.tok.sep_id]
+    # Hidden states on a padded batch of those pairs, compared at the real tokens.
+    batch = hf_tok([a for a, _ in pairs], [b for _, b in pairs], padding=True, truncation=True, return_tensors="pt")
+    assert batch["input_ids"].shape[1] <= pre.model_cfg.max_len
+    with torch.no_grad():
+        ref = enc(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"].bool())
+        hf = bert(**batch).last_hidden_state
+    real = batch["attention_mask"].bool()
+    assert bool((~real).any()), "the batch should include padding"
+    torch.testing.assert_close(hf[real], ref[real], rtol=0, atol=1e-5)
+    # The pooler is NSP's (dense + tanh on [CLS]).
+    with torch.no_grad():
+        pooled = torch.tanh(torch.nn.functional.linear(ref[:, 0], pre.state["heads.nsp.pool.weight"],
+                                                       pre.state["heads.nsp.pool.bias"]))
+        torch.testing.assert_close(bert(**batch).pooler_output, pooled, rtol=0, atol=1e-5)
+
+
+def test_the_config_and_the_aligned_heads_are_written_beside_the_weights(exported):
+    from safetensors.torch import load_file
+
+    mdir, out = exported
+    pre = load_pretrained(mdir)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["model_type"] == "bert" and cfg["hidden_act"] == "gelu" and cfg["layer_norm_eps"] == 1e-12
+    assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"], cfg["max_position_embeddings"]) == \
+        (pre.model_cfg.hidden, pre.model_cfg.num_layers, pre.vocab_size, pre.model_cfg.max_len)
+    info = json.loads((out / "alignlab_heads.json").read_text())["heads"]
+    assert set(info) == {"mlm", "nsp", "whp", "pad"}
+    assert info["whp"]["num_classes"] == 4 and info["pad"]["num_classes"] == 2 and info["nsp"]["num_classes"] == 2
+    assert info["mlm"]["num_classes"] == pre.vocab_size and info["mlm"]["tied"]
+    heads = load_file(str(out / "alignlab_heads.safetensors"))
+    assert torch.equal(heads["pad.out.weight"], pre.state["heads.pad.out.weight"])
+    assert torch.equal(heads["whp.out.bias"], pre.state["heads.whp.out.bias"])
+    assert not any(k.startswith("mlm.tok_embedding") for k in heads)
+    assert json.loads((out / "alignlab_export.json").read_text())["pooler_from"] == "nsp"
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")], "the temp folder was renamed"
+
+
+def test_without_nsp_the_pooler_is_the_documented_identity_and_a_used_folder_is_refused(tmp_path):
+    mdir = tiny_pretrained(tmp_path, "mlm,whp", steps=1)
+    out = tmp_path / "bert"
+    main(["export", "--model", mdir.name, str(out), "--storage", str(tmp_path)])
+    bert = transformers.BertModel.from_pretrained(str(out))
+    assert torch.equal(bert.pooler.dense.weight, torch.eye(bert.config.hidden_size))
+    assert "identity" in json.loads((out / "alignlab_export.json").read_text())["pooler"]
+    assert main(["export", "--model", mdir.name, str(out), "--storage", str(tmp_path)]) == 2  # not empty
+    assert main(["export", "--model", "no-such-model", str(tmp_path / "x"), "--storage", str(tmp_path)]) == 2
+
+
+def test_an_encoder_with_a_tensor_bert_lacks_is_refused(tmp_path):
+    from alignlab.platform import export
+
+    mdir = tiny_pretrained(tmp_path, "mlm", steps=1)
+    sd = torch.load(mdir / "final" / "model.pt", weights_only=True)
+    sd["encoder.layers.0.extra_gate.weight"] = torch.zeros(2)
+    torch.save(sd, mdir / "final" / "model.pt")
+    with pytest.raises(ValueError, match="cannot export exactly.*extra_gate"):
+        export.export_model(mdir, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

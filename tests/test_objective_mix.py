@@ -1,0 +1,72 @@
+"""The objective-mixture search (studies/objective_mix.py): its space, its Pareto front, and a smoke run on Ray."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from test_studies import load_script
+
+from alignlab.platform.config import PRESETS
+from alignlab.platform.objective_search import METRICS, MixSearchSpec, pareto_front
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_the_script_expands_into_a_valid_search_whose_mixtures_are_valid_pretraining_configs(preset):
+    spec = load_script("objective_mix").build(preset)
+    assert isinstance(spec, MixSearchSpec) and preset in spec.name
+    assert set(spec.candidates) == {"mlm", "nsp", "whp", "pad", "rtd"}
+    params = {f"on_{n}": n in ("whp", "rtd") for n in spec.candidates} | {f"w_{n}": 3.0 for n in spec.candidates}
+    cfg = spec.pretrain_for(params)
+    assert cfg.objective_names == ("whp", "rtd") and all(o.weight == 3.0 for o in cfg.objectives)
+    assert cfg.max_steps == spec.pretrain.max_steps  # the preset's budget, whatever the mixture
+    none_on = {**params, **{f"on_{n}": False for n in spec.candidates}}
+    assert spec.pretrain_for(none_on).objective_names == ("mlm",)
+    assert spec.finetune.selection == "honest"
+    with pytest.raises(ValueError, match="unknown objective"):
+        dataclasses.replace(spec, candidates=("mlm", "nope"))
+
+
+def test_the_pareto_front_keeps_exactly_the_undominated_trials():
+    rows = [{"ct_val_accuracy": 0.6, "ad_val_accuracy": 0.5},   # dominated by 2
+            {"ct_val_accuracy": 0.5, "ad_val_accuracy": 0.7},   # front (best AD)
+            {"ct_val_accuracy": 0.7, "ad_val_accuracy": 0.55},  # front (best CT)
+            {"ct_val_accuracy": 0.7, "ad_val_accuracy": 0.55},  # a tie is not dominated
+            {"ct_val_accuracy": float("nan"), "ad_val_accuracy": 0.9},
+            {"status": "error"}]
+    assert pareto_front(rows) == [1, 2, 3]
+
+
+@pytest.mark.ray
+def test_the_search_runs_at_smoke_on_ray_and_reports_a_pareto_front(ray_session, storage_root):
+    import time
+
+    from alignlab.platform.objective_search import run_objective_search
+
+    spec = load_script("objective_mix").build("smoke")
+    t0 = time.time()
+    report = run_objective_search(spec, storage_root, progress=False)
+    wall = time.time() - t0
+    summary = json.loads((report.parent / "search.json").read_text())
+    assert summary["metrics"] == list(METRICS) and summary["modes"] == ["max", "max"]
+    done = [t for t in summary["trials"] if t["status"] == "complete"]
+    assert len(summary["trials"]) == spec.num_samples and len(done) == spec.num_samples
+    for t in done:
+        assert 0 <= t["ct_val_accuracy"] <= 1 and 0 <= t["ad_val_accuracy"] <= 1
+        assert (storage_root / "models" / t["model_id"] / "final" / "model.pt").exists()
+        assert t["objectives"] == "+".join(n for n, _ in t["mixture"])
+    front = [t for t in done if t["pareto"]]
+    assert front and summary["pareto_front"] == [t["model_id"] for t in front]
+    for t in front:
+        assert not any(o["ct_val_accuracy"] >= t["ct_val_accuracy"] and o["ad_val_accuracy"] >= t["ad_val_accuracy"]
+                       and (o["ct_val_accuracy"], o["ad_val_accuracy"]) != (t["ct_val_accuracy"], t["ad_val_accuracy"])
+                       for o in done)
+    text = report.read_text()
+    assert "Pareto front" in text and text.count("| yes |") == len(front)
+    # A rerun finds the finished search and trains nothing.
+    before = {t["model_id"]: (storage_root / "models" / t["model_id"] / "final" / "model.pt").stat().st_mtime_ns
+              for t in done}
+    run_objective_search(spec, storage_root, progress=False)
+    assert {m: (storage_root / "models" / m / "final" / "model.pt").stat().st_mtime_ns for m in before} == before
+    print(f"\nobjective_mix smoke search wall: {wall:.0f}s")

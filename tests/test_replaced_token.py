@@ -1,0 +1,123 @@
+"""RTD (ELECTRA's replaced-token detection) as one objective: labels, the model-time input edit, pretraining."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from tiny_model import batches, tiny_tokenizer
+
+from alignlab.objectives.registry import resolve_objectives
+from alignlab.platform.config import PRETRAIN_PRESETS
+from alignlab.platform.model import AlignModel
+from alignlab.platform.pretrain import Pretrainer
+
+ALL = "mlm,nsp,whp,pad,rtd"
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    return tiny_tokenizer(tmp_path_factory.mktemp("tok"))
+
+
+def _setup(tok, names=ALL):
+    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives=names, precision="fp32")
+    tr = Pretrainer(cfg, tok)
+    return tr, tr.objectives["rtd"], tr.model.heads["rtd"]
+
+
+def test_replaced_positions_are_exactly_the_ones_labelled_1_and_a_sample_equal_to_the_original_is_0(tok):
+    tr, rtd, head = _setup(tok)
+    tr.model.eval()
+    batch = tr.collate(batches(tok)[0], step=3)
+    with torch.no_grad():
+        out = rtd.edit_input(head, batch)
+    before, after, labels = batch["input_ids"], out["input_ids"], out["rtd_labels"]
+    changed = before != after
+    assert changed.any(), "a random generator should replace some tokens"
+    assert torch.equal(changed, labels == 1), "replaced positions must be exactly the ones labelled 1"
+    pos = out["rtd_positions"]
+    assert not (labels.view(-1)[pos] == -100).any()
+    # Never a special token, padding, an acronym example, or a position MLM predicts.
+    specials = torch.isin(before, torch.as_tensor(tok.special_ids))
+    assert (labels[specials | ~batch["attention_mask"]] == -100).all()
+    assert (labels[batch["row_format"] == 1] == -100).all()
+    assert (labels[batch["input_locked"]] == -100).all() and batch["input_locked"].any()
+    assert not torch.isin(after.view(-1)[pos], torch.as_tensor(tok.special_ids)).any()
+    # About mask_prob of the candidates are drawn.
+    assert 0.08 < pos.numel() / int((labels != -100).sum()) < 0.25
+    # The same step draws the same corruption (resumable); a generator sure of the original replaces nothing there.
+    with torch.no_grad():
+        again = rtd.edit_input(head, tr.collate(batches(tok)[0], step=3))
+    assert torch.equal(again["input_ids"], after)
+    orig = out["rtd_gen_labels"]
+    x = int(orig[0])  # a generator that always samples the token at the first drawn position
+    head.generator.logits = lambda h: torch.full((h.shape[0], tok.vocab_size), -30.0).index_fill_(1, torch.tensor([x]), 30.0)
+    with torch.no_grad():
+        forced = rtd.edit_input(head, batch)
+    lab = forced["rtd_labels"].view(-1)[pos]
+    assert torch.equal(lab, (orig != x).long())
+    assert lab[0] == 0 and (forced["input_ids"].view(-1)[pos] == x).all()
+    assert torch.equal(forced["input_ids"] != before, forced["rtd_labels"] == 1)
+
+
+def test_rtd_trains_with_every_other_objective_and_its_generator_and_discriminator_both_learn(tok):
+    tr, rtd, head = _setup(tok)
+    assert rtd.num_classes == 2 and rtd.config.discriminator_weight == 50.0
+    g = head.generator
+    assert g.proj.out_features == tr.cfg.model.hidden // 4  # a quarter of the encoder's width by default
+    b = tr.collate(batches(tok)[0], step=0)
+    gen_before = g.layers[0].qkv.weight.detach().clone()
+    disc_before = head.discriminator.out.weight.detach().clone()
+    m = tr.train_step(b)
+    assert all(f"train/{n}/loss" in m for n in ALL.split(","))
+    assert not torch.equal(gen_before, g.layers[0].qkv.weight) and not torch.equal(disc_before, head.discriminator.out.weight)
+    ev = tr.evaluate(batches(tok)[1:3], max_batches=2)
+    assert 0 <= ev["eval/rtd/accuracy"] <= 1 and 0 <= ev["eval/rtd/generator_accuracy"] <= 1
+    assert 0 < ev["eval/rtd/replaced_fraction"] < 0.3
+
+
+def test_rtd_alone_and_an_untied_generator_of_a_chosen_width(tok):
+    from alignlab.objectives.registry import objective_config
+
+    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], precision="fp32",
+                              objectives=(objective_config("rtd", generator_hidden=16, tie_embeddings=False),))
+    tr = Pretrainer(cfg, tok)
+    head = tr.model.heads["rtd"]
+    assert head.generator.enc.tok is not tr.model.encoder.tok and head.generator.enc.cfg.hidden == 16
+    first = tr.train_step(tr.collate(batches(tok)[0], step=0))["train/loss"]
+    assert first > 0
+    with pytest.raises(ValueError, match="rtd.mask_prob"):
+        objective_config("rtd", mask_prob=0)
+
+
+def test_objectives_accepts_rtd_in_the_cli_and_in_studies():
+    from alignlab.platform.study import sized_pretrain
+
+    assert [c.name for c in resolve_objectives(ALL)] == ALL.split(",")
+    assert sized_pretrain("smoke", 32, 1, ALL).objective_names == tuple(ALL.split(","))
+
+
+@pytest.mark.ray
+def test_smoke_pretraining_with_rtd_alone_and_with_all_five_objectives(smoke_corpus, tmp_path, capsys):
+    import time
+
+    from alignlab.platform.cli import main
+    from alignlab.platform.pretrain_ray import pretrain
+
+    t0 = time.time()
+    assert main(["pretrain", "--preset", "smoke", "--objectives", "rtd", "--corpus", str(smoke_corpus),
+                 "--storage", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    mid = next(ln.split()[1] for ln in out.splitlines() if ln.startswith("Model:"))
+    ev = json.loads((tmp_path / "models" / mid / "final" / "eval.json").read_text())
+    assert 0 <= ev["eval/rtd/accuracy"] <= 1 and ev["eval/rtd/count"] > 0
+    t1 = time.time()
+    mdir = pretrain(smoke_corpus, dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives=ALL), tmp_path)
+    ev = json.loads((mdir / "final" / "eval.json").read_text())
+    for name in ALL.split(","):
+        assert 0 <= ev[f"eval/{name}/accuracy"] <= 1, name
+    assert mdir.name.split("-")[1] == "mlm+nsp+whp+pad+rtd"
+    print(f"\nsmoke pretraining wall: rtd {t1 - t0:.0f}s, {ALL} {time.time() - t1:.0f}s")
