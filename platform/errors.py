@@ -79,22 +79,20 @@ def nonneg_int(text: str) -> int:
 
 
 def positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not math.isfinite(v) or v <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return v
+    return _finite(text, lambda v: v > 0, "> 0")
 
 
 def nonneg_float(text: str) -> float:
+    return _finite(text, lambda v: v >= 0, ">= 0")
+
+
+def _finite(text: str, ok: Callable[[float], bool], what: str) -> float:
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not math.isfinite(v) or v < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    if not math.isfinite(v) or not ok(v):
+        raise argparse.ArgumentTypeError(f"must be a finite number {what}, got {text!r}")
     return v
 
 
