@@ -195,7 +195,8 @@ def _p(p: float) -> str:
 def _significance(tables: dict[str, dict[tuple[str, str], Comparison]], baselines: dict[str, tuple[str, str]]) -> list[str]:
     """Every compared cell's p-values: paired t (the bold decision), Wilcoxon signed-rank, Welch (unpaired)."""
     out = ["## Significance against the baseline", "",
-           f"Calculations paired by (fold, seed). **bold** = paired t-test p < {P_VALUE} and a higher mean; the "
+           f"Calculations paired by (fold, seed). **bold** = paired t-test p < {P_VALUE}, a higher mean, and a mean "
+           "above the row's strongest context-free baseline; the "
            "Wilcoxon signed-rank test (paired) and Welch's t-test (unpaired) are shown beside it. – : undefined "
            "(e.g. a deterministic tie: every paired difference 0).", "",
            "| metric | row | cell | baseline | mean − baseline (points) | pairs | paired t p | Wilcoxon p | Welch p | bold |",
