@@ -452,13 +452,14 @@ def _bars(df: pd.DataFrame, acc: str, prefix: str, path: Path, title: str = "") 
         sds = [100 * df[(df.row == r) & (df.col == c)][acc].std(ddof=1) for r in rows]
         ax.bar(np.arange(len(rows)) + j * w, means, w, yerr=np.nan_to_num(sds), capsize=3, label=c)
     base = [100 * strongest_baseline(df[df.row == r], prefix)[1] for r in rows]
-    ax.scatter(np.arange(len(rows)) + 0.4 - w / 2, base, marker="_", s=400, color="k",
+    ax.scatter(np.arange(len(rows)) + 0.4 - w / 2, base, marker="_", s=400, color="k", zorder=3,
                label="strongest context-free baseline")
     ax.set_xticks(np.arange(len(rows)) + 0.4 - w / 2, rows)
     ax.set_ylabel("accuracy % (best-perplexity epoch)")
     if title:
         ax.set_title(title)
-    ax.legend(fontsize=7)
+    # Below the axes: inside, the legend can hide a baseline marker near the top.
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=len(cols) + 1)
     fig.tight_layout()
     return _save(fig, path)
 
