@@ -61,7 +61,9 @@ class Collator:
     def rng(self, step: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, self.rank, step])
 
-    def __call__(self, rows: dict, step: int) -> dict[str, torch.Tensor]:
+    def __call__(self, rows: dict, step: int, max_len: int | None = None) -> dict[str, torch.Tensor]:
+        """One batch; `max_len` (default: the collator's) is the longest example this step, in tokens."""
+        L = max_len or self.max_len
         rng = self.rng(step)
         n = len(rows["doc_id"])
         kind = [str(k) for k in rows["kind"]]
@@ -74,7 +76,7 @@ class Collator:
         b = [list(map(int, x)) if bool(h) else None for x, h in zip(rows["b_ids"], rows["has_next"])]
         if self.subword_alpha > 0:
             self._resample_web(rows, kind, a, b, rng)
-        ex = Examples(rows, fmt, a, b, self.max_len)
+        ex = Examples(rows, fmt, a, b, L)
         for o in self.objectives:
             o.load(ex, rows)
         for o in self.objectives:
@@ -97,7 +99,7 @@ class Collator:
                                                    seed=int(rng.integers(1, 2**31))))[:limit]
 
     def tensorize(self, ex: Examples) -> dict[str, np.ndarray]:
-        cls, sep, L = self.tok.cls_id, self.tok.sep_id, self.max_len
+        cls, sep, L = self.tok.cls_id, self.tok.sep_id, ex.max_len
         seqs, segs, tok_labels = [], [], {k: [] for k in ex.a_labels}
         for i, f in enumerate(ex.fmt):
             if f == "acronym":
@@ -108,8 +110,11 @@ class Collator:
                 for k in tok_labels:
                     tok_labels[k].append(np.full(len(ids), IGNORE, dtype=np.int64))
             else:
-                a_ids = ex.a[i][: L - 2]
                 b_ids = ex.b[i] or []
+                # When both chunks do not fit (a sequence length shorter than the corpus's), each keeps at least
+                # half of the room, so NSP still sees both sides; otherwise nothing is cut.
+                a_room = L - 2 if not b_ids else max((L - 3) // 2, L - 3 - len(b_ids))
+                a_ids = ex.a[i][:a_room]
                 room = max(0, L - 3 - len(a_ids))
                 b_ids = b_ids[:room]
                 ids = [cls, *a_ids, sep] + ([*b_ids, sep] if b_ids else [])

@@ -19,6 +19,8 @@ SCHEMES = ("pred", "pred+trm", "pred+trm+emb", "mt:pred+trm")
 SELECTION_MODES = ("honest", "paper")
 TASKS = ("ct", "ad")
 LOSS_SCALINGS = ("none", "log_classes")
+NORMS = ("post", "pre")
+DECAYS = ("constant", "linear", "cosine")
 
 
 def check_preset(name: str) -> str:
@@ -51,6 +53,13 @@ class ModelConfig:
     max_len: int = 128
     """Longest input sequence in tokens, specials included."""
     dropout: float = 0.1
+    """Dropout of the encoder (embeddings, attention probabilities, residual branches) during pretraining; FEL
+    sets its own (`FinetuneConfig.dropout`). Cramming (Geiping & Goldstein 2022) trains without it: under a short
+    budget the model underfits, and dropout only slows learning (and costs time on CPU)."""
+    norm: str = "post"
+    """Where each block's LayerNorm sits. "post" (vanilla BERT, the paper): x = LN(x + f(x)). "pre": x = x + f(LN(x)),
+    with one final LayerNorm after the last block; pre-LN keeps the residual path an identity, so it trains stably
+    at high learning rates without long warmup (Xiong et al. 2020; cramming's first choice)."""
     init: str = "bert"
     """Encoder weight init. "bert" (vanilla BERT): normal with std 0.02 everywhere. "fan_in": normal with
     std 1/sqrt(fan-in) per matrix, so attention logits start at order 1 at any width. At 128 wide, 0.02
@@ -62,6 +71,7 @@ class ModelConfig:
     def __post_init__(self) -> None:
         _positive(self, "hidden", "num_layers", "head_dim", "ffn", "max_len")
         _choice(self, "init", ("fan_in", "bert"))
+        _choice(self, "norm", NORMS)
         if self.hidden % self.head_dim:
             raise ValueError(f"ModelConfig.hidden ({self.hidden}) must be a multiple of head_dim ({self.head_dim})")
         if not 0.0 <= self.dropout < 1.0:
@@ -152,8 +162,21 @@ class PretrainConfig:
     lr: float = 1e-4
     warmup_steps: int = 0
     decay: str = "constant"
-    """"constant" or "linear" (to zero at max_steps), after warmup."""
+    """After linear warmup: "constant", "linear" (to zero exactly at max_steps: with warmup, the one-cycle triangle
+    cramming uses), or "cosine" (half a cosine to zero at max_steps)."""
     max_steps: int = 1000
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-8
+    weight_decay: float = 0.0
+    """Decoupled weight decay (AdamW) on every weight matrix and embedding; biases and LayerNorm gains are exempt.
+    0 trains with plain Adam, as the paper did."""
+    seq_len: int = 0
+    """Longest training example in tokens, specials included; 0 means the model's max_len. A shorter length
+    truncates each chunk of a row to (seq_len - 3) // 2 tokens, so NSP pairs keep both halves."""
+    short_seq_len: int = 0
+    short_seq_fraction: float = 0.0
+    """Short-then-long schedule: the first `short_seq_fraction` of the steps train at `short_seq_len` tokens (0: off),
+    the rest at `seq_len` (cramming's and BERT's 90/10 split, inverted: short sequences are cheap steps early)."""
     grad_clip: float = 1.0
     acronym_fraction: float = 0.25
     """Share of linked rows turned into PAD examples `[CLS] acronym [SEP] chunk [SEP]` when PAD is on;
@@ -186,7 +209,22 @@ class PretrainConfig:
 
         object.__setattr__(self, "objectives", resolve_objectives(self.objectives or ("mlm",)))
         _positive(self, "batch_size", "lr", "max_steps", "checkpoint_every", "log_every", "num_workers", "cpus_per_worker")
-        _choice(self, "decay", ("constant", "linear"))
+        _choice(self, "decay", DECAYS)
+        object.__setattr__(self, "adam_betas", tuple(float(b) for b in self.adam_betas))
+        if len(self.adam_betas) != 2 or not all(0.0 <= b < 1.0 for b in self.adam_betas):
+            raise ValueError(f"PretrainConfig.adam_betas must be two numbers in [0, 1), got {self.adam_betas!r}")
+        if not (self.adam_eps > 0 and self.weight_decay >= 0):
+            raise ValueError(f"PretrainConfig.adam_eps must be > 0 and weight_decay >= 0, got {self.adam_eps!r}, "
+                             f"{self.weight_decay!r}")
+        for name in ("seq_len", "short_seq_len"):
+            v = getattr(self, name)
+            if v and not 16 <= v <= self.model.max_len:
+                raise ValueError(f"PretrainConfig.{name} must be 0 or in [16, model.max_len={self.model.max_len}], "
+                                 f"got {v}")
+        if not 0.0 <= self.short_seq_fraction < 1.0:
+            raise ValueError(f"PretrainConfig.short_seq_fraction must be in [0, 1), got {self.short_seq_fraction}")
+        if bool(self.short_seq_len) != bool(self.short_seq_fraction):
+            raise ValueError("PretrainConfig.short_seq_len and short_seq_fraction must be set together (both 0 = off)")
         _choice(self, "precision", ("auto", "fp32", "bf16"))
         _choice(self, "loss_scaling", LOSS_SCALINGS)
         if not 0.0 <= self.acronym_fraction <= 1.0:
@@ -197,6 +235,12 @@ class PretrainConfig:
     @property
     def objective_names(self) -> tuple[str, ...]:
         return tuple(o.name for o in self.objectives)
+
+    def seq_len_at(self, step: int) -> int:
+        """The training sequence length at optimizer step `step` (the short-then-long schedule)."""
+        if self.short_seq_len and step < round(self.short_seq_fraction * self.max_steps):
+            return self.short_seq_len
+        return self.seq_len or self.model.max_len
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -271,6 +315,8 @@ def pretrain_from_dict(d: dict) -> PretrainConfig:
     d = dict(d)
     d["model"] = model_from_dict(d["model"])
     d["objectives"] = tuple(objective_from_dict(o) for o in d["objectives"])
+    if "adam_betas" in d:
+        d["adam_betas"] = tuple(d["adam_betas"])
     return PretrainConfig(**d)
 
 

@@ -161,6 +161,9 @@ class FastEncoder:
         # Position + segment-0 rows precomputed: a CT query (all segment 0) needs one add less.
         self.pos_seg0 = (self.pos + self.seg[0]).contiguous()
         self.ln = (encoder.ln.weight.detach(), encoder.ln.bias.detach(), encoder.ln.eps)
+        self.pre_ln = cfg.norm == "pre"
+        fl = encoder.final_ln
+        self.final_ln = (fl.weight.detach(), fl.bias.detach(), fl.eps) if fl is not None else None
         H, lin = cfg.hidden, lambda w, b: _Linear(w, b, self.backend, cfg.max_len)
         self.layers = []
         for i, layer in enumerate(encoder.layers):
@@ -188,20 +191,29 @@ class FastEncoder:
         x = F.layer_norm(x, (H,), *self.ln[:2], self.ln[2])
         last = len(self.layers) - 1
         for i, L in enumerate(self.layers):
+            # Pre-LN: attention reads the normalized stream `h`, the residual adds to the raw one `res`.
+            h = F.layer_norm(x, (H,), *L["ln1"][:2], L["ln1"][2]) if self.pre_ln else x
+            res = x
             if i == last:
-                k, v = L["kv"](x).view(T, 2, nh, d).permute(1, 2, 0, 3)
+                k, v = L["kv"](h).view(T, 2, nh, d).permute(1, 2, 0, 3)
                 if rows is not None:
-                    x = x.index_select(0, rows)
-                q = L["q"](x).view(-1, nh, d).transpose(0, 1)
+                    h, x, res = h.index_select(0, rows), x.index_select(0, rows), res.index_select(0, rows)
+                q = L["q"](h).view(-1, nh, d).transpose(0, 1)
             else:
-                q, k, v = L["qkv"](x).view(T, 3, nh, d).permute(1, 2, 0, 3)
+                q, k, v = L["qkv"](h).view(T, 3, nh, d).permute(1, 2, 0, 3)
             # Plain bmm/softmax: at a dozen tokens SDPA's dispatch and checks cost ~4x the arithmetic.
             a = torch.bmm(torch.softmax(torch.bmm(q * self.scale, k.transpose(1, 2)), -1), v)
             a = a.transpose(0, 1).reshape(-1, H)
             w1, b1, eps1 = L["ln1"]
-            x = F.layer_norm(L["attn_out"].add(a, x), (H,), w1, b1, eps1)
             w2, b2, eps2 = L["ln2"]
-            x = F.layer_norm(L["ffn_out"].add(L["ffn_in"].gelu(x), x), (H,), w2, b2, eps2)
+            if self.pre_ln:
+                x = L["attn_out"].add(a, res)
+                x = L["ffn_out"].add(L["ffn_in"].gelu(F.layer_norm(x, (H,), w2, b2, eps2)), x)
+            else:
+                x = F.layer_norm(L["attn_out"].add(a, x), (H,), w1, b1, eps1)
+                x = F.layer_norm(L["ffn_out"].add(L["ffn_in"].gelu(x), x), (H,), w2, b2, eps2)
+        if self.final_ln is not None:
+            x = F.layer_norm(x, (H,), *self.final_ln[:2], self.final_ln[2])
         return x
 
 

@@ -1,4 +1,4 @@
-"""A BERT encoder (post-LN, as vanilla BERT) and the small heads the objectives put on top of it.
+"""A BERT encoder (post-LN as vanilla BERT, or pre-LN: `ModelConfig.norm`) and the small heads the objectives put on top of it.
 
 Shape legend: B batch, T time (tokens), H hidden, V vocabulary, C classes, N selected rows/positions.
 A model is `AlignModel`: one shared encoder plus one head per objective, named by objective, so a
@@ -34,6 +34,7 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.num_heads, self.head_dim, self.p = cfg.num_heads, cfg.head_dim, cfg.dropout
+        self.pre_ln = cfg.norm == "pre"
         # One fused projection for q, k and v: one matmul instead of three.
         self.qkv = nn.Linear(cfg.hidden, 3 * cfg.hidden)
         self.attn_out = nn.Linear(cfg.hidden, cfg.hidden)
@@ -44,6 +45,15 @@ class EncoderLayer(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x_BTH: torch.Tensor, mask_B11T: torch.Tensor | None) -> torch.Tensor:
+        p = self.drop.p
+        if self.pre_ln:
+            x_BTH = x_BTH + dropout(self.attend(self.ln1(x_BTH), mask_B11T), p, self.training)
+            return x_BTH + dropout(self.ffn_out(F.gelu(self.ffn_in(self.ln2(x_BTH)))), p, self.training)
+        x_BTH = self.ln1(x_BTH + dropout(self.attend(x_BTH, mask_B11T), p, self.training))
+        return self.ln2(x_BTH + dropout(self.ffn_out(F.gelu(self.ffn_in(x_BTH))), p, self.training))
+
+    def attend(self, x_BTH: torch.Tensor, mask_B11T: torch.Tensor | None) -> torch.Tensor:
+        """Multi-head self-attention with its output projection (no residual, no norm)."""
         B, T, H = x_BTH.shape
         q, k, v = self.qkv(x_BTH).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         if self.training and self.p > 0 and x_BTH.device.type == "cpu":
@@ -56,10 +66,7 @@ class EncoderLayer(nn.Module):
         else:
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_B11T,
                                                dropout_p=self.p if self.training else 0.0)
-        a = a.transpose(1, 2).reshape(B, T, H)
-        p = self.drop.p
-        x_BTH = self.ln1(x_BTH + dropout(self.attn_out(a), p, self.training))
-        return self.ln2(x_BTH + dropout(self.ffn_out(F.gelu(self.ffn_in(x_BTH))), p, self.training))
+        return self.attn_out(a.transpose(1, 2).reshape(B, T, H))
 
 
 class Encoder(nn.Module):
@@ -72,6 +79,9 @@ class Encoder(nn.Module):
         self.ln = nn.LayerNorm(cfg.hidden, eps=1e-12)
         self.drop = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_layers))
+        # Pre-LN blocks leave the residual stream unnormalized; one LayerNorm after the last block puts the heads'
+        # input back on the scale post-LN gives them.
+        self.final_ln = nn.LayerNorm(cfg.hidden, eps=1e-12) if cfg.norm == "pre" else None
         self.apply(init_weights if cfg.init == "bert" else init_fan_in)
 
     def embed(self, input_ids: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
@@ -88,7 +98,7 @@ class Encoder(nn.Module):
             mask = attention_mask[:, None, None, :]
         for layer in self.layers:
             x = layer(x, mask)
-        return x
+        return self.final_ln(x) if self.final_ln is not None else x
 
 
 def init_weights(m: nn.Module) -> None:

@@ -95,9 +95,24 @@ def lr_lambda(cfg: PretrainConfig) -> Callable[[int], float]:
         warm = min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
         if cfg.decay == "linear":
             return warm * max(0.0, 1.0 - step / cfg.max_steps)
+        if cfg.decay == "cosine":
+            return warm * 0.5 * (1.0 + math.cos(math.pi * min(1.0, step / cfg.max_steps)))
         return warm
 
     return f
+
+
+def make_optimizer(model: torch.nn.Module, cfg: PretrainConfig) -> torch.optim.Optimizer:
+    """Adam with the config's betas and eps; AdamW when weight decay is on, decaying only matrices and embeddings
+    (BERT's rule: biases and LayerNorm parameters are 1-d and exempt)."""
+    kw = dict(lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps)
+    if not cfg.weight_decay:
+        return torch.optim.Adam(model.parameters(), **kw)
+    params = list(model.parameters())
+    decay = [p for p in params if p.dim() >= 2]
+    rest = [p for p in params if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                              {"params": rest, "weight_decay": 0.0}], **kw)
 
 
 @dataclass
@@ -121,9 +136,9 @@ class Pretrainer:
         self.model = AlignModel(cfg.model, tokenizer.vocab_size, self.objectives).to(self.device)
         fwd = _Forward(self.model, self.objectives)
         self.forward = wrap(fwd) if wrap else fwd
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
+        self.optimizer = make_optimizer(self.model, cfg)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
-        self.collate = Collator(list(self.objectives.values()), tokenizer, max_len=cfg.model.max_len,
+        self.collate = Collator(list(self.objectives.values()), tokenizer, max_len=cfg.seq_len or cfg.model.max_len,
                                 acronym_fraction=cfg.acronym_fraction,
                                 subword_alpha=cfg.subword_regularization_alpha, seed=cfg.seed, rank=rank)
         self.state = TrainState()
@@ -245,7 +260,7 @@ def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict
             if consumed <= skip:
                 continue
             st.batches_in_epoch = consumed
-            metrics = trainer.train_step(trainer.collate(rows, step=st.step))
+            metrics = trainer.train_step(trainer.collate(rows, step=st.step, max_len=cfg.seq_len_at(st.step)))
             ckpt = st.step % cfg.checkpoint_every == 0 or st.step == cfg.max_steps
             if ckpt or st.step % log_every == 0:
                 wall = time.perf_counter() - t_start

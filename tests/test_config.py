@@ -96,10 +96,18 @@ _OTHER_VALUE = {
     "model": C.MODEL_SIZES["128x2"], "objectives": "mlm,nsp", "batch_size": 8, "lr": 5e-4, "warmup_steps": 3,
     "decay": "linear", "max_steps": 13, "grad_clip": 0.5, "acronym_fraction": 0.5, "subword_regularization_alpha": 0.1,
     "num_workers": 2, "precision": "fp32", "seed": 1, "loss_scaling": "log_classes",
+    "adam_betas": (0.9, 0.98), "adam_eps": 1e-6, "weight_decay": 0.01, "seq_len": 32,
+    # set together: each is changed with its companion at a fixed value (see _COMPANION)
+    "short_seq_len": 32, "short_seq_fraction": 0.5,
     # runtime-only
     "checkpoint_every": 7, "log_every": 3, "eval_batches": 9, "cpus_per_worker": 2.0, "threads_per_worker": 2,
     "use_gpu": True,
 }
+
+
+# Fields valid only together: the id is compared between two configs that both set the companion.
+_COMPANION = {"short_seq_len": {"short_seq_len": 16, "short_seq_fraction": 0.25},
+              "short_seq_fraction": {"short_seq_len": 32, "short_seq_fraction": 0.25}}
 
 
 def _smoke(**changes):
@@ -112,8 +120,10 @@ def test_every_field_that_changes_what_a_model_learns_is_in_its_id_and_no_runtim
     assert set(_OTHER_VALUE) == {f.name for f in dataclasses.fields(C.PretrainConfig)}
     base = model_id("corpus-x", _smoke())
     for name, value in _OTHER_VALUE.items():
-        changed = model_id("corpus-x", _smoke(**{name: value}))
-        assert (changed == base) == (name in RUNTIME_FIELDS), name
+        companion = _COMPANION.get(name, {})
+        before = model_id("corpus-x", _smoke(**companion)) if companion else base
+        changed = model_id("corpus-x", _smoke(**{**companion, name: value}))
+        assert (changed == before) == (name in RUNTIME_FIELDS), name
     assert model_id("corpus-y", _smoke()) != base
 
 
