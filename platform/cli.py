@@ -150,6 +150,12 @@ def _dispatch(args) -> int:
             cfg = dataclasses.replace(cfg, max_steps=args.max_steps)
         if args.loss_scaling:
             cfg = dataclasses.replace(cfg, loss_scaling=args.loss_scaling)
+        if not args.corpus:  # refuse an impossible request before building the preset's corpus (issue #17)
+            from alignlab.platform.pretrain_ray import check_pretrain_resources
+            from alignlab.platform.ray_env import ensure_ray
+
+            ensure_ray()
+            check_pretrain_resources(cfg)
         cdir = Path(args.corpus) if args.corpus else build_corpus(CORPUS_PRESETS[args.preset], root)
         mdir = pretrain(cdir, cfg, root)
         print(json.dumps(json.loads((mdir / "final" / "eval.json").read_text()), indent=2))

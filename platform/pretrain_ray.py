@@ -41,6 +41,25 @@ def model_id(corpus_id: str, cfg: PretrainConfig) -> str:
     return f"{cfg.model.label}-{'+'.join(cfg.objective_names)}-{config_hash(corpus_id, d)}"
 
 
+def worker_resources(cfg: PretrainConfig) -> dict:
+    """One Train worker's Ray resources (`use_gpu` alone would reserve only {"GPU": 1}, RAY_NOTES §1)."""
+    resources = {"CPU": cfg.cpus_per_worker}
+    if cfg.use_gpu:
+        resources["GPU"] = 1
+    return resources
+
+
+def check_pretrain_resources(cfg: PretrainConfig) -> None:
+    """Refuse, within seconds, a pretraining run the cluster can never schedule (issue #17): its workers, plus
+    one CPU left for Ray Data's reads. Ray must be initialised."""
+    from alignlab.platform.resources import RAY_DATA_CPUS, check_request
+
+    check_request(f"pretraining ({cfg.num_workers} Train worker{'s' if cfg.num_workers != 1 else ''}"
+                  f"{', use_gpu' if cfg.use_gpu else ''})", worker_resources(cfg), cfg.num_workers,
+                  spare_cpus=RAY_DATA_CPUS,
+                  hint="use a smaller preset, fewer workers or CPUs per worker, or a cluster that has them")
+
+
 FINAL_MARKER = "model.pt"
 """Written last into `final/` (locally renamed in whole; at a remote root uploaded after the rest)."""
 
@@ -115,6 +134,8 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     mdir = model_dir(st.local, mid)
     if st.has(f"models/{mid}/final/{FINAL_MARKER}"):
         return fetch_model(st, mid, weights=False)
+    ensure_ray()
+    check_pretrain_resources(cfg)  # before anything is written: an impossible request would wait forever
     why = ""
     if requested == "auto":
         why = " (auto: GPU workers)" if cfg.use_gpu else \
@@ -125,7 +146,6 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
                                       "precision": cfg.precision, "requested_precision": requested,
                                       "global_batch_size": cfg.batch_size * cfg.num_workers, "pretrain": to_dict(cfg)})
     st.push_file(f"models/{mid}/config.json")
-    ensure_ray()
     # Shards are read where they are -- the local corpus folder, or the remote root (never copied to a node) --
     # in the manifest's order, so the row stream is the same on every run.
     base = st.ray_path(f"corpus/{cid}/shards") if st.remote else str(cdir / "shards")
@@ -139,9 +159,7 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     datasets = {"train": ray.data.read_parquet(shard_paths("train"), filesystem=fs, num_cpus=0.25)}
     if shard_paths("eval"):
         datasets["eval"] = ray.data.read_parquet(shard_paths("eval"), filesystem=fs, num_cpus=0.25)
-    resources = {"CPU": cfg.cpus_per_worker}
-    if cfg.use_gpu:
-        resources["GPU"] = 1
+    resources = worker_resources(cfg)
     trainer = TorchTrainer(
         _train_fn,
         train_loop_config={"cfg": to_dict(cfg), "storage": st.uri, "corpus_id": cid, "corpus_dir": str(cdir),

@@ -4,17 +4,53 @@ from __future__ import annotations
 import os
 
 
+_STARTED_HERE = False
+
+LISTEN_ALL_ENV = "ALIGNLAB_RAY_LISTEN_ALL"
+"""Set to 1 to let a local instance started by `ensure_ray` listen on every interface (Ray's default)."""
+
+
+def _loopback_only() -> None:
+    """Make the local instance `ensure_ray` starts listen on 127.0.0.1 only (GCS, raylet, object manager,
+    workers, agents): a single-machine run needs no port reachable from the network.
+
+    Ray 2.60 binds its gRPC servers to 127.0.0.1 when the node's address is the loopback address, but
+    `ray.init(_node_ip_address="127.0.0.1")` is turned back into the machine's outward address. What does
+    give the loopback address is Ray's switch for single-machine platforms, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
+    (read when `ray` is imported, so the already-imported constant is set too); its processes inherit it.
+    Checked with `ss -ltnp`: every listening socket of the instance was on 127.0.0.1. A value the user set is
+    kept."""
+    if "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" in os.environ:
+        return
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def started_locally() -> bool:
+    """Did `ensure_ray` start the Ray instance this process uses (a single machine, no autoscaler)?"""
+    import ray
+
+    return _STARTED_HERE and ray.is_initialized()
+
+
 def ensure_ray(num_cpus: int | None = None) -> None:
     """Join the cluster named by RAY_ADDRESS (set by `ray job submit`) or start a local instance."""
+    global _STARTED_HERE
     import ray
 
     if ray.is_initialized():
         return
     kwargs: dict = {"include_dashboard": False, "log_to_driver": bool(os.environ.get("ALIGNLAB_RAY_LOGS"))}
-    if not os.environ.get("RAY_ADDRESS"):
+    local = not os.environ.get("RAY_ADDRESS")
+    if local:
         kwargs["num_cpus"] = num_cpus or os.cpu_count()
         kwargs["object_store_memory"] = 2 * 1024**3
+        if not os.environ.get(LISTEN_ALL_ENV):
+            _loopback_only()
     ray.init(**kwargs)
+    _STARTED_HERE = local
     quiet_ray_data()
     _forward_progress()
 

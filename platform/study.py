@@ -329,9 +329,16 @@ def run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None 
     resources = dict(trial_resources or DEFAULT_TRIAL_RESOURCES)
     srel = f"studies/{study.name}"
     sdir = study_dir(st.local, study.name)
+    ensure_ray()
+    # Before any work: a request the cluster can never hold would otherwise wait forever (issue #17).
+    check_trial_resources(resources)
+    from alignlab.platform.pretrain_ray import check_pretrain_resources
+
+    for cfg in {(m.pretrain.num_workers, m.pretrain.cpus_per_worker, m.pretrain.use_gpu): m.pretrain
+                for m in study.models}.values():
+        check_pretrain_resources(cfg)
     sdir.mkdir(parents=True, exist_ok=True)
     say = print if progress else (lambda *a, **k: None)
-    ensure_ray()
     say(f"[study {study.name}] building task datasets")
     tdir = build_tasks(st, langs=study.task_langs, max_docs_per_lang=study.task_max_docs_per_lang,
                        target_snippets=study.task_snippets, seed=study.corpus.seed, ct_data=study.ct_data)
@@ -504,6 +511,14 @@ class _Progress:
         print(f"[{self.what}] {self.done}/{self.total} done, {el:.0f}s elapsed, ETA {eta:.0f}s{extra}", flush=True)
 
 
+def check_trial_resources(resources: dict) -> None:
+    """Refuse an FEL trial's resources that no node of the cluster (now or after autoscaling) can hold."""
+    from alignlab.platform.resources import check_request
+
+    check_request("an FEL trial", resources,
+                  hint="lower --cpus-per-trial / --gpus-per-trial, or drop --trial-resources")
+
+
 def _concurrency(resources: dict, max_concurrent: int | None) -> int:
     import ray
 
@@ -532,6 +547,7 @@ def run_trials(calcs: list[dict], sdir: Path, *, max_concurrent: int | None = No
     from ray import tune
 
     resources = dict(resources or DEFAULT_TRIAL_RESOURCES)
+    check_trial_resources(resources)
     prog = _Progress(len(calcs), progress)
 
     class _ProgressCallback(tune.Callback):
@@ -667,6 +683,7 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
     if out_file.exists() or (storage is not None and storage.pull_file(out_rel)):
         return read_json(out_file)
     resources = dict(resources or DEFAULT_TRIAL_RESOURCES)
+    check_trial_resources(resources)
     prog = _Progress(spec.num_samples, progress, what=f"search {spec.name}")
 
     class _ProgressCallback(tune.Callback):
