@@ -228,7 +228,12 @@ def metrics_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> dict[str,
         return {"accuracy": float("nan"), "perplexity": float("nan")}
     nll = F.cross_entropy(logits.float(), labels).item()
     acc = (logits.argmax(-1) == labels).float().mean().item()
-    return {"accuracy": acc, "perplexity": math.exp(nll)}
+    # A diverged model's mean NLL can exceed what math.exp holds (OverflowError): its perplexity is inf.
+    return {"accuracy": acc, "perplexity": math.exp(nll) if nll < 700 else (nll if math.isnan(nll) else math.inf)}
+
+
+class NonFiniteError(ValueError):
+    """A calculation whose selection numbers were never finite (the model diverged): it has no result."""
 
 
 # ---------------------------------------------------------------- the calculation
@@ -361,6 +366,13 @@ def run_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, val=No
             best_acc = (snapshot(), m)
         if selector.done(epoch):
             break
+    if best_ppl[0] is None or best_acc[0] is None:
+        last = history[-1]
+        raise NonFiniteError(
+            f"{task.upper()} calculation (fold {cfg.fold}, seed {cfg.seed}, lr {cfg.lr:g}): the "
+            f"{'test' if cfg.selection == 'paper' else 'validation'} numbers were never finite in "
+            f"{len(history)} epoch{'s' if len(history) != 1 else ''} (last: accuracy {last['accuracy']}, "
+            f"perplexity {last['perplexity']}); the model diverged")
     if cfg.selection == "paper":
         at_ppl, at_acc = best_ppl[1], best_acc[1]
     else:  # the test set is touched once per selected epoch, after all selection is done

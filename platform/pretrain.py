@@ -237,6 +237,10 @@ def _duration(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
+class NonFiniteLossError(ValueError):
+    """A pretraining run whose loss went NaN or infinite: it stops, and its model is never exported."""
+
+
 def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict]], *,
                report: Callable[[dict, bool], None], log_every: int = 10) -> TrainState:
     """Run until `max_steps`. `epoch_batches(epoch)` yields row batches of one pass over the data;
@@ -261,6 +265,12 @@ def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict
                 continue
             st.batches_in_epoch = consumed
             metrics = trainer.train_step(trainer.collate(rows, step=st.step, max_len=cfg.seq_len_at(st.step)))
+            if not math.isfinite(metrics["train/loss"]):
+                # Stop before reporting or checkpointing it: a diverged model must never be exported as finished.
+                bad = {k: v for k, v in metrics.items() if k.endswith("/loss") and not math.isfinite(v)}
+                raise NonFiniteLossError(
+                    f"the training loss became non-finite at step {st.step} ({', '.join(f'{k} = {v}' for k, v in bad.items())},"
+                    f" lr {metrics.get('lr', float('nan')):.3g}); lower the learning rate")
             ckpt = st.step % cfg.checkpoint_every == 0 or st.step == cfg.max_steps
             if ckpt or st.step % log_every == 0:
                 wall = time.perf_counter() - t_start

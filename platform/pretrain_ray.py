@@ -22,7 +22,7 @@ import torch
 from alignlab.objectives.registry import objective_class
 from alignlab.platform.config import PretrainConfig, config_hash, pretrain_from_dict, to_dict
 from alignlab.platform.corpus import load_manifest
-from alignlab.platform.pretrain import resolve_precision
+from alignlab.platform.pretrain import NonFiniteLossError, resolve_precision
 from alignlab.platform.storage import (Storage, as_storage, corpus_dir, model_dir, publish_dir, read_json, resolve_root,
                                        write_json)
 
@@ -58,6 +58,19 @@ def check_pretrain_resources(cfg: PretrainConfig) -> None:
                   f"{', use_gpu' if cfg.use_gpu else ''})", worker_resources(cfg), cfg.num_workers,
                   spare_cpus=RAY_DATA_CPUS,
                   hint="use a smaller preset, fewer workers or CPUs per worker, or a cluster that has them")
+
+
+DIVERGED = "diverged.json"
+"""Written into the model folder (and pushed) when the training loss went non-finite: the run stops, is never
+exported, a retry of the worker group fails at once, and a rerun of the same model id is refused with the reason."""
+
+
+def _diverged(st: Storage, mid: str) -> str | None:
+    """The recorded reason a model's pretraining diverged, or None."""
+    rel = f"models/{mid}/{DIVERGED}"
+    if not st.pull_file(rel):
+        return None
+    return read_json(st.local / rel).get("error", "the training loss became non-finite")
 
 
 FINAL_MARKER = "model.pt"
@@ -134,6 +147,9 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     mdir = model_dir(st.local, mid)
     if st.has(f"models/{mid}/final/{FINAL_MARKER}"):
         return fetch_model(st, mid, weights=False)
+    if (reason := _diverged(st, mid)) is not None:
+        raise NonFiniteLossError(f"pretraining of {mid} diverged before: {reason} (delete "
+                                 f"{st.url(f'models/{mid}/{DIVERGED}')} to try again)")
     ensure_ray()
     check_pretrain_resources(cfg)  # before anything is written: an impossible request would wait forever
     why = ""
@@ -174,7 +190,12 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
         datasets=datasets,
         dataset_config=DataConfig(datasets_to_split=["train"]),
     )
-    trainer.fit()
+    try:
+        trainer.fit()
+    except Exception as e:
+        if (reason := _diverged(st, mid)) is not None:  # one line, not Ray's nested worker traceback
+            raise NonFiniteLossError(f"pretraining of {mid} stopped: {reason}") from e
+        raise
     if not st.has(f"models/{mid}/final/{FINAL_MARKER}"):
         raise RuntimeError(f"pretraining of {mid} ended without writing {st.url(f'models/{mid}/final')}")
     return fetch_model(st, mid, weights=False)
@@ -201,6 +222,8 @@ def _train_fn(config: dict) -> None:
     else:
         cdir = Path(config["corpus_dir"])
     mdir = model_dir(st.local, mid)
+    if (reason := _diverged(st, mid)) is not None:  # a retry after divergence: the same data diverges again
+        raise NonFiniteLossError(reason)
     # Ray sets OMP_NUM_THREADS from the worker's CPUs (1 for fractions); set torch's threads explicitly.
     torch.set_num_threads(cfg.threads_per_worker or max(1, int(cfg.cpus_per_worker)))
     ctx = ray.train.get_context()
@@ -258,7 +281,12 @@ def _train_fn(config: dict) -> None:
 
     try:
         if trainer.state.step < cfg.max_steps:
-            train_loop(trainer, epoch_batches, report=report, log_every=cfg.log_every)
+            try:
+                train_loop(trainer, epoch_batches, report=report, log_every=cfg.log_every)
+            except NonFiniteLossError as e:
+                write_json(mdir / DIVERGED, {"error": str(e), "rank": rank, "step": trainer.state.step})
+                st.push_file(f"models/{mid}/{DIVERGED}")
+                raise
         if rank == 0:
             eval_metrics = {}
             try:
@@ -313,6 +341,8 @@ def list_models(root: Path | Storage) -> list[dict]:
         row = {"model_id": info["model_id"], "size": f"{pre['model']['hidden']}x{pre['model']['num_layers']}",
                "objectives": "+".join(o["name"] for o in pre["objectives"]), "max_steps": pre["max_steps"],
                "precision": info.get("precision", pre.get("precision")), "finished": (mdir / "final" / "eval.json").exists()}
+        if (mdir / DIVERGED).exists():
+            row["diverged"] = read_json(mdir / DIVERGED).get("error")
         if row["finished"]:
             ev = read_json(mdir / "final" / "eval.json")
             row.update({k: v for k, v in ev.items() if k.endswith(("accuracy", "perplexity"))})

@@ -214,14 +214,19 @@ def write_report(sdir: Path) -> Path:
     sdir = Path(sdir)
     study = read_json(sdir / "study.json")
     df = pd.read_parquet(sdir / "results.parquet")
+    # Calculations recorded as failed (a diverged model: no finite selection number) have no metrics; they are
+    # listed in a section of their own and left out of every table.
+    failed = df[df["status"] == "failed"] if "status" in df.columns else df.iloc[:0]
+    df = df.drop(index=failed.index)
     baselines = baseline_of(df, study) if not df.empty else {}
     if study.get("baseline_cells"):
         base = ", ".join(f"{c} in row {r}" for r, c in study["baseline_cells"]) + " (each for the rows of its group)"
     else:
         base = f"column {study['baseline_col']}, row by row"
     modes = sorted(df["selection"].unique()) if not df.empty else []
+    failed_note = f"; {len(failed)} failed (see Failed calculations)" if len(failed) else ""
     out = [f"# {study['title']}", "", f"Study `{study['name']}` — {len(df)} of {len(study['calculations'])} "
-           f"calculations finished.", "",
+           f"calculations finished{failed_note}.", "",
            f"**Selection mode: {', '.join(modes) or '–'}** "
            "(`honest`: epochs selected on a validation split carved from the training budget, test set touched "
            "once per selected epoch; `paper`: epochs selected on the test set, as in the paper — for reproduction only).",
@@ -257,6 +262,15 @@ def write_report(sdir: Path) -> Path:
             out += lines + ["", f"### Context-free baselines on `{name}`", ""] + _baseline_section(df, f"eval_{name}_")[2:]
         if any(tables.values()):
             out += [""] + _significance(tables, baselines)
+    if len(failed):
+        out += ["", "## Failed calculations", "",
+                "Recorded as failed, with no result: they are left out of every table above. A rerun does not repeat "
+                "them; delete a calculation's `trials/<calc-id>.json` to run it again.", "",
+                "| row | column | fold | seed | calculation | reason |", "|---|---|---|---|---|---|"]
+        for _, r in failed.iterrows():
+            reason = str(r.get("error", "")).replace("|", "/").replace("\n", " ")
+            out.append(f"| {r['row']} | {r['col']} | {r.get('ft_fold', '?')} | {r.get('ft_seed', '?')} | "
+                       f"{r['calc_id']} | {reason} |")
     if study.get("searches"):
         out += [""] + _search_section(study["searches"])
     out += ["", "## Pretrained models", "", "Held-out evaluation of each pretrained model (accuracy % / perplexity).", ""]

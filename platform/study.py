@@ -580,15 +580,16 @@ def fel_trial(config: dict) -> None:
     calc = config["calc"]
     torch.set_num_threads(config.get("threads", 1))
     result = run_one(calc)
-    tune.report({k: v for k, v in result.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    tune.report({**{k: v for k, v in result.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
+                 "failed": int(result.get("status") == "failed")})
 
 
 def run_one(calc: dict) -> dict:
-    """Run a calculation described by a study's calc dict and write its trial file (atomically)."""
-    import ray
+    """Run a calculation described by a study's calc dict and write its trial file (atomically). A calculation
+    whose selection numbers are never finite is written as `status: failed` with the reason (`error`)."""
     from torch.utils.tensorboard import SummaryWriter
 
-    from alignlab.platform.finetune import load_pretrained, run_calculation
+    from alignlab.platform.finetune import NonFiniteError, load_pretrained, run_calculation
     from alignlab.platform.protocol import TaskData, context_free_baselines, extra_test_scores, fel_split
     from alignlab.platform.tasks import load_examples
 
@@ -602,8 +603,12 @@ def run_one(calc: dict) -> dict:
     tb_dir = sdir / "tensorboard" / f"{calc['row']}|{calc['col']}|{calc['calc_id']}".replace("/", "_").replace(" ", "_")
     writer = SummaryWriter(str(tb_dir))
     try:
-        res = run_calculation(pre, ft, train, test, val=val, other_task_train=other,
-                              on_epoch=lambda e, m: [writer.add_scalar(f"select/{k}", v, e) for k, v in m.items()])
+        try:
+            res = run_calculation(pre, ft, train, test, val=val, other_task_train=other,
+                                  on_epoch=lambda e, m: [writer.add_scalar(f"select/{k}", v, e) for k, v in m.items()])
+        except NonFiniteError as e:
+            # Recorded as failed, with its reason: the study goes on, the report lists it, a rerun keeps it.
+            return _write_trial(calc, sdir, tb_dir, {"status": "failed", "error": str(e)})
         tests = {**data.extra_tests(ft.task), **{name: load_examples(ft.task, sdir / "eval" / f)
                                                  for name, f in calc.get("eval_sets", {}).items()}}
         res.update(extra_test_scores(res.pop("_model"), pre.tok, ft, tests, train + val, titles=data.titles))
@@ -615,6 +620,12 @@ def run_one(calc: dict) -> dict:
                            run_name=".")
     finally:
         writer.close()
+    return _write_trial(calc, sdir, tb_dir, {"status": "ok", **res})
+
+
+def _write_trial(calc: dict, sdir: Path, tb_dir: Path, res: dict) -> dict:
+    import ray
+
     try:
         node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"
     except Exception:  # noqa: BLE001 -- outside a Ray worker the node is simply "local"
@@ -625,7 +636,8 @@ def run_one(calc: dict) -> dict:
     write_json(sdir / "trials" / f"{calc['calc_id']}.json", row)
     if calc.get("storage"):
         st = as_storage(calc["storage"])
-        st.push(f"studies/{calc['study_name']}/tensorboard/{tb_dir.name}")
+        if tb_dir.exists():
+            st.push(f"studies/{calc['study_name']}/tensorboard/{tb_dir.name}")
         st.push_file(f"studies/{calc['study_name']}/trials/{calc['calc_id']}.json")  # last: marks it finished
     return row
 

@@ -130,3 +130,118 @@ def test_a_local_ray_instance_started_by_alignlab_listens_on_the_loopback_addres
     assert {"gcs_server", "raylet"} <= names, seen  # the instance's own servers were found
     outside = [s for s in seen["sockets"] if not _loopback(s[1])]
     assert not outside, f"listening beyond loopback: {outside}"
+
+
+# ---------------------------------------------------------------- 2. non-finite numbers
+
+
+@pytest.fixture(scope="module")
+def tiny_root(tmp_path_factory):
+    """A storage root with one tiny pretrained model and small task data (seconds, no Ray)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from tiny_model import tiny_pretrained
+
+    from alignlab.platform.protocol import build_tasks
+
+    root = tmp_path_factory.mktemp("faults-root")
+    mdir = tiny_pretrained(root)
+    tdir = build_tasks(root, langs=("en",), max_docs_per_lang=300, target_snippets=60)
+    return root, mdir, tdir
+
+
+def _ft(**kw):
+    from alignlab.platform.config import FinetuneConfig
+
+    return FinetuneConfig(**{**dict(task="ct", budget=10, max_epochs=3, patience=1, batch_size=8, lr=1e-3,
+                                    selection="honest"), **kw})
+
+
+def test_a_calculation_whose_validation_numbers_are_never_finite_fails_with_its_reason(tiny_root):
+    from alignlab.platform.finetune import NonFiniteError, load_pretrained, run_calculation
+    from alignlab.platform.protocol import TaskData, fel_split
+
+    _, mdir, tdir = tiny_root
+    ft = _ft(lr=1e30)  # the first update makes every weight huge: the validation perplexity is inf or nan
+    train, val, test = fel_split(TaskData.load(tdir), "ct", ft)
+    with pytest.raises(NonFiniteError, match=r"CT calculation \(fold 0, seed 0, lr 1e\+30\): the validation numbers "
+                                             r"were never finite in \d epochs .*diverged"):
+        run_calculation(load_pretrained(mdir), ft, train, test, val=val)
+
+
+@pytest.mark.ray
+def test_a_study_records_a_diverged_calculation_as_failed_finishes_the_others_and_reports_it(ray_session, tiny_root):
+    import dataclasses
+
+    from alignlab.platform.config import to_dict
+    from alignlab.platform.report import collect_results, write_report
+    from alignlab.platform.storage import as_storage, read_json, study_dir, write_json
+    from alignlab.platform.study import calc_id, run_trials
+
+    root, mdir, tdir = tiny_root
+    st = as_storage(root)
+    sdir = study_dir(root, "diverging")
+    cells = [("lr", "1e-3", _ft()), ("lr", "1e-3", _ft(seed=1)), ("lr", "1e30", _ft(lr=1e30))]
+    calcs = [{"calc_id": calc_id(mdir.name, ft), "model_key": "m", "model_id": mdir.name, "model_dir": str(mdir),
+              "task_dir": str(tdir), "row": r, "col": c, "group": r, "finetune": to_dict(ft), "study_dir": str(sdir),
+              "storage": st.uri, "task_id": tdir.name, "study_name": "diverging", "eval_sets": {}}
+             for r, c, ft in cells]
+    write_json(sdir / "study.json", {
+        "name": "diverging", "title": "Diverging", "baseline_col": "1e-3", "baseline_cells": [], "plots": [],
+        "notes": "", "corpus_dir": str(root / "corpus" / "none"), "task_dir": str(tdir), "models": {},
+        "calculations": [c["calc_id"] for c in calcs],
+        "cells": {c["calc_id"]: {"row": c["row"], "col": c["col"], "group": c["group"]} for c in calcs}, "searches": []})
+    run_trials(calcs, sdir, max_concurrent=2, progress=False, storage=st)  # does not raise: the study goes on
+    rows = {c["col"] + str(c["finetune"]["seed"]): read_json(sdir / "trials" / f"{c['calc_id']}.json") for c in calcs}
+    assert rows["1e300"]["status"] == "failed" and "never finite" in rows["1e300"]["error"]
+    assert "accuracy" not in rows["1e300"]
+    assert rows["1e-30"]["status"] == rows["1e-31"]["status"] == "ok"
+    df = collect_results(sdir)
+    assert len(df) == 3
+    report = write_report(sdir).read_text()
+    assert "2 of 3 calculations finished; 1 failed" in report
+    failed = report.split("## Failed calculations", 1)[1]
+    assert calcs[2]["calc_id"] in failed and "never finite" in failed
+    table = report.split("## Accuracy at the best-perplexity epoch", 1)[1].split("##", 1)[0]
+    assert "(n=2)" in table and "1e30" not in table
+
+
+def test_a_pretraining_loop_stops_at_the_first_non_finite_loss_before_reporting_it(tmp_path):
+    import dataclasses
+    import math
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from tiny_model import batches, tiny_tokenizer
+
+    from alignlab.platform.config import PRETRAIN_PRESETS
+    from alignlab.platform.pretrain import NonFiniteLossError, Pretrainer, train_loop
+
+    tok = tiny_tokenizer(tmp_path / "tok")
+    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], lr=1e30, max_steps=8, precision="fp32")
+    trainer, reported = Pretrainer(cfg, tok), []
+    with pytest.raises(NonFiniteLossError, match=r"non-finite at step \d.*train/loss = nan"):
+        train_loop(trainer, lambda epoch: iter(batches(tok)), report=lambda m, ck: reported.append(m), log_every=1)
+    assert reported and all(math.isfinite(m["train/loss"]) for m in reported)
+
+
+@pytest.mark.ray
+def test_a_diverging_pretraining_run_stops_with_one_clear_error_and_is_never_registered_as_finished(
+        ray_session, smoke_corpus, tmp_path):
+    import dataclasses
+
+    from alignlab.platform.config import PRETRAIN_PRESETS
+    from alignlab.platform.pretrain import NonFiniteLossError
+    from alignlab.platform.pretrain_ray import is_finished, list_models, pretrain
+
+    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], lr=1e30, max_steps=6, checkpoint_every=2, log_every=1)
+    root = tmp_path / "root"
+    with pytest.raises(NonFiniteLossError, match=r"pretraining of .* stopped: the training loss became non-finite"):
+        pretrain(smoke_corpus, cfg, root)
+    (mdir,) = (root / "models").iterdir()
+    assert not is_finished(mdir) and not (mdir / "final").exists()
+    assert (mdir / "diverged.json").exists()
+    (row,) = list_models(root)
+    assert row["finished"] is False and "non-finite" in row["diverged"]
+    t0 = time.monotonic()
+    with pytest.raises(NonFiniteLossError, match="diverged before.*delete"):  # a rerun is refused at once
+        pretrain(smoke_corpus, cfg, root)
+    assert time.monotonic() - t0 < 10
