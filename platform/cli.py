@@ -27,7 +27,7 @@ from alignlab.platform.config import (CORPUS_PRESETS, FINETUNE_PRESETS, MODEL_SI
 from alignlab.platform.protocol import NUM_FOLDS
 from alignlab.platform.errors import (Parser, int_below, name_list, nonneg_int, positive_float, positive_int,
                                       run_guarded)
-from alignlab.platform.storage import resolve_root
+from alignlab.platform.storage import MARKER, folder_finished, resolve_root
 
 
 def _objective_names() -> set[str]:
@@ -158,7 +158,9 @@ def _dispatch(args) -> int:
             check_pretrain_resources(cfg)
         cdir = Path(args.corpus) if args.corpus else build_corpus(CORPUS_PRESETS[args.preset], root)
         mdir = pretrain(cdir, cfg, root)
-        print(json.dumps(json.loads((mdir / "final" / "eval.json").read_text()), indent=2))
+        ev = json.loads((mdir / "final" / "eval.json").read_text())
+        ev.pop("marker", None)
+        print(json.dumps(ev, indent=2))
         if root.remote:
             print(f"Stored at: {root.url('models/' + mdir.name)}")
         print(f"Model: {mdir.name}\nFolder: {mdir}")
@@ -278,7 +280,7 @@ def _finetune(args, root: Path) -> int:
                                      titles=data.titles))
         saved = save_finetuned(root.local, pre, c, res) if getattr(args, "save", False) else None
         if saved is not None:
-            root.push(f"finetuned/{saved.name}", last=("model.pt",))
+            root.push(f"finetuned/{saved.name}", last=(MARKER,))
         res.pop("_model")
         rows.append(res)
         print(json.dumps({"fold": fold, "seed": seed, **{k: (round(v, 4) if isinstance(v, float) else v)
@@ -297,9 +299,11 @@ def _finetune(args, root: Path) -> int:
 def _finetuned_folder(root: Path, fid: str) -> Path:
     from alignlab.platform.finetune import finetuned_dir
 
-    root.pull(f"finetuned/{fid}", marker="model.pt")
     fdir = finetuned_dir(root.local, fid)
-    if not (fdir / "model.pt").exists():
+    if root.remote and not folder_finished(fdir, legacy="model.pt", announce="finetune.json") and \
+            root.finished(f"finetuned/{fid}", legacy="model.pt", announce="finetune.json"):
+        root.pull(f"finetuned/{fid}")
+    if not folder_finished(fdir, legacy="model.pt", announce="finetune.json"):
         raise ValueError(f"no finetuned model {fid!r} under {fdir.parent} "
                          "(save one with `alignlab finetune ... --save`)")
     return fdir

@@ -160,8 +160,10 @@ def export_model(mdir: str | Path, out_dir: str | Path) -> Path:
 
     mdir, out_dir = Path(mdir), Path(out_dir)
     final = mdir / "final"
-    if not (final / "model.pt").exists():
-        raise ValueError(f"{mdir}: not a finished pretrained model (no final/model.pt)")
+    from alignlab.platform.storage import folder_finished
+
+    if not folder_finished(final, legacy="model.pt", announce="eval.json"):
+        raise ValueError(f"{mdir}: not a finished pretrained model (final/ missing or incomplete)")
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ValueError(f"{out_dir}: exists and is not empty; choose a new folder")
     info = read_json(final / "model_config.json")

@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from alignlab.platform.aligned_labels import WHP_TAGS
 from alignlab.platform.config import FinetuneConfig, ModelConfig, config_hash, finetune_from_dict, to_dict
 from alignlab.platform.model import AlignModel, SequenceHead, TokenHead
-from alignlab.platform.storage import publish_dir, read_json, write_json
+from alignlab.platform.storage import MARKER, folder_finished, publish_dir, read_json, write_json, write_marker
 from alignlab.platform.tokenizer import Tokenizer
 
 IGNORE = -100
@@ -74,8 +74,9 @@ class Pretrained:
 def load_pretrained(mdir: str | Path) -> Pretrained:
     mdir = Path(mdir)
     final = mdir / "final"
-    if not (final / "model.pt").exists():
-        raise ValueError(f"{mdir}: not a finished pretrained model (no final/model.pt)")
+    if not folder_finished(final, legacy="model.pt", announce="eval.json"):
+        raise ValueError(f"{mdir}: not a finished pretrained model (final/ is missing, or a file of it is missing "
+                         f"or shorter than its {MARKER} lists)")
     info = read_json(final / "model_config.json")
     return Pretrained(mdir, ModelConfig(**info["model"]), info["vocab_size"],
                       torch.load(final / "model.pt", map_location="cpu", weights_only=True), info["heads"],
@@ -436,8 +437,9 @@ def save_finetuned(root: Path, pre: Pretrained, cfg: FinetuneConfig, result: dic
                                                "task_heads": list(tasks), "pretrained_heads": pretrained_heads})
         write_json(tmp / "finetune.json", {"finetuned_id": fid, "pretrained_model_id": pre.mdir.name,
                                            "pretrained_dir": str(pre.mdir), "finetune": to_dict(cfg),
-                                           "encoder_finetuned": cfg.scheme != "pred"})
+                                           "encoder_finetuned": cfg.scheme != "pred", "marker": MARKER})
         write_json(tmp / "metrics.json", {k: v for k, v in result.items() if not k.startswith("_")})
+        write_marker(tmp)  # last: the size of every file above
         publish_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -464,8 +466,8 @@ class Finetuned:
 
 def load_finetuned(fdir: str | Path) -> Finetuned:
     fdir = Path(fdir)
-    if not (fdir / "model.pt").exists():
-        raise ValueError(f"{fdir}: not a saved finetuned model (no model.pt); "
+    if not folder_finished(fdir, legacy="model.pt", announce="finetune.json"):
+        raise ValueError(f"{fdir}: not a saved finetuned model (missing, or a file shorter than its {MARKER} lists); "
                          "save one with `alignlab finetune ... --save`")
     mc = read_json(fdir / "model_config.json")
     info = read_json(fdir / "finetune.json")

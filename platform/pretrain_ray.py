@@ -5,7 +5,8 @@ model registry (a model's id is the hash of everything that determines it).
     config.json          what the model is (corpus id, model config, objectives, budget, seed)
     ray/                 Ray Train's run folder: checkpoints, resumed on a rerun or a worker failure
     tensorboard/         rank 0's scalars
-    final/               model.pt, tokenizer.model, eval.json -- written last; its presence = finished
+    final/               model.pt, tokenizer.model, eval.json, model_config.json and, written last,
+                         _finished.json (every file's size): present with matching sizes = finished
 """
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ from alignlab.objectives.registry import objective_class
 from alignlab.platform.config import PretrainConfig, config_hash, pretrain_from_dict, to_dict
 from alignlab.platform.corpus import load_manifest
 from alignlab.platform.pretrain import NonFiniteLossError, resolve_precision
-from alignlab.platform.storage import (Storage, as_storage, corpus_dir, model_dir, publish_dir, read_json, resolve_root,
-                                       write_json)
+from alignlab.platform.storage import (MARKER, Storage, as_storage, corpus_dir, folder_finished, model_dir, publish_dir,
+                                       read_json, resolve_root, write_json, write_marker)
 
 RUNTIME_FIELDS = ("checkpoint_every", "log_every", "eval_batches", "cpus_per_worker", "threads_per_worker", "use_gpu")
 """PretrainConfig fields that change how a run is executed, not what the model learns: checkpoint and report
@@ -73,12 +74,25 @@ def _diverged(st: Storage, mid: str) -> str | None:
     return read_json(st.local / rel).get("error", "the training loss became non-finite")
 
 
-FINAL_MARKER = "model.pt"
-"""Written last into `final/` (locally renamed in whole; at a remote root uploaded after the rest)."""
+FINAL_MARKER = MARKER
+"""Written last into `final/` (locally the folder is renamed in whole; at a remote root uploaded after the rest):
+the size of every file of `final/`, checked whenever a model is looked up (storage.MARKER)."""
+LEGACY_MARKER = "model.pt"
+"""The marker of models written before `final/` had one: a `final/model.pt` whose eval.json announces no marker."""
+
+
+def final_finished(final: Path) -> bool:
+    """Is the local folder `final` a whole model: its marker's sizes all match (or a model from before markers)?"""
+    return folder_finished(final, legacy=LEGACY_MARKER, announce="eval.json")
 
 
 def is_finished(mdir: Path) -> bool:
-    return (mdir / "final" / FINAL_MARKER).exists()
+    return final_finished(Path(mdir) / "final")
+
+
+def model_finished(st: Storage, mid: str) -> bool:
+    """Does the root hold the finished model `mid` (marker present, every file whole)?"""
+    return st.finished(f"models/{mid}/final", legacy=LEGACY_MARKER, announce="eval.json")
 
 
 def fetch_model(st: Storage, mid: str, *, weights: bool = True) -> Path:
@@ -86,11 +100,11 @@ def fetch_model(st: Storage, mid: str, *, weights: bool = True) -> Path:
     mdir = model_dir(st.local, mid)
     if not st.remote:
         return mdir
-    if not st.has(f"models/{mid}/final/{FINAL_MARKER}"):
-        raise ValueError(f"{st.url('models/' + mid)}: not a finished pretrained model (no final/{FINAL_MARKER})")
-    if weights:
-        st.pull(f"models/{mid}/final", marker=FINAL_MARKER)
-    else:
+    if not model_finished(st, mid):
+        raise ValueError(f"{st.url('models/' + mid)}: not a finished pretrained model (final/ missing or incomplete)")
+    if weights and not is_finished(mdir):  # a cached copy is whole or absent: pulls are renamed into place
+        st.pull(f"models/{mid}/final")
+    elif not weights:
         for f in ("eval.json", "model_config.json"):
             st.pull_file(f"models/{mid}/final/{f}")
     st.pull_file(f"models/{mid}/config.json")
@@ -145,8 +159,10 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     cfg = resolve_precision(cfg)  # the workers train at the precision the id names, wherever they run
     mid = model_id(cid, cfg)
     mdir = model_dir(st.local, mid)
-    if st.has(f"models/{mid}/final/{FINAL_MARKER}"):
+    if model_finished(st, mid):
         return fetch_model(st, mid, weights=False)
+    # A `final/` that is there but incomplete (a truncated model.pt, an interrupted upload) is made again below:
+    # the rerun resumes the Train run from its last checkpoint and exports anew.
     if (reason := _diverged(st, mid)) is not None:
         raise NonFiniteLossError(f"pretraining of {mid} diverged before: {reason} (delete "
                                  f"{st.url(f'models/{mid}/{DIVERGED}')} to try again)")
@@ -196,7 +212,7 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
         if (reason := _diverged(st, mid)) is not None:  # one line, not Ray's nested worker traceback
             raise NonFiniteLossError(f"pretraining of {mid} stopped: {reason}") from e
         raise
-    if not st.has(f"models/{mid}/final/{FINAL_MARKER}"):
+    if not model_finished(st, mid):
         raise RuntimeError(f"pretraining of {mid} ended without writing {st.url(f'models/{mid}/final')}")
     return fetch_model(st, mid, weights=False)
 
@@ -315,23 +331,27 @@ def _export(trainer, tok, mdir: Path, eval_metrics: dict) -> None:
     counts = Path(tok.model_path).with_name("token_counts.npy")
     if counts.exists():
         shutil.copy(counts, tmp / "token_counts.npy")
-    write_json(tmp / "eval.json", {"step": trainer.state.step, "precision": trainer.precision, **eval_metrics})
+    write_json(tmp / "eval.json", {"step": trainer.state.step, "precision": trainer.precision, **eval_metrics,
+                                   "marker": MARKER})
     write_json(tmp / "model_config.json", {"model": dataclasses.asdict(trainer.cfg.model),
                                            "vocab_size": tok.vocab_size,
                                            "heads": list(trainer.model.heads.keys()),
                                            "pretrain": to_dict(trainer.cfg)})
+    write_marker(tmp)  # last: the size of every file above
     publish_dir(tmp, mdir / "final")
 
 
 def list_models(root: Path | Storage) -> list[dict]:
     st = as_storage(root)
     out = []
+    finished_at_root: set[str] = set()
     if st.remote:  # the registry is the root's: bring each model's small files over
         for f in st.list("models"):
             if f.count("/") == 1 and f.endswith("/config.json"):
                 mid = f.split("/")[0]
-                if st.has(f"models/{mid}/final/{FINAL_MARKER}"):
+                if model_finished(st, mid):
                     fetch_model(st, mid, weights=False)
+                    finished_at_root.add(mid)
                 else:
                     st.pull_file(f"models/{f}")
     for cfg_file in sorted((st.local / "models").glob("*/config.json")):
@@ -340,7 +360,7 @@ def list_models(root: Path | Storage) -> list[dict]:
         pre = info["pretrain"]
         row = {"model_id": info["model_id"], "size": f"{pre['model']['hidden']}x{pre['model']['num_layers']}",
                "objectives": "+".join(o["name"] for o in pre["objectives"]), "max_steps": pre["max_steps"],
-               "precision": info.get("precision", pre.get("precision")), "finished": (mdir / "final" / "eval.json").exists()}
+               "precision": info.get("precision", pre.get("precision")), "finished": mdir.name in finished_at_root if st.remote else is_finished(mdir)}
         if (mdir / DIVERGED).exists():
             row["diverged"] = read_json(mdir / DIVERGED).get("error")
         if row["finished"]:

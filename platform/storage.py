@@ -109,6 +109,44 @@ class Storage:
         infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
         return sorted(i.path[len(base) + 1:] for i in infos if i.type == pafs.FileType.File)
 
+    def sizes(self, rel: str) -> dict[str, int]:
+        """{path relative to `rel`: size in bytes} of every file under the folder `rel` of the root."""
+        if not self.remote:
+            base = self.local / rel
+            return {str(p.relative_to(base)): p.stat().st_size for p in base.rglob("*") if p.is_file()} \
+                if base.exists() else {}
+        import pyarrow.fs as pafs
+
+        fs, _ = self.filesystem()
+        base = self._remote_path(rel)
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+        return {i.path[len(base) + 1:]: i.size for i in infos if i.type == pafs.FileType.File}
+
+    def finished(self, rel: str, *, legacy: str | None = None, announce: str | None = None) -> bool:
+        """Is the artifact folder `rel` finished at the root: its `MARKER` present and every file it lists there
+        with the listed size (`marker_problems`)? An artifact written before markers existed counts as finished
+        when it has the file `legacy` (its old marker, written last) and its file `announce` (written before
+        the marker) does not say a marker is coming (`announces_marker`): a folder still being uploaded is
+        never taken for an old one."""
+        if not self.remote:
+            return folder_finished(self.local / rel, legacy=legacy, announce=announce)
+        sizes = self.sizes(rel)
+        try:
+            if MARKER in sizes:
+                return not marker_problems(self._read_json(f"{rel}/{MARKER}"), sizes)
+            if not legacy or legacy not in sizes:
+                return False
+            return not (announce and announce in sizes and announces_marker(self._read_json(f"{rel}/{announce}")))
+        except ValueError:  # a marker that is not (whole) JSON: not finished
+            return False
+
+    def _read_json(self, rel: str) -> Any:
+        if not self.remote:
+            return read_json(self.local / rel)
+        fs, _ = self.filesystem()
+        with fs.open_input_stream(self._remote_path(rel)) as f:
+            return json.loads(f.read())
+
     def pull(self, rel: str, *, marker: str | None = None, exclude: tuple[str, ...] = ()) -> bool:
         """Make the finished artifact `rel` present under `local`; False when the root has no finished one.
 
@@ -237,20 +275,91 @@ def study_dir(root: Path, name: str) -> Path:
 
 
 def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True, default=str)
-        f.write("\n")
-    os.replace(tmp, path)
+    write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def write_text(path: Path, text: str) -> None:
+    """Write `text` to a temporary name, flush it to disk (fsync), and rename it: after a crash or power loss the
+    file is the old one or the whole new one, never a renamed but empty or partial one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(d: Path) -> None:
+    """Make a rename in `d` durable (best effort: some filesystems refuse to open a folder)."""
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(d: Path) -> None:
+    for p in Path(d).rglob("*"):
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+
+
+# ------------------------------------------------------------ finished markers
+
+MARKER = "_finished.json"
+"""The last file written into a finished artifact folder: the size of every other file in it. Its presence with
+every size matching means finished; a missing or short file (an interrupted upload or copy, a truncated
+model.pt) means unfinished, and the artifact is made again."""
+
+def write_marker(folder: Path) -> None:
+    """Write `MARKER` into `folder` (after everything else in it is written and flushed)."""
+    folder = Path(folder)
+    files = {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*"))
+             if p.is_file() and p.name != MARKER and not p.name.endswith(".tmp")}
+    write_json(folder / MARKER, {"files": files})
+
+
+def marker_problems(manifest: dict, sizes: dict[str, int]) -> list[str]:
+    """What is wrong with an artifact whose marker lists `manifest["files"]`, given the files' actual `sizes`."""
+    out = []
+    for f, n in manifest.get("files", {}).items():
+        have = sizes.get(f)
+        if have is None:
+            out.append(f"{f} is missing")
+        elif have != n:
+            out.append(f"{f} has {have} bytes, not {n}")
+    return out
+
+
+def folder_finished(folder: Path, *, legacy: str | None = None, announce: str | None = None) -> bool:
+    """`Storage.finished` for a local folder."""
+    folder = Path(folder)
+    if (folder / MARKER).exists():
+        try:
+            manifest = read_json(folder / MARKER)
+        except ValueError:  # a marker that is not JSON: not finished
+            return False
+        sizes = {f: (folder / f).stat().st_size for f in manifest.get("files", {}) if (folder / f).is_file()}
+        return not marker_problems(manifest, sizes)
+    if not legacy or not (folder / legacy).is_file():
+        return False
+    return not (announce and (folder / announce).is_file() and announces_marker(read_json(folder / announce)))
+
+
+def announces_marker(data: dict) -> bool:
+    return isinstance(data, dict) and data.get("marker") == MARKER
 
 
 def read_json(path: Path) -> Any:
@@ -259,7 +368,10 @@ def read_json(path: Path) -> Any:
 
 
 def publish_dir(tmp: Path, final: Path) -> None:
-    """Move a fully written folder into place; an older unfinished one at `final` is replaced."""
+    """Move a fully written folder into place (its files flushed to disk first); an older unfinished one at
+    `final` is replaced."""
+    _fsync_tree(tmp)
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
+    _fsync_dir(final.parent)

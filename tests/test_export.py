@@ -105,6 +105,9 @@ def test_an_encoder_with_a_tensor_bert_lacks_is_refused(tmp_path):
     sd = torch.load(mdir / "final" / "model.pt", weights_only=True)
     sd["encoder.layers.0.extra_gate.weight"] = torch.zeros(2)
     torch.save(sd, mdir / "final" / "model.pt")
+    from alignlab.platform.storage import write_marker
+
+    write_marker(mdir / "final")  # a whole model (its marker matches), but one with a tensor BERT lacks
     with pytest.raises(ValueError, match="cannot export exactly.*extra_gate"):
         export.export_model(mdir, tmp_path / "out")
     assert not (tmp_path / "out").exists()

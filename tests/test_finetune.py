@@ -402,7 +402,7 @@ def test_save_then_evaluate_gives_the_same_accuracy_and_perplexity(storage, pre,
     fdir = save_finetuned(storage, pre, cfg, res)
     assert fdir == finetuned_dir(storage, fdir.name) and fdir.name.startswith(f"{task}-")
     assert {p.name for p in fdir.iterdir()} == {"model.pt", "tokenizer.model", "model_config.json", "finetune.json",
-                                                "metrics.json"}
+                                                "metrics.json", "_finished.json"}
     ft = load_finetuned(fdir)
     assert ft.cfg == cfg and ft.task_heads == (task,) and ft.pretrained_heads == ("whp", "pad")
     assert _same(ft.model.heads["pad"].state_dict(), _head_state(pre.state, "pad")), "pretrained PAD head kept as is"

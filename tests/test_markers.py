@@ -1,0 +1,127 @@
+"""Finished markers (issue #17): every artifact folder's last file lists the size of every other file, and an
+artifact counts as finished only when all of them are there with those sizes -- a truncated model.pt or an
+upload cut short is unfinished and made again. Models written before markers existed are still read."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from alignlab.platform.storage import MARKER, Storage, folder_finished, write_json, write_marker  # noqa: E402
+
+
+def _folder(d: Path, announce: bool = True) -> Path:
+    d.mkdir(parents=True)
+    (d / "model.pt").write_bytes(b"\1" * 1000)
+    (d / "tokenizer.model").write_bytes(b"\2" * 10)
+    write_json(d / "eval.json", {"step": 3, **({"marker": MARKER} if announce else {})})
+    return d
+
+
+def test_a_folder_is_finished_only_when_its_marker_lists_every_file_at_its_size(tmp_path):
+    d = _folder(tmp_path / "final")
+    assert not folder_finished(d, legacy="model.pt", announce="eval.json"), "no marker yet, and one is announced"
+    write_marker(d)
+    manifest = json.loads((d / MARKER).read_text())
+    assert manifest["files"] == {"eval.json": (d / "eval.json").stat().st_size, "model.pt": 1000, "tokenizer.model": 10}
+    assert folder_finished(d, legacy="model.pt", announce="eval.json")
+    with open(d / "model.pt", "r+b") as f:
+        f.truncate(999)
+    assert not folder_finished(d, legacy="model.pt", announce="eval.json"), "a truncated model.pt is unfinished"
+    (d / "model.pt").unlink()
+    assert not folder_finished(d, legacy="model.pt", announce="eval.json"), "a missing file is unfinished"
+
+
+def test_a_marker_that_is_not_whole_json_means_unfinished(tmp_path):
+    d = _folder(tmp_path / "final")
+    (d / MARKER).write_text('{"files": {"model.pt": 10')
+    assert not folder_finished(d, legacy="model.pt", announce="eval.json")
+
+
+def test_a_model_written_before_markers_existed_is_still_finished(tmp_path):
+    d = _folder(tmp_path / "final", announce=False)
+    assert folder_finished(d, legacy="model.pt", announce="eval.json")
+    assert not folder_finished(tmp_path / "nothing", legacy="model.pt")
+
+
+def _remote_pair(tmp_path) -> tuple[Storage, Storage]:
+    one = Storage("mock:///root", tmp_path / "cache-1")
+    two = Storage("mock:///root", tmp_path / "cache-2")
+    two._fs = one.filesystem()
+    return one, two
+
+
+def test_at_a_remote_root_an_upload_cut_short_or_a_short_file_is_not_finished(tmp_path):
+    one, two = _remote_pair(tmp_path)
+    d = _folder(one.local / "models" / "m" / "final")
+    write_marker(d)
+    files = sorted(p.name for p in d.iterdir() if p.name != MARKER)
+    one._upload("models/m/final", files)  # everything but the marker: an upload cut short
+    assert not two.finished("models/m/final", legacy="model.pt", announce="eval.json")
+    one._upload("models/m/final", [MARKER])
+    assert two.finished("models/m/final", legacy="model.pt", announce="eval.json")
+    fs, _ = one.filesystem()
+    with fs.open_output_stream(one._remote_path("models/m/final/model.pt")) as out:
+        out.write(b"\1" * 10)  # a short object under the right name
+    assert not two.finished("models/m/final", legacy="model.pt", announce="eval.json")
+
+
+def test_a_remote_model_from_before_markers_is_finished_but_one_mid_upload_is_not(tmp_path):
+    one, two = _remote_pair(tmp_path)
+    old = _folder(one.local / "models" / "old" / "final", announce=False)
+    one.push("models/old/final", last=("model.pt",))
+    assert two.finished("models/old/final", legacy="model.pt", announce="eval.json")
+    new = _folder(one.local / "models" / "new" / "final")
+    write_marker(new)
+    one._upload("models/new/final", ["eval.json", "model.pt"])  # announced, marker not there yet
+    assert not two.finished("models/new/final", legacy="model.pt", announce="eval.json")
+    assert old.exists()
+
+
+def test_a_saved_finetuned_model_with_a_truncated_weights_file_is_refused_on_load(tmp_path):
+    from tiny_model import tiny_pretrained
+
+    from alignlab.platform.config import FinetuneConfig
+    from alignlab.platform.finetune import load_finetuned, load_pretrained, run_calculation, save_finetuned
+    from alignlab.platform.tasks import CTExample
+
+    pre = load_pretrained(tiny_pretrained(tmp_path, "mlm", steps=1))
+    ex = [CTExample(("a", f"w{i}", "b"), ("N", "SE", "N")) for i in range(12)]
+    cfg = FinetuneConfig(task="ct", budget=8, max_epochs=1, patience=1, batch_size=4, selection="honest")
+    fdir = save_finetuned(tmp_path, pre, cfg, run_calculation(pre, cfg, ex[:6], ex[8:], val=ex[6:8]))
+    assert (fdir / MARKER).exists()
+    load_finetuned(fdir)
+    with open(fdir / "model.pt", "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(ValueError, match="not a saved finetuned model"):
+        load_finetuned(fdir)
+
+
+@pytest.mark.ray
+def test_a_pretrained_model_whose_weights_file_was_truncated_counts_as_unfinished_and_is_exported_again(
+        ray_session, smoke_corpus, tmp_path):
+    import dataclasses
+
+    from alignlab.platform.config import PRETRAIN_PRESETS
+    from alignlab.platform.finetune import load_pretrained
+    from alignlab.platform.pretrain_ray import is_finished, list_models, pretrain
+
+    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], max_steps=4, checkpoint_every=2)
+    root = tmp_path / "root"
+    mdir = pretrain(smoke_corpus, cfg, root)
+    weights = mdir / "final" / "model.pt"
+    size = weights.stat().st_size
+    assert is_finished(mdir)
+    with open(weights, "r+b") as f:
+        f.truncate(size // 2)
+    assert not is_finished(mdir)
+    assert list_models(root)[0]["finished"] is False
+    with pytest.raises(ValueError, match="not a finished pretrained model"):
+        load_pretrained(mdir)
+    again = pretrain(smoke_corpus, cfg, root)  # redone: the Train run resumes from its last checkpoint
+    assert again == mdir and is_finished(mdir) and weights.stat().st_size == size
+    load_pretrained(mdir)
