@@ -47,9 +47,11 @@ def run_guarded(fn: Callable[[], object], argv: list[str] | None = None) -> int:
 
 
 def _describe(e: BaseException) -> str:
+    from alignlab.platform.storage import redact  # a storage URI in a message never shows its credentials
+
     if isinstance(e, OSError) and e.filename and e.strerror:
-        return f"{e.filename}: {e.strerror}"
-    return str(e) or type(e).__name__
+        return redact(f"{e.filename}: {e.strerror}")
+    return redact(str(e)) or type(e).__name__
 
 
 # ------------------------------------------------------------------------- argparse

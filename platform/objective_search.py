@@ -107,7 +107,7 @@ def pareto_front(rows: list[dict], keys=METRICS) -> list[int]:
     return front
 
 
-def mix_trial(config: dict) -> None:
+def mix_trial(config: dict, storage_uri: str | None = None) -> None:
     """Ray Tune function trainable: pretrain this trial's mixture (or find it), then FEL on CT and AD (validation)."""
     import numpy as np
     import torch
@@ -124,7 +124,7 @@ def mix_trial(config: dict) -> None:
     quiet_ray_data()  # the DataContext is per process: the same row order as from the driver
     params = {k: v for k, v in config.items() if k != "ctx"}
     pre_cfg = pretrain_for(pretrain_from_dict(ctx["pretrain"]), mixture(ctx["candidates"], params))
-    st = resolve_root(ctx["storage"])
+    st = resolve_root(storage_uri or ctx["storage"])
     t0 = time.time()
     mdir = pretrain(Path(ctx["corpus_dir"]), pre_cfg, st)
     pre = load_pretrained(fetch_model(st, mdir.name))
@@ -168,7 +168,7 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
         say(f"[search {spec.name}] already done: {out_file}")
         return write_objective_report(sdir)
     ctx = {"pretrain": to_dict(spec.pretrain), "finetune": to_dict(spec.finetune), "candidates": list(spec.candidates),
-           "points": [list(p) for p in spec.points], "corpus_dir": str(cdir), "task_dir": str(tdir), "storage": st.uri,
+           "points": [list(p) for p in spec.points], "corpus_dir": str(cdir), "task_dir": str(tdir), "storage": st.shown,
            "threads": 1}
     say(f"[search {spec.name}] {spec.num_samples} Optuna trials over {', '.join(spec.candidates)} "
         f"(on/off x weights {list(spec.weights)}), each pretraining a model and scoring CT and AD")
@@ -182,7 +182,8 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
 
     storage_path = str(sdir / "tune")
     exp = f"{storage_path}/{name}"
-    trainable = tune.with_resources(mix_trial, {"cpu": 0.1})  # a driver: the TorchTrainer asks for its own CPUs
+    # The param space (written by Tune to disk) holds the root without credentials; the trial gets the real URI.
+    trainable = tune.with_resources(tune.with_parameters(mix_trial, storage_uri=st.uri), {"cpu": 0.1})  # a driver: the TorchTrainer asks for its own CPUs
     if tune.Tuner.can_restore(exp):
         say(f"[search {spec.name}] resuming the interrupted search at {exp}")
         tuner = tune.Tuner.restore(exp, trainable, resume_unfinished=True, restart_errored=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -15,6 +16,18 @@ from typing import Any
 DEFAULT_ROOT = "alignlab-storage"
 CACHE_ENV = "ALIGNLAB_CACHE"
 """Where a remote root's local mirror lives (default ~/.cache/alignlab/<hash of the root URI>)."""
+
+
+_USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s?#]+@")
+_SECRET_PARAM = re.compile(r"(?i)(?P<key>[?&][^=&\s#]*(?:key|secret|token|passw|credential|signature|sig\b|session)"
+                           r"[^=&\s#]*=)[^&\s#]+")
+
+
+def redact(text: str) -> str:
+    """`text` with the credentials of any URI in it replaced by ***: user:password before an @ (`s3://KEY:SECRET@bucket`)
+    and query parameters that name a key, secret, token, password, credential, signature or session
+    (`?access_key=...&secret_key=...`). Everything else -- scheme, bucket, path, region, endpoint -- is kept."""
+    return _SECRET_PARAM.sub(r"\g<key>***", _USERINFO.sub(r"\g<scheme>***@", text))
 
 
 class Storage:
@@ -41,10 +54,15 @@ class Storage:
         return not self.uri.startswith("file://")
 
     def __repr__(self) -> str:
-        return f"Storage({self.uri!r})"
+        return f"Storage({self.shown!r})"
 
     def __str__(self) -> str:
-        return self.uri if self.remote else str(self.local)
+        return self.shown if self.remote else str(self.local)
+
+    @property
+    def shown(self) -> str:
+        """The root's URI as printed, logged or put in a Tune param space: without credentials (`redact`)."""
+        return redact(self.uri)
 
     def __getstate__(self):  # pickled into Ray tasks and actors: the filesystem handle is rebuilt there
         return {"uri": self.uri, "local": self.local}
@@ -72,8 +90,8 @@ class Storage:
         return self._fs
 
     def url(self, rel: str) -> str:
-        """What Ray is given for `rel`: the local path, or the remote URI."""
-        return f"{self.uri.rstrip('/')}/{rel}" if self.remote else str(self.local / rel)
+        """Where `rel` is, to show a person: the local path, or the remote URI without credentials."""
+        return f"{self.shown.rstrip('/')}/{rel}" if self.remote else str(self.local / rel)
 
     def ray_filesystem(self):
         """The pyarrow filesystem to hand Ray next to `url()` (None for local roots: Ray's default)."""
@@ -251,7 +269,7 @@ def resolve_root(root: str | os.PathLike | Storage | None) -> Storage:
 
         pafs.FileSystem.from_uri(root)
     except Exception as e:  # noqa: BLE001 -- pyarrow raises several kinds; all mean "not a usable URI here"
-        raise ValueError(f"storage root {root!r}: pyarrow cannot open {scheme}:// URIs here ({e})") from e
+        raise ValueError(redact(f"storage root {root!r}: pyarrow cannot open {scheme}:// URIs here ({e})")) from e
     cache = Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "alignlab")).expanduser()
     digest = hashlib.sha256(root.rstrip("/").encode()).hexdigest()[:12]
     return Storage(root.rstrip("/"), cache / f"{scheme}-{digest}")

@@ -554,9 +554,10 @@ def run_trials(calcs: list[dict], sdir: Path, *, max_concurrent: int | None = No
         def on_trial_complete(self, iteration, trials, trial, **info):
             prog.tick()
 
+    uri = next((c["storage"] for c in calcs if c.get("storage")), None)
     tuner = tune.Tuner(
-        tune.with_resources(fel_trial, resources),
-        param_space={"calc": tune.grid_search(calcs), "threads": _threads(resources)},
+        tune.with_resources(tune.with_parameters(fel_trial, storage_uri=uri), resources),
+        param_space={"calc": tune.grid_search([_tune_safe(c) for c in calcs]), "threads": _threads(resources)},
         # Reusing trial actors saves each calculation a fresh worker process (torch import, ~seconds on a small
         # box); a calculation sets its own seeds and builds everything it uses, so its result is unchanged.
         tune_config=tune.TuneConfig(max_concurrent_trials=_concurrency(resources, max_concurrent), reuse_actors=True,
@@ -572,12 +573,25 @@ def run_trials(calcs: list[dict], sdir: Path, *, max_concurrent: int | None = No
         raise RuntimeError(f"{len(errors)} FEL calculation(s) failed; first error: {errors[0]}")
 
 
-def fel_trial(config: dict) -> None:
+def _tune_safe(calc: dict) -> dict:
+    """A calc dict as it goes into a Tune param space, which Tune writes to params.json, result.json, its
+    experiment state and TensorBoard: the storage URI without credentials (`storage.redact`). The trial gets
+    the real URI beside it (`tune.with_parameters`, through the object store; `_trial_calc`)."""
+    from alignlab.platform.storage import redact
+
+    return {**calc, "storage": redact(calc["storage"])} if calc.get("storage") else calc
+
+
+def _trial_calc(calc: dict, storage_uri: str | None) -> dict:
+    return {**calc, "storage": storage_uri} if storage_uri and calc.get("storage") else calc
+
+
+def fel_trial(config: dict, storage_uri: str | None = None) -> None:
     """A Ray Tune function trainable: one FEL calculation, plain PyTorch (no TorchTrainer start-up cost)."""
     import torch
     from ray import tune
 
-    calc = config["calc"]
+    calc = _trial_calc(config["calc"], storage_uri)
     torch.set_num_threads(config.get("threads", 1))
     result = run_one(calc)
     tune.report({**{k: v for k, v in result.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
@@ -711,7 +725,7 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
 
     name = f"search-{spec.name}-{config_hash(base_calc['calc_id'], spec)}"
     where = _tune_storage(storage, sdir)
-    trainable = tune.with_resources(search_trial, resources)
+    trainable = tune.with_resources(tune.with_parameters(search_trial, storage_uri=base_calc.get("storage")), resources)
     exp_path = f"{where['storage_path'].rstrip('/')}/{name}"
     if tune.Tuner.can_restore(exp_path, storage_filesystem=where.get("storage_filesystem")):
         # A driver killed mid-search: Tune's experiment state holds the finished trials and the Optuna
@@ -734,7 +748,7 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
             metric=SEARCH_OBJECTIVE, mode="max", seed=spec.seed, points_to_evaluate=points or None)
         tuner = tune.Tuner(
             trainable,
-            param_space={"calc": base_calc, "threads": _threads(resources)},
+            param_space={"calc": _tune_safe(base_calc), "threads": _threads(resources)},
             tune_config=tune.TuneConfig(search_alg=searcher, scheduler=_scheduler(spec), metric=SEARCH_OBJECTIVE,
                                         mode="max", num_samples=spec.num_samples, reuse_actors=True,
                                         max_concurrent_trials=_concurrency(resources, max_concurrent),
@@ -816,7 +830,7 @@ def _PruneAwareOptunaSearch(**kwargs):  # noqa: N802 -- a class, built late so t
     return _prune_aware_optuna_search()(**kwargs)
 
 
-def search_trial(config: dict) -> None:
+def search_trial(config: dict, storage_uri: str | None = None) -> None:
     """A Ray Tune function trainable for one search trial: trains on the search's sample of its outer fold's
     training pool (`protocol.search_split`) and reports validation metrics every epoch; no test set is loaded."""
     import torch
@@ -826,7 +840,7 @@ def search_trial(config: dict) -> None:
     from alignlab.platform.protocol import TaskData
 
     torch.set_num_threads(config.get("threads", 1))
-    calc = localize(config["calc"])
+    calc = localize(_trial_calc(config["calc"], storage_uri))
     params = {k: v for k, v in config.items() if k not in ("calc", "threads")}
     ft = dataclasses.replace(finetune_from_dict(calc["finetune"]), **params)
     data = TaskData.load(Path(calc["task_dir"]))

@@ -245,3 +245,44 @@ def test_a_diverging_pretraining_run_stops_with_one_clear_error_and_is_never_reg
     with pytest.raises(NonFiniteLossError, match="diverged before.*delete"):  # a rerun is refused at once
         pretrain(smoke_corpus, cfg, root)
     assert time.monotonic() - t0 < 10
+
+
+# ---------------------------------------------------------------- 4. credentials in storage URIs
+
+SECRET_URIS = [
+    ("s3://AKIAEXAMPLE:wJalrXUtnFEMI@bucket/prefix", "s3://***@bucket/prefix"),
+    ("s3://bucket/p?region=eu-west-1&access_key=AKIAEXAMPLE&secret_key=wJalrXUtnFEMI&session_token=FwoGZX",
+     "s3://bucket/p?region=eu-west-1&access_key=***&secret_key=***&session_token=***"),
+    ("gs://bucket/p", "gs://bucket/p"),
+    ("/plain/local/path", "/plain/local/path"),
+]
+
+
+@pytest.mark.parametrize("uri, shown", SECRET_URIS)
+def test_credentials_in_a_storage_uri_are_redacted_and_the_rest_is_kept(uri, shown):
+    from alignlab.platform.storage import Storage, redact
+
+    assert redact(uri) == shown
+    assert redact(f"could not open {uri} (denied)") == f"could not open {shown} (denied)"
+    if "://" in uri:
+        st = Storage(uri, Path("/tmp/cache"))
+        for text in (repr(st), str(st), st.url("models/m"), st.shown):
+            assert "wJalrXUtnFEMI" not in text and "AKIAEXAMPLE" not in text and "FwoGZX" not in text
+
+
+def test_a_storage_uri_with_credentials_never_shows_them_in_a_refusal(tmp_path):
+    code, out, _ = _run(ALIGNLAB + ["models", "--storage", "nosuchfs://AKIAEXAMPLE:wJalrXUtnFEMI@bucket/x"], tmp_path)
+    assert code == 2, out
+    line = _one_error_line(out)
+    assert "nosuchfs://***@bucket/x" in line and "wJalrXUtnFEMI" not in out and "AKIAEXAMPLE" not in out
+
+
+def test_a_tune_param_space_gets_the_root_without_credentials_and_the_trial_gets_the_real_one():
+    from alignlab.platform.study import _trial_calc, _tune_safe
+
+    real = "s3://AKIAEXAMPLE:wJalrXUtnFEMI@bucket/prefix"
+    calc = {"calc_id": "ct-1", "storage": real, "finetune": {"lr": 1e-3}}
+    safe = _tune_safe(calc)
+    assert safe["storage"] == "s3://***@bucket/prefix" and "wJalrXUtnFEMI" not in json.dumps(safe)
+    assert _trial_calc(safe, real) == calc
+    assert _tune_safe({"calc_id": "ct-2"}) == {"calc_id": "ct-2"} and _trial_calc({"calc_id": "x"}, None) == {"calc_id": "x"}
