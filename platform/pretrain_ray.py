@@ -135,9 +135,74 @@ def check_corpus_for(cfg: PretrainConfig, cdir: Path, st: Storage | None = None)
     return manifest
 
 
+KEEP_CHECKPOINTS_ENV = "ALIGNLAB_KEEP_CHECKPOINTS"
+"""How many Ray Train checkpoints a finished model keeps (default 1, the last: what a re-export needs)."""
+
+
+def keep_checkpoints_default() -> int:
+    from alignlab.platform.errors import positive_int
+
+    text = os.environ.get(KEEP_CHECKPOINTS_ENV, "1")
+    try:
+        return positive_int(text)
+    except Exception as e:  # noqa: BLE001 -- argparse's error type: say which variable
+        raise ValueError(f"{KEEP_CHECKPOINTS_ENV}: {e}") from None
+
+
+def prune_checkpoints(st: Storage, mid: str, name: str = "train", keep: int = 1) -> list[str]:
+    """Once a model's `final/` exists, keep only the newest `keep` checkpoints of its Train run; returns the
+    deleted checkpoint folders. Ray's run snapshot is rewritten first to list only the kept ones (Ray refuses
+    to resume a run whose snapshot names a deleted checkpoint), then the others are deleted; a crash in
+    between leaves only unlisted folders, which Ray ignores. The last checkpoint stays, so a `final/` found
+    incomplete later is re-exported from it without training again."""
+    import json
+
+    import pyarrow.fs as pafs
+
+    fs, _ = st.filesystem()
+    run = st.ray_path(f"models/{mid}/ray/{name}")
+    snap_path = f"{run}/checkpoint_manager_snapshot.json"
+    if fs.get_file_info(snap_path).type != pafs.FileType.File:
+        return []
+    with fs.open_input_stream(snap_path) as f:
+        snap = json.loads(f.read())
+    listed = [r["checkpoint_dir_name"] for r in snap.get("checkpoint_results", [])]
+    indices = snap.get("checkpoint_report_indices", list(range(len(listed))))
+    by_age = [d for _, d in sorted(zip(indices, listed))]
+    latest = (snap.get("latest_checkpoint_result") or {}).get("checkpoint_dir_name")
+    kept = set(by_age[-keep:]) | ({latest} if latest else set())
+    on_disk = [i.base_name for i in fs.get_file_info(pafs.FileSelector(run, allow_not_found=True))
+               if i.type == pafs.FileType.Directory and i.base_name.startswith("checkpoint_")]
+    doomed = sorted(d for d in on_disk if d not in kept)
+    if not doomed:
+        return []
+    if set(listed) - kept:
+        pairs = [(r, i) for r, i in zip(snap["checkpoint_results"], indices) if r["checkpoint_dir_name"] in kept]
+        snap["checkpoint_results"] = [r for r, _ in pairs]
+        snap["checkpoint_report_indices"] = [i for _, i in pairs]
+        for k in ("validated_checkpoint_dir_names", "timed_out_validation_checkpoint_dir_names",
+                  "failed_validation_checkpoint_dir_names"):
+            if k in snap:
+                snap[k] = [d for d in snap[k] if d in kept]
+        text = json.dumps(snap)
+        if st.remote:
+            with fs.open_output_stream(snap_path) as out:
+                out.write(text.encode())
+        else:
+            from alignlab.platform.storage import write_text
+
+            write_text(Path(snap_path), text)
+    for d in doomed:
+        fs.delete_dir(f"{run}/{d}")
+    return doomed
+
+
 def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int = 2, name: str = "train",
-             crash_at_step: int | None = None) -> Path:
+             crash_at_step: int | None = None, keep_checkpoints: int | None = None) -> Path:
     """Pretrain (or find) the model for (corpus, cfg). Returns the model folder; `final/` exists on return.
+
+    `keep_checkpoints`: how many Train checkpoints the finished model keeps (default: $ALIGNLAB_KEEP_CHECKPOINTS
+    or 1); the others are deleted once `final/` exists (`prune_checkpoints`).
 
     `crash_at_step` is fault injection for the resume tests: rank 0 exits hard once, when it finishes
     that step, before reporting it (a marker file in the model folder makes it happen only once)."""
@@ -166,6 +231,7 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     if (reason := _diverged(st, mid)) is not None:
         raise NonFiniteLossError(f"pretraining of {mid} diverged before: {reason} (delete "
                                  f"{st.url(f'models/{mid}/{DIVERGED}')} to try again)")
+    keep = keep_checkpoints or keep_checkpoints_default()
     ensure_ray()
     check_pretrain_resources(cfg)  # before anything is written: an impossible request would wait forever
     why = ""
@@ -214,6 +280,8 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
         raise
     if not model_finished(st, mid):
         raise RuntimeError(f"pretraining of {mid} ended without writing {st.url(f'models/{mid}/final')}")
+    if pruned := prune_checkpoints(st, mid, name, keep):
+        print(f"[pretrain {mid}] finished; deleted {len(pruned)} older checkpoint(s), kept the last {keep}", flush=True)
     return fetch_model(st, mid, weights=False)
 
 

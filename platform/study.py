@@ -542,6 +542,10 @@ def _tune_storage(st: Storage | None, sdir: Path) -> dict:
     return {"storage_path": st.ray_path(f"studies/{sdir.name}/tune"), "storage_filesystem": st.ray_filesystem()}
 
 
+FEL_EXPERIMENT = "fel"
+"""The Tune experiment folder of a study's FEL calculations: `<study>/tune/fel/<calc-id>/`."""
+
+
 def run_trials(calcs: list[dict], sdir: Path, *, max_concurrent: int | None = None, progress: bool = True,
                resources: dict | None = None, storage: Storage | None = None) -> None:
     from ray import tune
@@ -563,7 +567,9 @@ def run_trials(calcs: list[dict], sdir: Path, *, max_concurrent: int | None = No
         tune_config=tune.TuneConfig(max_concurrent_trials=_concurrency(resources, max_concurrent), reuse_actors=True,
                                     trial_dirname_creator=lambda t: t.config["calc"]["calc_id"],
                                     trial_name_creator=lambda t: t.config["calc"]["calc_id"]),
-        run_config=tune.RunConfig(name=f"fel-{config_hash(sorted(c['calc_id'] for c in calcs))}",
+        # One experiment folder per study, reused by every rerun: each trial's folder is its calculation id, so a
+        # resumed study adds the calculations it had not finished beside the others (not a new fel-<hash> each time).
+        run_config=tune.RunConfig(name=FEL_EXPERIMENT,
                                   **_tune_storage(storage, sdir), verbose=0, callbacks=[_ProgressCallback()],
                                   failure_config=tune.FailureConfig(max_failures=1)),
     )

@@ -203,6 +203,12 @@ def test_a_study_records_a_diverged_calculation_as_failed_finishes_the_others_an
     assert calcs[2]["calc_id"] in failed and "never finite" in failed
     table = report.split("## Accuracy at the best-perplexity epoch", 1)[1].split("##", 1)[0]
     assert "(n=2)" in table and "1e30" not in table
+    # A rerun with another pending calculation reuses the study's one Tune experiment folder.
+    more = dict(calcs[0], calc_id=calc_id(mdir.name, _ft(seed=2)), finetune=to_dict(_ft(seed=2)))
+    run_trials([more], sdir, max_concurrent=1, progress=False, storage=st)
+    (exp,) = [p for p in (sdir / "tune").iterdir() if p.is_dir()]
+    assert exp.name == "fel"
+    assert {c["calc_id"] for c in calcs + [more]} <= {p.name for p in exp.iterdir() if p.is_dir()}
 
 
 def test_a_pretraining_loop_stops_at_the_first_non_finite_loss_before_reporting_it(tmp_path):

@@ -102,7 +102,7 @@ def test_a_saved_finetuned_model_with_a_truncated_weights_file_is_refused_on_loa
 
 
 @pytest.mark.ray
-def test_a_pretrained_model_whose_weights_file_was_truncated_counts_as_unfinished_and_is_exported_again(
+def test_a_finished_model_keeps_its_last_checkpoint_and_a_truncated_weights_file_makes_it_unfinished_and_re_exported(
         ray_session, smoke_corpus, tmp_path):
     import dataclasses
 
@@ -110,9 +110,13 @@ def test_a_pretrained_model_whose_weights_file_was_truncated_counts_as_unfinishe
     from alignlab.platform.finetune import load_pretrained
     from alignlab.platform.pretrain_ray import is_finished, list_models, pretrain
 
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], max_steps=4, checkpoint_every=2)
+    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], max_steps=6, checkpoint_every=2)
     root = tmp_path / "root"
     mdir = pretrain(smoke_corpus, cfg, root)
+    # Checkpoints at steps 2, 4 and 6 (Ray keeps two while training); the finished model keeps only the last.
+    (ckpt,) = [p for p in (mdir / "ray" / "train").glob("checkpoint_*") if p.is_dir()]
+    snapshot = json.loads((mdir / "ray" / "train" / "checkpoint_manager_snapshot.json").read_text())
+    assert [r["checkpoint_dir_name"] for r in snapshot["checkpoint_results"]] == [ckpt.name]
     weights = mdir / "final" / "model.pt"
     size = weights.stat().st_size
     assert is_finished(mdir)
@@ -122,6 +126,7 @@ def test_a_pretrained_model_whose_weights_file_was_truncated_counts_as_unfinishe
     assert list_models(root)[0]["finished"] is False
     with pytest.raises(ValueError, match="not a finished pretrained model"):
         load_pretrained(mdir)
-    again = pretrain(smoke_corpus, cfg, root)  # redone: the Train run resumes from its last checkpoint
+    again = pretrain(smoke_corpus, cfg, root)  # redone: the Train run resumes from its (pruned) snapshot
     assert again == mdir and is_finished(mdir) and weights.stat().st_size == size
+    assert json.loads((mdir / "final" / "eval.json").read_text())["step"] == 6, "re-exported, not retrained"
     load_pretrained(mdir)
