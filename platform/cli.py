@@ -10,7 +10,8 @@
     alignlab evaluate --model FINETUNED_ID --task {ct,ad} FILE [--json OUT]
     alignlab predict --model FINETUNED_ID "a query"  |  --acronym ACR --snippet TEXT
     alignlab report STUDY_DIR
-    alignlab export --model ID OUT_DIR                a transformers BertModel folder (+ tokenizer, aligned heads)
+    alignlab export --model ID OUT_DIR                a transformers BertModel folder, RobertaPreLayerNormModel if
+                                                      pre-LN (+ tokenizer, aligned heads)
 Bad input prints one line `alignlab: error: ...` naming the file and problem, and exits 2 (argparse's own
 errors too); `--debug` or ALIGNLAB_DEBUG=1 shows the traceback (platform/errors.py).
 """
@@ -115,9 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     rp = sub.add_parser("report", help="(re)write a study's report from its results")
     rp.add_argument("study_dir")
 
-    ex = sub.add_parser("export", help="write a pretrained model as a Hugging Face transformers BERT folder")
+    ex = sub.add_parser("export", help="write a pretrained model as a Hugging Face transformers folder "
+                        "(BertModel; RobertaPreLayerNormModel for a pre-LN encoder)")
     ex.add_argument("--model", required=True, help="pretrained model id (see `alignlab models`)")
-    ex.add_argument("out_dir", help="folder to write (new or empty); BertModel.from_pretrained(OUT_DIR) loads it")
+    ex.add_argument("out_dir", help="folder to write (new or empty); AutoModel.from_pretrained(OUT_DIR) loads it")
     ex.add_argument("--storage", default=None)
 
     args = ap.parse_args(argv)

@@ -1,28 +1,45 @@
-"""Export a pretrained model as a Hugging Face `transformers` BERT folder (`alignlab export --model ID OUT_DIR`).
+"""Export a pretrained model as a Hugging Face `transformers` folder (`alignlab export --model ID OUT_DIR`).
 
-alignlab's encoder *is* BERT's (post-LN, exact-erf GELU, LayerNorm eps 1e-12, learned absolute positions,
-two token types), so the export is a renaming of tensors plus the one reshaping BERT needs: alignlab fuses
-q, k and v in one `qkv` projection whose output rows are ordered (q | k | v) x (head, head_dim), and
-BertModel keeps three. What the folder holds:
+Two architectures, picked by `ModelConfig.norm`; both are exact (hidden states equal alignlab's encoder's):
 
-    config.json                  BertConfig: model_type "bert", sizes, vocab, max positions, eps, hidden_act "gelu"
-    model.safetensors            BertModel's weights, named as BertModel names them (pooler included)
+- **post-LN** (`norm="post"`, vanilla BERT) → `BertModel` (model_type "bert"). alignlab's encoder *is* BERT's
+  (post-LN, exact-erf GELU, LayerNorm eps 1e-12, learned absolute positions, two token types), so the export
+  is a renaming of tensors plus the one reshaping BERT needs: alignlab fuses q, k and v in one `qkv` projection
+  whose output rows are ordered (q | k | v) x (head, head_dim), and BertModel keeps three.
+- **pre-LN** (`norm="pre"`) → `RobertaPreLayerNormModel` (model_type "roberta-prelayernorm"), transformers'
+  pre-LN BERT: the embeddings' LayerNorm (alignlab's `ln`), per layer `attention.LayerNorm` before
+  self-attention (`ln1`) and `intermediate.LayerNorm` before the FFN (`ln2`), residuals without a norm, and the
+  model's `LayerNorm` after the last layer (`final_ln`); same GELU, eps, q/k/v split and two token types. One
+  difference is bridged in the weights: RoBERTa numbers positions from the input ids, counting the non-pad
+  tokens from `pad_token_id + 1` (pad tokens get `pad_token_id`), where alignlab uses 0..T-1. The position
+  table therefore has `max_len + pad_id + 1` rows: row `pad_id + 1 + t` is alignlab's position t, rows
+  0..pad_id are zeros. A right-padded batch (the tokenizer's default) gives exactly alignlab's positions at
+  every real token; `position_ids`, if passed by hand, are alignlab's plus `pad_id + 1`.
+
+What the folder holds:
+
+    config.json                  BertConfig (model_type "bert") or RobertaPreLayerNormConfig (model_type
+                                 "roberta-prelayernorm"): sizes, vocab, max positions, eps, hidden_act "gelu"
+    model.safetensors            the model's weights, named as transformers names them (pooler included)
     tokenizer.json, tokenizer_config.json, special_tokens_map.json
                                  a PreTrainedTokenizerFast converted from the sentencepiece model (offline, by
                                  transformers' own SpmConverter); `[CLS] A [SEP] B [SEP]` with token types 0/1
     alignlab_heads.safetensors   every objective's pretrained head ("<objective>.<param>"; the MLM decoder's
                                  tied embedding is the encoder's word embedding and is not repeated)
     alignlab_heads.json          what each head is: objective, config, module, input, classes, tensor shapes
-    alignlab_export.json         where it came from: model id, pretraining config, the pooler's source
+    alignlab_export.json         where it came from: model id, pretraining config, the pooler's source; a pre-LN
+                                 folder also names its "architecture" (a folder without that key is BertModel)
 
 The pooler: BERT's pooler (dense + tanh on [CLS]) is the one its NSP head starts with. An objective whose head
-carries BERT's pooler says so (`Objective.bert_pooler`, NSP's does), and its `pool` layer becomes BertModel's
+carries BERT's pooler says so (`Objective.bert_pooler`, NSP's does), and its `pool` layer becomes the model's
 pooler. A model pretrained without such an objective gets an identity pooler (weight I, bias 0), so
 `pooler_output` is tanh of the [CLS] vector: a documented, deterministic choice rather than random weights
-that would differ at every load (`alignlab_export.json` says which one a folder has).
+that would differ at every load (`alignlab_export.json` says which one a folder has). Both architectures
+apply the pooler to the last hidden states (for pre-LN: after the final LayerNorm, as alignlab's heads see them).
 
-If the encoder has a tensor BERT lacks (or lacks one it has), exact export is impossible and `export_model`
-refuses with a ValueError naming them. The folder is written under a temporary name and renamed last.
+If the encoder has a tensor the target architecture lacks (or lacks one it has), exact export is impossible
+and `export_model` refuses with a ValueError naming them. The folder is written under a temporary name and
+renamed last.
 """
 from __future__ import annotations
 
@@ -49,6 +66,17 @@ _LAYER_MAP = {
     "ffn_out": "output.dense",
     "ln2": "output.LayerNorm",
 }
+# Pre-LN (RobertaPreLayerNormModel): ln1 sits before self-attention, ln2 before the FFN (in `intermediate`).
+_PRE_LAYER_MAP = {
+    "ln1": "attention.LayerNorm",
+    "attn_out": "attention.output.dense",
+    "ln2": "intermediate.LayerNorm",
+    "ffn_in": "intermediate.dense",
+    "ffn_out": "output.dense",
+}
+# The transformers class each `ModelConfig.norm` exports as, and the name refusals call it by.
+ARCHITECTURES = {"post": "BertModel", "pre": "RobertaPreLayerNormModel"}
+_ARCH_NAMES = {"post": "BERT", "pre": "RoBERTa-PreLayerNorm"}
 
 
 def bert_config(cfg: ModelConfig, vocab_size: int, pad_id: int) -> dict:
@@ -74,24 +102,53 @@ def bert_config(cfg: ModelConfig, vocab_size: int, pad_id: int) -> dict:
     }
 
 
+def pre_layernorm_config(cfg: ModelConfig, vocab_size: int, pad_id: int, cls_id: int, sep_id: int) -> dict:
+    """The `RobertaPreLayerNormConfig` of a pre-LN alignlab encoder, as plain JSON. RoBERTa's position ids start
+    at pad_id + 1 (see the module docstring), so the table has pad_id + 1 rows more than alignlab's max_len."""
+    return {
+        "architectures": ["RobertaPreLayerNormModel"],
+        "model_type": "roberta-prelayernorm",
+        "vocab_size": vocab_size,
+        "hidden_size": cfg.hidden,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "intermediate_size": cfg.ffn,
+        "hidden_act": "gelu",  # alignlab uses F.gelu, the exact erf form; HF's "gelu" is the same function
+        "hidden_dropout_prob": cfg.dropout,
+        "attention_probs_dropout_prob": cfg.dropout,
+        "max_position_embeddings": cfg.max_len + pad_id + 1,
+        "type_vocab_size": 2,
+        "initializer_range": 0.02,
+        "layer_norm_eps": 1e-12,
+        "pad_token_id": pad_id,
+        "bos_token_id": cls_id,  # RoBERTa's <s> and </s> are what alignlab calls [CLS] and [SEP]
+        "eos_token_id": sep_id,
+        "torch_dtype": "float32",
+    }
+
+
 def _check_encoder(cfg: ModelConfig, vocab_size: int, enc: dict[str, torch.Tensor]) -> None:
-    """Refuse (ValueError) unless the encoder's tensors are exactly the ones BERT has, with BERT's shapes and eps."""
+    """Refuse (ValueError) unless the encoder's tensors are exactly the ones the target architecture (BERT for
+    post-LN, RoBERTa-PreLayerNorm for pre-LN) has, with its shapes and eps."""
     from alignlab.platform.model import Encoder
 
+    arch, name = ARCHITECTURES[cfg.norm], _ARCH_NAMES[cfg.norm]
     ref = Encoder(cfg, vocab_size)
     eps = {m.eps for m in ref.modules() if isinstance(m, torch.nn.LayerNorm)}
     if eps != {1e-12}:
-        raise ValueError(f"cannot export exactly: alignlab's LayerNorm eps {sorted(eps)} is not one BERT value")
+        raise ValueError(f"cannot export exactly: alignlab's LayerNorm eps {sorted(eps)} is not one {name} value")
     want = {k: tuple(v.shape) for k, v in ref.state_dict().items()}
     have = {k: tuple(v.shape) for k, v in enc.items()}
     expected = {"tok.weight", "pos.weight", "seg.weight", "ln.weight", "ln.bias"}
+    if cfg.norm == "pre":
+        expected |= {"final_ln.weight", "final_ln.bias"}
     for i in range(cfg.num_layers):
-        for name in ("qkv", *_LAYER_MAP):
-            expected |= {f"layers.{i}.{name}.weight", f"layers.{i}.{name}.bias"}
+        for part in ("qkv", *(_PRE_LAYER_MAP if cfg.norm == "pre" else _LAYER_MAP)):
+            expected |= {f"layers.{i}.{part}.weight", f"layers.{i}.{part}.bias"}
     extra, missing = sorted(set(have) - expected), sorted(expected - set(have))
     if extra or missing or set(want) != expected:
-        raise ValueError("cannot export exactly as a transformers BertModel: the encoder's tensors differ from "
-                         f"BERT's (not in BERT: {extra or sorted(set(want) - expected)}; missing: {missing})")
+        raise ValueError(f"cannot export exactly as a transformers {arch}: the encoder's tensors differ from "
+                         f"{name}'s (not in {name}: {extra or sorted(set(want) - expected)}; missing: {missing})")
     bad = {k: (have[k], want[k]) for k in expected if have[k] != want[k]}
     if bad:
         raise ValueError(f"cannot export: tensor shapes differ from the model config: {bad}")
@@ -113,6 +170,27 @@ def bert_state_dict(cfg: ModelConfig, enc: dict[str, torch.Tensor]) -> dict[str,
             out[f"{q}attention.self.{part}.weight"], out[f"{q}attention.self.{part}.bias"] = w, b
         for src, dst in _LAYER_MAP.items():
             out[f"{q}{dst}.weight"], out[f"{q}{dst}.bias"] = enc[p + src + ".weight"], enc[p + src + ".bias"]
+    return {k: v.detach().to(torch.float32).contiguous().clone() for k, v in out.items()}
+
+
+def pre_layernorm_state_dict(cfg: ModelConfig, enc: dict[str, torch.Tensor], pad_id: int) -> dict[str, torch.Tensor]:
+    """alignlab pre-LN encoder tensors (keys without "encoder.") → RobertaPreLayerNormModel's names; q, k, v split
+    from `qkv`; the position table shifted by pad_id + 1 rows (zeros) to RoBERTa's position numbering."""
+    pos = enc["pos.weight"]
+    out = {
+        "embeddings.word_embeddings.weight": enc["tok.weight"],
+        "embeddings.position_embeddings.weight": torch.cat([pos.new_zeros(pad_id + 1, pos.shape[1]), pos]),
+        "embeddings.token_type_embeddings.weight": enc["seg.weight"],
+        "embeddings.LayerNorm.weight": enc["ln.weight"],
+        "embeddings.LayerNorm.bias": enc["ln.bias"],
+    }
+    for i in range(cfg.num_layers):
+        p, q = f"layers.{i}.", f"encoder.layer.{i}."
+        for part, w, b in zip(("query", "key", "value"), enc[p + "qkv.weight"].chunk(3, 0), enc[p + "qkv.bias"].chunk(3, 0)):
+            out[f"{q}attention.self.{part}.weight"], out[f"{q}attention.self.{part}.bias"] = w, b
+        for src, dst in _PRE_LAYER_MAP.items():
+            out[f"{q}{dst}.weight"], out[f"{q}{dst}.bias"] = enc[p + src + ".weight"], enc[p + src + ".bias"]
+    out["LayerNorm.weight"], out["LayerNorm.bias"] = enc["final_ln.weight"], enc["final_ln.bias"]
     return {k: v.detach().to(torch.float32).contiguous().clone() for k, v in out.items()}
 
 
@@ -147,7 +225,8 @@ def _head_info(name: str, state: dict[str, torch.Tensor], module: str, config: d
 
 
 def export_model(mdir: str | Path, out_dir: str | Path) -> Path:
-    """Write the HF folder of the finished model at `mdir` (a `<root>/models/<id>` folder) to `out_dir`."""
+    """Write the HF folder of the finished model at `mdir` (a `<root>/models/<id>` folder) to `out_dir`:
+    a BertModel for a post-LN encoder, a RobertaPreLayerNormModel for a pre-LN one."""
     try:
         from safetensors.torch import save_file
         import transformers  # noqa: F401
@@ -177,18 +256,22 @@ def export_model(mdir: str | Path, out_dir: str | Path) -> Path:
     tok = Tokenizer(final / "tokenizer.model")
     if tok.vocab_size != vocab:
         raise ValueError(f"{final}: tokenizer has {tok.vocab_size} pieces but the model {vocab}")
+    pre_ln = cfg.norm == "pre"
+    if pre_ln and tok.pad_id < 0:
+        raise ValueError("cannot export exactly as a transformers RobertaPreLayerNormModel: its position ids count "
+                         "from the pad id, and the tokenizer has none")
 
-    bert = bert_state_dict(cfg, enc)
+    weights = pre_layernorm_state_dict(cfg, enc, tok.pad_id) if pre_ln else bert_state_dict(cfg, enc)
     pooler_from = None
     for name in info["heads"]:
         if name in objectives and getattr(objective_class(objectives[name]), "bert_pooler", False):
             pooler_from = name
-            bert["pooler.dense.weight"] = state[f"heads.{name}.pool.weight"].float().clone()
-            bert["pooler.dense.bias"] = state[f"heads.{name}.pool.bias"].float().clone()
+            weights["pooler.dense.weight"] = state[f"heads.{name}.pool.weight"].float().clone()
+            weights["pooler.dense.bias"] = state[f"heads.{name}.pool.bias"].float().clone()
             break
     if pooler_from is None:
-        bert["pooler.dense.weight"] = torch.eye(cfg.hidden)
-        bert["pooler.dense.bias"] = torch.zeros(cfg.hidden)
+        weights["pooler.dense.weight"] = torch.eye(cfg.hidden)
+        weights["pooler.dense.bias"] = torch.zeros(cfg.hidden)
 
     # Head modules by name, to describe each head (a throwaway model built with the objectives' own verbs).
     built = {n: c.build(tok) for n, c in objectives.items() if n in info["heads"]}
@@ -209,20 +292,29 @@ def export_model(mdir: str | Path, out_dir: str | Path) -> Path:
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
-        (tmp / "config.json").write_text(json.dumps(bert_config(cfg, vocab, tok.pad_id), indent=2, sort_keys=True) + "\n")
-        save_file(bert, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        hf_cfg = (pre_layernorm_config(cfg, vocab, tok.pad_id, tok.cls_id, tok.sep_id) if pre_ln else
+                  bert_config(cfg, vocab, tok.pad_id))
+        (tmp / "config.json").write_text(json.dumps(hf_cfg, indent=2, sort_keys=True) + "\n")
+        save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         hf_tokenizer(final / "tokenizer.model", cfg.max_len).save_pretrained(str(tmp))
         shutil.copy(final / "tokenizer.model", tmp / "spiece.model")
         if heads:
             save_file(heads, str(tmp / HEADS_FILE), metadata={"format": "pt"})
         write_json(tmp / HEADS_JSON, {"heads": heads_info, "tensors_file": HEADS_FILE if heads else None,
                                       "key_format": "<objective>.<parameter of the head module>"})
+        note = "hidden states equal alignlab's encoder's (fp32, eval mode); token ids equal alignlab's tokenizer's"
+        # The BERT folder's file is as it always was (no "architecture" key: a folder without one is BertModel).
+        arch = {"architecture": ARCHITECTURES[cfg.norm], "norm": cfg.norm} if pre_ln else {}
+        if pre_ln:
+            note += (f"; positions as RoBERTa numbers them: non-pad tokens from pad_id + 1 = {tok.pad_id + 1}, so a "
+                     "right-padded batch gives alignlab's positions 0..T-1 (explicit position_ids: alignlab's + "
+                     f"{tok.pad_id + 1})")
         write_json(tmp / EXPORT_JSON, {
-            "model_id": mdir.name, "pretrain": info["pretrain"],
+            "model_id": mdir.name, **arch, "pretrain": info["pretrain"],
             "pooler": (f"the pooler of the {pooler_from!r} head" if pooler_from else
                        "identity (weight I, bias 0): no objective of this model has BERT's pooler"),
             "pooler_from": pooler_from,
-            "note": "hidden states equal alignlab's encoder's (fp32, eval mode); token ids equal alignlab's tokenizer's"})
+            "note": note})
         if out_dir.exists():
             out_dir.rmdir()  # empty (checked above)
         os.replace(tmp, out_dir)

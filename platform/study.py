@@ -265,7 +265,9 @@ def sized_model(preset: str, hidden: int, num_layers: int) -> ModelConfig:
     """The model of a given width and depth at a preset: the preset's shape (head size, FFN, length), resized."""
     if preset == "paper":
         return MODEL_SIZES[f"{hidden}x{num_layers}"]
-    base = MODEL_SIZES["tiny"] if preset == "smoke" else MODEL_SIZES["128x2"]
+    from alignlab.platform.config import PRETRAIN_PRESETS
+
+    base = PRETRAIN_PRESETS[preset].model  # its recipe too (norm, dropout), not only its shape
     return dataclasses.replace(base, hidden=hidden, num_layers=num_layers, head_dim=min(base.head_dim, hidden))
 
 

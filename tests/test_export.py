@@ -1,6 +1,8 @@
-"""`alignlab export`: a pretrained model as a transformers BertModel folder, equal to alignlab's encoder."""
+"""`alignlab export`: a pretrained model as a transformers BertModel folder (post-LN) or RobertaPreLayerNormModel
+folder (pre-LN), equal to alignlab's encoder."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -83,7 +85,9 @@ def test_the_config_and_the_aligned_heads_are_written_beside_the_weights(exporte
     assert torch.equal(heads["pad.out.weight"], pre.state["heads.pad.out.weight"])
     assert torch.equal(heads["whp.out.bias"], pre.state["heads.whp.out.bias"])
     assert not any(k.startswith("mlm.tok_embedding") for k in heads)
-    assert json.loads((out / "alignlab_export.json").read_text())["pooler_from"] == "nsp"
+    export_info = json.loads((out / "alignlab_export.json").read_text())
+    assert export_info["pooler_from"] == "nsp"
+    assert "architecture" not in export_info  # the BERT folder is as before: no key means BertModel
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")], "the temp folder was renamed"
 
 
@@ -109,5 +113,93 @@ def test_an_encoder_with_a_tensor_bert_lacks_is_refused(tmp_path):
 
     write_marker(mdir / "final")  # a whole model (its marker matches), but one with a tensor BERT lacks
     with pytest.raises(ValueError, match="cannot export exactly.*extra_gate"):
+        export.export_model(mdir, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+# Pre-LN: exported as transformers' RobertaPreLayerNormModel.
+
+def _pre_ln_model():
+    from alignlab.platform.config import MODEL_SIZES
+
+    return dataclasses.replace(MODEL_SIZES["tiny"], norm="pre", num_layers=2)
+
+
+@pytest.fixture(scope="module")
+def exported_pre(tmp_path_factory):
+    root = tmp_path_factory.mktemp("root_pre")
+    mdir = tiny_pretrained(root, "mlm,nsp,whp,pad", steps=3, model=_pre_ln_model())
+    # A few steps barely move the LayerNorms from (1, 0); move them far apart, so that a LayerNorm mapped to the
+    # wrong place (ln1/ln2, embeddings/final) changes the hidden states well beyond the tolerance.
+    sd = torch.load(mdir / "final" / "model.pt", weights_only=True)
+    gen = torch.Generator().manual_seed(0)
+    lns = [k for k in sd if k.startswith("encoder.") and k.split(".")[-2] in ("ln", "ln1", "ln2", "final_ln")]
+    assert len(lns) == 2 * (2 + 2 * 2)
+    for k in lns:
+        sd[k] = sd[k] + 0.3 * torch.randn(sd[k].shape, generator=gen)
+    torch.save(sd, mdir / "final" / "model.pt")
+    out = tmp_path_factory.mktemp("hf_pre") / "prelayernorm"
+    assert main(["export", "--model", mdir.name, str(out), "--storage", str(root)]) == 0
+    return mdir, out
+
+
+def test_the_exported_pre_ln_model_gives_alignlabs_hidden_states_on_a_padded_batch_with_token_types(exported_pre):
+    mdir, out = exported_pre
+    enc, pre = _encoder(mdir)
+    assert pre.model_cfg.norm == "pre" and enc.final_ln is not None
+    model, loading = transformers.AutoModel.from_pretrained(str(out), output_loading_info=True)
+    model.eval()
+    assert type(model).__name__ == "RobertaPreLayerNormModel"
+    assert not loading["missing_keys"] and not loading["unexpected_keys"], loading
+    assert torch.equal(model.embeddings.word_embeddings.weight, enc.tok.weight)  # the pad row too: nothing zeroed
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(out))
+    texts = real_texts()[100:116]
+    pairs = list(zip(texts[::2], texts[1::2]))
+    pairs.append((" ".join(texts[:6]), " ".join(texts[6:12])))  # truncated to max_len: the last position row
+    batch = hf_tok([a for a, _ in pairs], [b for _, b in pairs], padding=True, truncation=True, return_tensors="pt")
+    real = batch["attention_mask"].bool()
+    assert batch["input_ids"].shape[1] == pre.model_cfg.max_len and bool(real[-1].all())
+    assert bool((~real).any()), "the batch should include padding"
+    assert set(batch["token_type_ids"][real].tolist()) == {0, 1}
+    with torch.no_grad():
+        ref = enc(batch["input_ids"], batch["token_type_ids"], real)
+        got = model(**batch)
+    torch.testing.assert_close(got.last_hidden_state[real], ref[real], rtol=0, atol=1e-5)
+    # The pooler is NSP's, on the final LayerNorm's output, as alignlab's NSP head sees it.
+    pooled = torch.tanh(torch.nn.functional.linear(ref[:, 0], pre.state["heads.nsp.pool.weight"],
+                                                   pre.state["heads.nsp.pool.bias"]))
+    torch.testing.assert_close(got.pooler_output, pooled, rtol=0, atol=1e-5)
+
+
+def test_the_pre_ln_config_names_its_architecture_and_shifts_the_positions_past_the_pad_id(exported_pre):
+    mdir, out = exported_pre
+    pre = load_pretrained(mdir)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["model_type"] == "roberta-prelayernorm" and cfg["architectures"] == ["RobertaPreLayerNormModel"]
+    assert cfg["hidden_act"] == "gelu" and cfg["layer_norm_eps"] == 1e-12 and cfg["type_vocab_size"] == 2
+    assert cfg["pad_token_id"] == pre.tok.pad_id
+    assert (cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"], cfg["max_position_embeddings"]) == \
+        (pre.model_cfg.hidden, pre.model_cfg.num_layers, pre.vocab_size, pre.model_cfg.max_len + pre.tok.pad_id + 1)
+    from safetensors.torch import load_file
+
+    weights = load_file(str(out / "model.safetensors"))
+    shift = pre.tok.pad_id + 1
+    assert torch.equal(weights["embeddings.position_embeddings.weight"][shift:], pre.state["encoder.pos.weight"])
+    assert not weights["embeddings.position_embeddings.weight"][:shift].any()
+    assert torch.equal(weights["LayerNorm.weight"], pre.state["encoder.final_ln.weight"])
+    export_info = json.loads((out / "alignlab_export.json").read_text())
+    assert export_info["architecture"] == "RobertaPreLayerNormModel" and export_info["pooler_from"] == "nsp"
+    assert set(json.loads((out / "alignlab_heads.json").read_text())["heads"]) == {"mlm", "nsp", "whp", "pad"}
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")], "the temp folder was renamed"
+
+
+def test_a_pre_ln_encoder_without_its_final_layernorm_is_refused(tmp_path):
+    from alignlab.platform import export
+
+    mdir = tiny_pretrained(tmp_path, "mlm", steps=1, model=_pre_ln_model())
+    sd = torch.load(mdir / "final" / "model.pt", weights_only=True)
+    del sd["encoder.final_ln.weight"], sd["encoder.final_ln.bias"]
+    torch.save(sd, mdir / "final" / "model.pt")
+    with pytest.raises(ValueError, match="cannot export exactly as a transformers RobertaPreLayerNormModel.*final_ln"):
         export.export_model(mdir, tmp_path / "out")
     assert not (tmp_path / "out").exists()

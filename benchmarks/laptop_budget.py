@@ -1,0 +1,245 @@
+"""Laptop cramming: pretraining recipes compared at one fixed wall-clock budget, side by side in one run.
+
+Each recipe is a `PretrainConfig` (the mini preset with some fields changed). All of them train in the same
+process, with the same threads, interleaved in time slices (`--slice-s`), so a load spike on a shared machine
+costs every recipe alike. A recipe's clock counts only its own training steps (collation included); the
+held-out evaluations in between are not charged. Each recipe's schedule (warmup, decay to zero, short-then-long
+sequences) runs on its clock and ends exactly at the budget (cramming's budget schedule; see `Run`); warmup is
+the recipe's `warmup_steps / max_steps` share of the budget.
+
+Reported per recipe, at a few points of its budget: held-out MLM, NSP, WHP and PAD accuracy on the corpus's
+eval shards (fixed masks and pairs: the same examples for every recipe and point); at the end, the `pred`
+FEL accuracy of CT (the hand-labelled real-text test set) and AD, heads discarded (the study's `*` models),
+honest selection, with the strongest context-free baseline on the same splits.
+
+    alignlab data build-tasks --preset mini && alignlab corpus build --preset mini   # or a study built them
+    python benchmarks/laptop_budget.py --budget-s 300 --recipes current,candidate
+
+Recipes are named in RECIPES below; `--recipes` picks and orders them. Results go to
+benchmarks/results/laptop_budget.json (one entry per run, keyed by the command).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform as _platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from alignlab.objectives.registry import resolve_objectives
+from alignlab.platform.config import FINETUNE_PRESETS, PRETRAIN_PRESETS, to_dict
+from alignlab.platform.finetune import Pretrained, run_calculation
+from alignlab.platform.pretrain import Pretrainer, lr_lambda, resolve_precision, to_numpy_rows
+from alignlab.platform.protocol import TaskData, calculations, context_free_baselines, fel_split
+from alignlab.platform.tokenizer import Tokenizer
+
+MINI = PRETRAIN_PRESETS["mini"]
+_OLD_MINI = dict(model=dataclasses.replace(MINI.model, norm="post", dropout=0.1), lr=1e-3, warmup_steps=100,
+                 decay="linear", batch_size=32, seq_len=0, short_seq_len=0, short_seq_fraction=0.0,
+                 weight_decay=0.0, adam_betas=(0.9, 0.999))
+"""The mini recipe before issue #15 (post-LN BERT, dropout 0.1, lr 1e-3 with 100 warmup steps, linear decay)."""
+
+
+def _recipe(base: dict, model: dict | None = None, **changes) -> dict:
+    out = {**base, **changes}
+    if model:
+        out["model"] = dataclasses.replace(out["model"], **model)
+    return out
+
+
+RECIPES: dict[str, dict] = {
+    "current": _OLD_MINI,
+    # one choice at a time on top of the current recipe (the ablation table's lines)
+    "pre_ln": _recipe(_OLD_MINI, model={"norm": "pre"}),
+    "no_dropout": _recipe(_OLD_MINI, model={"dropout": 0.0}),
+    "pre_ln_no_dropout": _recipe(_OLD_MINI, model={"norm": "pre", "dropout": 0.0}),
+    # on top of pre-LN without dropout
+    "pnd_lr2e-3": _recipe(_OLD_MINI, model={"norm": "pre", "dropout": 0.0}, lr=2e-3),
+    "pnd_cosine": _recipe(_OLD_MINI, model={"norm": "pre", "dropout": 0.0}, decay="cosine"),
+    "pnd_short64": _recipe(_OLD_MINI, model={"norm": "pre", "dropout": 0.0}, short_seq_len=64,
+                           short_seq_fraction=0.5),
+    "pnd_batch64": _recipe(_OLD_MINI, model={"norm": "pre", "dropout": 0.0}, batch_size=64),
+    "pnd_wd": _recipe(_OLD_MINI, model={"norm": "pre", "dropout": 0.0}, weight_decay=0.01, adam_betas=(0.9, 0.98)),
+    "pnd_mask25": _recipe(_OLD_MINI, model={"norm": "pre", "dropout": 0.0}, mask_prob=0.25),
+    # the mini preset as it is now in platform/config.py
+    "candidate": {},
+}
+METRICS = ("mlm", "nsp", "whp", "pad")
+
+
+def build_config(name: str, objectives) -> "PretrainConfig":  # noqa: F821
+    changes = dict(RECIPES[name])
+    mask_prob = changes.pop("mask_prob", None)
+    cfg = dataclasses.replace(MINI, **changes)
+    if mask_prob is not None:
+        objectives = tuple(dataclasses.replace(o, mask_prob=mask_prob) if o.name == "mlm" else o for o in objectives)
+    return dataclasses.replace(cfg, objectives=objectives)
+
+
+class Run:
+    """One recipe's trainer, its data position and its own clock.
+
+    The schedule runs on the clock, not on the step count (cramming's budget schedule): before each step, the
+    fraction of the budget used so far places the step in the recipe's schedule (warmup, decay, short-then-long),
+    as if its `max_steps` were exactly the number of steps that fit the budget. So no recipe needs its step time
+    guessed in advance, and a load spike on a shared machine shortens every schedule instead of cutting one."""
+
+    def __init__(self, name: str, cfg, tok, train, order: np.ndarray, budget_s: float):
+        self.name, self.cfg, self.train, self.order, self.budget_s = name, cfg, train, order, budget_s
+        self.trainer = Pretrainer(cfg, tok)
+        self.lr_at = lr_lambda(cfg)
+        self.step, self.seconds, self.points, self.done = 0, 0.0, [], False
+
+    def one_step(self) -> float:
+        bs, n, cfg = self.cfg.batch_size, len(self.order), self.cfg
+        t0 = time.perf_counter()
+        virtual = min(cfg.max_steps - 1, int(self.seconds / self.budget_s * cfg.max_steps))
+        for group in self.trainer.optimizer.param_groups:
+            group["lr"] = cfg.lr * self.lr_at(virtual)  # the scheduler's own step after this one is overridden
+        start = (self.step * bs) % (n - bs)
+        rows = to_numpy_rows(self.train.take(self.order[start: start + bs]))
+        self.trainer.train_step(self.trainer.collate(rows, step=self.step, max_len=cfg.seq_len_at(virtual)))
+        self.step += 1
+        dt = time.perf_counter() - t0
+        self.seconds += dt
+        return dt
+
+
+def held_out(held, bs):
+    for s in range(0, len(held["doc_id"]) - bs + 1, bs):
+        yield {k: v[s: s + bs] for k, v in held.items()}
+
+
+def evaluate(run: Run, held, eval_batches: int) -> dict:
+    ev = run.trainer.evaluate(held_out(held, 32), max_batches=eval_batches)
+    point = {"seconds": round(run.seconds, 1), "step": run.step}
+    for m in METRICS:
+        if f"eval/{m}/accuracy" in ev:
+            point[m] = round(100 * ev[f"eval/{m}/accuracy"], 2)
+    run.points.append(point)
+    print(f"[{run.name}] {json.dumps(point)}", flush=True)
+    return point
+
+
+def fel(run: Run, tok, data: TaskData, n_calcs: int) -> dict:
+    pre = Pretrained(Path("."), run.cfg.model, tok.vocab_size, run.trainer.model.state_dict(),
+                     list(run.trainer.model.heads), tok)
+    out = {}
+    for task in ("ct", "ad"):
+        accs, base, base_name = [], [], None
+        for fold, seed in calculations()[:n_calcs]:
+            ft = dataclasses.replace(FINETUNE_PRESETS["mini"], task=task, fold=fold, seed=seed, keep_head=False)
+            tr, va, te = fel_split(data, task, ft)
+            accs.append(run_calculation(pre, ft, tr, te, val=va)["accuracy"])
+            b = context_free_baselines(task, tr, te, titles=data.titles if task == "ct" else ())
+            base.append(b["baseline_best"])
+            base_name = b["baseline_best_name"]
+        out[task] = {"accuracy": round(100 * float(np.mean(accs)), 2), "calculations": len(accs),
+                     "strongest_baseline": round(100 * float(np.mean(base)), 2), "baseline_name": base_name,
+                     "selection": "honest", "scheme": "pred", "heads": "discarded"}
+        print(f"[{run.name}] FEL {task}: {json.dumps(out[task])}", flush=True)
+    return out
+
+
+def _only(root: Path, kind: str) -> Path:
+    found = sorted(p for p in (root / kind).iterdir() if p.is_dir()) if (root / kind).is_dir() else []
+    if len(found) != 1:
+        sys.exit(f"laptop_budget: give --{kind} (found {len(found)} folders under {root / kind})")
+    return found[0]
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--storage", type=Path, default=Path("alignlab-storage"))
+    p.add_argument("--corpus", type=Path, help="a finished corpus folder (default: the only one under --storage)")
+    p.add_argument("--tasks", type=Path, help="a task folder (default: the only one under --storage)")
+    p.add_argument("--recipes", default="current,candidate", help=f"comma list of: {', '.join(RECIPES)}")
+    p.add_argument("--budget-s", type=float, default=300.0, help="training seconds per recipe")
+    p.add_argument("--slice-s", type=float, default=10.0, help="interleaving slice")
+    p.add_argument("--points", type=int, default=4, help="held-out evaluations per recipe, evenly over the budget")
+    p.add_argument("--eval-batches", type=int, default=30)
+    p.add_argument("--fel-calculations", type=int, default=2, help="FEL calculations per task at the end (<= 10)")
+    p.add_argument("--objectives", default="mlm,nsp,whp,pad", help="the mini study's all* model by default")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "laptop_budget.json")
+    a = p.parse_args(argv)
+    names = [n for n in a.recipes.split(",") if n]
+    unknown = [n for n in names if n not in RECIPES]
+    if unknown:
+        sys.exit(f"laptop_budget: unknown recipe(s) {unknown}; choose from {', '.join(RECIPES)}")
+    torch.set_num_threads(a.threads)
+    corpus = a.corpus or _only(a.storage, "corpus")
+    tasks = a.tasks or _only(a.storage, "tasks")
+    manifest = json.loads((corpus / "manifest.json").read_text())
+    tok = Tokenizer(corpus / "tokenizer.model")
+
+    def shards(split):
+        return pa.concat_tables([pq.read_table(corpus / "shards" / n) for n in manifest["shards"][split]])
+
+    train, held = shards("train"), to_numpy_rows(shards("eval"))
+    order = np.random.default_rng(0).permutation(train.num_rows)
+    objectives = resolve_objectives(tuple(a.objectives.split(",")))
+    command = "python benchmarks/laptop_budget.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    print(f"# {command}\n# corpus {corpus.name}, tasks {tasks.name}, torch {torch.__version__}, "
+          f"{a.threads} threads, budget {a.budget_s:.0f}s per recipe", flush=True)
+
+    runs = []
+    for name in names:
+        cfg = resolve_precision(build_config(name, objectives))
+        print(f"[{name}] precision {cfg.precision}, warmup {cfg.warmup_steps / cfg.max_steps:.1%} of the budget, "
+              f"decay {cfg.decay}, seq {cfg.seq_len_at(cfg.max_steps)}"
+              + (f" ({cfg.short_seq_len} for the first {cfg.short_seq_fraction:.0%})" if cfg.short_seq_len else ""),
+              flush=True)
+        runs.append(Run(name, cfg, tok, train, order, a.budget_s))
+
+    marks = [a.budget_s * (i + 1) / a.points for i in range(a.points)]
+    t_all = time.time()
+    while not all(r.done for r in runs):
+        for r in runs:
+            if r.done:
+                continue
+            end = time.perf_counter() + a.slice_s
+            while time.perf_counter() < end and not r.done:
+                r.one_step()
+                due = len(r.points) < len(marks) and r.seconds >= marks[len(r.points)]
+                r.done = r.seconds >= a.budget_s
+                if due or r.done:
+                    evaluate(r, held, a.eval_batches)
+    data = TaskData.load(tasks)
+    results = []
+    for r in runs:
+        results.append({"recipe": r.name, "config": to_dict(r.cfg), "steps": r.step, "train_seconds": round(r.seconds, 1),
+                        "points": r.points, "final": r.points[-1], "fel": fel(r, tok, data, a.fel_calculations)})
+    base = results[0]["final"]
+    print(f"\n| recipe | steps | s | " + " | ".join(f"{m} %" for m in METRICS) + " | CT pred | AD pred |")
+    print("|---|---|---|" + "---|" * (len(METRICS) + 2))
+    for res in results:
+        f = res["final"]
+        cells = [f"{f.get(m, float('nan')):.1f}" + (f" ({f[m] / base[m]:.2f}x)" if m == "mlm" and base.get(m) else "")
+                 for m in METRICS]
+        print(f"| {res['recipe']} | {res['steps']} | {res['train_seconds']:.0f} | " + " | ".join(cells)
+              + f" | {res['fel']['ct']['accuracy']:.1f} | {res['fel']['ad']['accuracy']:.1f} |")
+    ct = results[0]["fel"]["ct"]
+    print(f"(CT strongest context-free baseline on the same splits: {ct['strongest_baseline']:.1f} "
+          f"({ct['baseline_name']}); AD: {results[0]['fel']['ad']['strongest_baseline']:.1f} "
+          f"({results[0]['fel']['ad']['baseline_name']}); FEL selection honest, {a.fel_calculations} calculations)")
+    print(f"# total {time.time() - t_all:.0f}s\n# {command}")
+    entry = {"command": command, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+             "machine": _platform.processor() or _platform.machine(), "torch": torch.__version__,
+             "threads": a.threads, "budget_s": a.budget_s, "results": results}
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    old = json.loads(a.out.read_text()) if a.out.exists() else []
+    tmp = a.out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps([e for e in old if e.get("command") != command] + [entry], indent=1))
+    tmp.replace(a.out)
+
+
+if __name__ == "__main__":
+    main()

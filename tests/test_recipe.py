@@ -1,0 +1,185 @@
+"""The laptop-cramming recipe options (issue #15): each does what it says, and a model trained with all of them
+still pretrains under Ray Train, finetunes, and serves through the fast inference path."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from alignlab.platform.config import MODEL_SIZES, PRETRAIN_PRESETS, PretrainConfig
+from alignlab.platform.model import Encoder
+from alignlab.platform.pretrain import Pretrainer, lr_lambda, make_optimizer
+
+from tiny_model import batches, tiny_pretrained, tiny_tokenizer
+
+TINY = MODEL_SIZES["tiny"]
+
+
+def _inputs(vocab=100, T=12, B=3):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, vocab, (B, T), generator=g)
+    return ids, torch.zeros_like(ids)
+
+
+def _qkv_input(enc: Encoder, ids, seg) -> tuple[torch.Tensor, torch.Tensor]:
+    """(what layer 0 was given, what its attention projection read)."""
+    seen = {}
+
+    def keep(key):
+        def hook(module, args):
+            seen.setdefault(key, args[0])  # returns None: the input is left as it is
+        return hook
+
+    enc.layers[0].register_forward_pre_hook(keep("x"))
+    enc.layers[0].qkv.register_forward_pre_hook(keep("qkv"))
+    enc.eval()(ids, seg)
+    return seen["x"], seen["qkv"]
+
+
+def test_a_pre_ln_block_normalizes_before_attention_and_a_post_ln_block_after():
+    ids, seg = _inputs()
+    torch.manual_seed(0)
+    pre = Encoder(dataclasses.replace(TINY, norm="pre"), 100)
+    x, q_in = _qkv_input(pre, ids, seg)
+    assert torch.allclose(q_in, pre.layers[0].ln1(x), atol=1e-6)
+    assert pre.final_ln is not None
+    torch.manual_seed(0)
+    post = Encoder(dataclasses.replace(TINY, norm="post"), 100)
+    x, q_in = _qkv_input(post, ids, seg)
+    assert torch.equal(q_in, x)  # the raw stream; its LayerNorms come after each residual sum
+    assert post.final_ln is None
+
+
+def test_a_pre_ln_encoders_output_is_its_final_layernorm_of_the_residual_stream():
+    ids, seg = _inputs()
+    enc = Encoder(dataclasses.replace(TINY, norm="pre", dropout=0.0), 100).eval()
+    out = enc(ids, seg)
+    # LayerNorm output with unit gain and zero bias: mean 0, variance 1 per token.
+    assert torch.allclose(out.mean(-1), torch.zeros(out.shape[:2]), atol=1e-5)
+    assert torch.allclose(out.var(-1, unbiased=False), torch.ones(out.shape[:2]), atol=1e-3)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_dropout_zero_gives_identical_outputs_in_train_and_eval_mode(norm):
+    ids, seg = _inputs()
+    enc = Encoder(dataclasses.replace(TINY, norm=norm, dropout=0.0), 100)
+    assert torch.equal(enc.train()(ids, seg), enc.eval()(ids, seg))
+    noisy = Encoder(dataclasses.replace(TINY, norm=norm, dropout=0.1), 100)
+    assert not torch.equal(noisy.train()(ids, seg), noisy.eval()(ids, seg))
+
+
+def test_cosine_and_linear_schedules_end_at_zero_exactly_at_max_steps_after_warmup():
+    base = dict(max_steps=100, warmup_steps=10)
+    cos = lr_lambda(PretrainConfig(decay="cosine", **base))
+    lin = lr_lambda(PretrainConfig(decay="linear", **base))
+    const = lr_lambda(PretrainConfig(decay="constant", **base))
+    assert cos(0) == pytest.approx(0.1 * 0.5 * (1 + math.cos(0)))  # warming up
+    assert cos(50) == pytest.approx(0.5) and lin(50) == pytest.approx(0.5)
+    assert cos(25) == pytest.approx(0.5 * (1 + math.cos(math.pi / 4)))
+    assert cos(100) == pytest.approx(0.0, abs=1e-12) and lin(100) == 0.0
+    assert const(100) == 1.0
+
+
+def test_weight_decay_switches_to_adamw_and_spares_biases_and_layernorms():
+    enc = Encoder(TINY, 100)
+    plain = make_optimizer(enc, PretrainConfig())
+    assert type(plain) is torch.optim.Adam
+    assert plain.defaults["betas"] == (0.9, 0.999) and plain.defaults["eps"] == 1e-8
+    opt = make_optimizer(enc, PretrainConfig(weight_decay=0.01, adam_betas=(0.9, 0.98), adam_eps=1e-6))
+    assert type(opt) is torch.optim.AdamW and opt.defaults["betas"] == (0.9, 0.98) and opt.defaults["eps"] == 1e-6
+    decayed, spared = opt.param_groups
+    assert decayed["weight_decay"] == 0.01 and spared["weight_decay"] == 0.0
+    assert all(p.dim() == 2 for p in decayed["params"]) and all(p.dim() == 1 for p in spared["params"])
+    ids = {id(p) for g in opt.param_groups for p in g["params"]}
+    assert ids == {id(p) for p in enc.parameters()}
+    # With no gradient signal, decay alone shrinks a matrix and leaves a LayerNorm gain alone.
+    w, ln = enc.layers[0].qkv.weight, enc.layers[0].ln1.weight
+    w0, ln0 = w.detach().clone(), ln.detach().clone()
+    for p in enc.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    assert torch.allclose(w, w0 * (1 - 1e-4 * 0.01)) and torch.equal(ln, ln0)
+
+
+def test_a_short_then_long_schedule_trains_short_examples_first_and_nsp_pairs_keep_both_chunks(tmp_path):
+    tok = tiny_tokenizer(tmp_path)
+    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp", max_steps=10, short_seq_len=16,
+                              short_seq_fraction=0.3, precision="fp32")
+    assert [cfg.seq_len_at(s) for s in range(10)] == [16] * 3 + [TINY.max_len] * 7
+    tr = Pretrainer(cfg, tok)
+    rows = batches(tok)[0]
+    short = tr.collate(rows, step=0, max_len=cfg.seq_len_at(0))
+    long = tr.collate(rows, step=5, max_len=cfg.seq_len_at(5))
+    assert short["input_ids"].shape[1] <= 16 < long["input_ids"].shape[1]
+    # Every NSP example still has a first and a second segment, and the masks sit inside the example.
+    has_b = short["segment_ids"].amax(1) == 1
+    assert bool(has_b.all())
+    assert bool(short["attention_mask"].reshape(-1)[short["mlm_positions"]].all()) and len(short["mlm_positions"])
+    # The full-length collation is what it was without a schedule.
+    plain = Pretrainer(dataclasses.replace(cfg, short_seq_len=0, short_seq_fraction=0.0), tok)
+    assert torch.equal(plain.collate(rows, step=5)["input_ids"], long["input_ids"])
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(decay="triangle"), "decay"), (dict(adam_betas=(0.9, 1.0)), "adam_betas"), (dict(adam_eps=0.0), "adam_eps"),
+    (dict(weight_decay=float("nan")), "weight_decay"), (dict(seq_len=8), "seq_len"), (dict(seq_len=10_000), "seq_len"),
+    (dict(short_seq_len=16), "together"), (dict(short_seq_fraction=1.0, short_seq_len=16), "short_seq_fraction"),
+])
+def test_bad_recipe_values_are_refused_naming_the_field(bad, match):
+    with pytest.raises(ValueError, match=match):
+        PretrainConfig(**bad)
+    with pytest.raises(ValueError, match="norm"):
+        dataclasses.replace(TINY, norm="sandwich")
+
+
+CRAMMED = dict(model=dataclasses.replace(TINY, norm="pre", dropout=0.0), decay="cosine", weight_decay=0.01,
+               adam_betas=(0.9, 0.98), adam_eps=1e-6, short_seq_len=32, short_seq_fraction=0.5)
+
+
+def test_a_crammed_model_finetunes_and_its_fast_predictor_matches_the_module_forward(tmp_path):
+    from alignlab.platform.config import FINETUNE_PRESETS
+    from alignlab.platform.finetune import load_pretrained, run_calculation, save_finetuned
+    from alignlab.platform.inference import Predictor
+    from alignlab.platform.tasks import load_examples
+    from alignlab.platform.protocol import SHIPPED_TASK_DATA
+
+    mdir = tiny_pretrained(tmp_path, steps=4, **CRAMMED)
+    pre = load_pretrained(mdir)
+    assert pre.model_cfg.norm == "pre" and any(k.startswith("encoder.final_ln") for k in pre.state)
+    examples = load_examples("ct", SHIPPED_TASK_DATA / "ct_pool.jsonl")
+    cfg = dataclasses.replace(FINETUNE_PRESETS["smoke"], task="ct", budget=40)
+    result = run_calculation(pre, cfg, examples[:30], examples[40:60], val=examples[30:40])
+    assert 0.0 <= result["accuracy"] <= 1.0
+    fdir = save_finetuned(tmp_path, pre, cfg, result)
+    pred = Predictor.load(fdir)
+    model = pred.ft.model.eval()
+    from alignlab.platform.finetune import ct_input
+
+    words = list(examples[60].tokens)
+    ids, first = ct_input(pred.tok, words, model.cfg.max_len)
+    with torch.no_grad():
+        h = model.encoder(torch.tensor([ids]), torch.zeros(1, len(ids), dtype=torch.long))[0]
+        want = model.heads["ct"](h[torch.tensor(first)]).argmax(-1).tolist()
+    from alignlab.platform.aligned_labels import WHP_TAGS
+
+    assert pred.tag(words)[: len(first)] == [WHP_TAGS[t] for t in want]
+
+
+@pytest.mark.ray
+def test_a_crammed_recipe_pretrains_under_ray_train_and_its_id_names_the_recipe(smoke_corpus, tmp_path):
+    import json
+
+    from alignlab.platform.corpus import load_manifest
+    from alignlab.platform.pretrain_ray import model_id, pretrain
+
+    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", max_steps=4,
+                              checkpoint_every=4, precision="fp32", **CRAMMED)
+    mdir = pretrain(smoke_corpus, cfg, tmp_path)
+    cid = load_manifest(smoke_corpus)["corpus_id"]
+    assert mdir.name == model_id(cid, cfg) != model_id(cid, dataclasses.replace(cfg, model=TINY))
+    ev = json.loads((mdir / "final" / "eval.json").read_text())
+    assert ev["step"] == 4 and all(math.isfinite(ev[f"eval/{n}/perplexity"]) for n in ("mlm", "nsp", "whp", "pad"))
+    saved = json.loads((mdir / "final" / "model_config.json").read_text())
+    assert saved["model"]["norm"] == "pre" and saved["pretrain"]["decay"] == "cosine"
