@@ -200,6 +200,9 @@ def test_a_pre_ln_encoder_without_its_final_layernorm_is_refused(tmp_path):
     sd = torch.load(mdir / "final" / "model.pt", weights_only=True)
     del sd["encoder.final_ln.weight"], sd["encoder.final_ln.bias"]
     torch.save(sd, mdir / "final" / "model.pt")
+    from alignlab.platform.storage import write_marker
+
+    write_marker(mdir / "final")  # a whole model (its marker matches), but one without the final LayerNorm
     with pytest.raises(ValueError, match="cannot export exactly as a transformers RobertaPreLayerNormModel.*final_ln"):
         export.export_model(mdir, tmp_path / "out")
     assert not (tmp_path / "out").exists()
