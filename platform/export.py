@@ -154,11 +154,13 @@ def _check_encoder(cfg: ModelConfig, vocab_size: int, enc: dict[str, torch.Tenso
         raise ValueError(f"cannot export: tensor shapes differ from the model config: {bad}")
 
 
-def bert_state_dict(cfg: ModelConfig, enc: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """alignlab encoder tensors (keys without "encoder.") → BertModel's names; q, k, v split from `qkv`."""
+def _hf_state_dict(cfg: ModelConfig, enc: dict[str, torch.Tensor], layer_map: dict[str, str],
+                   pos: torch.Tensor) -> dict[str, torch.Tensor]:
+    """alignlab encoder tensors (keys without "encoder.") → a transformers encoder's names, one per `layer_map`;
+    q, k, v split from `qkv`; `pos` is the position table as the target numbers positions."""
     out = {
         "embeddings.word_embeddings.weight": enc["tok.weight"],
-        "embeddings.position_embeddings.weight": enc["pos.weight"],
+        "embeddings.position_embeddings.weight": pos,
         "embeddings.token_type_embeddings.weight": enc["seg.weight"],
         "embeddings.LayerNorm.weight": enc["ln.weight"],
         "embeddings.LayerNorm.bias": enc["ln.bias"],
@@ -168,30 +170,27 @@ def bert_state_dict(cfg: ModelConfig, enc: dict[str, torch.Tensor]) -> dict[str,
         # qkv's output features are laid out (3, heads, head_dim): the first `hidden` rows are q, then k, then v.
         for part, w, b in zip(("query", "key", "value"), enc[p + "qkv.weight"].chunk(3, 0), enc[p + "qkv.bias"].chunk(3, 0)):
             out[f"{q}attention.self.{part}.weight"], out[f"{q}attention.self.{part}.bias"] = w, b
-        for src, dst in _LAYER_MAP.items():
+        for src, dst in layer_map.items():
             out[f"{q}{dst}.weight"], out[f"{q}{dst}.bias"] = enc[p + src + ".weight"], enc[p + src + ".bias"]
+    return out
+
+
+def _fp32(out: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.detach().to(torch.float32).contiguous().clone() for k, v in out.items()}
+
+
+def bert_state_dict(cfg: ModelConfig, enc: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """alignlab encoder tensors (keys without "encoder.") → BertModel's names; q, k, v split from `qkv`."""
+    return _fp32(_hf_state_dict(cfg, enc, _LAYER_MAP, enc["pos.weight"]))
 
 
 def pre_layernorm_state_dict(cfg: ModelConfig, enc: dict[str, torch.Tensor], pad_id: int) -> dict[str, torch.Tensor]:
     """alignlab pre-LN encoder tensors (keys without "encoder.") → RobertaPreLayerNormModel's names; q, k, v split
     from `qkv`; the position table shifted by pad_id + 1 rows (zeros) to RoBERTa's position numbering."""
     pos = enc["pos.weight"]
-    out = {
-        "embeddings.word_embeddings.weight": enc["tok.weight"],
-        "embeddings.position_embeddings.weight": torch.cat([pos.new_zeros(pad_id + 1, pos.shape[1]), pos]),
-        "embeddings.token_type_embeddings.weight": enc["seg.weight"],
-        "embeddings.LayerNorm.weight": enc["ln.weight"],
-        "embeddings.LayerNorm.bias": enc["ln.bias"],
-    }
-    for i in range(cfg.num_layers):
-        p, q = f"layers.{i}.", f"encoder.layer.{i}."
-        for part, w, b in zip(("query", "key", "value"), enc[p + "qkv.weight"].chunk(3, 0), enc[p + "qkv.bias"].chunk(3, 0)):
-            out[f"{q}attention.self.{part}.weight"], out[f"{q}attention.self.{part}.bias"] = w, b
-        for src, dst in _PRE_LAYER_MAP.items():
-            out[f"{q}{dst}.weight"], out[f"{q}{dst}.bias"] = enc[p + src + ".weight"], enc[p + src + ".bias"]
+    out = _hf_state_dict(cfg, enc, _PRE_LAYER_MAP, torch.cat([pos.new_zeros(pad_id + 1, pos.shape[1]), pos]))
     out["LayerNorm.weight"], out["LayerNorm.bias"] = enc["final_ln.weight"], enc["final_ln.bias"]
-    return {k: v.detach().to(torch.float32).contiguous().clone() for k, v in out.items()}
+    return _fp32(out)
 
 
 def hf_tokenizer(model_path: str | Path, max_len: int):
