@@ -14,7 +14,7 @@ import dataclasses
 import os
 import shutil
 import tempfile
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -198,14 +198,15 @@ def prune_checkpoints(st: Storage, mid: str, name: str = "train", keep: int = 1)
 
 
 def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int = 2, name: str = "train",
-             crash_at_step: int | None = None, keep_checkpoints: int | None = None) -> Path:
+             after_step: Callable[..., None] | None = None, keep_checkpoints: int | None = None) -> Path:
     """Pretrain (or find) the model for (corpus, cfg). Returns the model folder; `final/` exists on return.
 
     `keep_checkpoints`: how many Train checkpoints the finished model keeps (default: $ALIGNLAB_KEEP_CHECKPOINTS
     or 1); the others are deleted once `final/` exists (`prune_checkpoints`).
 
-    `crash_at_step` is fault injection for the resume tests: rank 0 exits hard once, when it finishes
-    that step, before reporting it (a marker file in the model folder makes it happen only once)."""
+    `after_step(rank=, step=, model_dir=, flush=)` is called on every worker after each finished step, before the
+    step is reported: the resume tests inject their crash through it (production code carries no fault of its own).
+    It travels to the workers pickled, so it must be importable there or pickled by value."""
     import ray.data
     import ray.train
     from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
@@ -261,7 +262,7 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     trainer = TorchTrainer(
         _train_fn,
         train_loop_config={"cfg": to_dict(cfg), "storage": st.uri, "corpus_id": cid, "corpus_dir": str(cdir),
-                           "model_id": mid, "crash_at_step": crash_at_step},
+                           "model_id": mid, "after_step": after_step},
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu, resources_per_worker=resources),
         run_config=RunConfig(
             # The id is content-addressed, so reusing the name on a rerun resumes the same run on purpose.
@@ -327,7 +328,7 @@ def _train_fn(config: dict) -> None:
 
         writer = SummaryWriter(str(mdir / "tensorboard"))
     shard = ray.train.get_dataset_shard("train")
-    crash_at = config.get("crash_at_step")
+    after_step = config.get("after_step")
 
     def epoch_batches(epoch: int):
         return shard.iter_batches(batch_size=cfg.batch_size, batch_format="numpy", drop_last=True,
@@ -339,13 +340,8 @@ def _train_fn(config: dict) -> None:
     def report(metrics: dict, checkpoint_now: bool) -> None:
         if progress is not None and (line := progress.update(metrics["step"], metrics["train/loss"])):
             post_progress(line)
-        marker = mdir / ".crashed-once"
-        if rank == 0 and metrics["step"] == crash_at and not marker.exists():
-            marker.touch()
-            if writer is not None:
-                writer.flush()
-            time.sleep(3)  # let the controller register the previous checkpoint, as a real later failure would
-            os._exit(1)
+        if after_step is not None:
+            after_step(rank=rank, step=metrics["step"], model_dir=mdir, flush=writer.flush if writer else lambda: None)
         if writer is not None:
             for k, v in metrics.items():
                 if k not in ("step", "epoch"):

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
+from fault_hooks import crash_once_at
 
 from alignlab.platform.config import PRETRAIN_PRESETS
 from alignlab.platform.pretrain import Pretrainer, ProgressLine, train_loop
@@ -148,7 +149,7 @@ def test_a_killed_worker_resumes_from_the_last_checkpoint_with_no_step_repeated_
 
     # Checkpoints at steps 5 and 10: rank 0 exits hard after step 6, before reporting it; Ray Train restarts
     # the worker group, which must continue at step 6 from the step-5 checkpoint.
-    mdir = pretrain(smoke_corpus, SMOKE, tmp_path, max_failures=2, crash_at_step=6)
+    mdir = pretrain(smoke_corpus, SMOKE, tmp_path, max_failures=2, after_step=crash_once_at(6))
     assert (mdir / ".crashed-once").exists()
     assert _steps_logged(mdir) == list(range(1, SMOKE.max_steps + 1))
     for (k, a), b in zip(_weights(uninterrupted).items(), _weights(mdir).values()):
@@ -160,7 +161,7 @@ def test_rerunning_after_a_failed_run_continues_at_the_exact_step(uninterrupted,
     from alignlab.platform.pretrain_ray import is_finished, pretrain
 
     with pytest.raises(Exception):
-        pretrain(smoke_corpus, SMOKE, tmp_path, max_failures=0, crash_at_step=11)
+        pretrain(smoke_corpus, SMOKE, tmp_path, max_failures=0, after_step=crash_once_at(11))
     mdir = next((tmp_path / "models").iterdir())
     assert not is_finished(mdir), "an unfinished run must not be registered as finished"
     mdir2 = pretrain(smoke_corpus, SMOKE, tmp_path, max_failures=0)
