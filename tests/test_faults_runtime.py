@@ -284,11 +284,11 @@ def test_a_storage_uri_with_credentials_never_shows_them_in_a_refusal(tmp_path):
 
 
 def test_a_tune_param_space_gets_the_root_without_credentials_and_the_trial_gets_the_real_one():
-    from alignlab.platform.study import _trial_calc, _tune_safe
+    from alignlab.platform.study_grid import trial_calc, tune_safe
 
     real = "s3://AKIAEXAMPLE:wJalrXUtnFEMI@bucket/prefix"
     calc = {"calc_id": "ct-1", "storage": real, "finetune": {"lr": 1e-3}}
-    safe = _tune_safe(calc)
+    safe = tune_safe(calc)
     assert safe["storage"] == "s3://***@bucket/prefix" and "wJalrXUtnFEMI" not in json.dumps(safe)
-    assert _trial_calc(safe, real) == calc
-    assert _tune_safe({"calc_id": "ct-2"}) == {"calc_id": "ct-2"} and _trial_calc({"calc_id": "x"}, None) == {"calc_id": "x"}
+    assert trial_calc(safe, real) == calc
+    assert tune_safe({"calc_id": "ct-2"}) == {"calc_id": "ct-2"} and trial_calc({"calc_id": "x"}, None) == {"calc_id": "x"}

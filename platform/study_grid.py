@@ -1,0 +1,205 @@
+"""The Tune grid of a study's FEL calculations: one Ray Tune trial per pending calculation (no scheduler, no
+pruning), each writing `trials/<calc-id>.json` atomically; plus the trial helpers the Optuna search shares
+(resources, concurrency, where Tune keeps its state, a calc dict on this node).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+from alignlab.platform.config import FinetuneConfig, finetune_from_dict
+from alignlab.platform.storage import Storage, as_storage, study_dir, write_json
+from alignlab.platform.study_spec import DEFAULT_TRIAL_RESOURCES
+
+
+class Progress:
+    """Trials done / total and an ETA, printed as trials finish."""
+
+    def __init__(self, total: int, enabled: bool, what: str = "trials"):
+        self.total, self.done, self.t0, self.enabled, self.what = total, 0, time.time(), enabled, what
+
+    def tick(self, extra: str = "", done: int | None = None) -> None:
+        self.done = self.done + 1 if done is None else done
+        if not self.enabled:
+            return
+        el = time.time() - self.t0
+        eta = el / self.done * (self.total - self.done)
+        print(f"[{self.what}] {self.done}/{self.total} done, {el:.0f}s elapsed, ETA {eta:.0f}s{extra}", flush=True)
+
+
+def check_trial_resources(resources: dict) -> None:
+    """Refuse an FEL trial's resources that no node of the cluster (now or after autoscaling) can hold."""
+    from alignlab.platform.resources import check_request
+
+    check_request("an FEL trial", resources,
+                  hint="lower --cpus-per-trial / --gpus-per-trial, or drop --trial-resources")
+
+
+def concurrency(resources: dict, max_concurrent: int | None) -> int:
+    import ray
+
+    if max_concurrent:
+        return max_concurrent
+    have = ray.cluster_resources()
+    n = have.get("CPU", 1) / resources["cpu"] if resources.get("cpu") else have.get("CPU", 1)
+    if resources.get("gpu"):
+        n = min(n, have.get("GPU", 0) / resources["gpu"])
+    return max(1, int(n))
+
+
+def threads_per_trial(resources: dict) -> int:
+    return max(1, int(resources.get("cpu", 1)))
+
+
+def tune_storage(st: Storage | None, sdir: Path) -> dict:
+    """Where Tune keeps its experiment state: under the study at the root (shared by every node)."""
+    if st is None or not st.remote:
+        return {"storage_path": str(sdir / "tune")}
+    return {"storage_path": st.ray_path(f"studies/{sdir.name}/tune"), "storage_filesystem": st.ray_filesystem()}
+
+
+FEL_EXPERIMENT = "fel"
+"""The Tune experiment folder of a study's FEL calculations: `<study>/tune/fel/<calc-id>/`."""
+
+
+def run_trials(calcs: list[dict], sdir: Path, *, max_concurrent: int | None = None, progress: bool = True,
+               resources: dict | None = None, storage: Storage | None = None) -> None:
+    from ray import tune
+
+    resources = dict(resources or DEFAULT_TRIAL_RESOURCES)
+    check_trial_resources(resources)
+    prog = Progress(len(calcs), progress)
+
+    class _ProgressCallback(tune.Callback):
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            prog.tick()
+
+    uri = next((c["storage"] for c in calcs if c.get("storage")), None)
+    tuner = tune.Tuner(
+        tune.with_resources(tune.with_parameters(fel_trial, storage_uri=uri), resources),
+        param_space={"calc": tune.grid_search([tune_safe(c) for c in calcs]), "threads": threads_per_trial(resources)},
+        # Reusing trial actors saves each calculation a fresh worker process (torch import, ~seconds on a small
+        # box); a calculation sets its own seeds and builds everything it uses, so its result is unchanged.
+        tune_config=tune.TuneConfig(max_concurrent_trials=concurrency(resources, max_concurrent), reuse_actors=True,
+                                    trial_dirname_creator=lambda t: t.config["calc"]["calc_id"],
+                                    trial_name_creator=lambda t: t.config["calc"]["calc_id"]),
+        # One experiment folder per study, reused by every rerun: each trial's folder is its calculation id, so a
+        # resumed study adds the calculations it had not finished beside the others (not a new fel-<hash> each time).
+        run_config=tune.RunConfig(name=FEL_EXPERIMENT,
+                                  **tune_storage(storage, sdir), verbose=0, callbacks=[_ProgressCallback()],
+                                  failure_config=tune.FailureConfig(max_failures=1)),
+    )
+    results = tuner.fit()
+    errors = [r.error for r in results if r.error]
+    if errors:
+        raise RuntimeError(f"{len(errors)} FEL calculation(s) failed; first error: {errors[0]}")
+
+
+def tune_safe(calc: dict) -> dict:
+    """A calc dict as it goes into a Tune param space, which Tune writes to params.json, result.json, its
+    experiment state and TensorBoard: the storage URI without credentials (`storage.redact`). The trial gets
+    the real URI beside it (`tune.with_parameters`, through the object store; `trial_calc`)."""
+    from alignlab.platform.storage import redact
+
+    return {**calc, "storage": redact(calc["storage"])} if calc.get("storage") else calc
+
+
+def trial_calc(calc: dict, storage_uri: str | None) -> dict:
+    return {**calc, "storage": storage_uri} if storage_uri and calc.get("storage") else calc
+
+
+def fel_trial(config: dict, storage_uri: str | None = None) -> None:
+    """A Ray Tune function trainable: one FEL calculation, plain PyTorch (no TorchTrainer start-up cost)."""
+    import torch
+    from ray import tune
+
+    calc = trial_calc(config["calc"], storage_uri)
+    torch.set_num_threads(config.get("threads", 1))
+    result = run_one(calc)
+    tune.report({**{k: v for k, v in result.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
+                 "failed": int(result.get("status") == "failed")})
+
+
+def run_one(calc: dict) -> dict:
+    """Run a calculation described by a study's calc dict and write its trial file (atomically). A calculation
+    whose selection numbers are never finite is written as `status: failed` with the reason (`error`)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from alignlab.platform.finetune import NonFiniteError, load_pretrained, run_calculation
+    from alignlab.platform.protocol import TaskData, context_free_baselines, extra_test_scores, fel_split
+    from alignlab.platform.tasks import load_examples
+
+    ft = finetune_from_dict(calc["finetune"])
+    calc = localize(calc)
+    sdir = Path(calc["study_dir"])
+    data = TaskData.load(Path(calc["task_dir"]))
+    train, val, test = fel_split(data, ft.task, ft)
+    other = other_task_train(data, ft)
+    pre = load_pretrained(calc["model_dir"])
+    tb_dir = sdir / "tensorboard" / f"{calc['row']}|{calc['col']}|{calc['calc_id']}".replace("/", "_").replace(" ", "_")
+    writer = SummaryWriter(str(tb_dir))
+    try:
+        try:
+            res = run_calculation(pre, ft, train, test, val=val, other_task_train=other,
+                                  on_epoch=lambda e, m: [writer.add_scalar(f"select/{k}", v, e) for k, v in m.items()])
+        except NonFiniteError as e:
+            # Recorded as failed, with its reason: the study goes on, the report lists it, a rerun keeps it.
+            return _write_trial(calc, sdir, tb_dir, {"status": "failed", "error": str(e)})
+        tests = {**data.extra_tests(ft.task), **{name: load_examples(ft.task, sdir / "eval" / f)
+                                                 for name, f in calc.get("eval_sets", {}).items()}}
+        res.update(extra_test_scores(res.pop("_model"), pre.tok, ft, tests, train + val, titles=data.titles))
+        # Baselines learn from the whole budget the model had (its training and validation examples).
+        res.update(context_free_baselines(ft.task, train + val, test, titles=data.titles))
+        hp = {f"ft/{k}": v for k, v in calc["finetune"].items()}
+        hp.update({"model": calc["model_key"], "model_id": calc["model_id"], "row": calc["row"], "col": calc["col"]})
+        writer.add_hparams(hp, {f"result/{k}": res[k] for k in ("accuracy", "perplexity", "best_accuracy", "epochs")},
+                           run_name=".")
+    finally:
+        writer.close()
+    return _write_trial(calc, sdir, tb_dir, {"status": "ok", **res})
+
+
+def _write_trial(calc: dict, sdir: Path, tb_dir: Path, res: dict) -> dict:
+    import ray
+
+    try:
+        node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"
+    except Exception:  # noqa: BLE001 -- outside a Ray worker the node is simply "local"
+        node = "local"
+    row = {"calc_id": calc["calc_id"], "model_key": calc["model_key"], "model_id": calc["model_id"],
+           "row": calc["row"], "col": calc["col"], "group": calc.get("group", calc["row"]), "node": node,
+           **{f"ft_{k}": v for k, v in calc["finetune"].items()}, **res}
+    write_json(sdir / "trials" / f"{calc['calc_id']}.json", row)
+    if calc.get("storage"):
+        st = as_storage(calc["storage"])
+        if tb_dir.exists():
+            st.push(f"studies/{calc['study_name']}/tensorboard/{tb_dir.name}")
+        st.push_file(f"studies/{calc['study_name']}/trials/{calc['calc_id']}.json")  # last: marks it finished
+    return row
+
+
+def localize(calc: dict) -> dict:
+    """A calc dict with this node's folders: with a remote root, its model and tasks are pulled here first."""
+    if not calc.get("storage"):
+        return calc
+    st = as_storage(calc["storage"])
+    if not st.remote:
+        return calc
+    from alignlab.platform.pretrain_ray import fetch_model
+
+    st.pull(f"tasks/{calc['task_id']}", marker="stats.json")
+    for f in calc.get("eval_sets", {}).values():
+        st.pull_file(f"studies/{calc['study_name']}/eval/{f}")
+    return {**calc, "model_dir": str(fetch_model(st, calc["model_id"])), "task_dir": str(st.local / "tasks" / calc["task_id"]),
+            "study_dir": str(study_dir(st.local, calc["study_name"]))}
+
+
+def other_task_train(data, ft: FinetuneConfig):
+    """The other task's training sample for the multitask scheme (`mt:pred+trm`), else None."""
+    from alignlab.platform.protocol import fel_split
+
+    if ft.scheme != "mt:pred+trm":
+        return None
+    other_cfg = dataclasses.replace(ft, task="ct" if ft.task == "ad" else "ad")
+    return fel_split(data, other_cfg.task, other_cfg)[0]

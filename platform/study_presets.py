@@ -1,0 +1,59 @@
+"""The paper's study presets: model sizes standing in for 256/512/768 x 1/2/3 at each preset, the aligned
+objective set, the models pretrained without a task's aligned objective, and the protocol's points.
+
+What study scripts build their grids from; plain data and pure functions (no Ray).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from alignlab.platform.config import MODEL_SIZES, ModelConfig, PretrainConfig
+
+SIZE_GRID: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "smoke": ((16, 32), (1, 2)),
+    "mini": ((64, 128), (1, 2)),
+    "paper": ((256, 512, 768), (1, 2, 3)),
+}
+"""(widths, depths) standing in for the paper's 256/512/768 x 1/2/3 at each preset. The largest
+stands in for 768x3. At mini it is the mini preset's own model (128x2), so a study's 768x3 analogue
+is the same registry entry as the objective ablation's."""
+
+
+def sized_model(preset: str, hidden: int, num_layers: int) -> ModelConfig:
+    """The model of a given width and depth at a preset: the preset's shape (head size, FFN, length), resized."""
+    if preset == "paper":
+        return MODEL_SIZES[f"{hidden}x{num_layers}"]
+    from alignlab.platform.config import PRETRAIN_PRESETS
+
+    base = PRETRAIN_PRESETS[preset].model  # its recipe too (norm, dropout), not only its shape
+    return dataclasses.replace(base, hidden=hidden, num_layers=num_layers, head_dim=min(base.head_dim, hidden))
+
+
+def largest_size(preset: str) -> tuple[int, int]:
+    """(width, depth) of the preset's stand-in for the paper's 768x3."""
+    widths, depths = SIZE_GRID[preset]
+    return max(widths), max(depths)
+
+
+ALIGNED_OBJECTIVES = "mlm,nsp,whp,pad"
+WITHOUT_ALIGNED = {"ct": ("-whp", "mlm,nsp,pad"), "ad": ("-pad", "mlm,nsp,whp")}
+"""Per task, the model pretrained without the objective aligned to it (the paper's "768-"): its key and objectives."""
+
+
+def sized_pretrain(preset: str, hidden: int, num_layers: int, objectives: str = ALIGNED_OBJECTIVES) -> PretrainConfig:
+    """The preset's pretraining run for a model of this size and objective set."""
+    from alignlab.platform.config import PRETRAIN_PRESETS
+
+    return dataclasses.replace(PRETRAIN_PRESETS[preset], model=sized_model(preset, hidden, num_layers),
+                               objectives=objectives)
+
+
+def protocol_points(preset: str) -> list[tuple[int, int]]:
+    """(fold, seed) of a data point's calculations: the protocol's ten, two at smoke."""
+    from alignlab.platform.protocol import calculations
+
+    return calculations()[:2] if preset == "smoke" else calculations()
+
+
+SMOKE_TASK_DOCS = 3000
+"""Documents per language the smoke studies build their task datasets from (`Study.task_max_docs_per_lang`)."""
