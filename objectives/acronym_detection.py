@@ -25,8 +25,7 @@ import math
 
 import torch
 
-from alignlab.platform.protocol import NUM_FOLDS, grouped_folds
-from alignlab.platform.task import SequenceTask, register_task
+from alignlab.platform.task import BuiltData, SequenceTask, register_task
 
 # TODO(#16 merge): helper D splits platform/tasks.py; re-point the baseline imports.
 from alignlab.platform import tasks as T
@@ -41,9 +40,16 @@ def pair_input(tok, acronym: str, snippet: str, max_len: int, acronym_form: str)
     return ids, [0] * (len(acr) + 2) + [1] * (len(snip) + 1)
 
 
+def _protocol():
+    # Imported when used: the registry imports this module while platform.config (which protocol imports) loads.
+    from alignlab.platform import protocol
+
+    return protocol
+
+
 def snippet_folds(examples: list) -> list[list[int]]:
     """Example indices per fold; both pairs of a snippet land in the same fold (fixed, seed-independent)."""
-    return grouped_folds(examples, lambda ex: ex.snippet)
+    return _protocol().grouped_folds(examples, lambda ex: ex.snippet)
 
 
 @register_task
@@ -56,6 +62,7 @@ class AcronymDetection(SequenceTask):
     num_classes = 2
     baselines = ("majority", "letters", "span_matcher")
     data_files = {"ad": ("ad.jsonl", True), "ad_ood": ("ad_ood.jsonl", False)}
+    build_options = {"target_snippets": 600}
     serving_verbs = ("acronym_score", "acronym_scores")
 
     def example_input(self, ex, tok, max_len, acronym_form):
@@ -63,21 +70,36 @@ class AcronymDetection(SequenceTask):
         return ids, seg, int(ex.label)
 
     # ---- data: k folds over one file, the out-of-domain pairs on the side
+    def build_key(self, options):
+        return {"snippets": options["target_snippets"], "ad_builder": T.AD_BUILDER_VERSION}
+
+    def build_data(self, docs, *, seed, options):
+        """In-domain pairs from the bundled corpus, plus the shipped out-of-domain npm pairs."""
+        ad, stats = T.build_ad_dataset(docs, seed=seed, target_snippets=options["target_snippets"])
+        ood = self.load_examples(_protocol().SHIPPED_TASK_DATA / "ad_ood.jsonl")
+        # Snippets are corpus text, so their documents are held out, and so are the documents that define a
+        # positive's acronym ("long form (ACRO)" elsewhere gives the answer away).
+        heldout = set(stats.pop("doc_ids", [])) | T.defining_doc_ids(docs, ad)
+        files = {self.data_files["ad"][0]: ad, self.data_files["ad_ood"][0]: ood}
+        return BuiltData(files, {"ad": stats, "ad_ood": {"num_examples": len(ood),
+                                                         "num_snippets": len({e.snippet for e in ood})}}, heldout)
+
     def pool_and_test(self, data, fold):
         folds = snippet_folds(data.ad)
-        test = [data.ad[i] for i in folds[fold % NUM_FOLDS]]
-        pool = [data.ad[i] for f, idx in enumerate(folds) if f != fold % NUM_FOLDS for i in idx]
+        k = fold % len(folds)
+        test = [data.ad[i] for i in folds[k]]
+        pool = [data.ad[i] for f, idx in enumerate(folds) if f != k for i in idx]
         return pool, test
 
     def search_pool_key(self, fold):
-        return str(fold % NUM_FOLDS)
+        return str(fold % _protocol().NUM_FOLDS)
 
     def search_groups(self, points):
         # Every snippet is in some fold's test set, so fold f gets its own search inside its four training
         # folds (nested cross-validation).
-        groups: dict = {}
+        k, groups = _protocol().NUM_FOLDS, {}
         for f, s in points:
-            groups[f % NUM_FOLDS] = groups.get(f % NUM_FOLDS, ()) + ((f, s),)
+            groups[f % k] = groups.get(f % k, ()) + ((f, s),)
         return groups
 
     def extra_tests(self, data):

@@ -15,11 +15,17 @@ import torch
 # TODO(#16 merge): WHP_TAGS may move with helper A's aligned_labels split; re-point this import.
 from alignlab.platform.aligned_labels import WHP_TAGS
 from alignlab.platform.batching import IGNORE
-from alignlab.platform.task import TokenTask, register_task
+from alignlab.platform.task import BuiltData, TokenTask, register_task
 from alignlab.platform.tokenizer import _split_at_word_starts
 
 # TODO(#16 merge): helper D splits platform/tasks.py; re-point the baseline imports.
 from alignlab.platform import tasks as T
+
+
+CT_DATA = ("npm", "templated")
+"""CT datasets a study can use (`ct_data`): "npm" (default), the hand-labelled npm package summaries shipped in
+objectives/task_data/npm/ (real text, guideline and agreement beside it); "templated", titles of the
+bundled corpus placed in templates (gold tags by construction: fast, but a context-free rule solves it)."""
 
 
 def word_pieces(tok, words) -> list[list[int]]:
@@ -84,6 +90,7 @@ class ConceptTagging(TokenTask):
     num_classes = len(WHP_TAGS)
     baselines = ("majority", "lexicon", "run_rule", "gazetteer")
     data_files = {"ct_pool": ("ct_pool.jsonl", True), "ct_test": ("ct_test.jsonl", True)}
+    build_options = {"ct_data": "npm"}
     serving_verbs = ("tag", "bracket")
 
     def example_input(self, ex, tok, max_len, acronym_form):
@@ -94,6 +101,33 @@ class ConceptTagging(TokenTask):
         return ids, [0] * len(ids), lab
 
     # ---- data: one pool, one test set for every fold
+    def build_key(self, options):
+        if options["ct_data"] not in CT_DATA:
+            raise ValueError(f"unknown CT data {options['ct_data']!r}: choose one of {', '.join(CT_DATA)}")
+        return {"ct_data": options["ct_data"]}
+
+    def folder_tag(self, options):
+        return options["ct_data"]
+
+    def build_data(self, docs, *, seed, options):
+        from alignlab.platform.protocol import SHIPPED_TASK_DATA
+
+        en_docs = [d for d in docs if d.lang == "en"]
+        if options["ct_data"] == "templated":
+            pool, test, stats = T.build_ct_dataset(T.concepts_from_documents(en_docs), seed=seed)
+        else:
+            pool = self.load_examples(SHIPPED_TASK_DATA / "ct_pool.jsonl")
+            test = self.load_examples(SHIPPED_TASK_DATA / "ct_test.jsonl")
+            stats = {"source": "npm package summaries, hand-labelled (objectives/task_data/npm)",
+                     "pool_size": len(pool), "test_size": len(test),
+                     "tag_fractions_pool": T.tag_fractions(pool), "tag_fractions_test": T.tag_fractions(test)}
+        # Article titles of the bundled corpus, for the gazetteer baseline.
+        titles = sorted({t for t in (T.title_words(d.title) for d in en_docs if d.title) if t})
+        files = {self.data_files["ct_pool"][0]: pool, self.data_files["ct_test"][0]: test,
+                 "titles.txt": "".join(" ".join(t) + "\n" for t in titles)}
+        # CT is not corpus text (npm summaries, or templates around titles), so nothing of it is held out.
+        return BuiltData(files, {"ct": stats, "ct_data": options["ct_data"], "titles": len(titles)}, set())
+
     def pool_and_test(self, data, fold):
         return list(data.ct_pool), list(data.ct_test)
 

@@ -45,8 +45,7 @@ from alignlab.platform.storage import MARKER, folder_finished, publish_dir, read
 from alignlab.platform.task import Encoded, head_for, registered_tasks, task as task_named
 from alignlab.platform.tokenizer import Tokenizer
 
-make_head = head_for
-"""A fresh head of a task or of its aligned pretraining objective (kept name: benchmarks call it)."""
+make_head = head_for  # the old name; benchmarks/inference_latency.py calls it
 MULTITASK = "mt:pred+trm"
 
 
@@ -195,10 +194,8 @@ class Calculation:
 
 def run_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, val=None, other_task_train=None,
                     on_epoch=None) -> dict:
-    """`finetune_calculation`'s row with the model under "_model" (the old shape).
-
-    TODO(#16 merge): platform/study.py (run_calculation x2, res.pop("_model")), tests/test_recipe.py,
-    tests/test_markers.py and benchmarks/ still call this; move them to `finetune_calculation`, then delete it."""
+    """TODO(#16 merge): the old shape (the model under "_model"), kept for study.py, tests/test_recipe.py,
+    tests/test_markers.py and benchmarks/; move them to `finetune_calculation`, then delete this."""
     calc = finetune_calculation(pre, cfg, train, test, val=val, other_task_train=other_task_train, on_epoch=on_epoch)
     return {**calc.row, "_model": calc.model}
 
@@ -317,7 +314,7 @@ def finetuned_dir(root: Path, fid: str) -> Path:
 
 
 def save_finetuned(root: Path, pre: Pretrained, cfg: FinetuneConfig, result: Calculation) -> Path:
-    """Write the model `run_calculation` kept (its best-perplexity state) with all a server needs.
+    """Write the model `finetune_calculation` kept (its best-perplexity state) with all a server needs.
 
     The pretrained WHP/PAD heads are copied in as they were before finetuning, so the predictor can
     show the aligned pretraining objective's score next to the task's (paper §4.1).

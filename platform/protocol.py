@@ -36,10 +36,6 @@ def calculations() -> list[tuple[int, int]]:
     return [(fold, seed) for fold in range(NUM_FOLDS) for seed in range(NUM_SEEDS)]
 
 
-CT_DATA = ("npm", "templated")
-"""CT datasets a study can use: "npm" (default), the hand-labelled npm package summaries shipped in
-objectives/task_data/npm/ (real text, guideline and agreement beside it); "templated", titles of the
-bundled corpus placed in templates (gold tags by construction: fast, but a context-free rule solves it)."""
 SHIPPED_TASK_DATA = Path(importlib.util.find_spec("alignlab.objectives.registry").origin).parent / "task_data" / "npm"
 TASK_BUILDER_VERSION = 3
 """Bumped when build_tasks writes different files for the same arguments (3: hand-labelled CT by default,
@@ -77,51 +73,40 @@ class TaskData:
         return task_named(task).extra_tests(self)
 
 
-def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int | None = None,
-                target_snippets: int = 600, seed: int = 0, ct_data: str = "npm") -> Path:
-    """Build (or find) the task datasets; AD's source documents are listed for holdout.
-
-    AD comes from the bundled corpus (in-domain) plus the shipped out-of-domain npm pairs. CT is the
-    shipped hand-labelled npm set (`ct_data="npm"`) or the templated one built from bundled titles."""
+def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int | None = None, seed: int = 0,
+                **options) -> Path:
+    """Build (or find) every registered task's data in one folder (`Task.build_data`); the documents a task
+    marks are listed for holdout. `options` are the tasks' own (`Task.build_options`: AD's `target_snippets`,
+    CT's `ct_data`), each at its default unless given."""
     from alignlab.platform.sources import read_bundled
 
-    if ct_data not in CT_DATA:
-        raise ValueError(f"unknown CT data {ct_data!r}: choose one of {', '.join(CT_DATA)}")
+    tasks = registered_tasks()
+    defaults = {k: v for t in tasks for k, v in t.build_options.items()}
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        raise TypeError(f"build_tasks got unknown task options {', '.join(unknown)} (known: {', '.join(defaults)})")
+    options = {**defaults, **options}
+    parts = [t.build_key(options) for t in tasks]  # validates each task's options first
     st = as_storage(root)
-    key = config_hash({"langs": list(langs), "max_docs": max_docs_per_lang, "snippets": target_snippets, "seed": seed,
-                       "ad_builder": T.AD_BUILDER_VERSION, "ct_data": ct_data, "builder": TASK_BUILDER_VERSION})
-    rel = f"tasks/{ct_data}-{key}"
+    key = config_hash({"langs": list(langs), "max_docs": max_docs_per_lang, "seed": seed,
+                       "builder": TASK_BUILDER_VERSION, **{k: v for p in parts for k, v in p.items()}})
+    rel = "tasks/" + "-".join([*(tag for t in tasks if (tag := t.folder_tag(options))), key])
     tdir = st.local / rel
     if st.pull(rel, marker="stats.json"):
         return tdir
     docs = list(read_bundled(langs, max_docs_per_lang=max_docs_per_lang))
-    ad, ad_stats = T.build_ad_dataset(docs, seed=seed, target_snippets=target_snippets)
-    en_docs = [d for d in docs if d.lang == "en"]
-    if ct_data == "templated":
-        pool, test, ct_stats = T.build_ct_dataset(T.concepts_from_documents(en_docs), seed=seed)
-    else:
-        pool = T.load_examples("ct", SHIPPED_TASK_DATA / "ct_pool.jsonl")
-        test = T.load_examples("ct", SHIPPED_TASK_DATA / "ct_test.jsonl")
-        ct_stats = {"source": "npm package summaries, hand-labelled (objectives/task_data/npm)",
-                    "pool_size": len(pool), "test_size": len(test),
-                    "tag_fractions_pool": T.tag_fractions(pool), "tag_fractions_test": T.tag_fractions(test)}
-    ad_ood = T.load_examples("ad", SHIPPED_TASK_DATA / "ad_ood.jsonl")
-    titles = sorted({t for t in (T.title_words(d.title) for d in en_docs if d.title) if t})
+    built = [t.build_data(docs, seed=seed, options=options) for t in tasks]
     tdir.mkdir(parents=True, exist_ok=True)
-    T.write_jsonl(tdir / "ad.jsonl", ad)
-    T.write_jsonl(tdir / "ad_ood.jsonl", ad_ood)
-    T.write_jsonl(tdir / "ct_pool.jsonl", pool)
-    T.write_jsonl(tdir / "ct_test.jsonl", test)
-    write_text(tdir / "titles.txt", "".join(" ".join(t) + "\n" for t in titles))
-    # CT is not corpus text (npm summaries, or templates around titles), so nothing of it is held out. AD
-    # snippets are corpus text, so their documents are, and so are the documents that define a positive's
-    # acronym ("long form (ACRO)" elsewhere gives the answer away).
-    doc_ids = sorted(set(ad_stats.pop("doc_ids", [])) | T.defining_doc_ids(docs, ad))
+    for b in built:
+        for name, content in b.files.items():
+            if isinstance(content, str):
+                write_text(tdir / name, content)
+            else:
+                T.write_jsonl(tdir / name, content)
+    doc_ids = sorted(set().union(*(b.heldout_doc_ids for b in built)))
     write_text(tdir / "heldout_doc_ids.txt", "".join(d + "\n" for d in doc_ids))
-    write_json(tdir / "stats.json", {"ad": ad_stats, "ad_ood": {"num_examples": len(ad_ood),
-                                                                "num_snippets": len({e.snippet for e in ad_ood})},
-                                     "ct": ct_stats, "ct_data": ct_data, "titles": len(titles),
-                                     "heldout_documents": len(doc_ids)})
+    stats = dict(sorted((k, v) for b in built for k, v in b.stats.items()))
+    write_json(tdir / "stats.json", {**stats, "heldout_documents": len(doc_ids)})
     st.push(rel, last=("stats.json",))
     return tdir
 

@@ -7,9 +7,10 @@ The engine (finetune, protocol, inference, CLI) looks tasks up by the name a con
              `head_rank` orders the heads a task model creates (creation order draws the random init).
 - encoding:  `encode(examples, tok, max_len, acronym_form) -> Encoded`; `units(hidden, enc)` the hidden
              vectors and labels of the scored units (`unit` names them: "words", "pairs").
-- data:      `data_files` (TaskData field -> file), `pool_and_test(data, fold)`, `search_groups(points)`,
-             `search_pool_key(fold)`, `extra_tests(data)`; `multitask_partner` is the task whose data the
-             multitask scheme trains on alongside.
+- data:      `build_options`, `build_key(options)`, `folder_tag(options)` and `build_data(docs, seed=, options=)` make its
+             files of the task folder; `data_files` (TaskData field -> file), `pool_and_test(data, fold)`,
+             `search_groups(points)`, `search_pool_key(fold)`, `extra_tests(data)`; `multitask_partner` is
+             the task whose data the multitask scheme trains on alongside.
 - baselines: `baselines` (names) and `baseline_scores(train, test, titles=...)`.
 - serving:   `serving_verbs` (Predictor methods it adds) and the `predict` CLI hooks.
 The two head shapes the paper's tasks use (token tagging, [CLS] classification) are the base classes below.
@@ -87,6 +88,18 @@ class Encoded:
         return Encoded(self.input_ids[idx], self.segment_ids[idx], self.attention_mask[idx], self.labels[idx])
 
 
+@dataclass
+class BuiltData:
+    """What a task contributes to a task folder (`protocol.build_tasks`)."""
+
+    files: dict[str, Any]
+    """File name -> examples (written as JSONL) or text."""
+    stats: dict
+    """Top-level entries of the folder's stats.json."""
+    heldout_doc_ids: set[str]
+    """Corpus documents pretraining must not see (their text is, or gives away, a test answer)."""
+
+
 class Task:
     """The interface; see the module docstring. Subclass `TokenTask` or `SequenceTask`, not this."""
 
@@ -140,6 +153,20 @@ class Task:
         raise NotImplementedError
 
     # ---- data (paper §3.4's protocol)
+    build_options: ClassVar[dict[str, Any]] = {}
+    """Keyword options of `protocol.build_tasks` this task reads, with their defaults."""
+
+    def build_key(self, options: dict) -> dict:
+        """What this task's files depend on besides the documents and seed (part of the folder's id)."""
+        return {}
+
+    def folder_tag(self, options: dict) -> str:
+        """A readable part of the task folder's name ("" for none)."""
+        return ""
+
+    def build_data(self, docs: list, *, seed: int, options: dict) -> BuiltData:
+        raise NotImplementedError
+
     def load_examples(self, path) -> list:
         from alignlab.platform import tasks as T  # TODO(#16 merge): helper D splits tasks.py (file formats)
 
