@@ -101,6 +101,10 @@ class ConceptTagging(TokenTask):
         return ids, [0] * len(ids), lab
 
     # ---- data: one pool, one test set for every fold
+    def add_build_arguments(self, parser):
+        parser.add_argument("--ct-data", choices=list(CT_DATA), default=None,
+                            help="CT data: the shipped hand-labelled npm set (default) or templated bundled titles")
+
     def build_key(self, options):
         if options["ct_data"] not in CT_DATA:
             raise ValueError(f"unknown CT data {options['ct_data']!r}: choose one of {', '.join(CT_DATA)}")

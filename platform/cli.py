@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     data = sub.add_parser("data", help="FEL task data").add_subparsers(dest="action", required=True)
     bt = data.add_parser("build-tasks", help="build the CT and AD datasets (hand-labelled CT, bundled + npm AD)")
     _common(bt)
-    bt.add_argument("--ct-data", choices=["npm", "templated"], default="npm",
-                    help="CT data: the shipped hand-labelled npm set (default) or templated bundled titles")
+    for t in registered_tasks():  # each task's own build options
+        t.add_build_arguments(bt)
     cc = data.add_parser("convert-ct", help="bracketed CT text ('a [spatial graph] library') -> CT JSONL")
     cc.add_argument("src", help="bracketed file, one text per line")
     cc.add_argument("dst", help="JSONL file to write")
@@ -225,7 +225,9 @@ def _data(args, root: Path) -> int:
         from alignlab.platform.protocol import build_tasks
 
         c = CORPUS_PRESETS[args.preset]  # the task data the preset's corpus holds out (CorpusConfig.hold_out_tasks)
-        tdir = build_tasks(root, max_docs_per_lang=c.task_max_docs_per_lang, seed=c.seed, ct_data=args.ct_data)
+        options = {k: getattr(args, k) for t in registered_tasks() for k in t.build_options
+                   if getattr(args, k, None) is not None}
+        tdir = build_tasks(root, max_docs_per_lang=c.task_max_docs_per_lang, seed=c.seed, **options)
         print((tdir / "stats.json").read_text())
         print(f"Tasks: {tdir}")
         return 0

@@ -156,6 +156,9 @@ class Task:
     build_options: ClassVar[dict[str, Any]] = {}
     """Keyword options of `protocol.build_tasks` this task reads, with their defaults."""
 
+    def add_build_arguments(self, parser) -> None:
+        """`alignlab data build-tasks` flags for `build_options` (dest = the option's name)."""
+
     def build_key(self, options: dict) -> dict:
         """What this task's files depend on besides the documents and seed (part of the folder's id)."""
         return {}
