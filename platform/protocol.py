@@ -105,7 +105,8 @@ def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int 
                 T.write_jsonl(tdir / name, content)
     doc_ids = sorted(set().union(*(b.heldout_doc_ids for b in built)))
     write_text(tdir / "heldout_doc_ids.txt", "".join(d + "\n" for d in doc_ids))
-    stats = dict(sorted((k, v) for b in built for k, v in b.stats.items()))
+    # In name order, so the file is the same however the tasks are registered.
+    stats = dict(sorted(((k, v) for b in built for k, v in b.stats.items()), key=lambda kv: kv[0]))
     write_json(tdir / "stats.json", {**stats, "heldout_documents": len(doc_ids)})
     st.push(rel, last=("stats.json",))
     return tdir
