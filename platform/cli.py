@@ -29,6 +29,7 @@ from alignlab.platform.protocol import NUM_FOLDS
 from alignlab.platform.errors import (Parser, int_below, name_list, nonneg_int, positive_float, positive_int,
                                       run_guarded)
 from alignlab.platform.storage import MARKER, folder_finished, resolve_root
+from alignlab.platform.task import registered_tasks, task, task_names
 
 
 def _objective_names() -> set[str]:
@@ -72,21 +73,21 @@ def main(argv: list[str] | None = None) -> int:
     data = sub.add_parser("data", help="FEL task data").add_subparsers(dest="action", required=True)
     bt = data.add_parser("build-tasks", help="build the CT and AD datasets (hand-labelled CT, bundled + npm AD)")
     _common(bt)
-    bt.add_argument("--ct-data", choices=["npm", "templated"], default="npm",
-                    help="CT data: the shipped hand-labelled npm set (default) or templated bundled titles")
+    for t in registered_tasks():  # each task's own build options
+        t.add_build_arguments(bt)
     cc = data.add_parser("convert-ct", help="bracketed CT text ('a [spatial graph] library') -> CT JSONL")
     cc.add_argument("src", help="bracketed file, one text per line")
     cc.add_argument("dst", help="JSONL file to write")
     cc.add_argument("--texts", default=None, help="plain texts the lines must match word for word")
     dv = data.add_parser("validate", help="check a CT/AD JSONL file (and a test file for overlap)")
-    dv.add_argument("--task", required=True, choices=["ct", "ad"])
+    dv.add_argument("--task", required=True, choices=task_names())
     dv.add_argument("files", nargs="+")
 
     for name in ("finetune", "fel"):
         f = sub.add_parser(name, help="one FEL calculation" if name == "finetune" else "the ten FEL calculations")
         _common(f)
         f.add_argument("--model", required=True, help="pretrained model id (see `alignlab models`)")
-        f.add_argument("--task", required=True, choices=["ct", "ad"])
+        f.add_argument("--task", required=True, choices=task_names())
         f.add_argument("--budget", type=positive_int)
         f.add_argument("--scheme", choices=["pred", "pred+trm", "pred+trm+emb", "mt:pred+trm"])
         f.add_argument("--lr", type=positive_float)
@@ -102,15 +103,14 @@ def main(argv: list[str] | None = None) -> int:
 
     ev = sub.add_parser("evaluate", help="score a saved finetuned model on a CT/AD JSONL file")
     ev.add_argument("--model", required=True, help="finetuned model id (printed by `alignlab finetune --save`)")
-    ev.add_argument("--task", required=True, choices=["ct", "ad"])
+    ev.add_argument("--task", required=True, choices=task_names())
     ev.add_argument("file")
     ev.add_argument("--json", default=None, help="also write the metrics to this JSON file")
     ev.add_argument("--storage", default=None)
     pr = sub.add_parser("predict", help="tag a query (CT) or score an acronym against a snippet (AD)")
     pr.add_argument("--model", required=True, help="finetuned model id (printed by `alignlab finetune --save`)")
-    pr.add_argument("query", nargs="?", help="a CT query; prints it with [ ] around the predicted concepts")
-    pr.add_argument("--acronym", default=None)
-    pr.add_argument("--snippet", default=None)
+    for t in registered_tasks():  # each task's own inputs
+        t.add_predict_arguments(pr)
     pr.add_argument("--storage", default=None)
 
     rp = sub.add_parser("report", help="(re)write a study's report from its results")
@@ -225,7 +225,9 @@ def _data(args, root: Path) -> int:
         from alignlab.platform.protocol import build_tasks
 
         c = CORPUS_PRESETS[args.preset]  # the task data the preset's corpus holds out (CorpusConfig.hold_out_tasks)
-        tdir = build_tasks(root, max_docs_per_lang=c.task_max_docs_per_lang, seed=c.seed, ct_data=args.ct_data)
+        options = {k: getattr(args, k) for t in registered_tasks() for k in t.build_options
+                   if getattr(args, k, None) is not None}
+        tdir = build_tasks(root, max_docs_per_lang=c.task_max_docs_per_lang, seed=c.seed, **options)
         print((tdir / "stats.json").read_text())
         print(f"Tasks: {tdir}")
         return 0
@@ -253,9 +255,10 @@ def _data(args, root: Path) -> int:
 def _finetune(args, root: Path) -> int:
     import numpy as np
 
-    from alignlab.platform.finetune import load_pretrained, run_calculation, save_finetuned
+    from alignlab.platform.finetune import load_pretrained, save_finetuned
+    from alignlab.platform.finetune import MULTITASK, finetune_calculation
     from alignlab.platform.protocol import (TaskData, build_tasks, calculations, context_free_baselines,
-                                            extra_test_scores, fel_split)
+                                            extra_test_scores, fel_split, multitask_train)
 
     from alignlab.platform.pretrain_ray import fetch_model
 
@@ -272,18 +275,16 @@ def _finetune(args, root: Path) -> int:
     for fold, seed in points:
         c = dataclasses.replace(cfg, fold=fold, seed=seed)
         train, val, test = fel_split(data, c.task, c)
-        other = None
-        if c.scheme == "mt:pred+trm":  # the other task's training sample of the same calculation, as in a study
-            oc = dataclasses.replace(c, task="ad" if c.task == "ct" else "ct")
-            other, _, _ = fel_split(data, oc.task, oc)
-        res = run_calculation(pre, c, train, test, val=val, other_task_train=other)
+        # The partner task's training sample of the same calculation, as in a study.
+        other = multitask_train(data, c) if c.scheme == MULTITASK else None
+        calc = finetune_calculation(pre, c, train, test, val=val, other_task_train=other)
+        res = calc.row
         res.update(context_free_baselines(c.task, train + val, test, titles=data.titles))
-        res.update(extra_test_scores(res["_model"], pre.tok, c, data.extra_tests(c.task), train + val,
+        res.update(extra_test_scores(calc.model, pre.tok, c, data.extra_tests(c.task), train + val,
                                      titles=data.titles))
-        saved = save_finetuned(root.local, pre, c, res) if getattr(args, "save", False) else None
+        saved = save_finetuned(root.local, pre, c, calc) if getattr(args, "save", False) else None
         if saved is not None:
             root.push(f"finetuned/{saved.name}", last=(MARKER,))
-        res.pop("_model")
         rows.append(res)
         print(json.dumps({"fold": fold, "seed": seed, **{k: (round(v, 4) if isinstance(v, float) else v)
                                                           for k, v in res.items()}}))
@@ -321,7 +322,7 @@ def _evaluate(args, root: Path) -> int:
         raise ValueError(f"finetuned model {args.model} was trained for {', '.join(ft.task_heads)}, not {args.task}")
     examples = T.load_examples(args.task, args.file)  # TaskDataError (a ValueError) names every file:line
     m = evaluate_examples(ft.model, args.task, examples, ft.tok, acronym_form=ft.cfg.acronym_form)
-    unit = "words" if args.task == "ct" else "pairs"
+    unit = task(args.task).unit
     print(f"{args.file}: {args.task.upper()} accuracy {m['accuracy']:.4f}  perplexity {m['perplexity']:.4f}  "
           f"({m['count']} {unit}, {m['num_examples']} examples, model {args.model})")
     if args.json:
@@ -332,25 +333,11 @@ def _evaluate(args, root: Path) -> int:
 def _predict(args, root: Path) -> int:
     from alignlab.platform.inference import Predictor
 
-    if (args.acronym is None) != (args.snippet is None):
-        raise ValueError("AD prediction needs both --acronym and --snippet")
-    if (args.query is None) == (args.acronym is None):
-        raise ValueError("give either a query (CT) or --acronym and --snippet (AD)")
+    asked = [t for t in registered_tasks() if t.predict_requested(args)]  # raises on a half-given input
+    if len(asked) != 1:
+        raise ValueError(f"give either {' or '.join(t.predict_usage() for t in registered_tasks())}")
     pred = Predictor.load(_finetuned_folder(root, args.model))
-    if args.query is not None:
-        if not args.query.split():
-            raise ValueError("the query is empty")
-        print(pred.bracket(args.query))
-        return 0
-    if not args.acronym.isalpha():
-        raise ValueError(f"acronym {args.acronym!r} must be letters only")
-    scores = pred.acronym_scores(args.acronym, args.snippet)
-    line = f"{args.acronym}: AD score = {scores['ad']:.2f}"
-    if "pad" in scores:
-        line += f", PAD score = {scores['pad']:.2f}"
-        if pred.ft.info.get("encoder_finetuned"):
-            line += "  (pretrained PAD head on the finetuned encoder)"
-    print(line)
+    print(asked[0].predict_line(pred, args))
     return 0
 
 if __name__ == "__main__":

@@ -1,33 +1,26 @@
 """One Few Example Learning (FEL) calculation (paper §3.4, §4): finetune a pretrained model on CT or AD
 from a few hundred examples, evaluate every epoch, select epochs, and report the paper's metrics.
 
-Plain PyTorch (a Ray Tune trial calls `run_calculation`). Schemes (Table 3):
+Plain PyTorch (a Ray Tune trial calls `finetune_calculation`). Schemes (Table 3):
 - `pred`: only the prediction layers learn. The encoder is frozen, so its outputs are computed once
   per calculation (in eval mode: encoder dropout is off; the head's own dropout still applies to
   the cached features) and only the head is trained on them -- thousands of these are cheap.
 - `pred+trm`: prediction + Transformer layers; embeddings frozen.
 - `pred+trm+emb`: everything.
-- `mt:pred+trm`: like `pred+trm`, trained jointly on CT and AD (batches alternate); scored on `task`.
-Heads: `keep_head` initialises CT's head from WHP's and AD's from PAD's when the model has them;
-otherwise a fresh head (the paper's `*` models).
+- `mt:pred+trm`: like `pred+trm`, trained jointly with the task's `multitask_partner` (batches alternate);
+  scored on `task`.
+Heads: `keep_head` initialises each task's head from its aligned objective's (CT from WHP, AD from PAD)
+when the model has it; otherwise a fresh head (the paper's `*` models).
 Selection (`selection`): "honest" picks epochs on a validation split carved from the budget and
 touches the test set once per selected epoch; "paper" picks them on the test set, as the paper did.
 Stopping rule (`EpochSelector`): the best-perplexity epoch and the best-accuracy epoch are each selected
 on the selection split, and training goes on until BOTH have stopped improving for `patience` epochs
 (or to `max_epochs`), so the best-accuracy column is the best of a run that was not cut short at the
 perplexity's stopping point; "epochs" is the 1-based epoch of the best selection perplexity.
-Metrics: accuracy, and perplexity = exp(mean cross-entropy), over words (CT, at each word's first
-piece) or pairs (AD).
-Acronym input form (`acronym_form`, default "letters"): AD's acronym enters as one token per letter,
-not as the sentencepiece pieces of the acronym string ("text"). Measured on smoke-scale models (32x1
-after 12 steps and 64x2 after 600 steps of mlm+nsp+whp+pad, PAD pretrained in either form; 10 AD
-calculations per cell, budget 200, schemes pred and pred+trm+emb), both forms stay at chance (49.8-50.7%,
-below the 58.5% letters-only context-free baseline), so that scale cannot decide; and with the smoke
-vocabulary (1000 pieces) the forms hardly differ (1.0 piece per acronym letter). We keep "letters"
-because (1) AD asks whether the letters are the initials of a span, and with a real vocabulary "text"
-hides them: at 8000 pieces an acronym averages 0.8 pieces per letter (MENA -> "▁men" "a"), the
-spelling-blindness the paper blames for AD's difficulty (§4.2); (2) PAD pretrains on letters by default,
-so a kept PAD head sees the input form it was trained on. Revisit with a mini/paper-scale model.
+Metrics: accuracy, and perplexity = exp(mean cross-entropy), over the task's scored units (`Task.unit`).
+Tasks are objects (`alignlab.platform.task`): this module looks them up by the config's name and never
+asks which task it is handling.
+Acronym input form (`acronym_form`, default "letters"): see objectives/acronym_detection.py.
 Keeping a model: `save_finetuned` writes the best-perplexity state with what serving needs under
 `<root>/finetuned/<id>/`; `load_finetuned` + `evaluate_examples` score any file with it, and
 `alignlab.platform.inference.Predictor` serves it.
@@ -43,19 +36,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-from alignlab.platform.aligned_labels import WHP_TAGS
 from alignlab.platform.config import FinetuneConfig, ModelConfig, config_hash, finetune_from_dict, to_dict
-from alignlab.platform.model import AlignModel, SequenceHead, TokenHead
+from alignlab.platform.model import AlignModel
 from alignlab.platform.storage import MARKER, folder_finished, publish_dir, read_json, write_json, write_marker
+from alignlab.platform.task import Encoded, head_for, registered_tasks, task as task_named
 from alignlab.platform.tokenizer import Tokenizer
 
-IGNORE = -100
-ALIGNED_HEAD = {"ct": "whp", "ad": "pad"}
-NUM_CLASSES = {"ct": len(WHP_TAGS), "ad": 2}
+make_head = head_for  # the old name; benchmarks/inference_latency.py calls it
+MULTITASK = "mt:pred+trm"
 
 
 # ---------------------------------------------------------------- loading a pretrained model
@@ -83,144 +74,39 @@ def load_pretrained(mdir: str | Path) -> Pretrained:
                       Tokenizer(final / "tokenizer.model"))
 
 
-def make_head(name: str, hidden: int, dropout: float) -> torch.nn.Module:
-    """A fresh head of a task or of its aligned pretraining objective (CT/WHP tag words, AD/PAD score [CLS])."""
-    if name in ("ct", "whp"):
-        return TokenHead(hidden, NUM_CLASSES["ct"], dropout)
-    if name in ("ad", "pad"):
-        return SequenceHead(hidden, NUM_CLASSES["ad"], dropout)
-    raise ValueError(f"no finetuning head named {name!r}")
-
-
 def build_task_model(pre: Pretrained, task: str, *, keep_head: bool, dropout: float, seed: int) -> AlignModel:
     torch.manual_seed(seed)
     cfg = dataclasses.replace(pre.model_cfg, dropout=dropout)
     model = AlignModel(cfg, pre.vocab_size)
     enc = {k[len("encoder."):]: v for k, v in pre.state.items() if k.startswith("encoder.")}
     model.encoder.load_state_dict(enc)
-    for t in ("ct", "ad"):
-        head = make_head(t, cfg.hidden, dropout)
-        src = ALIGNED_HEAD[t]
-        if keep_head and src in pre.heads:
-            prefix = f"heads.{src}."
+    # Every task's head, in `head_rank` order: creation order draws the fresh heads' random init.
+    for t in registered_tasks():
+        head = t.make_head(cfg.hidden, dropout)
+        if keep_head and t.aligned_objective in pre.heads:
+            prefix = f"heads.{t.aligned_objective}."
             head.load_state_dict({k[len(prefix):]: v for k, v in pre.state.items() if k.startswith(prefix)})
-        model.heads[t] = head
+        model.heads[t.name] = head
     return model
 
 
 # ---------------------------------------------------------------- encoding task examples
 
 
-@dataclass
-class Encoded:
-    """Padded inputs of a task's examples, and labels (per first subword for CT, per row for AD)."""
-
-    input_ids: torch.Tensor
-    segment_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    labels: torch.Tensor
-
-    def __len__(self) -> int:
-        return self.input_ids.shape[0]
-
-    def rows(self, idx) -> "Encoded":
-        return Encoded(self.input_ids[idx], self.segment_ids[idx], self.attention_mask[idx], self.labels[idx])
-
-
-_WORD_START: dict[str, np.ndarray] = {}
-
-
-def word_pieces(tok: Tokenizer, words) -> list[list[int]]:
-    """The pieces of each word, as `tok.encode_words(words)` gives them, from one encode of the joined text.
-
-    One string is ~10x faster than a list (sentencepiece starts its thread pool for a list), and equal,
-    because pieces never cross whitespace: a piece beginning with "▁" starts each word. Where that does
-    not give one start per word (a word normalised away, or absorbed into <unk>), words are encoded one by one.
-    """
-    words = list(words)
-    if not words:
-        return []
-    start = _WORD_START.get(tok.model_path)
-    if start is None:
-        start = np.array([tok.sp.id_to_piece(i).startswith("▁") for i in range(tok.vocab_size)])
-        _WORD_START[tok.model_path] = start
-    ids = tok.sp.encode(" ".join(words))
-    starts = [i for i, p in enumerate(ids) if start[p]]
-    if len(starts) != len(words) or (ids and starts[0] != 0):
-        return [tok.sp.encode(w) for w in words]
-    return [ids[a:b] for a, b in zip(starts, starts[1:] + [len(ids)])]
-
-
-def ct_input(tok: Tokenizer, words, max_len: int) -> tuple[list[int], list[int]]:
-    """`[CLS] pieces.. [SEP]` of a query and the position of each word's first piece.
-
-    A word with no pieces becomes `<unk>`; words that would not fit are dropped (and not scored).
-    Shared by training, evaluation and the predictor, so all three see the same inputs.
-    """
-    ids, first = [tok.cls_id], []
-    for p in word_pieces(tok, words):
-        p = p or [tok.unk_id]
-        if len(ids) + len(p) > max_len - 1:
-            break
-        first.append(len(ids))
-        ids += p
-    ids.append(tok.sep_id)
-    return ids, first
-
-
-def ad_input(tok: Tokenizer, acronym: str, snippet: str, max_len: int,
-             acronym_form: str) -> tuple[list[int], list[int]]:
-    """`[CLS] acronym [SEP] snippet [SEP]` ids and segment ids (the PAD input shape)."""
-    acr = tok.encode_acronym(acronym, acronym_form)[: max_len // 4]
-    # Pieces never cross whitespace, so the joined snippet's pieces are its words' pieces in order.
-    snip = tok.sp.encode(" ".join(snippet.split()))[: max_len - 3 - len(acr)]
-    ids = [tok.cls_id, *acr, tok.sep_id, *snip, tok.sep_id]
-    return ids, [0] * (len(acr) + 2) + [1] * (len(snip) + 1)
-
-
 def encode_examples(task: str, examples, tok: Tokenizer, max_len: int, acronym_form: str = "letters") -> Encoded:
-    seqs, segs, labels = [], [], []
-    for ex in examples:
-        if task == "ad":
-            ids, seg = ad_input(tok, ex.acronym, ex.snippet, max_len, acronym_form)
-            labels.append(int(ex.label))
-        else:
-            ids, first = ct_input(tok, ex.tokens, max_len)
-            lab = [IGNORE] * len(ids)
-            for pos, tag in zip(first, ex.tags):
-                lab[pos] = WHP_TAGS.index(tag)
-            seg = [0] * len(ids)
-            labels.append(lab)
-        seqs.append(ids)
-        segs.append(seg)
-    if not seqs:
-        raise ValueError(f"no {task.upper()} examples to encode")
-    T = max(len(s) for s in seqs)
-    n = len(seqs)
-    input_ids = torch.full((n, T), tok.pad_id, dtype=torch.long)
-    segment_ids = torch.zeros((n, T), dtype=torch.long)
-    mask = torch.zeros((n, T), dtype=torch.bool)
-    lab_t = torch.tensor(labels, dtype=torch.long) if task == "ad" else torch.full((n, T), IGNORE, dtype=torch.long)
-    for i, (s, g) in enumerate(zip(seqs, segs)):
-        input_ids[i, : len(s)] = torch.tensor(s)
-        segment_ids[i, : len(g)] = torch.tensor(g)
-        mask[i, : len(s)] = True
-        if task == "ct":
-            lab_t[i, : len(labels[i])] = torch.tensor(labels[i])
-    return Encoded(input_ids, segment_ids, mask, lab_t)
+    """Padded inputs and labels of `task`'s examples (the task's own input encoding)."""
+    return task_named(task).encode(examples, tok, max_len, acronym_form)
 
 
 # ---------------------------------------------------------------- metrics
 
 
 def logits_and_labels(model: AlignModel, task: str, enc: Encoded, hidden=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Task logits for the scored units (words for CT, rows for AD) and their labels."""
+    """Task logits for the scored units (`Task.unit`) and their labels."""
     if hidden is None:
         hidden = model.encoder(enc.input_ids, enc.segment_ids, enc.attention_mask)
-    if task == "ad":
-        return model.heads["ad"](hidden[:, 0]), enc.labels
-    sel = enc.labels != IGNORE
-    return model.heads["ct"](hidden[sel]), enc.labels[sel]
+    h, labels = task_named(task).units(hidden, enc)
+    return model.heads[task](h), labels
 
 
 def metrics_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
@@ -244,7 +130,7 @@ def trainable_parameters(model: AlignModel, scheme: str, tasks: tuple[str, ...])
     for p in model.parameters():
         p.requires_grad_(False)
     groups = [model.heads[t] for t in tasks]
-    if scheme in ("pred+trm", "mt:pred+trm", "pred+trm+emb"):
+    if scheme in ("pred+trm", MULTITASK, "pred+trm+emb"):
         groups.append(model.encoder.layers)
     if scheme == "pred+trm+emb":
         groups += [model.encoder.tok, model.encoder.pos, model.encoder.seg, model.encoder.ln]
@@ -261,13 +147,9 @@ class _Features:
         model.eval()
         with torch.no_grad():
             hidden = model.encoder(enc.input_ids, enc.segment_ids, enc.attention_mask)
-        if task == "ad":
-            self.x, self.y = hidden[:, 0].clone(), enc.labels
-            self.row_of_unit = torch.arange(len(enc))
-        else:
-            sel = enc.labels != IGNORE
-            self.x, self.y = hidden[sel].clone(), enc.labels[sel]
-            self.row_of_unit = torch.nonzero(sel)[:, 0]
+        t = task_named(task)
+        x, self.y = t.units(hidden, enc)
+        self.x, self.row_of_unit = x.clone(), t.unit_rows(enc)
 
     def units_of_rows(self, rows: torch.Tensor) -> torch.Tensor:
         return torch.nonzero(torch.isin(self.row_of_unit, rows)).squeeze(1)
@@ -296,9 +178,31 @@ class EpochSelector:
         return epoch - self.ppl_epoch >= self.patience and epoch - self.acc_epoch >= self.patience
 
 
+def task_heads(cfg: FinetuneConfig) -> tuple[str, ...]:
+    """The task heads a calculation trains: its task's, and its multitask partner's in the multitask scheme."""
+    return (cfg.task, task_named(cfg.task).multitask_partner) if cfg.scheme == MULTITASK else (cfg.task,)
+
+
+@dataclass
+class Calculation:
+    """One calculation's result row (plain values, one row of a study) and the model it kept."""
+
+    row: dict
+    model: AlignModel
+    """The best-perplexity state (the paper's choice), for extra test sets and `save_finetuned`."""
+
+
 def run_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, val=None, other_task_train=None,
                     on_epoch=None) -> dict:
-    """Finetune on `train`, select epochs on `val` (honest) or `test` (paper), return one result row."""
+    """TODO(#16 merge): the old shape (the model under "_model"), kept for study.py, tests/test_recipe.py,
+    tests/test_markers.py and benchmarks/; move them to `finetune_calculation`, then delete this."""
+    calc = finetune_calculation(pre, cfg, train, test, val=val, other_task_train=other_task_train, on_epoch=on_epoch)
+    return {**calc.row, "_model": calc.model}
+
+
+def finetune_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, val=None, other_task_train=None,
+                         on_epoch=None) -> Calculation:
+    """Finetune on `train`, select epochs on `val` (honest) or `test` (paper); the result row and kept model."""
     t0 = time.time()
     if cfg.selection == "honest" and not val:
         raise ValueError("honest selection needs a validation split (carve it from the training budget)")
@@ -308,12 +212,11 @@ def run_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, val=No
     enc_train = encode_examples(task, train, tok, L, cfg.acronym_form)
     enc_test = encode_examples(task, test, tok, L, cfg.acronym_form)
     enc_sel = enc_test if cfg.selection == "paper" else encode_examples(task, val, tok, L, cfg.acronym_form)
-    multitask = cfg.scheme == "mt:pred+trm"
-    other = "ad" if task == "ct" else "ct"
+    tasks = task_heads(cfg)
+    multitask, other = len(tasks) > 1, tasks[-1]
     if multitask and not other_task_train:
         raise ValueError("scheme mt:pred+trm needs the other task's training examples (other_task_train)")
     enc_other = encode_examples(other, other_task_train, tok, L, cfg.acronym_form) if multitask else None
-    tasks = (task, other) if multitask else (task,)
     params = trainable_parameters(model, cfg.scheme, tasks)
     opt = torch.optim.Adam(params, lr=cfg.lr)
     gen = torch.Generator().manual_seed(cfg.seed * 1000 + cfg.fold)
@@ -382,13 +285,13 @@ def run_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, val=No
         restore(best_acc[0])
         at_acc = evaluate(enc_test, f_test if frozen else None)
     restore(best_ppl[0])  # the kept model is the best-perplexity one (the paper's choice)
-    return {
+    return Calculation({
         "accuracy": at_ppl["accuracy"], "perplexity": at_ppl["perplexity"],
         "best_accuracy": at_acc["accuracy"], "perplexity_at_best_accuracy": at_acc["perplexity"],
         "epochs": selector.ppl_epoch, "epochs_run": len(history), "best_accuracy_epoch": selector.acc_epoch,
         "selection": cfg.selection, "num_train": len(train), "num_val": len(val or []), "num_test": len(test),
-        "seconds": round(time.time() - t0, 3), "_model": model,
-    }
+        "seconds": round(time.time() - t0, 3),
+    }, model)
 
 
 # ---------------------------------------------------------------- keeping, loading and scoring a finetuned model
@@ -410,19 +313,20 @@ def finetuned_dir(root: Path, fid: str) -> Path:
     return Path(root) / "finetuned" / fid
 
 
-def save_finetuned(root: Path, pre: Pretrained, cfg: FinetuneConfig, result: dict) -> Path:
-    """Write the model `run_calculation` kept (its best-perplexity state) with all a server needs.
+def save_finetuned(root: Path, pre: Pretrained, cfg: FinetuneConfig, result: Calculation) -> Path:
+    """Write the model `finetune_calculation` kept (its best-perplexity state) with all a server needs.
 
     The pretrained WHP/PAD heads are copied in as they were before finetuning, so the predictor can
     show the aligned pretraining objective's score next to the task's (paper §4.1).
     Written to a temporary folder and renamed, so a crash never leaves a half-written model.
     """
-    model: AlignModel = result["_model"]
-    tasks = (cfg.task, "ad" if cfg.task == "ct" else "ct") if cfg.scheme == "mt:pred+trm" else (cfg.task,)
+    if isinstance(result, dict):  # TODO(#16 merge): run_calculation's old row shape; drop with it
+        result = Calculation({k: v for k, v in result.items() if not k.startswith("_")}, result["_model"])
+    model, tasks = result.model, task_heads(cfg)
     state = {f"encoder.{k}": v for k, v in model.encoder.state_dict().items()}
     for t in tasks:
         state.update({f"heads.{t}.{k}": v for k, v in model.heads[t].state_dict().items()})
-    pretrained_heads = [h for h in ("whp", "pad") if h in pre.heads]
+    pretrained_heads = [t.aligned_objective for t in registered_tasks() if t.aligned_objective in pre.heads]
     for h in pretrained_heads:
         prefix = f"heads.{h}."
         state.update({k: v for k, v in pre.state.items() if k.startswith(prefix)})
@@ -438,7 +342,7 @@ def save_finetuned(root: Path, pre: Pretrained, cfg: FinetuneConfig, result: dic
         write_json(tmp / "finetune.json", {"finetuned_id": fid, "pretrained_model_id": pre.mdir.name,
                                            "pretrained_dir": str(pre.mdir), "finetune": to_dict(cfg),
                                            "encoder_finetuned": cfg.scheme != "pred", "marker": MARKER})
-        write_json(tmp / "metrics.json", {k: v for k, v in result.items() if not k.startswith("_")})
+        write_json(tmp / "metrics.json", result.row)
         write_marker(tmp)  # last: the size of every file above
         publish_dir(tmp, final)
     except BaseException:
@@ -473,7 +377,7 @@ def load_finetuned(fdir: str | Path) -> Finetuned:
     info = read_json(fdir / "finetune.json")
     model = AlignModel(ModelConfig(**mc["model"]), mc["vocab_size"])
     for h in (*mc["task_heads"], *mc["pretrained_heads"]):
-        model.heads[h] = make_head(h, model.cfg.hidden, model.cfg.dropout)
+        model.heads[h] = head_for(h, model.cfg.hidden, model.cfg.dropout)
     model.load_state_dict(torch.load(fdir / "model.pt", map_location="cpu", weights_only=True))
     model.eval()
     metrics = read_json(fdir / "metrics.json") if (fdir / "metrics.json").exists() else {}

@@ -1,4 +1,4 @@
-"""Serving a finetuned model: CT tagging of one query and AD scoring of one (acronym, snippet) pair, fast.
+"""Serving a finetuned model: one input at a time (a CT query, an AD pair), fast.
 
 The predictor runs batch 1 with no padding, in `torch.inference_mode()`, on a dedicated forward
 (`FastEncoder`) built from the weights of the trained `model.Encoder` that skips what serving does
@@ -12,41 +12,20 @@ not need:
 - no MLM decoder (the saved model has none) and only the head that is asked for.
 Its outputs equal `model.Encoder`'s in eval mode to float rounding (a test keeps it so).
 
-Tags become brackets as in paper §4.1: "[" before an S word, "]" after an E word, "[w]" around an
-SE word, N words bare; each word's tag is printed as predicted, so an ill-formed sequence (S S E)
-shows as the paper's nested brackets rather than being repaired.
+The verbs (`Predictor.bracket`, `Predictor.acronym_score`, ...) are the tasks' own (`Task.serving_verbs`,
+in objectives/): the predictor holds the fast encoder and the heads' tensors, each task reads its head.
 """
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+import functools
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from alignlab.platform.aligned_labels import WHP_TAGS
-from alignlab.platform.finetune import Finetuned, ad_input, ct_input, load_finetuned
+from alignlab.platform.finetune import Finetuned, load_finetuned
 from alignlab.platform.model import Encoder
-
-
-def tags_to_brackets(words: Sequence[str], tags: Sequence[str]) -> str:
-    """`when was the first [super mario] released` from words and their S/E/SE/N tags (paper §4.1)."""
-    if len(words) != len(tags):
-        raise ValueError(f"{len(tags)} tags for {len(words)} words")
-    out = []
-    for w, t in zip(words, tags):
-        if t == "S":
-            out.append("[" + w)
-        elif t == "E":
-            out.append(w + "]")
-        elif t == "SE":
-            out.append("[" + w + "]")
-        elif t == "N":
-            out.append(w)
-        else:
-            raise ValueError(f"unknown tag {t!r} (expected one of {', '.join(WHP_TAGS)})")
-    return " ".join(out)
+from alignlab.platform.task import registered_tasks
 
 
 def _mkl_linear_ok() -> bool:
@@ -218,7 +197,7 @@ class FastEncoder:
 
 
 class Predictor:
-    """CT tags / AD scores of one input from a finetuned model (never the MLM decoder, never padding)."""
+    """A task's prediction for one input from a finetuned model (never the MLM decoder, never padding)."""
 
     def __init__(self, ft: Finetuned):
         self.ft, self.tok = ft, ft.tok
@@ -231,42 +210,18 @@ class Predictor:
     def load(cls, fdir: str | Path) -> "Predictor":
         return cls(load_finetuned(fdir))
 
-    def _need(self, head: str) -> None:
+    def need(self, head: str) -> None:
         if head not in self.heads:
             raise ValueError(f"finetuned model {self.ft.fid} has no {head!r} head (it has {', '.join(self.heads)})")
 
-    def tag(self, words: Sequence[str], head: str = "ct") -> list[str]:
-        """One tag per word; words past the model's max length (never scored) are N."""
-        self._need(head)
-        ids, first = ct_input(self.tok, words, self.max_len)
-        if not first:
-            return ["N"] * len(words)
-        w, b = self.heads[head]
-        with torch.inference_mode():
-            h = self.enc(torch.tensor(ids), None, torch.tensor(first))
-            pred = torch.addmm(b, h, w).argmax(-1).tolist()
-        return [WHP_TAGS[t] for t in pred] + ["N"] * (len(words) - len(first))
-
-    def bracket(self, query: str, head: str = "ct") -> str:
-        words = query.split()
-        return tags_to_brackets(words, self.tag(words, head))
-
-    def acronym_score(self, acronym: str, snippet: str, head: str = "ad") -> float:
-        """Softmax probability that `acronym` matches an entity (AD) / a span (PAD) of `snippet`."""
-        self._need(head)
-        ids, seg = ad_input(self.tok, acronym, snippet, self.max_len, self.acronym_form)
-        pool_w, pool_b, w, b = self.heads[head]
-        with torch.inference_mode():
-            h = self.enc(torch.tensor(ids), torch.tensor(seg), torch.zeros(1, dtype=torch.long))
-            logits = torch.addmm(b, torch.tanh(torch.addmm(pool_b, h, pool_w)), w)[0].tolist()
-        return 1.0 / (1.0 + math.exp(logits[0] - logits[1]))
-
-    def acronym_scores(self, acronym: str, snippet: str) -> dict[str, float]:
-        """AD's score, and PAD's when the model carries the pretrained PAD head (paper §4.1's pair)."""
-        out = {"ad": self.acronym_score(acronym, snippet, "ad")}
-        if "pad" in self.heads:
-            out["pad"] = self.acronym_score(acronym, snippet, "pad")
-        return out
+    def __getattr__(self, verb: str):
+        """A task's serving verb, bound to this predictor: `pred.bracket(query)` is the tagging task's
+        `bracket(pred, query)` (`Task.serving_verbs`)."""
+        if not verb.startswith("_"):
+            for t in registered_tasks():
+                if verb in t.serving_verbs:
+                    return functools.partial(getattr(t, verb), self)
+        raise AttributeError(f"{type(self).__name__!r} has no attribute {verb!r}")
 
 
 def _head_tensors(head: torch.nn.Module) -> tuple[torch.Tensor, ...]:

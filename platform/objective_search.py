@@ -113,7 +113,7 @@ def mix_trial(config: dict, storage_uri: str | None = None) -> None:
     import torch
     from ray import tune
 
-    from alignlab.platform.finetune import load_pretrained, run_calculation
+    from alignlab.platform.finetune import finetune_calculation, load_pretrained
     from alignlab.platform.pretrain_ray import fetch_model, pretrain
     from alignlab.platform.protocol import TaskData, fel_split
     from alignlab.platform.ray_env import quiet_ray_data
@@ -137,7 +137,7 @@ def mix_trial(config: dict, storage_uri: str | None = None) -> None:
         for fold, seed in ctx["points"]:
             ft = dataclasses.replace(base, task=task, fold=fold, seed=seed)
             train, val, _ = fel_split(data, task, ft)  # the test split is not used by a search
-            accs.append(run_calculation(pre, ft, train, val, val=val)["accuracy"])
+            accs.append(finetune_calculation(pre, ft, train, val, val=val).row["accuracy"])
         out[f"{task}_val_accuracy"] = float(np.mean(accs))
     tune.report(out)
 
@@ -177,8 +177,9 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
         def on_trial_complete(self, iteration, trials, trial, **info):
             r = trial.last_result or {}
             done = sum(t.status == "TERMINATED" for t in trials)
+            accs = " ".join(f"{m.split('_')[0].upper()} {r.get(m, float('nan')):.3f}" for m in METRICS)
             say(f"[search {spec.name}] {done}/{spec.num_samples} trials, {time.time() - t0:.0f}s: {r.get('objectives')} "
-                f"CT {r.get('ct_val_accuracy', float('nan')):.3f} AD {r.get('ad_val_accuracy', float('nan')):.3f}", flush=True)
+                f"{accs}", flush=True)
 
     storage_path = str(sdir / "tune")
     exp = f"{storage_path}/{name}"
@@ -237,13 +238,15 @@ def write_objective_report(sdir: Path) -> Path:
              f"over {len(s['points'])} (fold, seed) points per task, honest selection; the test sets are not used.", "",
              f"{len(done)} of {len(s['trials'])} trials finished, {len({t['model_id'] for t in done})} distinct models. "
              "**Pareto front** (no other trial is at least as good on both tasks and better on one) in bold.", "",
-             "| mixture (objective × weight) | model | CT val acc | AD val acc | Pareto |", "|---|---|---|---|---|"]
-    for t in sorted(done, key=lambda t: (not t["pareto"], -(t["ct_val_accuracy"] + t["ad_val_accuracy"]))):
+             "| mixture (objective × weight) | model | "
+             + "".join(f"{m.split('_')[0].upper()} val acc | " for m in s["metrics"]) + "Pareto |",
+             "|---|---|" + "---|" * len(s["metrics"]) + "---|"]
+    for t in sorted(done, key=lambda t: (not t["pareto"], -sum(t[m] for m in s["metrics"]))):
         mix = ", ".join(f"{n}×{w:g}" for n, w in t["mixture"])
-        ct, ad = f"{100 * t['ct_val_accuracy']:.1f}", f"{100 * t['ad_val_accuracy']:.1f}"
+        accs = [f"{100 * t[m]:.1f}" for m in s["metrics"]]
         if t["pareto"]:
-            mix, ct, ad = f"**{mix}**", f"**{ct}**", f"**{ad}**"
-        lines.append(f"| {mix} | `{t['model_id']}` | {ct} | {ad} | {'yes' if t['pareto'] else ''} |")
+            mix, accs = f"**{mix}**", [f"**{a}**" for a in accs]
+        lines.append(f"| {mix} | `{t['model_id']}` | {' | '.join(accs)} | {'yes' if t['pareto'] else ''} |")
     errors = [t for t in s["trials"] if t["status"] != "complete"]
     if errors:
         lines += ["", f"{len(errors)} trial(s) failed; first error: {errors[0].get('error')}"]

@@ -11,6 +11,8 @@ In "honest" selection a validation split (`val_fraction` of n) is carved from th
 so the model trains on the rest and the test set only scores the selected epochs.
 Searches (`search_split`, `search_groups`) are nested: a search whose setting is reported on AD's
 fold f samples only from fold f's four training folds; CT's searches sample from the pool.
+Each task object (`alignlab.platform.task`) owns its data layout, folds, searches and baselines; this
+module runs the protocol over whichever task a config names.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from pathlib import Path
 from alignlab.platform import tasks as T
 from alignlab.platform.config import FinetuneConfig, config_hash
 from alignlab.platform.storage import as_storage, read_json, write_json, write_text
+from alignlab.platform.task import registered_tasks, task as task_named
 
 NUM_FOLDS = 5
 NUM_SEEDS = 2
@@ -33,10 +36,6 @@ def calculations() -> list[tuple[int, int]]:
     return [(fold, seed) for fold in range(NUM_FOLDS) for seed in range(NUM_SEEDS)]
 
 
-CT_DATA = ("npm", "templated")
-"""CT datasets a study can use: "npm" (default), the hand-labelled npm package summaries shipped in
-objectives/task_data/npm/ (real text, guideline and agreement beside it); "templated", titles of the
-bundled corpus placed in templates (gold tags by construction: fast, but a context-free rule solves it)."""
 SHIPPED_TASK_DATA = Path(importlib.util.find_spec("alignlab.objectives.registry").origin).parent / "task_data" / "npm"
 TASK_BUILDER_VERSION = 3
 """Bumped when build_tasks writes different files for the same arguments (3: hand-labelled CT by default,
@@ -56,90 +55,77 @@ class TaskData:
 
     @classmethod
     def load(cls, tdir: Path) -> "TaskData":
+        """Every registered task's files (`Task.data_files`) from the task folder."""
+        # TODO(#16 merge): the fields are still one per task file; a dict per task would let a new task add files.
         tdir = Path(tdir)
-        ood = tdir / "ad_ood.jsonl"
+        fields = {}
+        for t in registered_tasks():
+            for field_name, (fname, required) in t.data_files.items():
+                path = tdir / fname
+                fields[field_name] = t.load_examples(path) if required or path.exists() else []
         titles = tdir / "titles.txt"
-        return cls(tdir, T.load_examples("ad", tdir / "ad.jsonl"), T.load_examples("ct", tdir / "ct_pool.jsonl"),
-                   T.load_examples("ct", tdir / "ct_test.jsonl"),
-                   T.load_examples("ad", ood) if ood.exists() else [],
-                   [tuple(ln.split()) for ln in titles.read_text(encoding="utf-8").splitlines()] if titles.exists() else [])
+        fields["titles"] = ([tuple(ln.split()) for ln in titles.read_text(encoding="utf-8").splitlines()]
+                            if titles.exists() else [])
+        return cls(tdir, **fields)
 
     def extra_tests(self, task: str) -> dict[str, list]:
         """Test sets every calculation of `task` is also scored on, besides its protocol test set."""
-        return {"ood": self.ad_ood} if task == "ad" and self.ad_ood else {}
+        return task_named(task).extra_tests(self)
 
 
-def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int | None = None,
-                target_snippets: int = 600, seed: int = 0, ct_data: str = "npm") -> Path:
-    """Build (or find) the task datasets; AD's source documents are listed for holdout.
-
-    AD comes from the bundled corpus (in-domain) plus the shipped out-of-domain npm pairs. CT is the
-    shipped hand-labelled npm set (`ct_data="npm"`) or the templated one built from bundled titles."""
+def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int | None = None, seed: int = 0,
+                **options) -> Path:
+    """Build (or find) every registered task's data in one folder (`Task.build_data`); the documents a task
+    marks are listed for holdout. `options` are the tasks' own (`Task.build_options`: AD's `target_snippets`,
+    CT's `ct_data`), each at its default unless given."""
     from alignlab.platform.sources import read_bundled
 
-    if ct_data not in CT_DATA:
-        raise ValueError(f"unknown CT data {ct_data!r}: choose one of {', '.join(CT_DATA)}")
+    tasks = registered_tasks()
+    defaults = {k: v for t in tasks for k, v in t.build_options.items()}
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        raise TypeError(f"build_tasks got unknown task options {', '.join(unknown)} (known: {', '.join(defaults)})")
+    options = {**defaults, **options}
+    parts = [t.build_key(options) for t in tasks]  # validates each task's options first
     st = as_storage(root)
-    key = config_hash({"langs": list(langs), "max_docs": max_docs_per_lang, "snippets": target_snippets, "seed": seed,
-                       "ad_builder": T.AD_BUILDER_VERSION, "ct_data": ct_data, "builder": TASK_BUILDER_VERSION})
-    rel = f"tasks/{ct_data}-{key}"
+    key = config_hash({"langs": list(langs), "max_docs": max_docs_per_lang, "seed": seed,
+                       "builder": TASK_BUILDER_VERSION, **{k: v for p in parts for k, v in p.items()}})
+    rel = "tasks/" + "-".join([*(tag for t in tasks if (tag := t.folder_tag(options))), key])
     tdir = st.local / rel
     if st.pull(rel, marker="stats.json"):
         return tdir
     docs = list(read_bundled(langs, max_docs_per_lang=max_docs_per_lang))
-    ad, ad_stats = T.build_ad_dataset(docs, seed=seed, target_snippets=target_snippets)
-    en_docs = [d for d in docs if d.lang == "en"]
-    if ct_data == "templated":
-        pool, test, ct_stats = T.build_ct_dataset(T.concepts_from_documents(en_docs), seed=seed)
-    else:
-        pool = T.load_examples("ct", SHIPPED_TASK_DATA / "ct_pool.jsonl")
-        test = T.load_examples("ct", SHIPPED_TASK_DATA / "ct_test.jsonl")
-        ct_stats = {"source": "npm package summaries, hand-labelled (objectives/task_data/npm)",
-                    "pool_size": len(pool), "test_size": len(test),
-                    "tag_fractions_pool": T.tag_fractions(pool), "tag_fractions_test": T.tag_fractions(test)}
-    ad_ood = T.load_examples("ad", SHIPPED_TASK_DATA / "ad_ood.jsonl")
-    titles = sorted({t for t in (T.title_words(d.title) for d in en_docs if d.title) if t})
+    built = [t.build_data(docs, seed=seed, options=options) for t in tasks]
     tdir.mkdir(parents=True, exist_ok=True)
-    T.write_jsonl(tdir / "ad.jsonl", ad)
-    T.write_jsonl(tdir / "ad_ood.jsonl", ad_ood)
-    T.write_jsonl(tdir / "ct_pool.jsonl", pool)
-    T.write_jsonl(tdir / "ct_test.jsonl", test)
-    write_text(tdir / "titles.txt", "".join(" ".join(t) + "\n" for t in titles))
-    # CT is not corpus text (npm summaries, or templates around titles), so nothing of it is held out. AD
-    # snippets are corpus text, so their documents are, and so are the documents that define a positive's
-    # acronym ("long form (ACRO)" elsewhere gives the answer away).
-    doc_ids = sorted(set(ad_stats.pop("doc_ids", [])) | T.defining_doc_ids(docs, ad))
+    for b in built:
+        for name, content in b.files.items():
+            if isinstance(content, str):
+                write_text(tdir / name, content)
+            else:
+                T.write_jsonl(tdir / name, content)
+    doc_ids = sorted(set().union(*(b.heldout_doc_ids for b in built)))
     write_text(tdir / "heldout_doc_ids.txt", "".join(d + "\n" for d in doc_ids))
-    write_json(tdir / "stats.json", {"ad": ad_stats, "ad_ood": {"num_examples": len(ad_ood),
-                                                                "num_snippets": len({e.snippet for e in ad_ood})},
-                                     "ct": ct_stats, "ct_data": ct_data, "titles": len(titles),
-                                     "heldout_documents": len(doc_ids)})
+    # In name order, so the file is the same however the tasks are registered.
+    stats = dict(sorted(((k, v) for b in built for k, v in b.stats.items()), key=lambda kv: kv[0]))
+    write_json(tdir / "stats.json", {**stats, "heldout_documents": len(doc_ids)})
     st.push(rel, last=("stats.json",))
     return tdir
 
 
-def ad_folds(examples: list) -> list[list[int]]:
-    """Example indices per fold; both pairs of a snippet land in the same fold (fixed, seed-independent)."""
-    snippets = sorted({ex.snippet for ex in examples})
-    random.Random(12345).shuffle(snippets)
-    fold_of = {s: i % NUM_FOLDS for i, s in enumerate(snippets)}
+def grouped_folds(examples: list, group) -> list[list[int]]:
+    """Example indices per fold; examples of one `group(ex)` land in the same fold (fixed, seed-independent)."""
+    groups = sorted({group(ex) for ex in examples})
+    random.Random(12345).shuffle(groups)
+    fold_of = {g: i % NUM_FOLDS for i, g in enumerate(groups)}
     folds: list[list[int]] = [[] for _ in range(NUM_FOLDS)]
     for i, ex in enumerate(examples):
-        folds[fold_of[ex.snippet]].append(i)
+        folds[fold_of[group(ex)]].append(i)
     return folds
 
 
-_ad_folds = ad_folds  # TODO(#16 merge): the old private name, kept while protocol.py is reworked in parallel
-
-
-def _pool_and_test(data: TaskData, task: str, fold: int) -> tuple[list, list]:
-    """The examples a calculation of this fold may sample its budget from, and its test set."""
-    if task == "ad":
-        folds = _ad_folds(data.ad)
-        test = [data.ad[i] for i in folds[fold % NUM_FOLDS]]
-        pool = [data.ad[i] for f, idx in enumerate(folds) if f != fold % NUM_FOLDS for i in idx]
-        return pool, test
-    return list(data.ct_pool), list(data.ct_test)
+def pool_size(data: TaskData, task: str, fold: int) -> int:
+    """Examples a calculation of this fold can sample its budget from."""
+    return len(task_named(task).pool_and_test(data, fold)[0])
 
 
 def _sample(pool: list, task: str, cfg: FinetuneConfig, key: str) -> tuple[list, list]:
@@ -158,9 +144,15 @@ def fel_split(data: TaskData, task: str, cfg: FinetuneConfig) -> tuple[list, lis
 
     Keyed by (task, budget, fold), never by the seed: the paper's "two random seeds" train the same
     sample twice with a different initialisation and batch order (§3.4: five samples x two seeds)."""
-    pool, test = _pool_and_test(data, task, cfg.fold)
+    pool, test = task_named(task).pool_and_test(data, cfg.fold)
     train, val = _sample(pool, task, cfg, f"{task}-{cfg.budget}-{cfg.fold}")
     return train, val, test
+
+
+def multitask_train(data: TaskData, cfg: FinetuneConfig) -> list:
+    """The training sample of the task's multitask partner for the same calculation (scheme mt:pred+trm)."""
+    other = dataclasses.replace(cfg, task=task_named(cfg.task).multitask_partner)
+    return fel_split(data, other.task, other)[0]
 
 
 def search_groups(task: str, points) -> dict[int | None, tuple[tuple[int, int], ...]]:
@@ -172,12 +164,7 @@ def search_groups(task: str, points) -> dict[int | None, tuple[tuple[int, int], 
     cross-validation). CT's test set is the same separate 200-query set for every calculation, so one
     search on the pool serves every sample (key None)."""
     points = tuple((int(f), int(s)) for f, s in points)
-    if task != "ad":
-        return {None: points}
-    groups: dict[int | None, tuple[tuple[int, int], ...]] = {}
-    for f, s in points:
-        groups[f % NUM_FOLDS] = groups.get(f % NUM_FOLDS, ()) + ((f, s),)
-    return groups
+    return task_named(task).search_groups(points)
 
 
 def search_split(data: TaskData, task: str, cfg: FinetuneConfig) -> tuple[list, list]:
@@ -186,35 +173,30 @@ def search_split(data: TaskData, task: str, cfg: FinetuneConfig) -> tuple[list, 
     Drawn from that fold's training pool only (AD: the four other folds; CT: the pool), by a key of its
     own, so the search never sees the test set of a calculation that reports its setting. Searches
     select in honest mode: val is carved from the budget as in a calculation."""
-    pool, _ = _pool_and_test(data, task, cfg.fold)
-    key = f"search-{task}-{cfg.budget}-{cfg.fold % NUM_FOLDS if task == 'ad' else 'pool'}"
+    t = task_named(task)
+    pool, _ = t.pool_and_test(data, cfg.fold)
+    key = f"search-{task}-{cfg.budget}-{t.search_pool_key(cfg.fold)}"
     return _sample(pool, task, dataclasses.replace(cfg, selection="honest"), key)
 
 
-CT_BASELINES = ("majority", "lexicon", "run_rule", "gazetteer")
-AD_BASELINES = ("majority", "letters", "span_matcher")
+def baseline_names() -> tuple[str, ...]:
+    """Every task's context-free baselines, in task order (the report's columns)."""
+    return tuple(dict.fromkeys(b for t in registered_tasks() for b in t.baselines))
+
+
+def __getattr__(name: str):
+    # TODO(#16 merge): report.py reads CT_BASELINES + AD_BASELINES only for their joint order; point it at
+    # baseline_names() and delete this.
+    if name in ("CT_BASELINES", "AD_BASELINES"):
+        return baseline_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def context_free_baselines(task: str, train: list, test: list, *, titles=()) -> dict[str, float]:
-    """Every context-free baseline of `task`, trained on `train` (the calculation's budget) and scored
-    on `test`, as {"baseline_<name>": accuracy}, plus "baseline_best" and "baseline_best_name" (the
-    strongest; a model's effect only counts above it).
-
-    CT: majority tag; per-word lexicon; the run rule (a word tagged N in train is N, each run of other
-    words one concept); the title gazetteer (longest article-title match = concept), when `titles`
-    are given. AD: majority; letters-only logistic regression; the span matcher (positive iff the
-    acronym is the initials of a span of the snippet)."""
-    if task == "ad":
-        out = {"baseline_majority": T.majority_baseline([e.label for e in train], [e.label for e in test]),
-               "baseline_letters": T.letters_only_ad_baseline(train, test),
-               "baseline_span_matcher": T.span_matcher_ad_baseline(test)}
-    else:
-        out = {"baseline_majority": T.majority_baseline([t for e in train for t in e.tags],
-                                                        [t for e in test for t in e.tags]),
-               "baseline_lexicon": T.lexicon_ct_baseline(train, test),
-               "baseline_run_rule": T.run_rule_ct_baseline(train, test)}
-        if titles:
-            out["baseline_gazetteer"] = T.gazetteer_ct_baseline(titles, test)
+    """Every context-free baseline of `task` (`Task.baseline_scores`), trained on `train` (the calculation's
+    budget) and scored on `test`, as {"baseline_<name>": accuracy}, plus "baseline_best" and
+    "baseline_best_name" (the strongest; a model's effect only counts above it)."""
+    out = {f"baseline_{k}": v for k, v in task_named(task).baseline_scores(train, test, titles=titles).items()}
     best = max(out, key=lambda k: out[k])
     return {**out, "baseline_best": out[best], "baseline_best_name": best[len("baseline_"):]}
 

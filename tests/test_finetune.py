@@ -14,11 +14,12 @@ from alignlab.objectives.registry import resolve_objectives
 from alignlab.platform.aligned_labels import WHP_TAGS
 from alignlab.platform.cli import main
 from alignlab.platform.config import MODEL_SIZES, FinetuneConfig
-from alignlab.platform.finetune import (ad_input, build_task_model, ct_input, encode_examples, evaluate_examples,
-                                        finetuned_dir, load_finetuned, load_pretrained, run_calculation,
-                                        save_finetuned, word_pieces)
-from alignlab.platform.inference import (FastEncoder, Predictor, _mkl_linear_ok, _mkldnn_linear_ok,
-                                         tags_to_brackets)
+from alignlab.objectives.acronym_detection import pair_input as ad_input
+from alignlab.objectives.concept_tagging import query_input as ct_input, tags_to_brackets, word_pieces
+from alignlab.platform.finetune import (Calculation, build_task_model, encode_examples, evaluate_examples,
+                                        finetune_calculation, finetuned_dir, load_finetuned, load_pretrained,
+                                        save_finetuned)
+from alignlab.platform.inference import FastEncoder, Predictor, _mkl_linear_ok, _mkldnn_linear_ok
 from alignlab.platform.model import AlignModel
 from alignlab.platform.storage import write_json
 from alignlab.platform.tasks import ADExample, CTExample, write_jsonl
@@ -113,11 +114,11 @@ def _cfg(task: str, **kw) -> FinetuneConfig:
     return FinetuneConfig(**{**base, **kw})
 
 
-def _run(pre, task: str, **kw) -> dict:
+def _run(pre, task: str, **kw) -> Calculation:
     train, val, test = DATA[task]
     cfg = _cfg(task, **kw)
     other = DATA["ad" if task == "ct" else "ct"][0] if cfg.scheme == "mt:pred+trm" else None
-    return run_calculation(pre, cfg, train, test, val=val if cfg.selection == "honest" else None,
+    return finetune_calculation(pre, cfg, train, test, val=val if cfg.selection == "honest" else None,
                            other_task_train=other)
 
 
@@ -184,10 +185,10 @@ def test_metrics_equal_a_hand_computation_over_words_for_ct_and_pairs_for_ad(pre
 @pytest.mark.parametrize("task", ["ct", "ad"])
 def test_a_calculation_reports_the_test_metrics_of_the_best_perplexity_model_it_returns(pre, task):
     res = _run(pre, task, scheme="pred+trm")
-    hand = _by_hand(res["_model"], pre.tok, task, DATA[task][2])
-    assert res["accuracy"] == pytest.approx(hand["accuracy"], abs=1e-6)
-    assert res["perplexity"] == pytest.approx(hand["perplexity"], rel=1e-5)
-    assert res["num_test"] == len(DATA[task][2])
+    hand = _by_hand(res.model, pre.tok, task, DATA[task][2])
+    assert res.row["accuracy"] == pytest.approx(hand["accuracy"], abs=1e-6)
+    assert res.row["perplexity"] == pytest.approx(hand["perplexity"], rel=1e-5)
+    assert res.row["num_test"] == len(DATA[task][2])
 
 
 # ------------------------------------------------------------------------------------------- schemes
@@ -195,8 +196,8 @@ def test_a_calculation_reports_the_test_metrics_of_the_best_perplexity_model_it_
 
 def test_pred_scheme_leaves_every_encoder_weight_unchanged(pre):
     res = _run(pre, "ct", scheme="pred")
-    assert _same(_enc_state(res["_model"].encoder), _enc_state(pre.state))
-    assert not _same(res["_model"].heads["ct"].state_dict(), _head_state(pre.state, "whp")), "the head must learn"
+    assert _same(_enc_state(res.model.encoder), _enc_state(pre.state))
+    assert not _same(res.model.heads["ct"].state_dict(), _head_state(pre.state, "whp")), "the head must learn"
 
 
 def _split_encoder(state: dict) -> tuple[dict, dict]:
@@ -208,7 +209,7 @@ def _split_encoder(state: dict) -> tuple[dict, dict]:
 @pytest.mark.parametrize("task", ["ct", "ad"])
 def test_pred_trm_changes_the_transformer_layers_but_not_the_embeddings(pre, task):
     res = _run(pre, task, scheme="pred+trm")
-    emb, layers = _split_encoder(_enc_state(res["_model"].encoder))
+    emb, layers = _split_encoder(_enc_state(res.model.encoder))
     emb0, layers0 = _split_encoder(_enc_state(pre.state))
     assert {k.split(".")[0] for k in emb} == {"tok", "pos", "seg", "ln"}
     assert _same(emb, emb0)
@@ -218,7 +219,7 @@ def test_pred_trm_changes_the_transformer_layers_but_not_the_embeddings(pre, tas
 
 def test_pred_trm_emb_changes_the_embeddings_too(pre):
     res = _run(pre, "ct", scheme="pred+trm+emb")
-    emb, layers = _split_encoder(_enc_state(res["_model"].encoder))
+    emb, layers = _split_encoder(_enc_state(res.model.encoder))
     emb0, layers0 = _split_encoder(_enc_state(pre.state))
     for name in ("tok.weight", "pos.weight", "ln.weight"):
         assert not torch.equal(emb[name], emb0[name]), f"{name} did not change"
@@ -227,8 +228,8 @@ def test_pred_trm_emb_changes_the_embeddings_too(pre):
 
 def test_mt_scheme_trains_both_task_heads_while_single_task_leaves_the_other_head_alone(pre):
     init = build_task_model(pre, "ct", keep_head=True, dropout=0.1, seed=0)
-    mt = _run(pre, "ct", scheme="mt:pred+trm")["_model"]
-    single = _run(pre, "ct", scheme="pred+trm")["_model"]
+    mt = _run(pre, "ct", scheme="mt:pred+trm").model
+    single = _run(pre, "ct", scheme="pred+trm").model
     for t in ("ct", "ad"):
         assert not _same(mt.heads[t].state_dict(), init.heads[t].state_dict()), f"mt did not train the {t} head"
     assert not _same(single.heads["ct"].state_dict(), init.heads["ct"].state_dict())
@@ -237,7 +238,7 @@ def test_mt_scheme_trains_both_task_heads_while_single_task_leaves_the_other_hea
 
 def test_mt_scheme_without_the_other_tasks_examples_is_a_value_error(pre):
     with pytest.raises(ValueError, match="other_task_train"):
-        run_calculation(pre, _cfg("ct", scheme="mt:pred+trm"), CT_TRAIN, CT_TEST, val=CT_VAL)
+        finetune_calculation(pre, _cfg("ct", scheme="mt:pred+trm"), CT_TRAIN, CT_TEST, val=CT_VAL)
 
 
 def _training_batches(pre, task: str, seed: int) -> list[tuple[int, ...]]:
@@ -247,7 +248,7 @@ def _training_batches(pre, task: str, seed: int) -> list[tuple[int, ...]]:
     enc = encode_examples(task, train, pre.tok, pre.model_cfg.max_len)
     rows = {tuple(r.tolist()): i for i, r in enumerate(enc.input_ids)}
     with _EncoderCalls() as calls:
-        run_calculation(pre, _cfg(task, scheme="pred+trm", max_epochs=2, seed=seed), train, test, val=val)
+        finetune_calculation(pre, _cfg(task, scheme="pred+trm", max_epochs=2, seed=seed), train, test, val=val)
     batches = [tuple(rows.get(tuple(r.tolist()), -1) for r in x) for x in calls.inputs
                if x.shape[1] == enc.input_ids.shape[1]]
     return [b for b in batches if -1 not in b]
@@ -308,27 +309,27 @@ def test_honest_selection_scores_val_every_epoch_and_the_test_set_only_for_the_t
     cfg = _cfg(task, scheme="pred+trm", max_epochs=4)
     seen = []
     with _EncoderCalls() as calls:
-        res = run_calculation(pre, cfg, train, test, val=val, on_epoch=lambda e, m: seen.append(m))
+        res = finetune_calculation(pre, cfg, train, test, val=val, on_epoch=lambda e, m: seen.append(m))
     L = pre.model_cfg.max_len
     enc_test, enc_val = encode_examples(task, test, pre.tok, L), encode_examples(task, val, pre.tok, L)
-    assert res["epochs_run"] == len(seen) == 4
+    assert res.row["epochs_run"] == len(seen) == 4
     assert calls.count(enc_val) == 4, "validation is scored once per epoch"
     assert calls.count(enc_test) == 2, "the test set is scored only at the best-perplexity and best-accuracy epochs"
     # What on_epoch saw at the selected epoch is the kept model's score on val, not on test.
-    at_best = seen[res["epochs"] - 1]
-    model = res["_model"]
+    at_best = seen[res.row["epochs"] - 1]
+    model = res.model
     assert at_best["perplexity"] == pytest.approx(evaluate_examples(model, task, val, pre.tok)["perplexity"], rel=1e-6)
-    assert res["perplexity"] == pytest.approx(evaluate_examples(model, task, test, pre.tok)["perplexity"], rel=1e-6)
-    assert res["perplexity"] != pytest.approx(at_best["perplexity"], rel=1e-6)
+    assert res.row["perplexity"] == pytest.approx(evaluate_examples(model, task, test, pre.tok)["perplexity"], rel=1e-6)
+    assert res.row["perplexity"] != pytest.approx(at_best["perplexity"], rel=1e-6)
 
 
 def test_paper_selection_scores_the_test_set_every_epoch_and_honest_requires_a_validation_split(pre):
     train, _, test = DATA["ct"]
     with _EncoderCalls() as calls:
-        res = run_calculation(pre, _cfg("ct", scheme="pred+trm", selection="paper", max_epochs=3), train, test)
-    assert calls.count(encode_examples("ct", test, pre.tok, pre.model_cfg.max_len)) == res["epochs_run"] == 3
+        res = finetune_calculation(pre, _cfg("ct", scheme="pred+trm", selection="paper", max_epochs=3), train, test)
+    assert calls.count(encode_examples("ct", test, pre.tok, pre.model_cfg.max_len)) == res.row["epochs_run"] == 3
     with pytest.raises(ValueError, match="validation split"):
-        run_calculation(pre, _cfg("ct"), train, test, val=[])
+        finetune_calculation(pre, _cfg("ct"), train, test, val=[])
 
 
 # Selection metrics scripted per epoch: perplexity is best at epoch 2 and then worsens (overconfidence), while
@@ -354,15 +355,15 @@ def test_training_goes_on_until_neither_best_perplexity_nor_best_accuracy_improv
 
     monkeypatch.setattr(ft, "metrics_from_logits", scripted)
     seen = []
-    res = run_calculation(pre, _cfg("ct", scheme="pred", max_epochs=len(SCRIPTED), patience=2), train, test, val=val,
+    res = finetune_calculation(pre, _cfg("ct", scheme="pred", max_epochs=len(SCRIPTED), patience=2), train, test, val=val,
                           on_epoch=lambda e, m: seen.append(m))
-    assert res["epochs"] == 2, "best validation perplexity"
-    assert res["best_accuracy_epoch"] == 7, "the best validation accuracy, five epochs after the best perplexity"
-    assert res["epochs_run"] == len(seen) == 9, "stopped 2 (patience) epochs after the later of the two, not at epoch 4"
+    assert res.row["epochs"] == 2, "best validation perplexity"
+    assert res.row["best_accuracy_epoch"] == 7, "the best validation accuracy, five epochs after the best perplexity"
+    assert res.row["epochs_run"] == len(seen) == 9, "stopped 2 (patience) epochs after the later of the two, not at epoch 4"
     # And a run whose accuracy stops improving first still runs to the perplexity's patience.
     script = iter([(0.7, 2.0), (0.6, 1.9), (0.6, 1.8), (0.6, 1.7), (0.6, 1.8), (0.6, 1.9), (0.6, 2.0)])
-    res = run_calculation(pre, _cfg("ct", scheme="pred", max_epochs=7, patience=2), train, test, val=val)
-    assert (res["epochs"], res["best_accuracy_epoch"], res["epochs_run"]) == (4, 1, 6)
+    res = finetune_calculation(pre, _cfg("ct", scheme="pred", max_epochs=7, patience=2), train, test, val=val)
+    assert (res.row["epochs"], res.row["best_accuracy_epoch"], res.row["epochs_run"]) == (4, 1, 6)
 
 
 @pytest.mark.parametrize("selection", ["honest", "paper"])
@@ -375,20 +376,20 @@ def test_best_accuracy_is_never_below_the_accuracy_at_the_best_perplexity_epoch(
     in either order -- each is the test score of an epoch chosen on validation -- so they are not compared."""
     train, val, test = DATA[task]
     seen, patience, max_epochs = [], 2, 25
-    res = run_calculation(pre, _cfg(task, scheme=scheme, max_epochs=max_epochs, patience=patience, selection=selection),
+    res = finetune_calculation(pre, _cfg(task, scheme=scheme, max_epochs=max_epochs, patience=patience, selection=selection),
                           train, test, val=val if selection == "honest" else None, on_epoch=lambda e, m: seen.append(m))
     acc = [m["accuracy"] for m in seen]
     ppl = [m["perplexity"] for m in seen]
-    assert res["best_accuracy_epoch"] == acc.index(max(acc)) + 1
-    assert res["epochs"] == ppl.index(min(ppl)) + 1
-    assert acc[res["best_accuracy_epoch"] - 1] >= acc[res["epochs"] - 1]
-    run = res["epochs_run"]
+    assert res.row["best_accuracy_epoch"] == acc.index(max(acc)) + 1
+    assert res.row["epochs"] == ppl.index(min(ppl)) + 1
+    assert acc[res.row["best_accuracy_epoch"] - 1] >= acc[res.row["epochs"] - 1]
+    run = res.row["epochs_run"]
     assert run == len(seen)
-    assert run == max_epochs or (run - res["epochs"] >= patience and run - res["best_accuracy_epoch"] >= patience)
-    assert run == max_epochs or (run - res["epochs"] == patience or run - res["best_accuracy_epoch"] == patience), \
+    assert run == max_epochs or (run - res.row["epochs"] >= patience and run - res.row["best_accuracy_epoch"] >= patience)
+    assert run == max_epochs or (run - res.row["epochs"] == patience or run - res.row["best_accuracy_epoch"] == patience), \
         "stopped at the first epoch where both had stopped improving"
     if selection == "paper":  # selected on the test set itself: the reported columns obey the same order
-        assert res["best_accuracy"] >= res["accuracy"]
+        assert res.row["best_accuracy"] >= res.row["accuracy"]
 
 
 # ------------------------------------------------------------------------------------------- save, evaluate, predict
@@ -398,7 +399,7 @@ def test_best_accuracy_is_never_below_the_accuracy_at_the_best_perplexity_epoch(
 def test_save_then_evaluate_gives_the_same_accuracy_and_perplexity(storage, pre, task, scheme):
     cfg = _cfg(task, scheme=scheme)
     train, val, test = DATA[task]
-    res = run_calculation(pre, cfg, train, test, val=val)
+    res = finetune_calculation(pre, cfg, train, test, val=val)
     fdir = save_finetuned(storage, pre, cfg, res)
     assert fdir == finetuned_dir(storage, fdir.name) and fdir.name.startswith(f"{task}-")
     assert {p.name for p in fdir.iterdir()} == {"model.pt", "tokenizer.model", "model_config.json", "finetune.json",
@@ -407,8 +408,8 @@ def test_save_then_evaluate_gives_the_same_accuracy_and_perplexity(storage, pre,
     assert ft.cfg == cfg and ft.task_heads == (task,) and ft.pretrained_heads == ("whp", "pad")
     assert _same(ft.model.heads["pad"].state_dict(), _head_state(pre.state, "pad")), "pretrained PAD head kept as is"
     again = evaluate_examples(ft.model, task, test, ft.tok)
-    assert again["accuracy"] == pytest.approx(res["accuracy"], abs=1e-6)
-    assert again["perplexity"] == pytest.approx(res["perplexity"], rel=1e-6)
+    assert again["accuracy"] == pytest.approx(res.row["accuracy"], abs=1e-6)
+    assert again["perplexity"] == pytest.approx(res.row["perplexity"], rel=1e-6)
     # Saving the same calculation again names the same model and replaces it whole.
     assert save_finetuned(storage, pre, cfg, res) == fdir
     assert not [p for p in fdir.parent.iterdir() if p.name.startswith(".")], "no temporary folders left behind"
@@ -416,7 +417,7 @@ def test_save_then_evaluate_gives_the_same_accuracy_and_perplexity(storage, pre,
 
 def test_the_fast_predictor_matches_the_module_forward(storage, pre):
     cfg = _cfg("ad", scheme="pred+trm")
-    res = run_calculation(pre, cfg, AD_TRAIN, AD_TEST, val=AD_VAL)
+    res = finetune_calculation(pre, cfg, AD_TRAIN, AD_TEST, val=AD_VAL)
     ft = load_finetuned(save_finetuned(storage, pre, cfg, res))
     model, tok = ft.model, ft.tok
     enc = encode_examples("ad", AD_TEST[:1], tok, model.cfg.max_len)
@@ -446,7 +447,7 @@ def test_the_fast_predictor_matches_the_module_forward(storage, pre):
 
 def test_predicted_tags_are_the_ct_heads_argmax_at_each_words_first_piece(storage, pre):
     cfg = _cfg("ct", scheme="pred+trm")
-    res = run_calculation(pre, cfg, CT_TRAIN, CT_TEST, val=CT_VAL)
+    res = finetune_calculation(pre, cfg, CT_TRAIN, CT_TEST, val=CT_VAL)
     ft = load_finetuned(save_finetuned(storage, pre, cfg, res))
     ex = CT_TEST[0]
     enc = encode_examples("ct", [ex], ft.tok, ft.model.cfg.max_len)

@@ -1,0 +1,183 @@
+"""CT, concept tagging (paper §3.3): tag each word of a short query S, E, SE or N (a concept is S..E or SE).
+
+Input: `[CLS] pieces of the query [SEP]`, scored at each word's first piece (WHP's head shape, 4 tags).
+Protocol data: a pool the budget is sampled from and a fixed test set, the same for every fold.
+Context-free baselines: majority tag; per-word lexicon; the run rule (a word tagged N in train is N, each
+run of other words one concept); the title gazetteer (longest article-title match), when titles are given.
+Serving: `Predictor.tag(words)`, `Predictor.bracket(query)` (paper §4.1's brackets).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+# TODO(#16 merge): WHP_TAGS may move with helper A's aligned_labels split; re-point this import.
+from alignlab.platform.aligned_labels import WHP_TAGS
+from alignlab.platform.batching import IGNORE
+from alignlab.platform.task import BuiltData, TokenTask, register_task
+from alignlab.platform.tokenizer import _split_at_word_starts
+
+# TODO(#16 merge): helper D splits platform/tasks.py; re-point the baseline imports.
+from alignlab.platform import tasks as T
+
+
+CT_DATA = ("npm", "templated")
+"""CT datasets a study can use (`ct_data`): "npm" (default), the hand-labelled npm package summaries shipped in
+objectives/task_data/npm/ (real text, guideline and agreement beside it); "templated", titles of the
+bundled corpus placed in templates (gold tags by construction: fast, but a context-free rule solves it)."""
+
+
+def word_pieces(tok, words) -> list[list[int]]:
+    """The pieces of each word, as `tok.encode_words(words)` gives them, from one encode of the joined text.
+
+    One string is ~10x faster than a list (sentencepiece starts its thread pool for a list), and equal,
+    because pieces never cross whitespace: the tokenizer's own word-start split cuts it into words; where
+    that does not give one start per word (a word normalised away), `encode_words` encodes them one by one.
+    """
+    # TODO(#16 merge): this is encode_words' alpha>0 path at alpha=0; encode_words could take it for alpha=0 too.
+    words = list(words)
+    if not words:
+        return []
+    return _split_at_word_starts(tok, tok.sp.encode(" ".join(words)), len(words)) or tok.encode_words(words)
+
+
+def query_input(tok, words, max_len: int) -> tuple[list[int], list[int]]:
+    """`[CLS] pieces.. [SEP]` of a query and the position of each word's first piece.
+
+    A word with no pieces becomes `<unk>`; words that would not fit are dropped (and not scored).
+    Shared by training, evaluation and the predictor, so all three see the same inputs.
+    """
+    ids, first = [tok.cls_id], []
+    for p in word_pieces(tok, words):
+        p = p or [tok.unk_id]
+        if len(ids) + len(p) > max_len - 1:
+            break
+        first.append(len(ids))
+        ids += p
+    ids.append(tok.sep_id)
+    return ids, first
+
+
+def tags_to_brackets(words: Sequence[str], tags: Sequence[str]) -> str:
+    """`when was the first [super mario] released` from words and their S/E/SE/N tags (paper §4.1).
+
+    Each word's tag is printed as predicted, so an ill-formed sequence (S S E) shows as nested brackets."""
+    if len(words) != len(tags):
+        raise ValueError(f"{len(tags)} tags for {len(words)} words")
+    out = []
+    for w, t in zip(words, tags):
+        if t == "S":
+            out.append("[" + w)
+        elif t == "E":
+            out.append(w + "]")
+        elif t == "SE":
+            out.append("[" + w + "]")
+        elif t == "N":
+            out.append(w)
+        else:
+            raise ValueError(f"unknown tag {t!r} (expected one of {', '.join(WHP_TAGS)})")
+    return " ".join(out)
+
+
+@register_task
+class ConceptTagging(TokenTask):
+    name = "ct"
+    aligned_objective = "whp"
+    multitask_partner = "ad"
+    head_rank = 0
+    unit = "words"
+    num_classes = len(WHP_TAGS)
+    baselines = ("majority", "lexicon", "run_rule", "gazetteer")
+    data_files = {"ct_pool": ("ct_pool.jsonl", True), "ct_test": ("ct_test.jsonl", True)}
+    build_options = {"ct_data": "npm"}
+    serving_verbs = ("tag", "bracket")
+
+    def example_input(self, ex, tok, max_len, acronym_form):
+        ids, first = query_input(tok, ex.tokens, max_len)
+        lab = [IGNORE] * len(ids)
+        for pos, tag in zip(first, ex.tags):
+            lab[pos] = WHP_TAGS.index(tag)
+        return ids, [0] * len(ids), lab
+
+    # ---- data: one pool, one test set for every fold
+    def add_build_arguments(self, parser):
+        parser.add_argument("--ct-data", choices=list(CT_DATA), default=None,
+                            help="CT data: the shipped hand-labelled npm set (default) or templated bundled titles")
+
+    def build_key(self, options):
+        if options["ct_data"] not in CT_DATA:
+            raise ValueError(f"unknown CT data {options['ct_data']!r}: choose one of {', '.join(CT_DATA)}")
+        return {"ct_data": options["ct_data"]}
+
+    def folder_tag(self, options):
+        return options["ct_data"]
+
+    def build_data(self, docs, *, seed, options):
+        from alignlab.platform.protocol import SHIPPED_TASK_DATA
+
+        en_docs = [d for d in docs if d.lang == "en"]
+        if options["ct_data"] == "templated":
+            pool, test, stats = T.build_ct_dataset(T.concepts_from_documents(en_docs), seed=seed)
+        else:
+            pool = self.load_examples(SHIPPED_TASK_DATA / "ct_pool.jsonl")
+            test = self.load_examples(SHIPPED_TASK_DATA / "ct_test.jsonl")
+            stats = {"source": "npm package summaries, hand-labelled (objectives/task_data/npm)",
+                     "pool_size": len(pool), "test_size": len(test),
+                     "tag_fractions_pool": T.tag_fractions(pool), "tag_fractions_test": T.tag_fractions(test)}
+        # Article titles of the bundled corpus, for the gazetteer baseline.
+        titles = sorted({t for t in (T.title_words(d.title) for d in en_docs if d.title) if t})
+        files = {self.data_files["ct_pool"][0]: pool, self.data_files["ct_test"][0]: test,
+                 "titles.txt": "".join(" ".join(t) + "\n" for t in titles)}
+        # CT is not corpus text (npm summaries, or templates around titles), so nothing of it is held out.
+        return BuiltData(files, {"ct": stats, "ct_data": options["ct_data"], "titles": len(titles)}, set())
+
+    def pool_and_test(self, data, fold):
+        return list(data.ct_pool), list(data.ct_test)
+
+    def search_pool_key(self, fold):
+        return "pool"
+
+    def search_groups(self, points):
+        # The test set is the same for every calculation, so one search on the pool serves every sample.
+        return {None: points}
+
+    def baseline_scores(self, train, test, *, titles=()):
+        out = {"majority": T.majority_baseline([t for e in train for t in e.tags], [t for e in test for t in e.tags]),
+               "lexicon": T.lexicon_ct_baseline(train, test),
+               "run_rule": T.run_rule_ct_baseline(train, test)}
+        if titles:
+            out["gazetteer"] = T.gazetteer_ct_baseline(titles, test)
+        return out
+
+    # ---- serving
+    def tag(self, predictor, words: Sequence[str], head: str | None = None) -> list[str]:
+        """One tag per word; words past the model's max length (never scored) are N."""
+        head = head or self.name
+        predictor.need(head)
+        ids, first = query_input(predictor.tok, words, predictor.max_len)
+        if not first:
+            return ["N"] * len(words)
+        w, b = predictor.heads[head]
+        with torch.inference_mode():
+            h = predictor.enc(torch.tensor(ids), None, torch.tensor(first))
+            pred = torch.addmm(b, h, w).argmax(-1).tolist()
+        return [WHP_TAGS[t] for t in pred] + ["N"] * (len(words) - len(first))
+
+    def bracket(self, predictor, query: str, head: str | None = None) -> str:
+        words = query.split()
+        return tags_to_brackets(words, self.tag(predictor, words, head))
+
+    def add_predict_arguments(self, parser):
+        parser.add_argument("query", nargs="?", help="a CT query; prints it with [ ] around the predicted concepts")
+
+    def predict_usage(self):
+        return "a query (CT)"
+
+    def predict_requested(self, args):
+        return args.query is not None
+
+    def predict_line(self, predictor, args):
+        if not args.query.split():
+            raise ValueError("the query is empty")
+        return self.bracket(predictor, args.query)

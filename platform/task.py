@@ -1,0 +1,245 @@
+"""The finetuning task interface and the registry of tasks by name.
+
+A task (CT, AD, later more) is one object in a module of `objectives/`, registered with `@register_task`.
+The engine (finetune, protocol, inference, CLI) looks tasks up by the name a config carries and asks them:
+- model:     `make_head(hidden, dropout)`; `aligned_objective` names the pretraining objective whose head
+             has the same shape (kept as the task head's initialisation; the study's "without it" row);
+             `head_rank` orders the heads a task model creates (creation order draws the random init).
+- encoding:  `encode(examples, tok, max_len, acronym_form) -> Encoded`; `units(hidden, enc)` the hidden
+             vectors and labels of the scored units (`unit` names them: "words", "pairs").
+- data:      `build_options`, `build_key(options)`, `folder_tag(options)` and `build_data(docs, seed=, options=)` make its
+             files of the task folder; `data_files` (TaskData field -> file), `pool_and_test(data, fold)`,
+             `search_groups(points)`, `search_pool_key(fold)`, `extra_tests(data)`; `multitask_partner` is
+             the task whose data the multitask scheme trains on alongside.
+- baselines: `baselines` (names) and `baseline_scores(train, test, titles=...)`.
+- serving:   `serving_verbs` (Predictor methods it adds) and the `predict` CLI hooks.
+The two head shapes the paper's tasks use (token tagging, [CLS] classification) are the base classes below.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from alignlab.platform.batching import IGNORE
+from alignlab.platform.model import SequenceHead, TokenHead
+
+_TASKS: dict[str, "Task"] = {}
+
+
+def register_task(cls: type) -> type:
+    """Class decorator: register one instance of a Task subclass under its `name`."""
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str):
+        raise TypeError(f"{cls.__name__} needs a class attribute `name`")
+    if name in _TASKS and type(_TASKS[name]) is not cls:
+        raise ValueError(f"task name {name!r} registered twice")
+    _TASKS[name] = cls()
+    return cls
+
+
+def _discover() -> None:
+    # TODO(#16 merge): helper A moves the objective registry to alignlab.platform.registry; re-point this import.
+    from alignlab.objectives.registry import registered
+
+    registered()  # imports every module of objectives/, task modules included
+
+
+def registered_tasks() -> tuple["Task", ...]:
+    """Every registered task, in `head_rank` order (the order a task model creates its heads in)."""
+    _discover()
+    return tuple(sorted(_TASKS.values(), key=lambda t: (t.head_rank, t.name)))
+
+
+def task_names() -> tuple[str, ...]:
+    return tuple(t.name for t in registered_tasks())
+
+
+def task(name: str) -> "Task":
+    """The registered task named `name` (a config value)."""
+    _discover()
+    if name not in _TASKS:
+        raise ValueError(f"unknown task {name!r}: registered tasks are {', '.join(task_names())}")
+    return _TASKS[name]
+
+
+def head_for(name: str, hidden: int, dropout: float) -> torch.nn.Module:
+    """A fresh head of a task, or of a task's aligned pretraining objective (the same shape)."""
+    for t in registered_tasks():
+        if name in (t.name, t.aligned_objective):
+            return t.make_head(hidden, dropout)
+    raise ValueError(f"no finetuning head named {name!r}")
+
+
+@dataclass
+class Encoded:
+    """Padded inputs of a task's examples, and labels (per scored token, or per row)."""
+
+    input_ids: torch.Tensor
+    segment_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    labels: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def rows(self, idx) -> "Encoded":
+        return Encoded(self.input_ids[idx], self.segment_ids[idx], self.attention_mask[idx], self.labels[idx])
+
+
+@dataclass
+class BuiltData:
+    """What a task contributes to a task folder (`protocol.build_tasks`)."""
+
+    files: dict[str, Any]
+    """File name -> examples (written as JSONL) or text."""
+    stats: dict
+    """Top-level entries of the folder's stats.json."""
+    heldout_doc_ids: set[str]
+    """Corpus documents pretraining must not see (their text is, or gives away, a test answer)."""
+
+
+class Task:
+    """The interface; see the module docstring. Subclass `TokenTask` or `SequenceTask`, not this."""
+
+    name: ClassVar[str]
+    aligned_objective: ClassVar[str]
+    multitask_partner: ClassVar[str]
+    head_rank: ClassVar[int]
+    unit: ClassVar[str]
+    num_classes: ClassVar[int]
+    baselines: ClassVar[tuple[str, ...]]
+    data_files: ClassVar[dict[str, tuple[str, bool]]]
+    """TaskData field -> (file name in the task folder, required)."""
+    serving_verbs: ClassVar[tuple[str, ...]] = ()
+
+    def make_head(self, hidden: int, dropout: float) -> torch.nn.Module:
+        raise NotImplementedError
+
+    def example_input(self, ex, tok, max_len: int, acronym_form: str) -> tuple[list[int], list[int], Any]:
+        """(ids, segment ids, label) of one example; label is an int per row or a per-token list."""
+        raise NotImplementedError
+
+    def encode(self, examples, tok, max_len: int, acronym_form: str = "letters") -> Encoded:
+        seqs, segs, labels = [], [], []
+        for ex in examples:
+            ids, seg, lab = self.example_input(ex, tok, max_len, acronym_form)
+            seqs.append(ids)
+            segs.append(seg)
+            labels.append(lab)
+        if not seqs:
+            raise ValueError(f"no {self.name.upper()} examples to encode")
+        T = max(len(s) for s in seqs)
+        n = len(seqs)
+        input_ids = torch.full((n, T), tok.pad_id, dtype=torch.long)
+        segment_ids = torch.zeros((n, T), dtype=torch.long)
+        mask = torch.zeros((n, T), dtype=torch.bool)
+        for i, (s, g) in enumerate(zip(seqs, segs)):
+            input_ids[i, : len(s)] = torch.tensor(s)
+            segment_ids[i, : len(g)] = torch.tensor(g)
+            mask[i, : len(s)] = True
+        return Encoded(input_ids, segment_ids, mask, self._label_tensor(labels, n, T))
+
+    def _label_tensor(self, labels: list, n: int, T: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    def units(self, hidden: torch.Tensor, enc: Encoded) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hidden vectors of the scored units and their labels."""
+        raise NotImplementedError
+
+    def unit_rows(self, enc: Encoded) -> torch.Tensor:
+        """The row of each scored unit (in `units` order)."""
+        raise NotImplementedError
+
+    # ---- data (paper §3.4's protocol)
+    build_options: ClassVar[dict[str, Any]] = {}
+    """Keyword options of `protocol.build_tasks` this task reads, with their defaults."""
+
+    def add_build_arguments(self, parser) -> None:
+        """`alignlab data build-tasks` flags for `build_options` (dest = the option's name)."""
+
+    def build_key(self, options: dict) -> dict:
+        """What this task's files depend on besides the documents and seed (part of the folder's id)."""
+        return {}
+
+    def folder_tag(self, options: dict) -> str:
+        """A readable part of the task folder's name ("" for none)."""
+        return ""
+
+    def build_data(self, docs: list, *, seed: int, options: dict) -> BuiltData:
+        raise NotImplementedError
+
+    def load_examples(self, path) -> list:
+        from alignlab.platform import tasks as T  # TODO(#16 merge): helper D splits tasks.py (file formats)
+
+        return T.load_examples(self.name, path)
+
+    def pool_and_test(self, data, fold: int) -> tuple[list, list]:
+        """The examples a calculation of this fold may sample its budget from, and its test set."""
+        raise NotImplementedError
+
+    def search_pool_key(self, fold: int) -> str:
+        """The part of a search's sampling key naming the pool it samples from."""
+        raise NotImplementedError
+
+    def search_groups(self, points: tuple) -> dict:
+        """Outer fold (None: all) -> the (fold, seed) points one nested search serves."""
+        raise NotImplementedError
+
+    def extra_tests(self, data) -> dict[str, list]:
+        return {}
+
+    def baseline_scores(self, train: list, test: list, *, titles=()) -> dict[str, float]:
+        """{baseline name: accuracy} of this task's context-free baselines."""
+        raise NotImplementedError
+
+    # ---- the `alignlab predict` command
+    def add_predict_arguments(self, parser) -> None:
+        pass
+
+    def predict_usage(self) -> str:
+        raise NotImplementedError
+
+    def predict_requested(self, args) -> bool:
+        """Whether these CLI arguments ask this task; raises ValueError on a half-given request."""
+        return False
+
+    def predict_line(self, predictor, args) -> str:
+        raise NotImplementedError
+
+
+class TokenTask(Task):
+    """Tagging: one class per word, scored at each word's first piece (CT; WHP's head shape)."""
+
+    def make_head(self, hidden: int, dropout: float) -> torch.nn.Module:
+        return TokenHead(hidden, self.num_classes, dropout)
+
+    def _label_tensor(self, labels: list, n: int, T: int) -> torch.Tensor:
+        out = torch.full((n, T), IGNORE, dtype=torch.long)
+        for i, lab in enumerate(labels):
+            out[i, : len(lab)] = torch.tensor(lab)
+        return out
+
+    def units(self, hidden: torch.Tensor, enc: Encoded) -> tuple[torch.Tensor, torch.Tensor]:
+        sel = enc.labels != IGNORE
+        return hidden[sel], enc.labels[sel]
+
+    def unit_rows(self, enc: Encoded) -> torch.Tensor:
+        return torch.nonzero(enc.labels != IGNORE)[:, 0]
+
+
+class SequenceTask(Task):
+    """Classification of a whole input from its [CLS] vector (AD; PAD's head shape)."""
+
+    def make_head(self, hidden: int, dropout: float) -> torch.nn.Module:
+        return SequenceHead(hidden, self.num_classes, dropout)
+
+    def _label_tensor(self, labels: list, n: int, T: int) -> torch.Tensor:
+        return torch.tensor(labels, dtype=torch.long)
+
+    def units(self, hidden: torch.Tensor, enc: Encoded) -> tuple[torch.Tensor, torch.Tensor]:
+        return hidden[:, 0], enc.labels
+
+    def unit_rows(self, enc: Encoded) -> torch.Tensor:
+        return torch.arange(len(enc))
