@@ -85,7 +85,8 @@ def _stats(ns: list[int]) -> dict[str, float]:
 def bench_size(size: str, tok, runs: int, warmup: int) -> dict:
     pred, model = _predictor(size, tok)
     hf = _hf_bert(size, tok.vocab_size)
-    from alignlab.platform.finetune import ad_input, ct_input
+    from alignlab.objectives.acronym_detection import pair_input as ad_input
+    from alignlab.objectives.concept_tagging import query_input as ct_input
 
     ct_ids, _ = ct_input(tok, QUERY.split(), model.cfg.max_len)
     ad_ids, _ = ad_input(tok, ACRONYM, SNIPPET, model.cfg.max_len, "letters")

@@ -35,7 +35,7 @@ import torch
 
 from alignlab.objectives.registry import resolve_objectives
 from alignlab.platform.config import FINETUNE_PRESETS, PRETRAIN_PRESETS, to_dict
-from alignlab.platform.finetune import Pretrained, run_calculation
+from alignlab.platform.finetune import Pretrained, finetune_calculation
 from alignlab.platform.pretrain import Pretrainer, lr_lambda, resolve_precision, to_numpy_rows
 from alignlab.platform.protocol import TaskData, calculations, context_free_baselines, fel_split
 from alignlab.platform.tokenizer import Tokenizer
@@ -137,7 +137,7 @@ def fel(run: Run, tok, data: TaskData, n_calcs: int) -> dict:
         for fold, seed in calculations()[:n_calcs]:
             ft = dataclasses.replace(FINETUNE_PRESETS["mini"], task=task, fold=fold, seed=seed, keep_head=False)
             tr, va, te = fel_split(data, task, ft)
-            accs.append(run_calculation(pre, ft, tr, te, val=va)["accuracy"])
+            accs.append(finetune_calculation(pre, ft, tr, te, val=va).row["accuracy"])
             b = context_free_baselines(task, tr, te, titles=data.titles if task == "ct" else ())
             base.append(b["baseline_best"])
             base_name = b["baseline_best_name"]

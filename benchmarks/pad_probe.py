@@ -28,7 +28,7 @@ import torch
 
 from alignlab.objectives.registry import objective_config
 from alignlab.platform.config import FINETUNE_PRESETS, MODEL_SIZES, PRETRAIN_PRESETS
-from alignlab.platform.finetune import Pretrained, run_calculation
+from alignlab.platform.finetune import Pretrained, finetune_calculation
 from alignlab.platform.pretrain import Pretrainer, to_numpy_rows
 from alignlab.platform.protocol import TaskData, calculations, context_free_baselines, fel_split
 from alignlab.platform.tokenizer import Tokenizer
@@ -99,7 +99,7 @@ def main(argv=None) -> None:
         for fold, seed in calculations()[: a.calculations]:
             ft = dataclasses.replace(FINETUNE_PRESETS["mini"], task=task, fold=fold, seed=seed, keep_head=False)
             tr, va, te = fel_split(data, task, ft)
-            accs.append(run_calculation(pre, ft, tr, te, val=va)["accuracy"])
+            accs.append(finetune_calculation(pre, ft, tr, te, val=va).row["accuracy"])
             base.append(context_free_baselines(task, tr, te)["baseline_letters"])
         result[task] = {"accuracy_pct": round(100 * float(np.mean(accs)), 1),
                         "std_pct": round(100 * float(np.std(accs, ddof=1)), 1) if len(accs) > 1 else 0.0,

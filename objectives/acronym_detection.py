@@ -27,8 +27,9 @@ import torch
 
 from alignlab.platform.task import BuiltData, SequenceTask, register_task
 
-# TODO(#16 merge): helper D splits platform/tasks.py; re-point the baseline imports.
-from alignlab.platform import tasks as T
+from alignlab.objectives.ad_data import (AD_BUILDER_VERSION, AD_FORMAT, build_ad_dataset, defining_doc_ids,
+                                         letters_only_ad_baseline, span_matcher_ad_baseline)
+from alignlab.platform.task_files import majority_baseline
 
 
 def pair_input(tok, acronym: str, snippet: str, max_len: int, acronym_form: str) -> tuple[list[int], list[int]]:
@@ -54,6 +55,7 @@ def snippet_folds(examples: list) -> list[list[int]]:
 
 @register_task
 class AcronymDetection(SequenceTask):
+    format = AD_FORMAT
     name = "ad"
     aligned_objective = "pad"
     multitask_partner = "ct"
@@ -71,15 +73,15 @@ class AcronymDetection(SequenceTask):
 
     # ---- data: k folds over one file, the out-of-domain pairs on the side
     def build_key(self, options):
-        return {"snippets": options["target_snippets"], "ad_builder": T.AD_BUILDER_VERSION}
+        return {"snippets": options["target_snippets"], "ad_builder": AD_BUILDER_VERSION}
 
     def build_data(self, docs, *, seed, options):
         """In-domain pairs from the bundled corpus, plus the shipped out-of-domain npm pairs."""
-        ad, stats = T.build_ad_dataset(docs, seed=seed, target_snippets=options["target_snippets"])
+        ad, stats = build_ad_dataset(docs, seed=seed, target_snippets=options["target_snippets"])
         ood = self.load_examples(_protocol().SHIPPED_TASK_DATA / "ad_ood.jsonl")
         # Snippets are corpus text, so their documents are held out, and so are the documents that define a
         # positive's acronym ("long form (ACRO)" elsewhere gives the answer away).
-        heldout = set(stats.pop("doc_ids", [])) | T.defining_doc_ids(docs, ad)
+        heldout = set(stats.pop("doc_ids", [])) | defining_doc_ids(docs, ad)
         files = {self.data_files["ad"][0]: ad, self.data_files["ad_ood"][0]: ood}
         return BuiltData(files, {"ad": stats, "ad_ood": {"num_examples": len(ood),
                                                          "num_snippets": len({e.snippet for e in ood})}}, heldout)
@@ -106,9 +108,9 @@ class AcronymDetection(SequenceTask):
         return {"ood": data.ad_ood} if data.ad_ood else {}
 
     def baseline_scores(self, train, test, *, titles=()):
-        return {"majority": T.majority_baseline([e.label for e in train], [e.label for e in test]),
-                "letters": T.letters_only_ad_baseline(train, test),
-                "span_matcher": T.span_matcher_ad_baseline(test)}
+        return {"majority": majority_baseline([e.label for e in train], [e.label for e in test]),
+                "letters": letters_only_ad_baseline(train, test),
+                "span_matcher": span_matcher_ad_baseline(test)}
 
     # ---- serving
     def acronym_score(self, predictor, acronym: str, snippet: str, head: str | None = None) -> float:

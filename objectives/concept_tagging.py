@@ -18,8 +18,9 @@ from alignlab.platform.batching import IGNORE
 from alignlab.platform.task import BuiltData, TokenTask, register_task
 from alignlab.platform.tokenizer import _split_at_word_starts
 
-# TODO(#16 merge): helper D splits platform/tasks.py; re-point the baseline imports.
-from alignlab.platform import tasks as T
+from alignlab.objectives.ct_data import (CT_FORMAT, build_ct_dataset, concepts_from_documents, gazetteer_ct_baseline,
+                                         lexicon_ct_baseline, run_rule_ct_baseline, tag_fractions, title_words)
+from alignlab.platform.task_files import majority_baseline
 
 
 CT_DATA = ("npm", "templated")
@@ -82,6 +83,14 @@ def tags_to_brackets(words: Sequence[str], tags: Sequence[str]) -> str:
 
 @register_task
 class ConceptTagging(TokenTask):
+    format = CT_FORMAT
+
+    def add_data_commands(self, data_subparsers) -> None:
+        cc = data_subparsers.add_parser("convert-ct", help="bracketed CT text ('a [spatial graph] library') -> CT JSONL")
+        cc.add_argument("src", help="bracketed file, one text per line")
+        cc.add_argument("dst", help="JSONL file to write")
+        cc.add_argument("--texts", default=None, help="plain texts the lines must match word for word")
+        cc.set_defaults(task_command=_convert_bracketed)
     name = "ct"
     aligned_objective = "whp"
     multitask_partner = "ad"
@@ -118,15 +127,15 @@ class ConceptTagging(TokenTask):
 
         en_docs = [d for d in docs if d.lang == "en"]
         if options["ct_data"] == "templated":
-            pool, test, stats = T.build_ct_dataset(T.concepts_from_documents(en_docs), seed=seed)
+            pool, test, stats = build_ct_dataset(concepts_from_documents(en_docs), seed=seed)
         else:
             pool = self.load_examples(SHIPPED_TASK_DATA / "ct_pool.jsonl")
             test = self.load_examples(SHIPPED_TASK_DATA / "ct_test.jsonl")
             stats = {"source": "npm package summaries, hand-labelled (objectives/task_data/npm)",
                      "pool_size": len(pool), "test_size": len(test),
-                     "tag_fractions_pool": T.tag_fractions(pool), "tag_fractions_test": T.tag_fractions(test)}
+                     "tag_fractions_pool": tag_fractions(pool), "tag_fractions_test": tag_fractions(test)}
         # Article titles of the bundled corpus, for the gazetteer baseline.
-        titles = sorted({t for t in (T.title_words(d.title) for d in en_docs if d.title) if t})
+        titles = sorted({t for t in (title_words(d.title) for d in en_docs if d.title) if t})
         files = {self.data_files["ct_pool"][0]: pool, self.data_files["ct_test"][0]: test,
                  "titles.txt": "".join(" ".join(t) + "\n" for t in titles)}
         # CT is not corpus text (npm summaries, or templates around titles), so nothing of it is held out.
@@ -143,11 +152,11 @@ class ConceptTagging(TokenTask):
         return {None: points}
 
     def baseline_scores(self, train, test, *, titles=()):
-        out = {"majority": T.majority_baseline([t for e in train for t in e.tags], [t for e in test for t in e.tags]),
-               "lexicon": T.lexicon_ct_baseline(train, test),
-               "run_rule": T.run_rule_ct_baseline(train, test)}
+        out = {"majority": majority_baseline([t for e in train for t in e.tags], [t for e in test for t in e.tags]),
+               "lexicon": lexicon_ct_baseline(train, test),
+               "run_rule": run_rule_ct_baseline(train, test)}
         if titles:
-            out["gazetteer"] = T.gazetteer_ct_baseline(titles, test)
+            out["gazetteer"] = gazetteer_ct_baseline(titles, test)
         return out
 
     # ---- serving
@@ -181,3 +190,16 @@ class ConceptTagging(TokenTask):
         if not args.query.split():
             raise ValueError("the query is empty")
         return self.bracket(predictor, args.query)
+
+
+def _convert_bracketed(args) -> int:
+    from alignlab.objectives import bracketed
+    from alignlab.platform.task_files import TaskDataError
+
+    try:
+        n = bracketed.convert(args.src, args.dst, texts=args.texts)
+    except TaskDataError as e:
+        print("\n".join(e.problems))
+        return 1
+    print(f"{args.dst}: {n} CT examples")
+    return 0

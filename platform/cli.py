@@ -75,10 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     _common(bt)
     for t in registered_tasks():  # each task's own build options
         t.add_build_arguments(bt)
-    cc = data.add_parser("convert-ct", help="bracketed CT text ('a [spatial graph] library') -> CT JSONL")
-    cc.add_argument("src", help="bracketed file, one text per line")
-    cc.add_argument("dst", help="JSONL file to write")
-    cc.add_argument("--texts", default=None, help="plain texts the lines must match word for word")
+    for t in registered_tasks():  # commands a task brings for its own file formats (`run_data_command`)
+        t.add_data_commands(data)
     dv = data.add_parser("validate", help="check a CT/AD JSONL file (and a test file for overlap)")
     dv.add_argument("--task", required=True, choices=task_names())
     dv.add_argument("files", nargs="+")
@@ -219,7 +217,7 @@ def _dispatch(args) -> int:
 
 
 def _data(args, root: Path) -> int:
-    from alignlab.platform import tasks as T
+    from alignlab.platform.task import check_disjoint, validate_file
 
     if args.action == "build-tasks":
         from alignlab.platform.protocol import build_tasks
@@ -231,19 +229,11 @@ def _data(args, root: Path) -> int:
         print((tdir / "stats.json").read_text())
         print(f"Tasks: {tdir}")
         return 0
-    if args.action == "convert-ct":
-        from alignlab.platform import bracketed
-
-        try:
-            n = bracketed.convert(args.src, args.dst, texts=args.texts)
-        except T.TaskDataError as e:
-            print("\n".join(e.problems))
-            return 1
-        print(f"{args.dst}: {n} CT examples")
-        return 0
-    problems = T.validate_file(args.task, args.files[0])
+    if getattr(args, "task_command", None) is not None:
+        return args.task_command(args)
+    problems = validate_file(args.task, args.files[0])
     if len(args.files) > 1:
-        problems += T.validate_file(args.task, args.files[1]) + T.check_disjoint(args.files[0], args.files[1])
+        problems += validate_file(args.task, args.files[1]) + check_disjoint(args.files[0], args.files[1])
     for p in problems:
         print(p)
     if problems:
@@ -313,14 +303,13 @@ def _finetuned_folder(root: Path, fid: str) -> Path:
 
 
 def _evaluate(args, root: Path) -> int:
-    from alignlab.platform import tasks as T
     from alignlab.platform.finetune import evaluate_examples, load_finetuned
     from alignlab.platform.storage import write_json
 
     ft = load_finetuned(_finetuned_folder(root, args.model))
     if args.task not in ft.task_heads:
         raise ValueError(f"finetuned model {args.model} was trained for {', '.join(ft.task_heads)}, not {args.task}")
-    examples = T.load_examples(args.task, args.file)  # TaskDataError (a ValueError) names every file:line
+    examples = task(args.task).load_examples(args.file)  # TaskDataError (a ValueError) names every file:line
     m = evaluate_examples(ft.model, args.task, examples, ft.tok, acronym_form=ft.cfg.acronym_form)
     unit = task(args.task).unit
     print(f"{args.file}: {args.task.upper()} accuracy {m['accuracy']:.4f}  perplexity {m['perplexity']:.4f}  "

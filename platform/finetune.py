@@ -192,14 +192,6 @@ class Calculation:
     """The best-perplexity state (the paper's choice), for extra test sets and `save_finetuned`."""
 
 
-def run_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, val=None, other_task_train=None,
-                    on_epoch=None) -> dict:
-    """TODO(#16 merge): the old shape (the model under "_model"), kept for study.py, tests/test_recipe.py,
-    tests/test_markers.py and benchmarks/; move them to `finetune_calculation`, then delete this."""
-    calc = finetune_calculation(pre, cfg, train, test, val=val, other_task_train=other_task_train, on_epoch=on_epoch)
-    return {**calc.row, "_model": calc.model}
-
-
 def finetune_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, val=None, other_task_train=None,
                          on_epoch=None) -> Calculation:
     """Finetune on `train`, select epochs on `val` (honest) or `test` (paper); the result row and kept model."""
@@ -320,8 +312,6 @@ def save_finetuned(root: Path, pre: Pretrained, cfg: FinetuneConfig, result: Cal
     show the aligned pretraining objective's score next to the task's (paper §4.1).
     Written to a temporary folder and renamed, so a crash never leaves a half-written model.
     """
-    if isinstance(result, dict):  # TODO(#16 merge): run_calculation's old row shape; drop with it
-        result = Calculation({k: v for k, v in result.items() if not k.startswith("_")}, result["_model"])
     model, tasks = result.model, task_heads(cfg)
     state = {f"encoder.{k}": v for k, v in model.encoder.state_dict().items()}
     for t in tasks:

@@ -6,7 +6,7 @@
   200-query set, x 2 seeds.
 The examples of a calculation depend on (task, budget, fold) only: the two seeds of a fold train on
 the same sample, validate on the same split and test on the same set; the seed changes the
-initialisation (fresh heads, dropout) and the batch order only (`finetune.run_calculation`).
+initialisation (fresh heads, dropout) and the batch order only (`finetune.finetune_calculation`).
 In "honest" selection a validation split (`val_fraction` of n) is carved from the sampled budget,
 so the model trains on the rest and the test set only scores the selected epochs.
 Searches (`search_split`, `search_groups`) are nested: a search whose setting is reported on AD's
@@ -22,10 +22,10 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from alignlab.platform import tasks as T
 from alignlab.platform.config import FinetuneConfig, config_hash
 from alignlab.platform.storage import as_storage, read_json, write_json, write_text
 from alignlab.platform.task import registered_tasks, task as task_named
+from alignlab.platform.task_files import write_jsonl
 
 NUM_FOLDS = 5
 NUM_SEEDS = 2
@@ -102,7 +102,7 @@ def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int 
             if isinstance(content, str):
                 write_text(tdir / name, content)
             else:
-                T.write_jsonl(tdir / name, content)
+                write_jsonl(tdir / name, content)
     doc_ids = sorted(set().union(*(b.heldout_doc_ids for b in built)))
     write_text(tdir / "heldout_doc_ids.txt", "".join(d + "\n" for d in doc_ids))
     # In name order, so the file is the same however the tasks are registered.

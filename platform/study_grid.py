@@ -4,7 +4,6 @@ pruning), each writing `trials/<calc-id>.json` atomically; plus the trial helper
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 
@@ -126,9 +125,9 @@ def run_one(calc: dict) -> dict:
     whose selection numbers are never finite is written as `status: failed` with the reason (`error`)."""
     from torch.utils.tensorboard import SummaryWriter
 
-    from alignlab.platform.finetune import NonFiniteError, load_pretrained, run_calculation
+    from alignlab.platform.finetune import NonFiniteError, finetune_calculation, load_pretrained
     from alignlab.platform.protocol import TaskData, context_free_baselines, extra_test_scores, fel_split
-    from alignlab.platform.tasks import load_examples
+    from alignlab.platform.task import task
 
     ft = finetune_from_dict(calc["finetune"])
     calc = localize(calc)
@@ -141,14 +140,15 @@ def run_one(calc: dict) -> dict:
     writer = SummaryWriter(str(tb_dir))
     try:
         try:
-            res = run_calculation(pre, ft, train, test, val=val, other_task_train=other,
-                                  on_epoch=lambda e, m: [writer.add_scalar(f"select/{k}", v, e) for k, v in m.items()])
+            done = finetune_calculation(pre, ft, train, test, val=val, other_task_train=other,
+                                        on_epoch=lambda e, m: [writer.add_scalar(f"select/{k}", v, e) for k, v in m.items()])
         except NonFiniteError as e:
             # Recorded as failed, with its reason: the study goes on, the report lists it, a rerun keeps it.
             return _write_trial(calc, sdir, tb_dir, {"status": "failed", "error": str(e)})
-        tests = {**data.extra_tests(ft.task), **{name: load_examples(ft.task, sdir / "eval" / f)
+        tests = {**data.extra_tests(ft.task), **{name: task(ft.task).load_examples(sdir / "eval" / f)
                                                  for name, f in calc.get("eval_sets", {}).items()}}
-        res.update(extra_test_scores(res.pop("_model"), pre.tok, ft, tests, train + val, titles=data.titles))
+        res = dict(done.row)
+        res.update(extra_test_scores(done.model, pre.tok, ft, tests, train + val, titles=data.titles))
         # Baselines learn from the whole budget the model had (its training and validation examples).
         res.update(context_free_baselines(ft.task, train + val, test, titles=data.titles))
         hp = {f"ft/{k}": v for k, v in calc["finetune"].items()}
@@ -196,10 +196,7 @@ def localize(calc: dict) -> dict:
 
 
 def other_task_train(data, ft: FinetuneConfig):
-    """The other task's training sample for the multitask scheme (`mt:pred+trm`), else None."""
-    from alignlab.platform.protocol import fel_split
+    """The multitask partner's training sample for the multitask scheme (`mt:pred+trm`), else None."""
+    from alignlab.platform.protocol import multitask_train
 
-    if ft.scheme != "mt:pred+trm":
-        return None
-    other_cfg = dataclasses.replace(ft, task="ct" if ft.task == "ad" else "ad")
-    return fel_split(data, other_cfg.task, other_cfg)[0]
+    return multitask_train(data, ft) if ft.scheme == "mt:pred+trm" else None

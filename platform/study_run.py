@@ -125,7 +125,8 @@ def stage_eval_files(study: Study, sdir: Path) -> dict[str, tuple[str, str]]:
     file's stem; a bad file fails here, before any pretraining, naming the file and line."""
     import re
 
-    from alignlab.platform.tasks import load_examples, write_jsonl
+    from alignlab.platform.task import load_examples
+    from alignlab.platform.task_files import write_jsonl
 
     out: dict[str, tuple[str, str]] = {}
     for task, path in study.eval_files:
@@ -159,12 +160,10 @@ def check_budgets(study: Study, tdir: Path) -> None:
 
 
 def pool_size(data, task: str, fold: int) -> int:
-    """Examples a calculation can sample its budget from: CT's 275-query pool, or AD's four training folds."""
-    from alignlab.platform.protocol import NUM_FOLDS, ad_folds
+    """Examples a calculation of this fold can sample its budget from (the task's own pool)."""
+    from alignlab.platform import protocol
 
-    if task == "ct":
-        return len(data.ct_pool)
-    return len(data.ad) - len(ad_folds(data.ad)[fold % NUM_FOLDS])
+    return protocol.pool_size(data, task, fold)
 
 
 def pretrain_models(study: Study, cdir: Path, root: Path | Storage, *, max_parallel: int = 1,
@@ -253,12 +252,14 @@ def study_main(build, argv: list[str] | None = None) -> Path:
 def _run_study_command(build, args, ap) -> Path:
     from alignlab.platform.config import check_preset
     from alignlab.platform.storage import resolve_root
+    from alignlab.platform.task import task_names
 
     eval_files = []
     for spec in args.eval_file:
         task, sep, path = spec.partition("=")
-        if not sep or task not in ("ct", "ad") or not path:
-            ap.error(f"--eval-file {spec!r}: expected ct=PATH or ad=PATH")
+        names = task_names()
+        if not sep or task not in names or not path:
+            ap.error(f"--eval-file {spec!r}: expected TASK=PATH, TASK one of {', '.join(names)}")
         if not Path(path).is_file():
             ap.error(f"--eval-file {spec!r}: {path} is not a file")
         eval_files.append((task, str(Path(path).resolve())))

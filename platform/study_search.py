@@ -127,7 +127,7 @@ def search_trial(config: dict, storage_uri: str | None = None) -> None:
     import torch
     from ray import tune
 
-    from alignlab.platform.finetune import load_pretrained, run_calculation
+    from alignlab.platform.finetune import finetune_calculation, load_pretrained
     from alignlab.platform.protocol import TaskData
 
     torch.set_num_threads(config.get("threads", 1))
@@ -145,7 +145,7 @@ def search_trial(config: dict, storage_uri: str | None = None) -> None:
         tune.report({"epoch": epoch, "val_accuracy": m["accuracy"], "val_perplexity": m["perplexity"],
                      SEARCH_OBJECTIVE: best["acc"], "val_perplexity_at_best_ppl": best["ppl"], "search_complete": 0})
 
-    res = run_calculation(pre, ft, train, val, val=val, other_task_train=other, on_epoch=on_epoch)
+    res = finetune_calculation(pre, ft, train, val, val=val, other_task_train=other, on_epoch=on_epoch).row
     # The run's own end: the restored best-perplexity model scored on the validation split.
     tune.report({"epoch": res["epochs_run"], "val_accuracy": res["accuracy"], "val_perplexity": res["perplexity"],
                  SEARCH_OBJECTIVE: res["accuracy"], "val_perplexity_at_best_ppl": res["perplexity"],

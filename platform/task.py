@@ -22,7 +22,9 @@ from typing import Any, ClassVar
 
 import torch
 
+from alignlab.platform import task_files
 from alignlab.platform.batching import IGNORE
+from alignlab.platform.task_files import TaskFormat
 from alignlab.platform.model import SequenceHead, TokenHead
 
 _TASKS: dict[str, "Task"] = {}
@@ -60,8 +62,31 @@ def task(name: str) -> "Task":
     """The registered task named `name` (a config value)."""
     _discover()
     if name not in _TASKS:
-        raise ValueError(f"unknown task {name!r}: registered tasks are {', '.join(task_names())}")
+        raise ValueError(f"task must be one of {task_names()}, got {name!r}")
     return _TASKS[name]
+
+
+def load_examples(name: str, path) -> list:
+    """The examples of a task file (`TaskDataError` names every FILE:LINE: problem)."""
+    return task(name).load_examples(path)
+
+
+def validate_file(name: str, path) -> list[str]:
+    return task(name).validate_file(path)
+
+
+def example_key(obj: dict):
+    """What makes a line of any task's file one example (None: no task's shape), for disjointness checks."""
+    for i, t in enumerate(registered_tasks()):
+        k = t.format.key(obj)
+        if k is not None:
+            return (i, k)
+    return None
+
+
+def check_disjoint(train_path, test_path) -> list[str]:
+    """Problems if a test line repeats a training example (any task's file)."""
+    return task_files.check_disjoint(example_key, train_path, test_path)
 
 
 def head_for(name: str, hidden: int, dropout: float) -> torch.nn.Module:
@@ -170,10 +195,14 @@ class Task:
     def build_data(self, docs: list, *, seed: int, options: dict) -> BuiltData:
         raise NotImplementedError
 
-    def load_examples(self, path) -> list:
-        from alignlab.platform import tasks as T  # TODO(#16 merge): helper D splits tasks.py (file formats)
+    format: ClassVar[TaskFormat]
+    """How this task's JSONL lines look: their problems, their parser, what makes two lines one example."""
 
-        return T.load_examples(self.name, path)
+    def load_examples(self, path) -> list:
+        return task_files.load_examples(self.format, path)
+
+    def validate_file(self, path) -> list[str]:
+        return task_files.validate_file(self.format, path)
 
     def pool_and_test(self, data, fold: int) -> tuple[list, list]:
         """The examples a calculation of this fold may sample its budget from, and its test set."""
@@ -194,7 +223,11 @@ class Task:
         """{baseline name: accuracy} of this task's context-free baselines."""
         raise NotImplementedError
 
-    # ---- the `alignlab predict` command
+    # ---- the command line
+    def add_data_commands(self, data_subparsers) -> None:
+        """`alignlab data ...` subcommands this task brings (e.g. converters of its own file formats); each sets
+        `task_command=<function(args) -> exit code>` with `set_defaults`."""
+
     def add_predict_arguments(self, parser) -> None:
         pass
 

@@ -157,7 +157,7 @@ def _ft(**kw):
 
 
 def test_a_calculation_whose_validation_numbers_are_never_finite_fails_with_its_reason(tiny_root):
-    from alignlab.platform.finetune import NonFiniteError, load_pretrained, run_calculation
+    from alignlab.platform.finetune import NonFiniteError, finetune_calculation, load_pretrained
     from alignlab.platform.protocol import TaskData, fel_split
 
     _, mdir, tdir = tiny_root
@@ -165,7 +165,7 @@ def test_a_calculation_whose_validation_numbers_are_never_finite_fails_with_its_
     train, val, test = fel_split(TaskData.load(tdir), "ct", ft)
     with pytest.raises(NonFiniteError, match=r"CT calculation \(fold 0, seed 0, lr 1e\+30\): the validation numbers "
                                              r"were never finite in \d epochs .*diverged"):
-        run_calculation(load_pretrained(mdir), ft, train, test, val=val)
+        finetune_calculation(load_pretrained(mdir), ft, train, test, val=val)
 
 
 @pytest.mark.ray

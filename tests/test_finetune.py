@@ -22,7 +22,9 @@ from alignlab.platform.finetune import (Calculation, build_task_model, encode_ex
 from alignlab.platform.inference import FastEncoder, Predictor, _mkl_linear_ok, _mkldnn_linear_ok
 from alignlab.platform.model import AlignModel
 from alignlab.platform.storage import write_json
-from alignlab.platform.tasks import ADExample, CTExample, write_jsonl
+from alignlab.objectives.ad_data import ADExample
+from alignlab.objectives.ct_data import CTExample
+from alignlab.platform.task_files import write_jsonl
 from alignlab.platform.tokenizer import Tokenizer, train_tokenizer
 
 MODEL_ID = "tiny-mlm+nsp+whp+pad-test"

@@ -14,13 +14,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from alignlab.platform import tasks as T
+from alignlab.objectives.ad_data import ADExample, defining_doc_ids
+from alignlab.platform.task import load_examples
 from alignlab.platform.config import CORPUS_PRESETS
 from alignlab.platform.documents import Document
 
 
-def _ad(acronym: str, long_form: str, label: int = 1) -> T.ADExample:
-    return T.ADExample(acronym, f"... {long_form} ...", label, "d-src", long_form)
+def _ad(acronym: str, long_form: str, label: int = 1) -> ADExample:
+    return ADExample(acronym, f"... {long_form} ...", label, "d-src", long_form)
 
 
 def test_a_document_defines_a_task_acronym_when_the_long_form_is_followed_by_the_parenthesised_acronym():
@@ -35,8 +36,8 @@ def test_a_document_defines_a_task_acronym_when_the_long_form_is_followed_by_the
         Document(doc_id="negative-only", text="The World Health Organization (XYZ) is a negative's pair."),
         Document(doc_id="the-source", text="d: The National Basketball Association (NBA) is a league."),
     ]
-    assert T.defining_doc_ids(docs, examples) == {"defines", "defines-lowercase", "the-source"}
-    assert T.defining_doc_ids(docs, []) == set()
+    assert defining_doc_ids(docs, examples) == {"defines", "defines-lowercase", "the-source"}
+    assert defining_doc_ids(docs, []) == set()
 
 
 def _shard_doc_ids(cdir: Path) -> set[str]:
@@ -61,14 +62,14 @@ def test_a_cli_built_corpus_holds_out_every_task_document_and_is_the_corpus_a_st
     cdir = Path(capsys.readouterr().out.strip().splitlines()[-1].removeprefix("Corpus: "))
     manifest = load_manifest(cdir)
     (tdir,) = (root / "tasks").iterdir()  # built by the corpus build, under the same root
-    ad = T.load_examples("ad", tdir / "ad.jsonl")
+    ad = load_examples("ad", tdir / "ad.jsonl")
     heldout = {ln for ln in (tdir / "heldout_doc_ids.txt").read_text().splitlines() if ln}
 
     # The held-out list has every snippet's document and every document that defines a positive's acronym
     # (at smoke, one of those is not a snippet's document).
     task_docs = list(read_bundled(("en", "es", "fr"), max_docs_per_lang=CORPUS_PRESETS["smoke"].task_max_docs_per_lang))
     sources = {ex.doc_id for ex in ad}
-    defining = T.defining_doc_ids(task_docs, ad)
+    defining = defining_doc_ids(task_docs, ad)
     assert sources and defining - sources
     assert sources | defining <= heldout
 
@@ -110,8 +111,10 @@ def test_every_study_holds_out_the_task_data_it_finetunes_on():
     from test_studies import SCRIPTS, load_script
 
     from alignlab.platform.protocol import build_tasks
+    from alignlab.platform.task import registered_tasks
 
     defaults = {k: p.default for k, p in inspect.signature(build_tasks).parameters.items()}
+    defaults.update({k: v for t in registered_tasks() for k, v in t.build_options.items()})  # the tasks' own options
     assert len(SCRIPTS) >= 6
     for name in SCRIPTS:
         for preset in ("smoke", "mini", "paper"):

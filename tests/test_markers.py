@@ -86,13 +86,13 @@ def test_a_saved_finetuned_model_with_a_truncated_weights_file_is_refused_on_loa
     from tiny_model import tiny_pretrained
 
     from alignlab.platform.config import FinetuneConfig
-    from alignlab.platform.finetune import load_finetuned, load_pretrained, run_calculation, save_finetuned
-    from alignlab.platform.tasks import CTExample
+    from alignlab.platform.finetune import finetune_calculation, load_finetuned, load_pretrained, save_finetuned
+    from alignlab.objectives.ct_data import CTExample
 
     pre = load_pretrained(tiny_pretrained(tmp_path, "mlm", steps=1))
     ex = [CTExample(("a", f"w{i}", "b"), ("N", "SE", "N")) for i in range(12)]
     cfg = FinetuneConfig(task="ct", budget=8, max_epochs=1, patience=1, batch_size=4, selection="honest")
-    fdir = save_finetuned(tmp_path, pre, cfg, run_calculation(pre, cfg, ex[:6], ex[8:], val=ex[6:8]))
+    fdir = save_finetuned(tmp_path, pre, cfg, finetune_calculation(pre, cfg, ex[:6], ex[8:], val=ex[6:8]))
     assert (fdir / MARKER).exists()
     load_finetuned(fdir)
     with open(fdir / "model.pt", "r+b") as f:

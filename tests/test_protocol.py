@@ -8,7 +8,8 @@ import pytest
 
 from alignlab.platform.config import FinetuneConfig
 from alignlab.platform.protocol import NUM_FOLDS, TaskData, calculations, fel_split
-from alignlab.platform.tasks import ADExample, CTExample
+from alignlab.objectives.ad_data import ADExample
+from alignlab.objectives.ct_data import CTExample
 
 NUM_SNIPPETS = 40
 NUM_POOL, NUM_TEST = 30, 12

@@ -140,9 +140,9 @@ CRAMMED = dict(model=dataclasses.replace(TINY, norm="pre", dropout=0.0), decay="
 
 def test_a_crammed_model_finetunes_and_its_fast_predictor_matches_the_module_forward(tmp_path):
     from alignlab.platform.config import FINETUNE_PRESETS
-    from alignlab.platform.finetune import load_pretrained, run_calculation, save_finetuned
+    from alignlab.platform.finetune import finetune_calculation, load_pretrained, save_finetuned
     from alignlab.platform.inference import Predictor
-    from alignlab.platform.tasks import load_examples
+    from alignlab.platform.task import load_examples
     from alignlab.platform.protocol import SHIPPED_TASK_DATA
 
     mdir = tiny_pretrained(tmp_path, steps=4, **CRAMMED)
@@ -150,12 +150,12 @@ def test_a_crammed_model_finetunes_and_its_fast_predictor_matches_the_module_for
     assert pre.model_cfg.norm == "pre" and any(k.startswith("encoder.final_ln") for k in pre.state)
     examples = load_examples("ct", SHIPPED_TASK_DATA / "ct_pool.jsonl")
     cfg = dataclasses.replace(FINETUNE_PRESETS["smoke"], task="ct", budget=40)
-    result = run_calculation(pre, cfg, examples[:30], examples[40:60], val=examples[30:40])
-    assert 0.0 <= result["accuracy"] <= 1.0
+    result = finetune_calculation(pre, cfg, examples[:30], examples[40:60], val=examples[30:40])
+    assert 0.0 <= result.row["accuracy"] <= 1.0
     fdir = save_finetuned(tmp_path, pre, cfg, result)
     pred = Predictor.load(fdir)
     model = pred.ft.model.eval()
-    from alignlab.platform.finetune import ct_input
+    from alignlab.objectives.concept_tagging import query_input as ct_input
 
     words = list(examples[60].tokens)
     ids, first = ct_input(pred.tok, words, model.cfg.max_len)

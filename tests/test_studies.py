@@ -100,7 +100,8 @@ def test_finetune_search_runs_one_honest_search_per_task():
 
 def _task_data():
     from alignlab.platform.protocol import TaskData
-    from alignlab.platform.tasks import ADExample, CTExample
+    from alignlab.objectives.ad_data import ADExample
+    from alignlab.objectives.ct_data import CTExample
 
     ad = [ADExample(acr, f"snippet {i} of the acronym study", label) for i in range(300)
           for acr, label in ((f"s{i}a", 1), (f"s{i}b", 0))]

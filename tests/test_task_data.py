@@ -13,10 +13,8 @@ from alignlab.objectives import ct_data as CT
 from alignlab.objectives.ad_data import ADExample
 from alignlab.objectives.ad_mining import matches_a_span
 from alignlab.objectives.ct_data import CTExample
-from alignlab.platform import bracketed
-# TODO(#16 merge): T's load_examples/validate_file/check_disjoint take a task name; re-point them at the task
-# registry (task(name).format) with platform/task_files.py.
-from alignlab.platform import tasks as T
+from alignlab.objectives import bracketed
+from alignlab.platform import task as T
 from alignlab.platform.cli import main
 from alignlab.platform.protocol import SHIPPED_TASK_DATA, context_free_baselines
 from alignlab.platform.task_files import TaskDataError

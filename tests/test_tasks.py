@@ -19,8 +19,7 @@ from alignlab.objectives.ct_data import (CT_PATTERNS, PAPER_CT_TAG_FRACTIONS, ST
                                          CTExample, build_ct_dataset, concepts_from_documents, content_words,
                                          lexicon_ct_baseline, tag_sequence_problems)
 from alignlab.platform.task_files import TaskDataError, majority_baseline, write_jsonl
-# TODO(#16 merge): these three take a task name; re-point them at the task registry (task(name).format).
-from alignlab.platform.tasks import check_disjoint, load_examples, validate_file
+from alignlab.platform.task import check_disjoint, load_examples, validate_file
 from alignlab.platform.text import LETTERS, first_letters, occurs_as_word, words_of
 
 

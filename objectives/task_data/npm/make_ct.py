@@ -14,8 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-from alignlab.platform import bracketed
-from alignlab.platform import tasks as T
+from alignlab.objectives import bracketed
+from alignlab.objectives.ct_data import PAPER_CT_TAG_FRACTIONS, STOPWORDS, tag_fractions
 
 HERE = Path(__file__).resolve().parent
 TEST_SIZE = 260
@@ -31,13 +31,13 @@ def build(here: Path = HERE) -> dict[str, str]:
     agree = {"before_adjudication": bracketed.agreement(first, second),
              "pass1_vs_adjudicated": bracketed.agreement(first, final),
              "pass2_vs_adjudicated": bracketed.agreement(second, final)}
-    pool, test = bracketed.split_pool_test(final, test_size=TEST_SIZE, seed=SEED, stopwords=T.STOPWORDS)
+    pool, test = bracketed.split_pool_test(final, test_size=TEST_SIZE, seed=SEED, stopwords=STOPWORDS)
     jsonl = lambda exs: "".join(json.dumps({"tokens": list(e.tokens), "tags": list(e.tags)}) + "\n" for e in exs)
     stats = {"texts": len(final), "pool": len(pool), "test": len(test), "words": sum(len(e.tokens) for e in final),
-             "tag_fractions": {k: round(v, 4) for k, v in T.tag_fractions(final).items()},
-             "paper_tag_fractions": T.PAPER_CT_TAG_FRACTIONS,
-             "tag_fractions_pool": {k: round(v, 4) for k, v in T.tag_fractions(pool).items()},
-             "tag_fractions_test": {k: round(v, 4) for k, v in T.tag_fractions(test).items()},
+             "tag_fractions": {k: round(v, 4) for k, v in tag_fractions(final).items()},
+             "paper_tag_fractions": PAPER_CT_TAG_FRACTIONS,
+             "tag_fractions_pool": {k: round(v, 4) for k, v in tag_fractions(pool).items()},
+             "tag_fractions_test": {k: round(v, 4) for k, v in tag_fractions(test).items()},
              "split": {"test_size": TEST_SIZE, "seed": SEED, "near_duplicate": "same words after removing STOPWORDS"}}
     return {"agreement.json": json.dumps(agree, indent=2) + "\n", "ct_pool.jsonl": jsonl(pool),
             "ct_test.jsonl": jsonl(test), "stats.json": json.dumps(stats, indent=2) + "\n"}

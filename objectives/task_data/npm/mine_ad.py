@@ -16,7 +16,8 @@ import argparse
 import csv
 import sys
 
-from alignlab.platform import tasks as T
+from alignlab.objectives.ad_data import build_ad_dataset
+from alignlab.platform.task_files import write_jsonl
 from alignlab.platform.documents import Document
 
 
@@ -44,7 +45,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     docs = list(npm_documents(args.npm_tsv))
-    examples, stats = T.build_ad_dataset(docs, seed=args.seed, target_snippets=10**6)
+    examples, stats = build_ad_dataset(docs, seed=args.seed, target_snippets=10**6)
     stats.pop("doc_ids")
     per_long_form: dict[str, int] = {}
     kept = []
@@ -54,7 +55,7 @@ def main(argv=None) -> int:
             per_long_form[pos.long_form] = per_long_form.get(pos.long_form, 0) + 1
             kept += [pos, neg]
     stats["num_snippets"], examples = len(kept) // 2, kept
-    T.write_jsonl(args.out, examples)
+    write_jsonl(args.out, examples)
     print(f"{stats['num_snippets']} snippets, {len(examples)} pairs from {len(docs)} summaries -> {args.out}",
           file=sys.stderr)
     print(stats, file=sys.stderr)

@@ -14,7 +14,8 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from alignlab.platform.tasks import CTExample, TaskDataError
+from alignlab.objectives.ct_data import CTExample
+from alignlab.platform.task_files import TaskDataError
 
 
 def parse_line(line: str) -> tuple[list[str], list[str]]:
@@ -180,7 +181,7 @@ def split_pool_test(examples: Sequence[CTExample], *, test_size: int, seed: int,
     return pool, test
 
 
-if __name__ == "__main__":  # python -m alignlab.platform.bracketed LABELLED.txt [TEXTS.txt]: check a file
+if __name__ == "__main__":  # python -m alignlab.objectives.bracketed LABELLED.txt [TEXTS.txt]: check a file
     import sys
 
     try:
