@@ -36,8 +36,25 @@ def largest_size(preset: str) -> tuple[int, int]:
 
 
 ALIGNED_OBJECTIVES = "mlm,nsp,whp,pad"
-WITHOUT_ALIGNED = {"ct": ("-whp", "mlm,nsp,pad"), "ad": ("-pad", "mlm,nsp,whp")}
-"""Per task, the model pretrained without the objective aligned to it (the paper's "768-"): its key and objectives."""
+
+
+def without_aligned() -> dict[str, tuple[str, str]]:
+    """Per task, the model pretrained without the objective aligned to it (the paper's "768-"): its key
+    ("-" + the objective) and objectives (ALIGNED_OBJECTIVES less that one), in the tasks' order."""
+    from alignlab.platform.task import registered_tasks
+
+    out = {}
+    for t in registered_tasks():
+        rest = [o for o in ALIGNED_OBJECTIVES.split(",") if o != t.aligned_objective]
+        out[t.name] = (f"-{t.aligned_objective}", ",".join(rest))
+    return out
+
+
+def __getattr__(name: str):
+    # WITHOUT_ALIGNED reads the task registry, which imports objectives/: only when a study asks for it.
+    if name == "WITHOUT_ALIGNED":
+        return without_aligned()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def sized_pretrain(preset: str, hidden: int, num_layers: int, objectives: str = ALIGNED_OBJECTIVES) -> PretrainConfig:
