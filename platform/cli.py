@@ -32,7 +32,7 @@ from alignlab.platform.storage import MARKER, folder_finished, resolve_root
 
 
 def _objective_names() -> set[str]:
-    from alignlab.objectives.registry import registered
+    from alignlab.platform.registry import registered
 
     return set(registered())
 

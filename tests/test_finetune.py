@@ -10,7 +10,7 @@ import shutil
 import pytest
 import torch
 
-from alignlab.objectives.registry import resolve_objectives
+from alignlab.platform.registry import resolve_objectives
 from alignlab.platform.aligned_labels import WHP_TAGS
 from alignlab.platform.cli import main
 from alignlab.platform.config import MODEL_SIZES, FinetuneConfig
