@@ -274,7 +274,7 @@ def write_report(sdir: Path) -> Path:
     if study.get("searches"):
         out += [""] + _search_section(study["searches"])
     out += ["", "## Pretrained models", "", "Held-out evaluation of each pretrained model (accuracy % / perplexity).", ""]
-    out += _pretrain_table(study)
+    out += pretrain_table(study)
     plots = _plots(sdir, df, study) if not df.empty else []
     if plots:
         out += ["", "## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in plots]
@@ -373,10 +373,13 @@ def _short(v) -> str:
     return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
-def _pretrain_table(study: dict) -> list[str]:
+def pretrain_table(study: dict) -> list[str]:
+    """Held-out accuracy / perplexity of every objective that some model of the study was pretrained with, one
+    column per objective: in the order of the model with the most objectives, then any others as they come."""
     models = study.get("models", {})
     root_models = Path(study["corpus_dir"]).parent.parent / "models"
-    metrics = ["mlm", "nsp", "whp", "pad"]
+    richest_first = sorted(models.values(), key=lambda info: -len(info["pretrain"]["objectives"]))
+    metrics = list(dict.fromkeys(o["name"] for info in richest_first for o in info["pretrain"]["objectives"]))
     lines = ["| model | objectives | steps | " + " | ".join(m.upper() for m in metrics) + " |",
              "|---|---|---|" + "---|" * len(metrics)]
     for key, info in models.items():
