@@ -104,8 +104,8 @@ def chunk_document(doc: Document, tok: Tokenizer, chunk_len: int,
 
 
 LABEL_BATCH_DOCS = 256
-"""Documents whose rows an objective labels together (`CorpusLabels.label_rows`: PAD draws "another random
-chunk" among them)."""
+"""Documents whose rows the objectives label together (`CorpusLabels.label_rows`, e.g. pairs drawn among a
+batch's chunks)."""
 
 
 class ChunkLabeler:

@@ -9,8 +9,7 @@ every contiguous `min_words`..`max_words`-word span of eligible words; `initials
 list's initials with `INELIGIBLE` standing for an ineligible word, so that an a-z string of length >= 2
 is a substring of it iff it is the initials of an eligible span.
 
-`mutation_kernel` is the letter-replacement kernel that keeps a letter distribution unchanged (why:
-the docstring of `alignlab.objectives.pseudo_acronym`).
+`mutation_kernel` is a letter-replacement kernel that leaves a letter distribution unchanged.
 
 Pure and deterministic, numpy only.
 """
