@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from alignlab.objectives.registry import resolve_objectives
+from alignlab.platform.registry import resolve_objectives
 from alignlab.platform.config import FINETUNE_PRESETS, PRETRAIN_PRESETS, to_dict
 from alignlab.platform.finetune import Pretrained, finetune_calculation
 from alignlab.platform.pretrain import Pretrainer, lr_lambda, resolve_precision, to_numpy_rows

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from alignlab.objectives.registry import objective_config
+from alignlab.platform.registry import objective_config
 from alignlab.platform.config import FINETUNE_PRESETS, MODEL_SIZES, PRETRAIN_PRESETS
 from alignlab.platform.finetune import Pretrained, finetune_calculation
 from alignlab.platform.pretrain import Pretrainer, to_numpy_rows

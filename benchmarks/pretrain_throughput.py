@@ -49,7 +49,8 @@ import machine_info  # benchmarks/, on sys.path when a benchmark runs as a scrip
 from alignlab.objectives.masked_lm import MaskedLMConfig
 from alignlab.objectives.next_sentence import NextSentenceConfig
 from alignlab.platform.config import MODEL_SIZES, PretrainConfig
-from alignlab.platform.corpus import SHARD_SCHEMA
+from alignlab.platform.corpus import shard_schema
+from alignlab.platform.registry import corpus_labellers
 from alignlab.platform.pretrain import Pretrainer, to_numpy_rows, train_loop
 from alignlab.platform.tokenizer import Tokenizer, train_tokenizer
 
@@ -115,7 +116,7 @@ def make_tokenizer(folder: Path, vocab_size: int = VOCAB) -> Tokenizer:
 
 
 def synthetic_rows(tok: Tokenizer, n: int, seed: int = 0) -> pa.Table:
-    """Shard rows with the real columns (corpus.SHARD_SCHEMA): 4 chunks per document, ids uniform."""
+    """Shard rows with the real columns (corpus.shard_schema): 4 chunks per document, ids uniform."""
     rng = np.random.default_rng(seed)
     lo = int(tok.special_ids.max()) + 1
     a = rng.integers(lo, tok.vocab_size, size=(n, A_LEN))
@@ -128,7 +129,7 @@ def synthetic_rows(tok: Tokenizer, n: int, seed: int = 0) -> pa.Table:
         "a_text": [text] * n, "b_text": [text] * n,
         "whp_a": [None] * n, "whp_b": [None] * n, "pad_acronym": [None] * n, "pad_label": [None] * n,
     }
-    return pa.Table.from_pydict(cols, schema=SHARD_SCHEMA)
+    return pa.Table.from_pydict(cols, schema=shard_schema(corpus_labellers()))
 
 
 def pretrain_config(size: str, precision: str = "fp32", **kw) -> PretrainConfig:

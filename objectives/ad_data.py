@@ -45,8 +45,7 @@ import numpy as np
 
 from alignlab.objectives.ad_mining import (PAREN_RE, SnippetCandidate, is_initialism, matches_a_span,
                                            snippet_candidates)
-# TODO(#16 merge): import mutation_kernel from where helper A moves it (platform/text.py or objectives/).
-from alignlab.platform.aligned_labels import mutation_kernel
+from alignlab.platform.text import mutation_kernel
 from alignlab.platform.documents import Document
 from alignlab.platform.task_files import TaskFormat
 from alignlab.platform.text import LETTERS, first_letters, letter_probs, occurs_as_word, words_of, words_with_spans

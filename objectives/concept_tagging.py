@@ -12,8 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-# TODO(#16 merge): WHP_TAGS may move with helper A's aligned_labels split; re-point this import.
-from alignlab.platform.aligned_labels import WHP_TAGS
+from alignlab.objectives.hyperlink import TAGS as WHP_TAGS
 from alignlab.platform.batching import IGNORE
 from alignlab.platform.task import BuiltData, TokenTask, register_task
 from alignlab.platform.tokenizer import _split_at_word_starts

@@ -24,8 +24,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-# TODO(#16 merge): import WHP's tag tuple from alignlab.objectives.hyperlink (helper A moves it there).
-from alignlab.platform.aligned_labels import WHP_TAGS
+from alignlab.objectives.hyperlink import TAGS as WHP_TAGS
 from alignlab.platform.documents import Document
 from alignlab.platform.task_files import TaskFormat
 from alignlab.platform.text import words_of

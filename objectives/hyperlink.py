@@ -1,21 +1,90 @@
 """WHP, Wikipedia hyperlink prediction (paper §3.2, Figure 2): tag each word S, E, SE or N.
 
-Labelling rule (made at corpus time by `alignlab.platform.aligned_labels.whp_word_tags`): a word is S
-if it starts a link, E if it ends one, SE if it is a whole one-word link, N otherwise (words inside a
-multiword link too). The tag is predicted at the word's first subword; other subwords, specials and
-chunks from unlinked sources carry -100 and are not scored. CT reuses this head's shape.
+Labelling rule (made at corpus time, `word_tags`): one tag per word, ids N=0, S=1, E=2, SE=3 (`TAGS`;
+the classes of Figure 2's CT task). A word belongs to a link when its span overlaps the link's span (a
+link may cover only part of a word: "[[bus]]es", or "Paris," with the comma outside). Of the words a link
+covers, the first is S, the last E, and a one-word link's word SE; words strictly inside a multiword link
+and words in no link are N. When two links touch the same word the earlier link wins: the later link
+keeps only the words no earlier link took, and its S/E/SE are placed on those (so every tag sequence
+stays well formed). A link that covers only whitespace tags nothing.
+
+The tag is predicted at the word's first subword; other subwords, specials and chunks from unlinked
+sources carry -100 and are not scored. CT reuses this head's shape.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
+import pyarrow as pa
 import torch
 
+from alignlab.platform.batching import IGNORE
 from alignlab.platform.model import TokenHead
-from alignlab.objectives.registry import Objective, classification_sums, register
+from alignlab.platform.registry import CorpusLabels, Objective, classification_sums, register
 
-NUM_TAGS = 4  # N, S, E, SE
+TAGS = ("N", "S", "E", "SE")
+N, S, E, SE = 0, 1, 2, 3
+NUM_TAGS = len(TAGS)
+
+
+def _link_bounds(link) -> tuple[int, int]:
+    if hasattr(link, "start"):
+        return int(link.start), int(link.end)
+    return int(link[0]), int(link[1])
+
+
+def word_tags(word_spans, links) -> np.ndarray:
+    """One tag id per word (N=0, S=1, E=2, SE=3); see the module docstring for the rule.
+
+    `word_spans`: (start, end) pairs as from `split_words`, sorted; `links`: `Link`s or (start, end[, ...])
+    tuples, character offsets into the same text.
+    """
+    n = len(word_spans)
+    tags = np.zeros(n, dtype=np.int8)
+    if n == 0 or not links:
+        return tags
+    spans = np.asarray(word_spans, dtype=np.int64).reshape(n, 2)
+    bounds = sorted(_link_bounds(link) for link in links)
+    lo = np.asarray([b[0] for b in bounds], dtype=np.int64)
+    hi = np.asarray([b[1] for b in bounds], dtype=np.int64)
+    # word w overlaps link [lo, hi) iff start_w < hi and end_w > lo
+    first = np.searchsorted(spans[:, 1], lo, side="right")  # first word ending after lo
+    last = np.searchsorted(spans[:, 0], hi, side="left") - 1  # last word starting before hi
+    taken = -1  # highest word index claimed by an earlier link
+    for a, b in zip(first.tolist(), last.tolist()):
+        a = max(a, taken + 1)  # earlier link wins on shared words
+        if a > b:
+            continue
+        if a == b:
+            tags[a] = SE
+        else:
+            tags[a] = S
+            tags[b] = E
+        taken = b
+    return tags
+
+
+
+class HyperlinkLabels(CorpusLabels):
+    """Per-token tags of the chunks of linked (Wikipedia) documents; other documents get none (null)."""
+
+    token_columns = ("whp_a", "whp_b")
+    stats_columns = ("whp_a",)
+
+    def word_labels(self, doc, word_spans) -> np.ndarray | None:
+        return word_tags(word_spans, doc.links) if doc.kind == "wiki" else None
+
+    def count(self, table: pa.Table, acc: Counter) -> None:
+        tags = table.column("whp_a").combine_chunks()
+        if pa.types.is_list(tags.type):
+            w = tags.flatten().to_numpy(zero_copy_only=False)
+            acc.update(w[w >= 0].tolist())
+
+    def stats(self, acc: Counter) -> dict:
+        return {"whp_tag_counts": {TAGS[k]: v for k, v in sorted(acc.items())}}
 
 
 @register
@@ -34,9 +103,9 @@ class HyperlinkConfig:
 
 class Hyperlink(Objective):
     name = "whp"
-    corpus_columns = ("whp_a", "whp_b")
+    corpus_labels = HyperlinkLabels
+    corpus_columns = HyperlinkLabels.token_columns
     linked_only = True
-    token_label_key = "whp"
 
     def load(self, ex, rows) -> None:
         ex.add_token_labels("whp", rows["whp_a"], rows["whp_b"])
@@ -50,6 +119,6 @@ class Hyperlink(Objective):
 
     def loss_and_sums(self, head, hidden_BTH, batch):
         labels = batch["whp"].reshape(-1)
-        pos = torch.nonzero(labels != -100).squeeze(1)
+        pos = torch.nonzero(labels != IGNORE).squeeze(1)
         h = hidden_BTH.reshape(-1, hidden_BTH.shape[-1]).index_select(0, pos)
         return classification_sums(head(h), labels.index_select(0, pos))

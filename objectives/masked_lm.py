@@ -15,13 +15,15 @@ import numpy as np
 import torch
 
 from alignlab.platform.model import MaskedLMHead
-from alignlab.objectives.registry import Objective, classification_sums, lock_inputs, register
+from alignlab.platform.registry import Objective, classification_sums, lock_inputs, register
 
 
 @register
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MaskedLMConfig:
     name: ClassVar[str] = "mlm"
+    default_on: ClassVar[bool] = True
+    """What a PretrainConfig that names no objective trains (`registry.default_objectives`)."""
     weight: float = 1.0
     mask_prob: float = 0.15
     alpha: float = 0.5

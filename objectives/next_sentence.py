@@ -13,8 +13,9 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from alignlab.platform.batching import IGNORE
 from alignlab.platform.model import SequenceHead
-from alignlab.objectives.registry import Objective, classification_sums, register
+from alignlab.platform.registry import Objective, classification_sums, register
 
 
 @register
@@ -38,7 +39,7 @@ class NextSentence(Objective):
 
     def corrupt(self, ex, rng: np.random.Generator) -> None:
         n = len(ex.a)
-        labels = np.full(n, -100, dtype=np.int64)
+        labels = np.full(n, IGNORE, dtype=np.int64)
         pair_rows = [i for i in range(n) if ex.fmt[i] == "pair"]
         for i in pair_rows:
             if ex.b[i] is not None and rng.random() < self.config.next_prob:
@@ -46,7 +47,7 @@ class NextSentence(Objective):
                 continue
             others = [j for j in range(n) if ex.doc_id[j] != ex.doc_id[i]]
             if not others:
-                labels[i] = 1 if ex.b[i] is not None else -100
+                labels[i] = 1 if ex.b[i] is not None else IGNORE
                 continue
             j = others[int(rng.integers(len(others)))]
             ex.b[i] = ex.a_orig[j]

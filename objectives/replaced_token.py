@@ -34,7 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from alignlab.objectives.registry import Objective, classification_metrics, classification_sums, register
+from alignlab.platform.batching import IGNORE
+from alignlab.platform.registry import Objective, classification_metrics, classification_sums, register
 from alignlab.platform.model import Encoder, EncoderLayer, MaskedLMHead, TokenHead, init_weights
 
 
@@ -184,7 +185,7 @@ class ReplacedToken(Objective):
             sampled = torch.searchsorted(cdf, u).squeeze(1).clamp(max=lg.shape[1] - 1)
             new_ids = ids.reshape(-1).clone()
             new_ids[pos] = sampled
-            labels = torch.full_like(new_ids, -100)
+            labels = torch.full_like(new_ids, IGNORE)
             labels[cand.reshape(-1)] = 0
             labels[pos] = (sampled != original).long()
         return {**batch, "input_ids": new_ids.view_as(ids), "rtd_labels": labels.view_as(ids),
@@ -193,7 +194,7 @@ class ReplacedToken(Objective):
     def loss_and_sums(self, head: ReplacedTokenHead, hidden_BTH, batch):
         gen_loss, gen_sums = classification_sums(batch["rtd_gen_logits"], batch["rtd_gen_labels"])
         labels = batch["rtd_labels"].reshape(-1)
-        pos = torch.nonzero(labels != -100).squeeze(1)
+        pos = torch.nonzero(labels != IGNORE).squeeze(1)
         h = hidden_BTH.reshape(-1, hidden_BTH.shape[-1]).index_select(0, pos)
         lab = labels.index_select(0, pos)
         logits = head.discriminator(h)

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 
 IGNORE = -100
+"""The label of positions and examples that no loss scores (PyTorch's cross-entropy ignore_index): the one
+definition for the engine and the objectives."""
 FORMAT_IDS = {"pair": 0, "acronym": 1}
 
 
@@ -56,7 +58,6 @@ class Collator:
         self.objectives, self.tok, self.max_len = list(objectives), tokenizer, max_len
         self.acronym_fraction, self.subword_alpha = acronym_fraction, subword_alpha
         self.seed, self.rank = seed, rank
-        self.wants_acronyms = any(o.example_format == "acronym" for o in self.objectives)
 
     def rng(self, step: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, self.rank, step])
@@ -67,11 +68,15 @@ class Collator:
         rng = self.rng(step)
         n = len(rows["doc_id"])
         kind = [str(k) for k in rows["kind"]]
-        has_pad = rows.get("pad_label")
+        # A row may become an "acronym" example when an objective of that format says it can (PAD: a linked row
+        # with a pair); the draw is made only for such rows.
+        can = [False] * n
+        for o in self.objectives:
+            if o.example_format == "acronym":
+                can = [c or bool(ok) for c, ok in zip(can, o.example_rows(rows))]
         fmt = []
         for i in range(n):
-            can = self.wants_acronyms and kind[i] == "wiki" and has_pad is not None and int(has_pad[i]) in (0, 1)
-            fmt.append("acronym" if can and rng.random() < self.acronym_fraction else "pair")
+            fmt.append("acronym" if can[i] and rng.random() < self.acronym_fraction else "pair")
         a = [list(map(int, x)) for x in rows["a_ids"]]
         b = [list(map(int, x)) if bool(h) else None for x, h in zip(rows["b_ids"], rows["has_next"])]
         if self.subword_alpha > 0:

@@ -33,7 +33,7 @@ from alignlab.platform.task import registered_tasks, task, task_names
 
 
 def _objective_names() -> set[str]:
-    from alignlab.objectives.registry import registered
+    from alignlab.platform.registry import registered
 
     return set(registered())
 

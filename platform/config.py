@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,10 +18,29 @@ PRESETS = ("smoke", "mini", "paper")
 SOURCES = ("bundled", "wikidump", "web")
 SCHEMES = ("pred", "pred+trm", "pred+trm+emb", "mt:pred+trm")
 SELECTION_MODES = ("honest", "paper")
-TASKS = ("ct", "ad")
+TASKS = ("ct", "ad")  # TODO(#16 merge): the task registry (platform/task.py) validates task names, as the
+# objective registry resolves objective names (set_objective_resolver); then this tuple and the default task go.
 LOSS_SCALINGS = ("none", "log_classes")
 NORMS = ("post", "pre")
 DECAYS = ("constant", "linear", "cosine")
+
+
+# Objective names become config objects in the registry (alignlab.platform.registry), which sits above this module:
+# it hands its resolver in here when it is imported (every objective module imports it), so that a PretrainConfig
+# takes names without this module importing the registry.
+_objective_resolver: Callable[[Any], tuple] | None = None
+
+
+def set_objective_resolver(resolve: Callable[[Any], tuple]) -> None:
+    global _objective_resolver
+    _objective_resolver = resolve
+
+
+def _resolve_objectives(items: Any) -> tuple:
+    if _objective_resolver is None:
+        raise ValueError("PretrainConfig.objectives: objective names need the objective registry; "
+                         "import alignlab.platform.registry first")
+    return _objective_resolver(items)
 
 
 def check_preset(name: str) -> str:
@@ -157,7 +177,8 @@ class CorpusConfig:
 class PretrainConfig:
     model: ModelConfig = field(default_factory=lambda: MODEL_SIZES["768x3"])
     objectives: tuple[Any, ...] = ()
-    """Objective configs (see alignlab.objectives); names are accepted and expanded to defaults."""
+    """Objective configs (see alignlab.objectives); names and dicts are accepted and expanded to configs (by the
+    registry); none means the registry's default objectives."""
     batch_size: int = 256
     lr: float = 1e-4
     warmup_steps: int = 0
@@ -205,9 +226,7 @@ class PretrainConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        from alignlab.objectives.registry import resolve_objectives
-
-        object.__setattr__(self, "objectives", resolve_objectives(self.objectives or ("mlm",)))
+        object.__setattr__(self, "objectives", _resolve_objectives(self.objectives))
         _positive(self, "batch_size", "lr", "max_steps", "checkpoint_every", "log_every", "num_workers", "cpus_per_worker")
         _choice(self, "decay", DECAYS)
         object.__setattr__(self, "adam_betas", tuple(float(b) for b in self.adam_betas))
@@ -310,11 +329,9 @@ def corpus_from_dict(d: dict) -> CorpusConfig:
 
 
 def pretrain_from_dict(d: dict) -> PretrainConfig:
-    from alignlab.objectives.registry import objective_from_dict
-
     d = dict(d)
     d["model"] = model_from_dict(d["model"])
-    d["objectives"] = tuple(objective_from_dict(o) for o in d["objectives"])
+    d["objectives"] = tuple(d["objectives"])  # dicts: the registry makes them configs
     if "adam_betas" in d:
         d["adam_betas"] = tuple(d["adam_betas"])
     return PretrainConfig(**d)
@@ -338,23 +355,49 @@ CORPUS_PRESETS: dict[str, CorpusConfig] = {
     "paper": CorpusConfig(vocab_size=111000, tokenizer_sample_docs=2_000_000, max_len=128, docs_per_shard=20000),
 }
 
-PRETRAIN_PRESETS: dict[str, PretrainConfig] = {
-    "smoke": PretrainConfig(model=MODEL_SIZES["tiny"], batch_size=16, lr=1e-3, max_steps=12, checkpoint_every=5,
-                            eval_batches=2, num_workers=1, cpus_per_worker=0.5, threads_per_worker=1),
-    # The laptop-cramming recipe (issue #15, benchmarks/laptop_budget.py; README "What the mini study shows"):
-    # pre-LN blocks, no dropout, the first half of the steps on 64-token examples, linear decay to zero at the
-    # last step. Sized so the whole mini study fits ~30 minutes on a 2-core laptop CPU from a fresh install,
-    # fp32 included. PAD gets half of the linked rows because it is the slowest objective to leave chance; it
-    # still does not at this budget (the README says so with the numbers).
-    "mini": PretrainConfig(model=dataclasses.replace(MODEL_SIZES["128x2"], norm="pre", dropout=0.0), batch_size=32,
-                           lr=1e-3, warmup_steps=100, decay="linear", max_steps=2000, short_seq_len=64,
-                           short_seq_fraction=0.5, checkpoint_every=500, eval_batches=20, num_workers=1,
-                           cpus_per_worker=1.0, threads_per_worker=2, acronym_fraction=0.5),
-    # 500M examples at batch 256 (§3.3), 4 GPUs.
-    "paper": PretrainConfig(model=MODEL_SIZES["768x3"], batch_size=256, lr=1e-4, warmup_steps=10000,
-                            max_steps=500_000_000 // 256, checkpoint_every=5000, eval_batches=200, num_workers=4,
-                            cpus_per_worker=4.0, use_gpu=True),
-}
+class _LazyPresets(Mapping):
+    """Presets built on first use: a PretrainConfig resolves its objectives through the registry, which may be
+    imported after this module."""
+
+    def __init__(self, build: Callable[[], dict]):
+        self._build, self._presets = build, None
+
+    def _get(self) -> dict:
+        if self._presets is None:
+            self._presets = self._build()
+        return self._presets
+
+    def __getitem__(self, key: str) -> PretrainConfig:
+        return self._get()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+
+def _pretrain_presets() -> dict[str, PretrainConfig]:
+    return {
+        "smoke": PretrainConfig(model=MODEL_SIZES["tiny"], batch_size=16, lr=1e-3, max_steps=12, checkpoint_every=5,
+                                eval_batches=2, num_workers=1, cpus_per_worker=0.5, threads_per_worker=1),
+        # The laptop-cramming recipe (issue #15, benchmarks/laptop_budget.py; README "What the mini study shows"):
+        # pre-LN blocks, no dropout, the first half of the steps on 64-token examples, linear decay to zero at the
+        # last step. Sized so the whole mini study fits ~30 minutes on a 2-core laptop CPU from a fresh install,
+        # fp32 included. PAD gets half of the linked rows because it is the slowest objective to leave chance; it
+        # still does not at this budget (the README says so with the numbers).
+        "mini": PretrainConfig(model=dataclasses.replace(MODEL_SIZES["128x2"], norm="pre", dropout=0.0), batch_size=32,
+                               lr=1e-3, warmup_steps=100, decay="linear", max_steps=2000, short_seq_len=64,
+                               short_seq_fraction=0.5, checkpoint_every=500, eval_batches=20, num_workers=1,
+                               cpus_per_worker=1.0, threads_per_worker=2, acronym_fraction=0.5),
+        # 500M examples at batch 256 (§3.3), 4 GPUs.
+        "paper": PretrainConfig(model=MODEL_SIZES["768x3"], batch_size=256, lr=1e-4, warmup_steps=10000,
+                                max_steps=500_000_000 // 256, checkpoint_every=5000, eval_batches=200, num_workers=4,
+                                cpus_per_worker=4.0, use_gpu=True),
+    }
+
+
+PRETRAIN_PRESETS: Mapping[str, PretrainConfig] = _LazyPresets(_pretrain_presets)
 
 FINETUNE_PRESETS: dict[str, FinetuneConfig] = {
     "smoke": FinetuneConfig(budget=40, max_epochs=3, patience=2, batch_size=16, lr=1e-3),

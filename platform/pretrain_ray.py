@@ -103,8 +103,10 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     resources = worker_resources(cfg)
     trainer = TorchTrainer(
         _train_fn,
-        train_loop_config={"cfg": to_dict(cfg), "storage": st.uri, "corpus_id": cid, "corpus_dir": str(cdir),
-                           "model_id": mid, "after_step": after_step},
+        # The objective configs travel as objects too: a plugin objective's class reaches the workers by pickling,
+        # where its name alone would be unknown (registry docstring).
+        train_loop_config={"cfg": to_dict(cfg), "objectives": cfg.objectives, "storage": st.uri, "corpus_id": cid,
+                           "corpus_dir": str(cdir), "model_id": mid, "after_step": after_step},
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu, resources_per_worker=resources),
         run_config=RunConfig(
             # The id is content-addressed, so reusing the name on a rerun resumes the same run on purpose.
@@ -140,7 +142,7 @@ def _train_fn(config: dict) -> None:
 
     from alignlab.platform.corpus import CORPUS_SMALL_FILES_ONLY, MANIFEST
 
-    cfg = pretrain_from_dict(config["cfg"])
+    cfg = pretrain_from_dict({**config["cfg"], "objectives": config["objectives"]})
     # Re-resolved on this node: a remote root's cache folder is this node's own.
     st, mid = resolve_root(config["storage"]), config["model_id"]
     if st.remote:

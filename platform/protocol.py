@@ -36,7 +36,8 @@ def calculations() -> list[tuple[int, int]]:
     return [(fold, seed) for fold in range(NUM_FOLDS) for seed in range(NUM_SEEDS)]
 
 
-SHIPPED_TASK_DATA = Path(importlib.util.find_spec("alignlab.objectives.registry").origin).parent / "task_data" / "npm"
+# The objectives room (a namespace package: no origin of its own) ships the real-text task data.
+SHIPPED_TASK_DATA = Path(next(iter(importlib.util.find_spec("alignlab.objectives").submodule_search_locations))) / "task_data" / "npm"
 TASK_BUILDER_VERSION = 3
 """Bumped when build_tasks writes different files for the same arguments (3: hand-labelled CT by default,
 out-of-domain AD, article titles for the gazetteer baseline)."""

@@ -42,8 +42,7 @@ def register_task(cls: type) -> type:
 
 
 def _discover() -> None:
-    # TODO(#16 merge): helper A moves the objective registry to alignlab.platform.registry; re-point this import.
-    from alignlab.objectives.registry import registered
+    from alignlab.platform.registry import registered
 
     registered()  # imports every module of objectives/, task modules included
 

@@ -8,9 +8,12 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from alignlab.platform.aligned_labels import (
-    E, N, S, SE, LETTERS, WHP_TAGS, initials, letter_distribution, make_pad_pairs, mutation_kernel,
-    span_initials, split_words, whp_word_tags, word_initial,
+from alignlab.objectives.hyperlink import E, N, S, SE
+from alignlab.objectives.hyperlink import TAGS as WHP_TAGS
+from alignlab.objectives.hyperlink import word_tags as whp_word_tags
+from alignlab.objectives.pseudo_acronym import make_pad_pairs
+from alignlab.platform.text import (
+    LETTERS, initials, letter_distribution, mutation_kernel, span_initials, split_words, word_initial,
 )
 from alignlab.platform.documents import Document, Link
 

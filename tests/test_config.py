@@ -4,6 +4,7 @@ import dataclasses
 import pytest
 
 from alignlab.platform import config as C
+from alignlab.platform import registry  # noqa: F401 -- objective names in configs resolve through it
 
 
 def test_a_bad_preset_name_is_a_value_error_naming_the_choices():

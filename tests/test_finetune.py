@@ -10,8 +10,8 @@ import shutil
 import pytest
 import torch
 
-from alignlab.objectives.registry import resolve_objectives
-from alignlab.platform.aligned_labels import WHP_TAGS
+from alignlab.platform.registry import resolve_objectives
+from alignlab.objectives.hyperlink import TAGS as WHP_TAGS
 from alignlab.platform.cli import main
 from alignlab.platform.config import MODEL_SIZES, FinetuneConfig
 from alignlab.objectives.acronym_detection import pair_input as ad_input

@@ -8,7 +8,7 @@ import pytest
 
 from tiny_model import batches, tiny_tokenizer
 
-from alignlab.objectives.registry import objective_config
+from alignlab.platform.registry import objective_config
 from alignlab.platform.config import PRETRAIN_PRESETS, pretrain_from_dict, to_dict
 from alignlab.platform.pretrain import Pretrainer
 from alignlab.platform.pretrain_ray import model_id

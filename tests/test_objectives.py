@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from alignlab.objectives.registry import resolve_objectives
+from alignlab.platform.registry import resolve_objectives
 from alignlab.platform.batching import Collator
 from alignlab.platform.tokenizer import Tokenizer, train_tokenizer
 
@@ -191,7 +191,7 @@ def test_importing_one_objective_module_first_still_registers_them_all():
     import subprocess
     import sys
 
-    code = ("import alignlab.objectives.masked_lm; from alignlab.objectives.registry import registered; "
+    code = ("import alignlab.objectives.masked_lm; from alignlab.platform.registry import registered; "
             "print(sorted(registered()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "['mlm', 'nsp', 'pad', 'rtd', 'whp']", out.stderr[-2000:]

@@ -162,7 +162,7 @@ def test_a_crammed_model_finetunes_and_its_fast_predictor_matches_the_module_for
     with torch.no_grad():
         h = model.encoder(torch.tensor([ids]), torch.zeros(1, len(ids), dtype=torch.long))[0]
         want = model.heads["ct"](h[torch.tensor(first)]).argmax(-1).tolist()
-    from alignlab.platform.aligned_labels import WHP_TAGS
+    from alignlab.objectives.hyperlink import TAGS as WHP_TAGS
 
     assert pred.tag(words)[: len(first)] == [WHP_TAGS[t] for t in want]
 

