@@ -56,6 +56,7 @@ def snippet_folds(examples: list) -> list[list[int]]:
 @register_task
 class AcronymDetection(SequenceTask):
     format = AD_FORMAT
+    default = True  # FinetuneConfig's task when none is named: AD since the first config (stored ids depend on it)
     name = "ad"
     aligned_objective = "pad"
     multitask_partner = "ct"

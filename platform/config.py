@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,8 +18,6 @@ PRESETS = ("smoke", "mini", "paper")
 SOURCES = ("bundled", "wikidump", "web")
 SCHEMES = ("pred", "pred+trm", "pred+trm+emb", "mt:pred+trm")
 SELECTION_MODES = ("honest", "paper")
-TASKS = ("ct", "ad")  # TODO(#16 merge): the task registry (platform/task.py) validates task names, as the
-# objective registry resolves objective names (set_objective_resolver); then this tuple and the default task go.
 LOSS_SCALINGS = ("none", "log_classes")
 NORMS = ("post", "pre")
 DECAYS = ("constant", "linear", "cosine")
@@ -34,6 +32,15 @@ _objective_resolver: Callable[[Any], tuple] | None = None
 def set_objective_resolver(resolve: Callable[[Any], tuple]) -> None:
     global _objective_resolver
     _objective_resolver = resolve
+
+
+# Task names likewise: the task registry (alignlab.platform.task) hands in (the default task, the task names).
+_task_registry: tuple[Callable[[], str], Callable[[], tuple[str, ...]]] | None = None
+
+
+def set_task_registry(default: Callable[[], str], names: Callable[[], tuple[str, ...]]) -> None:
+    global _task_registry
+    _task_registry = (default, names)
 
 
 def _resolve_objectives(items: Any) -> tuple:
@@ -266,7 +273,8 @@ class PretrainConfig:
 class FinetuneConfig:
     """One FEL calculation's settings (paper §3.4 defaults)."""
 
-    task: str = "ad"
+    task: str = ""
+    """A registered task's name; "" = the registry's default task (the one that declares `default = True`)."""
     budget: int = 200
     """Number of finetuning examples (n)."""
     scheme: str = "pred"
@@ -288,7 +296,11 @@ class FinetuneConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _choice(self, "task", TASKS)
+        if _task_registry is None:
+            raise ValueError("FinetuneConfig.task: task names need the task registry; import alignlab.platform.task first")
+        if not self.task:
+            object.__setattr__(self, "task", _task_registry[0]())
+        _choice(self, "task", _task_registry[1]())
         _choice(self, "scheme", SCHEMES)
         _choice(self, "selection", SELECTION_MODES)
         _choice(self, "acronym_form", ("letters", "text"))
@@ -346,61 +358,10 @@ def config_hash(*parts: Any, length: int = 12) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
 
 
-# ---------------------------------------------------------------- presets
+def __getattr__(name: str):
+    # The presets live in presets.py, which imports this module; reached here lazily, so either may load first.
+    if name in ("CORPUS_PRESETS", "PRETRAIN_PRESETS", "FINETUNE_PRESETS"):
+        from alignlab.platform import presets
 
-CORPUS_PRESETS: dict[str, CorpusConfig] = {
-    "smoke": CorpusConfig(langs=("en",), max_docs_per_lang=300, vocab_size=1000, tokenizer_sample_docs=300,
-                          max_len=64, docs_per_shard=100, task_max_docs_per_lang=3000),
-    "mini": CorpusConfig(vocab_size=8000, tokenizer_sample_docs=12000, max_len=128, docs_per_shard=2000),
-    "paper": CorpusConfig(vocab_size=111000, tokenizer_sample_docs=2_000_000, max_len=128, docs_per_shard=20000),
-}
-
-class _LazyPresets(Mapping):
-    """Presets built on first use: a PretrainConfig resolves its objectives through the registry, which may be
-    imported after this module."""
-
-    def __init__(self, build: Callable[[], dict]):
-        self._build, self._presets = build, None
-
-    def _get(self) -> dict:
-        if self._presets is None:
-            self._presets = self._build()
-        return self._presets
-
-    def __getitem__(self, key: str) -> PretrainConfig:
-        return self._get()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._get())
-
-    def __len__(self) -> int:
-        return len(self._get())
-
-
-def _pretrain_presets() -> dict[str, PretrainConfig]:
-    return {
-        "smoke": PretrainConfig(model=MODEL_SIZES["tiny"], batch_size=16, lr=1e-3, max_steps=12, checkpoint_every=5,
-                                eval_batches=2, num_workers=1, cpus_per_worker=0.5, threads_per_worker=1),
-        # The laptop-cramming recipe (issue #15, benchmarks/laptop_budget.py; README "What the mini study shows"):
-        # pre-LN blocks, no dropout, the first half of the steps on 64-token examples, linear decay to zero at the
-        # last step. Sized so the whole mini study fits ~30 minutes on a 2-core laptop CPU from a fresh install,
-        # fp32 included. PAD gets half of the linked rows because it is the slowest objective to leave chance; it
-        # still does not at this budget (the README says so with the numbers).
-        "mini": PretrainConfig(model=dataclasses.replace(MODEL_SIZES["128x2"], norm="pre", dropout=0.0), batch_size=32,
-                               lr=1e-3, warmup_steps=100, decay="linear", max_steps=2000, short_seq_len=64,
-                               short_seq_fraction=0.5, checkpoint_every=500, eval_batches=20, num_workers=1,
-                               cpus_per_worker=1.0, threads_per_worker=2, acronym_fraction=0.5),
-        # 500M examples at batch 256 (§3.3), 4 GPUs.
-        "paper": PretrainConfig(model=MODEL_SIZES["768x3"], batch_size=256, lr=1e-4, warmup_steps=10000,
-                                max_steps=500_000_000 // 256, checkpoint_every=5000, eval_batches=200, num_workers=4,
-                                cpus_per_worker=4.0, use_gpu=True),
-    }
-
-
-PRETRAIN_PRESETS: Mapping[str, PretrainConfig] = _LazyPresets(_pretrain_presets)
-
-FINETUNE_PRESETS: dict[str, FinetuneConfig] = {
-    "smoke": FinetuneConfig(budget=40, max_epochs=3, patience=2, batch_size=16, lr=1e-3),
-    "mini": FinetuneConfig(budget=200, max_epochs=100, patience=10, lr=1e-3),
-    "paper": FinetuneConfig(),
-}
+        return getattr(presets, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,11 +29,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from alignlab.platform.config import (TASKS, CorpusConfig, FinetuneConfig, PretrainConfig, config_hash,
+from alignlab.platform.config import (CorpusConfig, FinetuneConfig, PretrainConfig, config_hash,
                                       finetune_from_dict, pretrain_from_dict, to_dict)
 from alignlab.platform.storage import Storage, as_storage, read_json, study_dir, write_json, write_text
+from alignlab.platform.task import task_names
 
-METRICS = tuple(f"{t}_val_accuracy" for t in TASKS)
+METRICS = tuple(f"{t}_val_accuracy" for t in task_names())
 """What each trial reports and the search maximizes, one per task: mean validation accuracy over the points."""
 
 
@@ -132,7 +133,7 @@ def mix_trial(config: dict, storage_uri: str | None = None) -> None:
     data = TaskData.load(Path(ctx["task_dir"]))
     base = finetune_from_dict(ctx["finetune"])
     out = {"model_id": mdir.name, "objectives": "+".join(pre_cfg.objective_names), "pretrain_s": pretrain_s}
-    for task in TASKS:
+    for task in task_names():
         accs = []
         for fold, seed in ctx["points"]:
             ft = dataclasses.replace(base, task=task, fold=fold, seed=seed)

@@ -24,10 +24,18 @@ import torch
 
 from alignlab.platform import task_files
 from alignlab.platform.batching import IGNORE
+from alignlab.platform.config import set_task_registry
 from alignlab.platform.task_files import TaskFormat
 from alignlab.platform.model import SequenceHead, TokenHead
 
 _TASKS: dict[str, "Task"] = {}
+
+
+def _default_task() -> str:
+    defaults = [t.name for t in registered_tasks() if t.default]
+    if len(defaults) != 1:
+        raise ValueError(f"exactly one registered task must declare default = True, got {defaults}")
+    return defaults[0]
 
 
 def register_task(cls: type) -> type:
@@ -137,6 +145,8 @@ class Task:
     data_files: ClassVar[dict[str, tuple[str, bool]]]
     """TaskData field -> (file name in the task folder, required)."""
     serving_verbs: ClassVar[tuple[str, ...]] = ()
+    default: ClassVar[bool] = False
+    """The task a FinetuneConfig means when it names none (exactly one registered task declares it)."""
 
     def make_head(self, hidden: int, dropout: float) -> torch.nn.Module:
         raise NotImplementedError
@@ -275,3 +285,6 @@ class SequenceTask(Task):
 
     def unit_rows(self, enc: Encoded) -> torch.Tensor:
         return torch.arange(len(enc))
+
+
+set_task_registry(_default_task, task_names)  # FinetuneConfig validates task names through this registry
