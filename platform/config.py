@@ -89,11 +89,9 @@ class ModelConfig:
     at high learning rates without long warmup (Xiong et al. 2020; cramming's first choice)."""
     init: str = "bert"
     """Encoder weight init. "bert" (vanilla BERT): normal with std 0.02 everywhere. "fan_in": normal with
-    std 1/sqrt(fan-in) per matrix, so attention logits start at order 1 at any width. At 128 wide, 0.02
-    starts with near-uniform attention, and the synthetic matching probe (benchmarks/match_probe.py, lr
-    1e-4) then sits at chance for ~2,000 steps, where fan_in is at 89% by then. On real PAD at mini scale
-    neither left chance within 2,000 steps, and fan_in gave lower CT accuracy, so "bert" stays the
-    default (README, "What the mini study shows")."""
+    std 1/sqrt(fan-in) per matrix, so attention logits start at order 1 at any width (at 128 wide, 0.02 starts
+    with near-uniform attention). "bert" stays the default because fan_in did not help real PAD or CT at mini
+    scale (measured in benchmarks/match_probe.py and README, "What the mini study shows")."""
 
     def __post_init__(self) -> None:
         _positive(self, "hidden", "num_layers", "head_dim", "ffn", "max_len")

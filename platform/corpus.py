@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from alignlab.platform.batching import IGNORE
 from alignlab.platform.config import CorpusConfig, to_dict
 from alignlab.platform.corpus_identity import HELDOUT_FILE, corpus_id, heldout_doc_ids, source_fingerprint
-from alignlab.platform.documents import CorpusInputError, Document
+from alignlab.platform.documents import CorpusInputError, Document, words_in_links
 from alignlab.platform.registry import CorpusLabels, corpus_labellers
 from alignlab.platform.storage import Storage, as_storage, corpus_dir, publish_dir, read_json, resolve_root, write_json
 from alignlab.platform.text import split_words
@@ -298,7 +298,7 @@ def _stage_documents(source: Iterator[Document], out: Path, cfg: CorpusConfig, h
     """Write documents to parquet in bounded batches; keep a tokenizer sample and initial-letter counts."""
     rng = np.random.default_rng(cfg.seed)
     sample: list[str] = []
-    words_total, words_in_links = 0, 0
+    words_total, words_linked = 0, 0
     buf: dict[str, list] = {"train": [], "eval": []}
     part = {"train": 0, "eval": 0}
     n_docs, n_linked, n_held, seen = 0, 0, 0, 0
@@ -329,9 +329,9 @@ def _stage_documents(source: Iterator[Document], out: Path, cfg: CorpusConfig, h
                 sample[j] = doc.text
         seen += 1
         if doc.kind == "wiki":
-            total, inside = _words_in_links(doc)
+            total, inside = words_in_links(doc)
             words_total += total
-            words_in_links += inside
+            words_linked += inside
         split = "eval" if is_eval_doc(doc.doc_id, cfg.eval_fraction) else "train"
         buf[split].append({"doc_id": doc.doc_id, "text": doc.text, "lang": doc.lang, "kind": doc.kind,
                            "link_starts": [lk.start for lk in doc.links], "link_ends": [lk.end for lk in doc.links]})
@@ -342,22 +342,8 @@ def _stage_documents(source: Iterator[Document], out: Path, cfg: CorpusConfig, h
     flush("train")
     flush("eval")
     return {"sample": sample,
-            "link_density": round(words_in_links / words_total, 4) if words_total else 0.0, "documents": n_docs, "linked_documents": n_linked,
+            "link_density": round(words_linked / words_total, 4) if words_total else 0.0, "documents": n_docs, "linked_documents": n_linked,
             "held_out_documents": n_held, "documents_per_lang": dict(per_lang)}
-
-
-def _words_in_links(doc: Document) -> tuple[int, int]:
-    """(words, words overlapping a link) of a document: the link density reported in stats.json."""
-    import bisect
-
-    spans = split_words(doc.text)
-    ends = [lk.end for lk in doc.links]
-    inside = 0
-    for s, e in spans:
-        j = bisect.bisect_right(ends, s)
-        if j < len(doc.links) and doc.links[j].start < e:
-            inside += 1
-    return len(spans), inside
 
 
 def _shard_stats(st: Storage, base: str, shards: dict[str, list[str]], tokenizer_path: Path,

@@ -7,6 +7,8 @@ documents do not (MLM and NSP only; subword regularization may apply).
 """
 from __future__ import annotations
 
+import bisect
+import re
 from dataclasses import dataclass
 
 KINDS = ("wiki", "web")
@@ -53,3 +55,16 @@ class CorpusInputError(ValueError):
         self.path, self.where, self.cause = str(path), where, cause
         loc = f"{self.path}:{where}" if where else self.path
         super().__init__(f"{loc}: {cause}")
+
+
+def words_in_links(doc: Document) -> tuple[int, int]:
+    """(whitespace-separated words, those of them that overlap a link) of a document: its link density's parts."""
+    spans = [m.span() for m in re.finditer(r"\S+", doc.text)]
+    ends = [lk.end for lk in doc.links]
+    inside = 0
+    for s, e in spans:
+        j = bisect.bisect_right(ends, s)
+        if j < len(doc.links) and doc.links[j].start < e:
+            inside += 1
+    return len(spans), inside
+

@@ -91,11 +91,11 @@ def _linear_seconds(backend: str, rows: int = 16, hidden: int = 768, reps: int =
 class _Linear:
     """y = x W^T + b, optionally followed by GELU or a residual add, on weights prepared once.
 
-    Backends (`default_backend` times them and takes the fastest); on the project's 2-core Xeon, at 10-40
-    row inputs (the rows of one query), fastest first:
-    - "mkl": MKL's packed-weight GEMM (`cblas_sgemm_pack`), ~25% under addmm and ~13% under "mkldnn" at
-      10-40 rows; the packed copy takes ~2.2-2.6x the weight's memory (one pack, sized for up to `max_rows`);
-    - "mkldnn": oneDNN's blocked weight layout with GELU/residual fused into the call, ~15% under addmm;
+    Backends (`default_backend` times them on this machine and takes the fastest; measured figures are in
+    benchmarks/README.md, inference latency):
+    - "mkl": MKL's packed-weight GEMM (`cblas_sgemm_pack`); the packed copy costs extra memory (one pack, sized
+      for up to `max_rows`);
+    - "mkldnn": oneDNN's blocked weight layout with GELU/residual fused into the call;
     - "aten": addmm on the (out, in) weight, for builds with neither.
     """
 

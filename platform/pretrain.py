@@ -287,10 +287,6 @@ def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict
     return st
 
 
-def perplexity(nll_sum: float, count: float) -> float:
-    return math.exp(nll_sum / count) if count else float("nan")
-
-
 def to_numpy_rows(table) -> dict:
     """A pyarrow table / pandas frame → the dict-of-columns rows `Collator` takes (tests, benchmarks)."""
     if hasattr(table, "to_pydict"):

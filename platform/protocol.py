@@ -185,14 +185,6 @@ def baseline_names() -> tuple[str, ...]:
     return tuple(dict.fromkeys(b for t in registered_tasks() for b in t.baselines))
 
 
-def __getattr__(name: str):
-    # TODO(#16 merge): report.py reads CT_BASELINES + AD_BASELINES only for their joint order; point it at
-    # baseline_names() and delete this.
-    if name in ("CT_BASELINES", "AD_BASELINES"):
-        return baseline_names()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def context_free_baselines(task: str, train: list, test: list, *, titles=()) -> dict[str, float]:
     """Every context-free baseline of `task` (`Task.baseline_scores`), trained on `train` (the calculation's
     budget) and scored on `test`, as {"baseline_<name>": accuracy}, plus "baseline_best" and

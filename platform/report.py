@@ -130,12 +130,12 @@ def baseline_of(df: pd.DataFrame, study: dict) -> dict[str, tuple[str, str]]:
 
 def baseline_names(df: pd.DataFrame, prefix: str = "") -> list[str]:
     """The context-free baselines present in the results (of the protocol test set, or of `prefix`'s set)."""
-    from alignlab.platform.protocol import AD_BASELINES, CT_BASELINES
+    from alignlab.platform import protocol
 
     head = f"{prefix}baseline_"
     found = [c[len(head):] for c in df.columns
              if c.startswith(head) and c not in (f"{head}best", f"{head}best_name") and df[c].notna().any()]
-    order = list(dict.fromkeys(CT_BASELINES + AD_BASELINES))  # the protocol's order, then any others
+    order = list(protocol.baseline_names())  # the tasks' order, then any others
     return sorted(found, key=lambda n: (order.index(n) if n in order else len(order), n))
 
 

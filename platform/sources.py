@@ -28,7 +28,7 @@ from importlib import metadata
 from pathlib import Path
 
 from alignlab.platform.config import SOURCES  # the source names a CorpusConfig accepts: one list
-from alignlab.platform.documents import CorpusInputError, Document, Link
+from alignlab.platform.documents import CorpusInputError, Document, Link, words_in_links
 from alignlab.platform.wikidump import read_wikidump, require_file, wikitext_to_text
 
 __all__ = ["SOURCES", "iter_documents", "read_bundled", "read_web", "read_wikidump", "wikitext_to_text",
@@ -125,19 +125,6 @@ def reconstruct_links(text: str, matcher: TitleMatcher, *, exclude: Collection[s
 
 def _is_word(c: str) -> bool:
     return c.isalnum() or c == "_"  # what `\w` matches in a str pattern
-
-
-def words_in_links(doc: Document) -> tuple[int, int]:
-    """(whitespace-separated words, those of them that overlap a link) of one document."""
-    # TODO(#16 merge): corpus._words_in_links counts the same for stats.json; make it call this.
-    links, i, num_words, num_linked = doc.links, 0, 0, 0
-    for w in re.finditer(r"\S+", doc.text):
-        num_words += 1
-        while i < len(links) and links[i].end <= w.start():
-            i += 1
-        if i < len(links) and links[i].start < w.end():
-            num_linked += 1
-    return num_words, num_linked
 
 
 def link_density(docs: Iterable[Document]) -> float:

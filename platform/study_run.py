@@ -259,7 +259,7 @@ def _run_study_command(build, args, ap) -> Path:
         task, sep, path = spec.partition("=")
         names = task_names()
         if not sep or task not in names or not path:
-            ap.error(f"--eval-file {spec!r}: expected TASK=PATH, TASK one of {', '.join(names)}")
+            ap.error(f"--eval-file {spec!r}: expected {' or '.join(f'{n}=PATH' for n in names)}")
         if not Path(path).is_file():
             ap.error(f"--eval-file {spec!r}: {path} is not a file")
         eval_files.append((task, str(Path(path).resolve())))
