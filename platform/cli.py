@@ -23,8 +23,8 @@ import json
 import sys
 from pathlib import Path
 
-from alignlab.platform.config import (CORPUS_PRESETS, FINETUNE_PRESETS, MODEL_SIZES, PRESETS, PRETRAIN_PRESETS,
-                                      check_preset)
+from alignlab.platform.config import (CORPUS_PRESETS, FINETUNE_PRESETS, LOSS_SCALINGS, MODEL_SIZES, PRESETS,
+                                      PRETRAIN_PRESETS, SCHEMES, SELECTION_MODES, SOURCES, check_preset)
 from alignlab.platform.protocol import NUM_FOLDS
 from alignlab.platform.errors import (Parser, int_below, name_list, nonneg_int, positive_float, positive_int,
                                       run_guarded)
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     corpus = sub.add_parser("corpus", help="build corpus shards").add_subparsers(dest="action", required=True)
     cb = corpus.add_parser("build", help="documents -> tokenizer -> labelled parquet shards (Ray Data)")
     _common(cb)
-    cb.add_argument("--source", default="bundled", choices=["bundled", "wikidump", "web"])
+    cb.add_argument("--source", default="bundled", choices=SOURCES)
     cb.add_argument("--path", action="append", default=[], help="input file or folder (repeatable)")
     cb.add_argument("--workers", type=positive_int, default=1, help="Ray Data labelling actors")
     cb.add_argument("--holdout", default=None, help="file of document ids to keep out of the corpus, on top of the "
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     pt.add_argument("--size", default=None, help=f"model size: {', '.join(MODEL_SIZES)}")
     pt.add_argument("--corpus", default=None, help="corpus folder (default: build the preset's bundled corpus)")
     pt.add_argument("--max-steps", type=positive_int, default=None)
-    pt.add_argument("--loss-scaling", choices=["none", "log_classes"], default=None,
+    pt.add_argument("--loss-scaling", choices=LOSS_SCALINGS, default=None,
                     help="divide each objective's loss by log(number of classes) (MUPPET §3.2); default none")
 
     md = sub.add_parser("models", help="list pretrained models")
@@ -87,10 +87,10 @@ def main(argv: list[str] | None = None) -> int:
         f.add_argument("--model", required=True, help="pretrained model id (see `alignlab models`)")
         f.add_argument("--task", required=True, choices=task_names())
         f.add_argument("--budget", type=positive_int)
-        f.add_argument("--scheme", choices=["pred", "pred+trm", "pred+trm+emb", "mt:pred+trm"])
+        f.add_argument("--scheme", choices=SCHEMES)
         f.add_argument("--lr", type=positive_float)
         f.add_argument("--acronym-form", choices=["letters", "text"], help="AD acronym input form")
-        f.add_argument("--selection", choices=["honest", "paper"])
+        f.add_argument("--selection", choices=SELECTION_MODES)
         f.add_argument("--discard-head", action="store_true", help="start a fresh head (the paper's * models)")
         f.add_argument("--tasks-dir", default=None, help="task data folder (default: build the bundled tasks)")
         if name == "finetune":
