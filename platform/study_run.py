@@ -196,19 +196,21 @@ def pretrain_models(study: Study, cdir: Path, root: Path | Storage, *, max_paral
         while todo and len(running) < max_parallel:
             mid, m = todo.pop(0)
             say(f"[study {study.name}] pretraining {label(m)} (side by side, up to {max_parallel})")
-            running[task.remote(str(cdir), to_dict(m.pretrain), as_storage(root).uri)] = mid
+            # The objective configs travel as objects: a plugin objective's class reaches the task by pickling.
+            running[task.remote(str(cdir), to_dict(m.pretrain), as_storage(root).uri, m.pretrain.objectives)] = mid
         ready, _ = ray.wait(list(running), num_returns=1)
         done[running.pop(ready[0])] = Path(ray.get(ready[0]))
     return {m.key: done[model_id(cid, m.pretrain)] for m in study.models}
 
 
-def _pretrain_task(cdir: str, cfg: dict, root: str) -> str:
+def _pretrain_task(cdir: str, cfg: dict, root: str, objectives: tuple = ()) -> str:
     """A Ray task driving one pretraining run (the TorchTrainer-in-a-task pattern of RAY_NOTES §3)."""
     from alignlab.platform.pretrain_ray import pretrain
     from alignlab.platform.ray_env import quiet_ray_data
     from alignlab.platform.storage import resolve_root
 
     quiet_ray_data()  # the DataContext is per process: same deterministic row order as from the driver
+    cfg = {**cfg, "objectives": objectives} if objectives else cfg
     return str(pretrain(Path(cdir), pretrain_from_dict(cfg), resolve_root(root)))
 
 
