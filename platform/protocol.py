@@ -46,18 +46,21 @@ out-of-domain AD, article titles for the gazetteer baseline)."""
 @dataclass
 class TaskData:
     tdir: Path
-    ad: list
-    ct_pool: list
-    ct_test: list
-    ad_ood: list = field(default_factory=list)
-    """Out-of-domain AD test pairs (npm summaries): every AD calculation is also scored on them."""
+    files: dict[str, list]
+    """Every registered task's examples by its `Task.data_files` names, also readable as attributes
+    (`data.<name>`): a new task brings its own files without a change here."""
     titles: list = field(default_factory=list)
     """Article titles of the bundled corpus as word tuples, for the CT gazetteer baseline."""
+
+    def __getattr__(self, name: str) -> list:
+        files = self.__dict__.get("files") or {}
+        if name in files:
+            return files[name]
+        raise AttributeError(f"TaskData has no task file named {name!r} (registered: {', '.join(files)})")
 
     @classmethod
     def load(cls, tdir: Path) -> "TaskData":
         """Every registered task's files (`Task.data_files`) from the task folder."""
-        # TODO(#16 merge): the fields are still one per task file; a dict per task would let a new task add files.
         tdir = Path(tdir)
         fields = {}
         for t in registered_tasks():
@@ -65,9 +68,9 @@ class TaskData:
                 path = tdir / fname
                 fields[field_name] = t.load_examples(path) if required or path.exists() else []
         titles = tdir / "titles.txt"
-        fields["titles"] = ([tuple(ln.split()) for ln in titles.read_text(encoding="utf-8").splitlines()]
-                            if titles.exists() else [])
-        return cls(tdir, **fields)
+        words = ([tuple(ln.split()) for ln in titles.read_text(encoding="utf-8").splitlines()]
+                 if titles.exists() else [])
+        return cls(tdir, fields, words)
 
     def extra_tests(self, task: str) -> dict[str, list]:
         """Test sets every calculation of `task` is also scored on, besides its protocol test set."""

@@ -153,7 +153,7 @@ def extra_test_sets(df: pd.DataFrame) -> list[str]:
     """Names of the extra test sets the calculations were scored on (out-of-domain AD, --eval-file)."""
     names = [c[len("eval_"): -len("_accuracy")] for c in df.columns
              if c.startswith("eval_") and c.endswith("_accuracy") and "_baseline_" not in c]
-    return sorted(names, key=lambda n: (n not in _EXTRA_TEST_TEXT, n))  # built-in sets first
+    return sorted(names, key=lambda n: (n not in _extra_test_text(), n))  # built-in sets first
 
 
 def _table(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], acc: str, ppl: str,
@@ -254,7 +254,7 @@ def write_report(sdir: Path) -> Path:
             out.append(f"| {r} | " + " | ".join(cells) + " |")
         out += ["", "## Context-free baselines on the same splits", ""] + _baseline_section(df, "")
         for name in extra_test_sets(df):
-            out += ["", f"## Test set `{name}`", "", _EXTRA_TEST_TEXT.get(name, "A user's own test file "
+            out += ["", f"## Test set `{name}`", "", _extra_test_text().get(name, "A user's own test file "
                     "(--eval-file); the models are those selected above, scored once more."), "",
                     "### Accuracy at the best-perplexity epoch", ""]
             lines, tables[name] = _table(df[df[f"eval_{name}_accuracy"].notna()], baselines, f"eval_{name}_accuracy",
@@ -309,11 +309,11 @@ def _side_by_side(df: pd.DataFrame) -> list[str]:
     return out
 
 
-_EXTRA_TEST_TEXT = {
-    "ood": "Out-of-domain AD: 446 snippets of npm package summaries (objectives/task_data/npm/ad_ood.jsonl), mined "
-           "with the same rules as the in-domain set. Each AD calculation's selected model (trained on its "
-           "Wikipedia folds) is scored on all of it.",
-}
+def _extra_test_text() -> dict[str, str]:
+    """The tasks' descriptions of their built-in extra test sets (`Task.extra_test_notes`), by set name."""
+    from alignlab.platform.task import registered_tasks
+
+    return {k: v for t in registered_tasks() for k, v in t.extra_test_notes.items()}
 
 
 def _baseline_section(df: pd.DataFrame, prefix: str) -> list[str]:

@@ -145,6 +145,8 @@ class Task:
     data_files: ClassVar[dict[str, tuple[str, bool]]]
     """TaskData field -> (file name in the task folder, required)."""
     serving_verbs: ClassVar[tuple[str, ...]] = ()
+    extra_test_notes: ClassVar[dict[str, str]] = {}
+    """What each built-in extra test set (`extra_tests`) is, for the report."""
     default: ClassVar[bool] = False
     """The task a FinetuneConfig means when it names none (exactly one registered task declares it)."""
 

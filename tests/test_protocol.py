@@ -30,8 +30,8 @@ def _ct(i: int, prefix: str) -> CTExample:
 
 @pytest.fixture()
 def data() -> TaskData:
-    return TaskData(Path("."), _ad_examples(), [_ct(i, "pool") for i in range(NUM_POOL)],
-                    [_ct(i, "test") for i in range(NUM_TEST)])
+    return TaskData(Path("."), {"ad": _ad_examples(), "ct_pool": [_ct(i, "pool") for i in range(NUM_POOL)],
+                                "ct_test": [_ct(i, "test") for i in range(NUM_TEST)]})
 
 
 def _key(ex) -> tuple:

@@ -106,7 +106,7 @@ def _task_data():
     ad = [ADExample(acr, f"snippet {i} of the acronym study", label) for i in range(300)
           for acr, label in ((f"s{i}a", 1), (f"s{i}b", 0))]
     ct = [CTExample(("when", "was", f"concept{i}", "made"), ("N", "N", "SE", "N")) for i in range(475)]
-    return TaskData(Path("."), ad, ct[:275], ct[275:])
+    return TaskData(Path("."), {"ad": ad, "ct_pool": ct[:275], "ct_test": ct[275:]})
 
 
 def _key(ex) -> tuple:
