@@ -35,7 +35,7 @@ def word_pieces(tok, words) -> list[list[int]]:
     because pieces never cross whitespace: the tokenizer's own word-start split cuts it into words; where
     that does not give one start per word (a word normalised away), `encode_words` encodes them one by one.
     """
-    # TODO(#16 merge): this is encode_words' alpha>0 path at alpha=0; encode_words could take it for alpha=0 too.
+    # Note: this is encode_words' alpha>0 path taken at alpha=0; encode_words itself could take it too (left as is).
     words = list(words)
     if not words:
         return []
