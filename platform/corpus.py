@@ -7,9 +7,8 @@ stages the documents to parquet in bounded batches (memory does not grow with th
 the tokenizer on a sample, and runs the labeller in a Ray Data actor pool that writes the shards.
 
 Corpus-time labels belong to the objectives (`registry.CorpusLabels`): the shard schema, the labels and
-the label statistics are whatever the registered objectives declare. Word → subword mapping: words are
-whitespace unigrams; a word's label sits on its first subword, its other subwords carry IGNORE. A chunk
-never splits a word; a word longer than a chunk is cut.
+the label statistics are whatever the registered objectives declare. Words are whitespace unigrams; a word's
+label sits on its first subword, its other subwords carry IGNORE. A chunk never splits a word (too long: cut).
 """
 from __future__ import annotations
 
@@ -29,8 +28,10 @@ from alignlab.platform.batching import IGNORE
 from alignlab.platform.config import CorpusConfig, to_dict
 from alignlab.platform.corpus_identity import HELDOUT_FILE, corpus_id, heldout_doc_ids, source_fingerprint
 from alignlab.platform.documents import CorpusInputError, Document, words_in_links
+from alignlab.platform.locks import artifact_lock
 from alignlab.platform.registry import CorpusLabels, corpus_labellers
-from alignlab.platform.storage import Storage, as_storage, corpus_dir, publish_dir, read_json, resolve_root, write_json
+from alignlab.platform.storage import (MARKER, Storage, as_storage, corpus_dir, publish_dir, read_json, resolve_root,
+                                       write_json, write_marker)
 from alignlab.platform.text import split_words
 from alignlab.platform.tokenizer import Tokenizer, train_tokenizer
 
@@ -181,6 +182,14 @@ CORPUS_SMALL_FILES_ONLY = ("shards/",)
 """What a node pulls of a remote corpus: everything but the shards, which Ray Data reads from the root."""
 
 
+def corpus_finished(st: Storage, cid: str) -> bool:
+    """Is corpus `cid` finished at the root (every file its size marker lists whole, shards too; before markers,
+    its manifest) and in this node's cache (pulled without the shards from a remote root)?"""
+    rel = f"corpus/{cid}"
+    return st.finished(rel, legacy=MANIFEST, announce=MANIFEST) and \
+        st.pull(rel, marker=MANIFEST, exclude=CORPUS_SMALL_FILES_ONLY)
+
+
 def load_manifest(cdir: Path) -> dict:
     """A finished corpus's manifest; a clear error for a folder that is not one."""
     m = Path(cdir) / MANIFEST
@@ -196,18 +205,28 @@ def build_corpus(cfg: CorpusConfig, root: Path | Storage, *, docs: Iterable[Docu
                  num_workers: int = 1, progress: bool = True) -> Path:
     """Build (or find) the corpus for `cfg` under `root`; returns its (local) folder. `docs` overrides the
     source. With a remote root the folder holds everything but the shards, which stay at the root."""
-    import ray
-
-    from alignlab.platform.ray_env import ensure_ray
-    from alignlab.platform.sources import iter_documents
-
     st = as_storage(root)
     heldout, task_dir = heldout_doc_ids(cfg, st)
     labellers = corpus_labellers()
     cid = corpus_id(cfg, heldout, custom=docs is not None, labellers=labellers)
     final = corpus_dir(st.local, cid)
-    if st.pull(f"corpus/{cid}", marker=MANIFEST, exclude=CORPUS_SMALL_FILES_ONLY):
+    if corpus_finished(st, cid):
         return final
+    with artifact_lock(st.local, f"corpus-{cid}", label=f"[corpus {cid}]", progress=progress):
+        if corpus_finished(st, cid):
+            return final  # built by the run this one waited for
+        _build(cfg, st, cid, final, heldout, task_dir, labellers, docs, num_workers, progress)
+    return final
+
+
+def _build(cfg: CorpusConfig, st: Storage, cid: str, final: Path, heldout: list[str], task_dir, labellers: list,
+           docs: Iterable[Document] | None, num_workers: int, progress: bool) -> None:
+    """Build the corpus `cid` under a temporary name and publish it at `final` (its lock held)."""
+    import ray
+
+    from alignlab.platform.ray_env import ensure_ray
+    from alignlab.platform.sources import iter_documents
+
     started = time.time()
     tmp = final.with_name(f"{cid}.tmp-{os.getpid()}")
     if tmp.exists():
@@ -279,7 +298,10 @@ def build_corpus(cfg: CorpusConfig, root: Path | Storage, *, docs: Iterable[Docu
         write_json(tmp / "config.json", to_dict(cfg))
         write_json(tmp / MANIFEST, {"corpus_id": cid, "config": to_dict(cfg), "fingerprint": source_fingerprint(cfg)
                                     if docs is None else {}, "columns": shard_schema(labellers).names, "shards": shards, "stats": stats,
-                                    "heldout": {"documents": len(heldout), "task_dir": task_dir, "file": HELDOUT_FILE}})
+                                    "heldout": {"documents": len(heldout), "task_dir": task_dir, "file": HELDOUT_FILE},
+                                    "marker": MARKER})
+        # The size marker, last: a shard or file cut short (a full disk, an interrupted upload) is unfinished.
+        write_marker(tmp, extra={f"shards/{f}": n for f, n in st.sizes(shard_base).items()} if st.remote else None)
         publish_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -289,8 +311,7 @@ def build_corpus(cfg: CorpusConfig, root: Path | Storage, *, docs: Iterable[Docu
             except Exception:  # noqa: BLE001 -- nothing there, or no permission: the original error matters
                 pass
         raise
-    st.push(f"corpus/{cid}", last=(MANIFEST,))
-    return final
+    st.push(f"corpus/{cid}", last=(MANIFEST, MARKER))
 
 
 def _stage_documents(source: Iterator[Document], out: Path, cfg: CorpusConfig, holdout: set[str],

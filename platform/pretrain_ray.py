@@ -11,14 +11,16 @@ from pathlib import Path
 import torch
 
 from alignlab.platform.config import PretrainConfig, pretrain_from_dict, to_dict
+from alignlab.platform.locks import artifact_lock
 # The registry's names are re-exported: `from alignlab.platform.pretrain_ray import pretrain, model_id, ...` keeps working.
 from alignlab.platform.models import (DIVERGED, FINAL_MARKER, LEGACY_MARKER, RUNTIME_FIELDS,  # noqa: F401
                                       check_corpus_for, diverged_reason, fetch_model, final_finished, is_finished,
                                       keep_checkpoints_default, list_models, model_finished, model_id,
                                       prune_checkpoints)
 from alignlab.platform.pretrain import NonFiniteLossError, resolve_precision
-from alignlab.platform.storage import (MARKER, as_storage, corpus_dir, model_dir, publish_dir, resolve_root, write_json,
-                                       write_marker)
+from alignlab.platform.storage import (MARKER, Storage, as_storage, corpus_dir, model_dir, publish_dir, resolve_root,
+                                       write_json, write_marker)
+
 
 def worker_resources(cfg: PretrainConfig) -> dict:
     """One Train worker's Ray resources (`use_gpu` alone would reserve only {"GPU": 1}, RAY_NOTES §1)."""
@@ -49,13 +51,6 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     `after_step(rank=, step=, model_dir=, flush=)` is called on every worker after each finished step, before the
     step is reported: the resume tests inject their crash through it (production code carries no fault of its own).
     It travels to the workers pickled, so it must be importable there or pickled by value."""
-    import ray.data
-    import ray.train
-    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
-
-    from alignlab.platform.ray_env import ensure_ray
-
     st = as_storage(root)
     cdir = Path(cdir)
     manifest = check_corpus_for(cfg, cdir)
@@ -66,9 +61,27 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     requested = cfg.precision
     cfg = resolve_precision(cfg)  # the workers train at the precision the id names, wherever they run
     mid = model_id(cid, cfg)
-    mdir = model_dir(st.local, mid)
     if model_finished(st, mid):
         return fetch_model(st, mid, weights=False)
+    with artifact_lock(st.local, f"model-{mid}", label=f"[pretrain {mid}]"):
+        if model_finished(st, mid):  # trained by the run this one waited for
+            return fetch_model(st, mid, weights=False)
+        return _pretrain_locked(st, cdir, manifest, cfg, requested, mid, max_failures=max_failures, name=name,
+                                after_step=after_step, keep_checkpoints=keep_checkpoints)
+
+
+def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfig, requested: str, mid: str, *,
+                     max_failures: int, name: str, after_step, keep_checkpoints: int | None) -> Path:
+    """Train model `mid` (or resume its Train run) and export it; its lock is held."""
+    import ray.data
+    import ray.train
+    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from alignlab.platform.ray_env import ensure_ray
+
+    cid = manifest["corpus_id"]
+    mdir = model_dir(st.local, mid)
     # A `final/` that is there but incomplete (a truncated model.pt, an interrupted upload) is made again below:
     # the rerun resumes the Train run from its last checkpoint and exports anew.
     if (reason := diverged_reason(st, mid)) is not None:

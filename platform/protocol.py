@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from alignlab.platform.config import FinetuneConfig, config_hash
-from alignlab.platform.storage import as_storage, read_json, write_json, write_text
+from alignlab.platform.locks import artifact_lock
+from alignlab.platform.storage import MARKER, as_storage, read_json, write_json, write_marker, write_text
 from alignlab.platform.task import registered_tasks, task as task_named
 from alignlab.platform.task_files import write_jsonl
 
@@ -82,8 +83,6 @@ def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int 
     """Build (or find) every registered task's data in one folder (`Task.build_data`); the documents a task
     marks are listed for holdout. `options` are the tasks' own (`Task.build_options`: AD's `target_snippets`,
     CT's `ct_data`), each at its default unless given."""
-    from alignlab.platform.sources import read_bundled
-
     tasks = registered_tasks()
     defaults = {k: v for t in tasks for k, v in t.build_options.items()}
     unknown = sorted(set(options) - set(defaults))
@@ -96,8 +95,24 @@ def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int 
                        "builder": TASK_BUILDER_VERSION, **{k: v for p in parts for k, v in p.items()}})
     rel = "tasks/" + "-".join([*(tag for t in tasks if (tag := t.folder_tag(options))), key])
     tdir = st.local / rel
-    if st.pull(rel, marker="stats.json"):
+    if tasks_finished(st, rel):
         return tdir
+    with artifact_lock(st.local, rel.replace("/", "-"), label=f"[{rel}]"):
+        if not tasks_finished(st, rel):  # else built by the run this one waited for
+            _build_tasks(st, rel, tasks, langs, max_docs_per_lang, seed, options)
+    return tdir
+
+
+def tasks_finished(st, rel: str) -> bool:
+    """Is the task folder `rel` finished at the root (its size marker whole, or, built before markers, its
+    stats.json) and present in this node's cache?"""
+    return st.finished(rel, legacy="stats.json") and st.pull(rel, marker="stats.json")
+
+
+def _build_tasks(st, rel: str, tasks: list, langs, max_docs_per_lang: int | None, seed: int, options: dict) -> None:
+    from alignlab.platform.sources import read_bundled
+
+    tdir = st.local / rel
     docs = list(read_bundled(langs, max_docs_per_lang=max_docs_per_lang))
     built = [t.build_data(docs, seed=seed, options=options) for t in tasks]
     tdir.mkdir(parents=True, exist_ok=True)
@@ -112,8 +127,8 @@ def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int 
     # In name order, so the file is the same however the tasks are registered.
     stats = dict(sorted(((k, v) for b in built for k, v in b.stats.items()), key=lambda kv: kv[0]))
     write_json(tdir / "stats.json", {**stats, "heldout_documents": len(doc_ids)})
-    st.push(rel, last=("stats.json",))
-    return tdir
+    write_marker(tdir)
+    st.push(rel, last=("stats.json", MARKER))
 
 
 def grouped_folds(examples: list, group) -> list[list[int]]:

@@ -341,12 +341,13 @@ MARKER = "_finished.json"
 every size matching means finished; a missing or short file (an interrupted upload or copy, a truncated
 model.pt) means unfinished, and the artifact is made again."""
 
-def write_marker(folder: Path) -> None:
-    """Write `MARKER` into `folder` (after everything else in it is written and flushed)."""
+def write_marker(folder: Path, extra: dict[str, int] | None = None) -> None:
+    """Write `MARKER` into `folder` (after everything else in it is written and flushed). `extra` lists files
+    of the artifact that live at the root only (a remote corpus's shards), with their sizes."""
     folder = Path(folder)
     files = {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob("*"))
              if p.is_file() and p.name != MARKER and not p.name.endswith(".tmp")}
-    write_json(folder / MARKER, {"files": files})
+    write_json(folder / MARKER, {"files": {**files, **(extra or {})}})
 
 
 def marker_problems(manifest: dict, sizes: dict[str, int]) -> list[str]:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from alignlab.platform.config import config_hash, pretrain_from_dict, to_dict
+from alignlab.platform.locks import artifact_lock
 from alignlab.platform.storage import Storage, as_storage, study_dir, write_json
 from alignlab.platform.study_grid import check_trial_resources, run_trials
 from alignlab.platform.study_search import run_search
@@ -28,8 +29,19 @@ from alignlab.platform.study_spec import (DEFAULT_TRIAL_RESOURCES, SEARCH_OBJECT
                                           calc_id)
 
 
-def run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None = None, progress: bool = True,
-              trial_resources: dict | None = None, max_parallel_pretrain: int = 1) -> Path:
+def run_study(study: Study, root: Path | Storage, **kw) -> Path:
+    """Run (or resume) a study and write its report; returns the report's path (keywords: `_run_study`).
+
+    A second driver of the same study at the same root waits for the first (`locks`), then resumes or
+    reuses what it left, instead of "restoring" a Tune experiment that is still running."""
+    st = as_storage(root)
+    with artifact_lock(st.local, f"study-{study.name}", label=f"[study {study.name}]",
+                       progress=kw.get("progress", True)):
+        return _run_study(study, st, **kw)
+
+
+def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None = None, progress: bool = True,
+               trial_resources: dict | None = None, max_parallel_pretrain: int = 1) -> Path:
     """Run (or resume) a study and write its report; returns the report's path.
 
     `trial_resources` are one FEL trial's Ray resources ({"cpu": 1} by default); `max_parallel_pretrain`

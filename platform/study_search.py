@@ -36,7 +36,8 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
     """
     from ray import tune
 
-    from alignlab.platform.study_search_tune import PruneAwareOptunaSearch, scheduler, tune_domain
+    from alignlab.platform.study_search_tune import (PruneAwareOptunaSearch, scheduler, set_aside, snapshot_problem,
+                                                     tune_domain)
 
     out_file = sdir / "searches" / f"{spec.name}.json"
     out_rel = f"studies/{sdir.name}/searches/{spec.name}.json"
@@ -53,21 +54,34 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             r = trial.last_result or {}
-            how = "completed" if r.get("search_complete") else f"pruned at epoch {r.get('epoch', '?')}"
+            how = "completed" if r.get("search_complete") else \
+                "failed: diverged" if r.get("failed") else f"pruned at epoch {r.get('epoch', '?')}"
             prog.tick(f" (last trial {how}, {SEARCH_OBJECTIVE} {r.get(SEARCH_OBJECTIVE, float('nan')):.3f})",
                       done=sum(t.status == "TERMINATED" and t is not trial for t in trials) + 1)
 
     name = f"search-{spec.name}-{config_hash(base_calc['calc_id'], spec)}"
     where = tune_storage(storage, sdir)
+    fs = where.get("storage_filesystem")
     trainable = tune.with_resources(tune.with_parameters(search_trial, storage_uri=base_calc.get("storage")), resources)
+    # Tune keeps the param_space out of its snapshot: a restore is handed it again, or the restored trials
+    # run without "calc" (checked on Ray 2.60).
+    param_space = {"calc": tune_safe(base_calc), "threads": threads_per_trial(resources)}
     exp_path = f"{where['storage_path'].rstrip('/')}/{name}"
-    if tune.Tuner.can_restore(exp_path, storage_filesystem=where.get("storage_filesystem")):
+    if tune.Tuner.can_restore(exp_path, storage_filesystem=fs):
+        problem = snapshot_problem(exp_path, fs)
+        if problem:
+            # Killed before its first complete snapshot reached the storage root: nothing in it can be resumed
+            # as a search, so it starts again; the incomplete directory is kept beside it.
+            moved = set_aside(exp_path, fs)
+            print(f"[search {spec.name}] the interrupted search cannot be resumed ({problem}); "
+                  f"starting it again (its files are kept at {moved})", flush=True)
+    if tune.Tuner.can_restore(exp_path, storage_filesystem=fs):
         # A driver killed mid-search: Tune's experiment state holds the finished trials and the Optuna
         # sampler's state, so the search goes on from there; trials that were running restart from scratch
         # (a calculation has no checkpoint worth keeping).
         print(f"[search {spec.name}] resuming the interrupted search at {exp_path}", flush=True)
         tuner = tune.Tuner.restore(exp_path, trainable, resume_unfinished=True, restart_errored=True,
-                                   storage_filesystem=where.get("storage_filesystem"))
+                                   param_space=param_space, storage_filesystem=fs)
     else:
         points = []
         if spec.start_from_base and all(p.contains(getattr(spec.base, p.name)) for p in spec.space):
@@ -80,7 +94,7 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
             metric=SEARCH_OBJECTIVE, mode="max", seed=spec.seed, points_to_evaluate=points or None)
         tuner = tune.Tuner(
             trainable,
-            param_space={"calc": tune_safe(base_calc), "threads": threads_per_trial(resources)},
+            param_space=param_space,
             tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler(spec), metric=SEARCH_OBJECTIVE,
                                         mode="max", num_samples=spec.num_samples, reuse_actors=True,
                                         max_concurrent_trials=concurrency(resources, max_concurrent),
@@ -98,6 +112,10 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
             trials.append({"status": "error", "error": str(r.error)[:500], "params": {}})
             continue
         params = {p.name: r.config[p.name] for p in spec.space}
+        if r.metrics.get("failed"):
+            trials.append({"params": params, "status": "failed", "error": r.metrics["failed"],
+                           "epoch": r.metrics.get("epoch")})
+            continue
         trials.append({"params": params, "status": "complete" if r.metrics.get("search_complete") else "pruned",
                        "epoch": r.metrics.get("epoch"), SEARCH_OBJECTIVE: r.metrics.get(SEARCH_OBJECTIVE),
                        "val_perplexity_at_best_ppl": r.metrics.get("val_perplexity_at_best_ppl")})
@@ -127,7 +145,7 @@ def search_trial(config: dict, storage_uri: str | None = None) -> None:
     import torch
     from ray import tune
 
-    from alignlab.platform.finetune import finetune_calculation, load_pretrained
+    from alignlab.platform.finetune import NonFiniteError, finetune_calculation, load_pretrained
     from alignlab.platform.protocol import TaskData
 
     torch.set_num_threads(config.get("threads", 1))
@@ -137,15 +155,23 @@ def search_trial(config: dict, storage_uri: str | None = None) -> None:
     data = TaskData.load(Path(calc["task_dir"]))
     train, val, other = search_examples(data, ft)
     pre = load_pretrained(calc["model_dir"])
-    best = {"ppl": math.inf, "acc": float("nan")}
+    best = {"ppl": math.inf, "acc": float("nan"), "epoch": 0}
 
     def on_epoch(epoch: int, m: dict) -> None:
+        best["epoch"] = epoch
         if m["perplexity"] < best["ppl"]:
             best.update(ppl=m["perplexity"], acc=m["accuracy"])
         tune.report({"epoch": epoch, "val_accuracy": m["accuracy"], "val_perplexity": m["perplexity"],
                      SEARCH_OBJECTIVE: best["acc"], "val_perplexity_at_best_ppl": best["ppl"], "search_complete": 0})
 
-    res = finetune_calculation(pre, ft, train, val, val=val, other_task_train=other, on_epoch=on_epoch).row
+    try:
+        res = finetune_calculation(pre, ft, train, val, val=val, other_task_train=other, on_epoch=on_epoch).row
+    except NonFiniteError as e:
+        # A diverged trial is a failed trial with its reason, not a Tune error: Optuna is told FAIL, the
+        # search goes on, and its summary lists the trial as failed.
+        tune.report({"epoch": best["epoch"], SEARCH_OBJECTIVE: float("nan"), "search_complete": 0,
+                     "failed": str(e)[:500]})
+        return
     # The run's own end: the restored best-perplexity model scored on the validation split.
     tune.report({"epoch": res["epochs_run"], "val_accuracy": res["accuracy"], "val_perplexity": res["perplexity"],
                  SEARCH_OBJECTIVE: res["accuracy"], "val_perplexity_at_best_ppl": res["perplexity"],

@@ -6,6 +6,9 @@ declaring or expanding a study never loads Ray.
 """
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 from ray.tune.search.optuna import OptunaSearch
@@ -35,10 +38,46 @@ def scheduler(spec: SearchSpec):
     return FIFOScheduler()
 
 
-class PruneAwareOptunaSearch(OptunaSearch):
+class ResumableOptunaSearch(OptunaSearch):
+    """OptunaSearch that limits its own concurrency (`max_concurrent_trials`) and forgets, when restored, which
+    trials were live.
+
+    Tune otherwise wraps the searcher in a ConcurrencyLimiter whose snapshot of live trials can name a trial
+    that the experiment-state snapshot does not hold (suggested between the two writes). That trial never
+    completes, so after a restore with `max_concurrent_trials=1` no trial is ever suggested again: the
+    driver waits for ever (seen here on Ray 2.60). Forgetting them instead means the trials Tune restarts after
+    a restore are not counted for their first run, so for that short while a search may run up to twice its
+    concurrency (within the cluster's resources, which Tune still respects)."""
+
+    def set_max_concurrency(self, max_concurrent: int) -> bool:
+        self._max_live, self._live = max_concurrent, set()
+        return True  # the ConcurrencyLimiter Tune puts around this searcher then only passes calls through
+
+    def suggest(self, trial_id: str):
+        live = getattr(self, "_live", None)
+        if live is not None and len(live) >= self._max_live:
+            return None
+        config = super().suggest(trial_id)
+        if live is not None and isinstance(config, dict):
+            live.add(trial_id)
+        return config
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        getattr(self, "_live", set()).discard(trial_id)
+        super().on_trial_complete(trial_id, result, error)
+
+    def restore(self, checkpoint_path: str) -> None:
+        super().restore(checkpoint_path)
+        if getattr(self, "_live", None) is not None:
+            self._live = set()
+
+
+class PruneAwareOptunaSearch(ResumableOptunaSearch):
     """OptunaSearch that tells Optuna PRUNED (not COMPLETE) for trials a scheduler stopped early."""
 
     def on_trial_complete(self, trial_id, result=None, error=False):
+        if result and result.get("failed"):  # diverged (`search_trial`): FAIL, which TPE leaves out
+            return super().on_trial_complete(trial_id, None, True)
         if result and not error and not result.get("search_complete"):
             self._report_last(trial_id, result)
             result = {k: v for k, v in result.items() if k != self.metric}  # no value -> PRUNED
@@ -52,3 +91,58 @@ class PruneAwareOptunaSearch(OptunaSearch):
             return
         if step not in ot_trial.storage.get_trial(ot_trial._trial_id).intermediate_values:
             ot_trial.report(result[self.metric], step)
+
+
+def snapshot_problem(exp_path: str, fs=None) -> str | None:
+    """Why the Tune experiment at `exp_path` cannot be resumed as a whole, or None when it can.
+
+    A restore needs three files of the same driver session: the experiment state (the trials), the search
+    generator's state (how many trials were asked for, and the experiment spec) and the Optuna searcher's
+    pickle (the sampler and its history). A driver killed before its first snapshot, or while one was being
+    uploaded, leaves some missing, empty or truncated; Tune then restores what it finds and, with no search
+    generator state, silently ends the search after the restored trials (checked on Ray 2.60).
+    """
+    import pickle
+
+    import pyarrow.fs as pafs
+    import ray.cloudpickle as cloudpickle
+    from ray.tune.utils.serialization import _loads_with_cloudpickle
+
+    if fs is None:
+        fs, exp_path = pafs.FileSystem.from_uri(exp_path if "://" in exp_path else str(Path(exp_path).resolve()))
+    try:
+        names = [i.base_name for i in fs.get_file_info(pafs.FileSelector(exp_path))]
+    except (OSError, FileNotFoundError) as e:
+        return f"cannot list it ({e})"
+    kinds = {"experiment state": ("experiment_state-", ".json", _loads_with_cloudpickle),
+             "search generator state": ("search_gen_state-", ".json", cloudpickle.loads),
+             "searcher state": ("searcher-state-", ".pkl", pickle.loads)}
+    sessions = set()
+    for what, (prefix, suffix, load) in kinds.items():
+        found = sorted(n for n in names if n.startswith(prefix) and n.endswith(suffix))
+        if not found:
+            return f"no {what} file"
+        try:
+            with fs.open_input_stream(f"{exp_path}/{found[-1]}") as f:
+                load(f.readall())
+        except Exception as e:  # noqa: BLE001 -- any failure to load means the snapshot is incomplete
+            return f"its {what} {found[-1]} does not load ({type(e).__name__}: {e})"[:300]
+        sessions.add(found[-1][len(prefix):-len(suffix)])
+    if len(sessions) > 1:
+        return f"its newest state files come from different driver sessions ({sorted(sessions)})"
+    return None
+
+
+def set_aside(exp_path: str, fs=None) -> str:
+    """Move an experiment that cannot be resumed out of the way (kept, never deleted); returns where to."""
+    import pyarrow.fs as pafs
+
+    if fs is None:
+        fs, exp_path = pafs.FileSystem.from_uri(exp_path if "://" in exp_path else str(Path(exp_path).resolve()))
+    dest = f"{exp_path}.incomplete-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        fs.move(exp_path, dest)
+    except OSError:  # object stores move files, not directories
+        pafs.copy_files(exp_path, dest, source_filesystem=fs, destination_filesystem=fs)
+        fs.delete_dir(exp_path)
+    return dest

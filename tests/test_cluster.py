@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -183,6 +184,48 @@ def test_a_smoke_study_with_an_s3_storage_root_keeps_every_artifact_in_the_bucke
         assert f"Stored at: {root}/studies/learning_rate-smoke/report.md" in rep.stdout
         (sdir3,) = (tmp_path / "cache3").glob("s3-*/studies/learning_rate-smoke")
         _report_ok(sdir3, tensorboard=False)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.ray
+@pytest.mark.cluster
+def test_a_model_upload_cut_short_at_an_s3_root_is_not_taken_for_finished_and_is_exported_again(tmp_path):
+    """What a Ctrl-C during the upload of `final/model.pt` leaves at the root (issue #17): pyarrow's output
+    stream commits the partial object when it is closed during an exception, so the bucket holds a short
+    model.pt beside a marker that lists its full size. The next run, from another machine's empty cache,
+    must see it as unfinished, export the model again from its last Train checkpoint without training
+    again, and leave a whole model.pt."""
+    import boto3
+
+    proc, endpoint = _moto_server()
+    try:
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+               "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint,
+               "ALIGNLAB_CACHE": str(tmp_path / "cache")}
+        env.pop("RAY_ADDRESS", None)
+        s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test", aws_secret_access_key="test",
+                          region_name="us-east-1")
+        s3.create_bucket(Bucket="alignlab-test")
+        cmd = [sys.executable, "-m", "alignlab.platform.cli", "pretrain", "--preset", "smoke", "--max-steps", "6",
+               "--storage", "s3://alignlab-test/runs"]
+        first = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+        [key] = [o["Key"] for o in s3.list_objects_v2(Bucket="alignlab-test", Prefix="runs/models/")["Contents"]
+                 if o["Key"].endswith("/final/model.pt")]
+        whole = s3.get_object(Bucket="alignlab-test", Key=key)["Body"].read()
+        s3.put_object(Bucket="alignlab-test", Key=key, Body=whole[: len(whole) // 2])  # the cut-short upload
+
+        again = subprocess.run(cmd, cwd=tmp_path, env={**env, "ALIGNLAB_CACHE": str(tmp_path / "cache2")},
+                               capture_output=True, text=True, timeout=900)
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        assert not re.search(r"\] step [1-5]/6 ", again.stdout), "the model was trained again: " + again.stdout[-3000:]
+        assert len(s3.get_object(Bucket="alignlab-test", Key=key)["Body"].read()) == len(whole)
+        listed = subprocess.run([sys.executable, "-m", "alignlab.platform.cli", "models", "--storage",
+                                 "s3://alignlab-test/runs"], cwd=tmp_path, env={**env, "ALIGNLAB_CACHE":
+                                str(tmp_path / "cache3")}, capture_output=True, text=True, timeout=300)
+        assert listed.returncode == 0 and key.split("/")[2] in listed.stdout, listed.stdout + listed.stderr
     finally:
         proc.kill()
         proc.wait()

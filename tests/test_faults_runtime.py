@@ -211,6 +211,32 @@ def test_a_study_records_a_diverged_calculation_as_failed_finishes_the_others_an
     assert {c["calc_id"] for c in calcs + [more]} <= {p.name for p in exp.iterdir() if p.is_dir()}
 
 
+@pytest.mark.ray
+def test_a_search_records_a_diverged_trial_as_failed_and_picks_its_best_among_the_others(ray_session, tiny_root):
+    from alignlab.platform.config import to_dict
+    from alignlab.platform.storage import as_storage, study_dir
+    from alignlab.platform.study import calc_id, run_search
+    from alignlab.platform.study_spec import SearchParam, SearchSpec
+
+    root, mdir, tdir = tiny_root
+    st = as_storage(root)
+    sdir = study_dir(root, "diverging-search")
+    # The base setting (evaluated first) diverges; the sampler then draws from both values.
+    spec = SearchSpec(name="lr", model="m", base=_ft(lr=1e30), space=(SearchParam(name="lr", kind="choice", values=(1e-3, 1e30)),),
+                      num_samples=4, row="lr", col="searched", scheduler="fifo", search_fold=0)
+    ft = spec.search_finetune()
+    base = {"calc_id": calc_id(mdir.name, ft, "search"), "model_key": "m", "model_id": mdir.name,
+            "model_dir": str(mdir), "task_dir": str(tdir), "row": "lr", "col": "searched", "group": "lr",
+            "finetune": to_dict(ft), "study_dir": str(sdir), "storage": st.uri, "task_id": tdir.name,
+            "study_name": "diverging-search", "eval_sets": {}}
+    summary = run_search(spec, base, sdir, max_concurrent=1, progress=False, storage=st)  # does not raise
+    statuses = {t["params"]["lr"]: t["status"] for t in summary["trials"]}
+    failed = [t for t in summary["trials"] if t["status"] == "failed"]
+    assert failed and all(t["params"]["lr"] == 1e30 and "never finite" in t["error"] for t in failed), summary
+    assert statuses.get(1e-3) == "complete" and summary["best_params"] == {"lr": 1e-3}
+    assert not [t for t in summary["trials"] if t["status"] == "error"], summary["trials"]
+
+
 def test_a_pretraining_loop_stops_at_the_first_non_finite_loss_before_reporting_it(tmp_path):
     import dataclasses
     import math

@@ -130,3 +130,39 @@ def test_a_finished_model_keeps_its_last_checkpoint_and_a_truncated_weights_file
     assert again == mdir and is_finished(mdir) and weights.stat().st_size == size
     assert json.loads((mdir / "final" / "eval.json").read_text())["step"] == 6, "re-exported, not retrained"
     load_pretrained(mdir)
+
+
+@pytest.mark.ray
+def test_a_corpus_with_a_shard_cut_short_is_unfinished_and_built_again(ray_session, tmp_path):
+    from alignlab.platform.config import CORPUS_PRESETS
+    from alignlab.platform.corpus import MANIFEST, build_corpus, corpus_finished
+    from alignlab.platform.storage import as_storage
+
+    st = as_storage(tmp_path / "st")
+    cdir = build_corpus(CORPUS_PRESETS["smoke"], st, progress=False)
+    assert json.loads((cdir / MANIFEST).read_text())["marker"] == MARKER
+    listed = json.loads((cdir / MARKER).read_text())["files"]
+    shard = sorted(cdir.glob("shards/train/*.parquet"))[0]
+    assert listed[str(shard.relative_to(cdir))] == shard.stat().st_size and MANIFEST in listed
+    assert corpus_finished(st, cdir.name)
+    whole = shard.read_bytes()
+    shard.write_bytes(whole[: len(whole) // 2])  # a full disk, a copy cut short
+    assert not corpus_finished(st, cdir.name)
+    assert build_corpus(CORPUS_PRESETS["smoke"], st, progress=False) == cdir
+    assert shard.read_bytes() == whole and corpus_finished(st, cdir.name)
+
+
+def test_task_data_with_a_file_cut_short_is_unfinished_and_built_again(tmp_path):
+    from alignlab.platform.protocol import build_tasks, tasks_finished
+    from alignlab.platform.storage import as_storage
+
+    st = as_storage(tmp_path / "st")
+    tdir = build_tasks(st, max_docs_per_lang=30)
+    rel = str(tdir.relative_to(st.local))
+    assert tasks_finished(st, rel) and (tdir / MARKER).exists()
+    victim = max((p for p in tdir.iterdir() if p.suffix == ".jsonl"), key=lambda p: p.stat().st_size)
+    whole = victim.read_bytes()
+    victim.write_bytes(whole[:10])
+    assert not tasks_finished(st, rel)
+    assert build_tasks(st, max_docs_per_lang=30) == tdir
+    assert victim.read_bytes() == whole and tasks_finished(st, rel)

@@ -1,0 +1,97 @@
+"""Two runs of the same artifact at one root (issue #17): the second waits for the first's lock, then reuses
+what the first finished -- one build, one Train run, no half-written folder, both exit 0. Through the real
+command line, each run with its own local Ray instance, as two users' shells would be."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from alignlab.platform.locks import LOCK_DIR, artifact_lock, lock_path
+
+REPO = Path(__file__).resolve().parents[1]
+ALIGNLAB = [sys.executable, "-m", "alignlab.platform.cli"]
+
+
+def _start(cmd: list[str], cwd: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in ("ALIGNLAB_DEBUG", "RAY_ADDRESS")}
+    return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def _wait_for_holder(root: Path, prefix: str, proc: subprocess.Popen, timeout: float = 300) -> Path:
+    """The lock file of the artifact `prefix-*` once `proc` holds it (its pid is written in it)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        for f in (root / LOCK_DIR).glob(f"{prefix}-*.lock") if (root / LOCK_DIR).exists() else []:
+            if f.read_text().startswith(f"pid {proc.pid} "):
+                return f
+        time.sleep(0.2)
+    raise AssertionError(f"no {prefix} lock held by pid {proc.pid} after {timeout}s")
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 600) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out[-3000:]
+    return out
+
+
+def test_a_lock_is_held_for_the_block_names_its_holder_and_is_free_after_it(tmp_path):
+    with artifact_lock(tmp_path, "corpus-x", progress=False):
+        assert lock_path(tmp_path, "corpus-x").read_text().startswith(f"pid {os.getpid()} on ")
+    assert lock_path(tmp_path, "corpus-x").read_text() == ""
+    with artifact_lock(tmp_path, "corpus-x", progress=False):  # taken again at once
+        pass
+
+
+def test_a_second_process_waits_for_the_lock_and_takes_it_when_the_holder_is_killed(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from alignlab.platform.locks import "
+                               "artifact_lock\nwith artifact_lock(sys.argv[1], 'model-m', progress=False): "
+                               "print('held', flush=True); time.sleep(600)", str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    waiter = _start([sys.executable, "-c", "import sys; from alignlab.platform.locks import artifact_lock\n"
+                     "with artifact_lock(sys.argv[1], 'model-m'): print('got it', flush=True)", str(tmp_path)], tmp_path)
+    time.sleep(2)
+    assert waiter.poll() is None, "the second process did not wait for the lock"
+    holder.kill()  # a SIGKILLed holder leaves no stale lock: the kernel drops it
+    holder.wait()
+    out = _finish(waiter, timeout=60)
+    assert f"another run is building it (pid {holder.pid} on " in out and "got it" in out, out
+
+
+@pytest.mark.ray
+def test_two_concurrent_builds_of_one_corpus_build_it_once_and_both_use_it(tmp_path):
+    root = tmp_path / "st"
+    cmd = ALIGNLAB + ["corpus", "build", "--preset", "smoke", "--storage", str(root)]
+    first = _start(cmd, tmp_path)
+    lock = _wait_for_holder(root, "corpus", first)
+    second = _start(cmd, tmp_path)
+    out1, out2 = _finish(first), _finish(second)
+    cid = lock.name[len("corpus-"):-len(".lock")]
+    assert "another run is building it" in out2 and "labelled" not in out2, out2
+    assert "labelled" in out1, out1
+    assert [p.name for p in (root / "corpus").iterdir()] == [cid], "a temporary or second corpus folder was left"
+    assert (root / "corpus" / cid / "manifest.json").exists()
+    assert cid in out1 and cid in out2
+
+
+@pytest.mark.ray
+def test_two_concurrent_pretrainings_of_one_model_id_train_it_once_and_both_return_it(tmp_path):
+    root = tmp_path / "st"
+    cmd = ALIGNLAB + ["pretrain", "--preset", "smoke", "--storage", str(root), "--max-steps", "6"]
+    first = _start(cmd, tmp_path)
+    lock = _wait_for_holder(root, "model", first)
+    second = _start(cmd, tmp_path)
+    out1, out2 = _finish(first), _finish(second)
+    mid = lock.name[len("model-"):-len(".lock")]
+    assert "another run is building it" in out2, out2
+    assert f"[pretrain {mid}] precision" in out1 and f"[pretrain {mid}] precision" not in out2, out2
+    assert [p.name for p in (root / "models").iterdir()] == [mid]
+    assert (root / "models" / mid / "final" / "model.pt").exists()
+    assert [p.name for p in (root / "models" / mid / "ray").iterdir()] == ["train"], "a second Train run was started"
+    assert mid in out2
