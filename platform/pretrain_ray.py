@@ -115,10 +115,10 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
         datasets["eval"] = ray.data.read_parquet(shard_paths("eval"), filesystem=fs, num_cpus=0.25)
     resources = worker_resources(cfg)
     trainer = TorchTrainer(
-        _train_fn,
+        worker_fn(st.uri),
         # The objective configs travel as objects too: a plugin objective's class reaches the workers by pickling,
         # where its name alone would be unknown (registry docstring).
-        train_loop_config={"cfg": to_dict(cfg), "objectives": cfg.objectives, "storage": st.uri, "corpus_id": cid,
+        train_loop_config={"cfg": to_dict(cfg), "objectives": cfg.objectives, "storage": st.shown, "corpus_id": cid,
                            "corpus_dir": str(cdir), "model_id": mid, "after_step": after_step},
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu, resources_per_worker=resources),
         run_config=RunConfig(
@@ -143,7 +143,17 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
     return fetch_model(st, mid, weights=False)
 
 
-def _train_fn(config: dict) -> None:
+def worker_fn(storage_uri: str) -> Callable[[dict], None]:
+    """The Train workers' function, carrying the real storage root. Train V2 records `train_loop_config` in its
+    run state (the dashboard, export events), so that config holds the root without credentials
+    (`Storage.shown`) and the real one rides inside this function, pickled into the object store."""
+    def train_fn(config: dict) -> None:
+        _train_fn(config, storage_uri)
+
+    return train_fn
+
+
+def _train_fn(config: dict, storage_uri: str | None = None) -> None:
     """Runs on every Train worker."""
     import ray.train
     from ray.train import Checkpoint
@@ -157,7 +167,7 @@ def _train_fn(config: dict) -> None:
 
     cfg = pretrain_from_dict({**config["cfg"], "objectives": config["objectives"]})
     # Re-resolved on this node: a remote root's cache folder is this node's own.
-    st, mid = resolve_root(config["storage"]), config["model_id"]
+    st, mid = resolve_root(storage_uri or config["storage"]), config["model_id"]
     if st.remote:
         st.pull(f"corpus/{config['corpus_id']}", marker=MANIFEST, exclude=CORPUS_SMALL_FILES_ONLY)
         cdir = corpus_dir(st.local, config["corpus_id"])

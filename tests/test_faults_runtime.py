@@ -318,3 +318,18 @@ def test_a_tune_param_space_gets_the_root_without_credentials_and_the_trial_gets
     assert safe["storage"] == "s3://***@bucket/prefix" and "wJalrXUtnFEMI" not in json.dumps(safe)
     assert trial_calc(safe, real) == calc
     assert tune_safe({"calc_id": "ct-2"}) == {"calc_id": "ct-2"} and trial_calc({"calc_id": "x"}, None) == {"calc_id": "x"}
+
+
+def test_the_train_workers_get_the_real_root_inside_their_function_not_in_the_recorded_train_loop_config():
+    import inspect
+
+    from alignlab.platform.pretrain_ray import worker_fn
+    from alignlab.platform.storage import redact
+
+    real = "s3://AKIAEXAMPLE:wJalrXUtnFEMI@bucket/prefix"
+    fn = worker_fn(real)
+    # One parameter (what Train V2 accepts); the root is a closure variable, pickled with the function.
+    assert list(inspect.signature(fn).parameters) == ["config"]
+    assert inspect.getclosurevars(fn).nonlocals["storage_uri"] == real
+    assert "wJalrXUtnFEMI" not in redact(real)  # what `Storage.shown` puts in train_loop_config
+
