@@ -28,7 +28,7 @@ from alignlab.platform.batching import IGNORE
 from alignlab.platform.config import CorpusConfig, to_dict
 from alignlab.platform.corpus_identity import HELDOUT_FILE, corpus_id, heldout_doc_ids, source_fingerprint
 from alignlab.platform.documents import CorpusInputError, Document, words_in_links
-from alignlab.platform.locks import artifact_lock
+from alignlab.platform.locks import build_once
 from alignlab.platform.registry import CorpusLabels, corpus_labellers
 from alignlab.platform.storage import (MARKER, Storage, as_storage, corpus_dir, publish_dir, read_json, resolve_root,
                                        write_json, write_marker)
@@ -210,12 +210,9 @@ def build_corpus(cfg: CorpusConfig, root: Path | Storage, *, docs: Iterable[Docu
     labellers = corpus_labellers()
     cid = corpus_id(cfg, heldout, custom=docs is not None, labellers=labellers)
     final = corpus_dir(st.local, cid)
-    if corpus_finished(st, cid):
-        return final
-    with artifact_lock(st.local, f"corpus-{cid}", label=f"[corpus {cid}]", progress=progress):
-        if corpus_finished(st, cid):
-            return final  # built by the run this one waited for
-        _build(cfg, st, cid, final, heldout, task_dir, labellers, docs, num_workers, progress)
+    build_once(st.local, f"corpus-{cid}", lambda: corpus_finished(st, cid),
+               lambda: _build(cfg, st, cid, final, heldout, task_dir, labellers, docs, num_workers, progress),
+               label=f"[corpus {cid}]", progress=progress)
     return final
 
 

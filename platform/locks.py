@@ -17,7 +17,7 @@ import socket
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 LOCK_DIR = ".locks"
 
@@ -56,3 +56,14 @@ def artifact_lock(root: Path, what: str, *, label: str = "", progress: bool = Tr
             f.truncate()
             f.flush()
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def build_once(root: Path, what: str, finished: Callable[[], bool], build: Callable[[], None], *, label: str = "",
+               progress: bool = True) -> None:
+    """Make sure artifact `what` is finished: build it under its lock unless it is finished already, before
+    the lock or once the run this one waited for let go."""
+    if finished():
+        return
+    with artifact_lock(root, what, label=label, progress=progress):
+        if not finished():
+            build()

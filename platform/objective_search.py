@@ -152,7 +152,7 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
     from alignlab.platform.corpus import build_corpus
     from alignlab.platform.protocol import build_tasks
     from alignlab.platform.ray_env import ensure_ray
-    from alignlab.platform.study_search_tune import ResumableOptunaSearch, set_aside, snapshot_problem
+    from alignlab.platform.study_search_tune import ResumableOptunaSearch, resume_or_set_aside
 
     t0 = time.time()
     st = as_storage(root)
@@ -187,10 +187,7 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
     exp = f"{storage_path}/{name}"
     # The param space (written by Tune to disk) holds the root without credentials; the trial gets the real URI.
     trainable = tune.with_resources(tune.with_parameters(mix_trial, storage_uri=st.uri), {"cpu": 0.1})  # a driver: the TorchTrainer asks for its own CPUs
-    if tune.Tuner.can_restore(exp) and (problem := snapshot_problem(exp)):
-        say(f"[search {spec.name}] the interrupted search cannot be resumed ({problem}); starting it again "
-            f"(its files are kept at {set_aside(exp)})")
-    if tune.Tuner.can_restore(exp):
+    if resume_or_set_aside(exp, label=f"[search {spec.name}]", say=say):
         say(f"[search {spec.name}] resuming the interrupted search at {exp}")
         # Tune keeps the param space out of its snapshot: the restore is handed it again.
         tuner = tune.Tuner.restore(exp, trainable, resume_unfinished=True, restart_errored=True,

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from alignlab.platform.config import PretrainConfig, pretrain_from_dict, to_dict
-from alignlab.platform.locks import artifact_lock
+from alignlab.platform.locks import build_once
 # The registry's names are re-exported: `from alignlab.platform.pretrain_ray import pretrain, model_id, ...` keeps working.
 from alignlab.platform.models import (DIVERGED, FINAL_MARKER, LEGACY_MARKER, RUNTIME_FIELDS,  # noqa: F401
                                       check_corpus_for, diverged_reason, fetch_model, final_finished, is_finished,
@@ -61,17 +61,15 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     requested = cfg.precision
     cfg = resolve_precision(cfg)  # the workers train at the precision the id names, wherever they run
     mid = model_id(cid, cfg)
-    if model_finished(st, mid):
-        return fetch_model(st, mid, weights=False)
-    with artifact_lock(st.local, f"model-{mid}", label=f"[pretrain {mid}]"):
-        if model_finished(st, mid):  # trained by the run this one waited for
-            return fetch_model(st, mid, weights=False)
-        return _pretrain_locked(st, cdir, manifest, cfg, requested, mid, max_failures=max_failures, name=name,
-                                after_step=after_step, keep_checkpoints=keep_checkpoints)
+    build_once(st.local, f"model-{mid}", lambda: model_finished(st, mid),
+               lambda: _pretrain_locked(st, cdir, manifest, cfg, requested, mid, max_failures=max_failures, name=name,
+                                        after_step=after_step, keep_checkpoints=keep_checkpoints),
+               label=f"[pretrain {mid}]")
+    return fetch_model(st, mid, weights=False)
 
 
 def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfig, requested: str, mid: str, *,
-                     max_failures: int, name: str, after_step, keep_checkpoints: int | None) -> Path:
+                     max_failures: int, name: str, after_step, keep_checkpoints: int | None) -> None:
     """Train model `mid` (or resume its Train run) and export it; its lock is held."""
     import ray.data
     import ray.train
@@ -140,7 +138,6 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
         raise RuntimeError(f"pretraining of {mid} ended without writing {st.url(f'models/{mid}/final')}")
     if pruned := prune_checkpoints(st, mid, name, keep):
         print(f"[pretrain {mid}] finished; deleted {len(pruned)} older checkpoint(s), kept the last {keep}", flush=True)
-    return fetch_model(st, mid, weights=False)
 
 
 def worker_fn(storage_uri: str) -> Callable[[dict], None]:
@@ -153,7 +150,7 @@ def worker_fn(storage_uri: str) -> Callable[[dict], None]:
     return train_fn
 
 
-def _train_fn(config: dict, storage_uri: str | None = None) -> None:
+def _train_fn(config: dict, storage_uri: str) -> None:
     """Runs on every Train worker."""
     import ray.train
     from ray.train import Checkpoint
@@ -167,7 +164,7 @@ def _train_fn(config: dict, storage_uri: str | None = None) -> None:
 
     cfg = pretrain_from_dict({**config["cfg"], "objectives": config["objectives"]})
     # Re-resolved on this node: a remote root's cache folder is this node's own.
-    st, mid = resolve_root(storage_uri or config["storage"]), config["model_id"]
+    st, mid = resolve_root(storage_uri), config["model_id"]
     if st.remote:
         st.pull(f"corpus/{config['corpus_id']}", marker=MANIFEST, exclude=CORPUS_SMALL_FILES_ONLY)
         cdir = corpus_dir(st.local, config["corpus_id"])

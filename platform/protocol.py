@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from alignlab.platform.config import FinetuneConfig, config_hash
-from alignlab.platform.locks import artifact_lock
+from alignlab.platform.locks import build_once
 from alignlab.platform.storage import MARKER, as_storage, read_json, write_json, write_marker, write_text
 from alignlab.platform.task import registered_tasks, task as task_named
 from alignlab.platform.task_files import write_jsonl
@@ -95,11 +95,8 @@ def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int 
                        "builder": TASK_BUILDER_VERSION, **{k: v for p in parts for k, v in p.items()}})
     rel = "tasks/" + "-".join([*(tag for t in tasks if (tag := t.folder_tag(options))), key])
     tdir = st.local / rel
-    if tasks_finished(st, rel):
-        return tdir
-    with artifact_lock(st.local, rel.replace("/", "-"), label=f"[{rel}]"):
-        if not tasks_finished(st, rel):  # else built by the run this one waited for
-            _build_tasks(st, rel, tasks, langs, max_docs_per_lang, seed, options)
+    build_once(st.local, rel.replace("/", "-"), lambda: tasks_finished(st, rel),
+               lambda: _build_tasks(st, rel, tasks, langs, max_docs_per_lang, seed, options), label=f"[{rel}]")
     return tdir
 
 

@@ -36,7 +36,7 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
     """
     from ray import tune
 
-    from alignlab.platform.study_search_tune import (PruneAwareOptunaSearch, scheduler, set_aside, snapshot_problem,
+    from alignlab.platform.study_search_tune import (PruneAwareOptunaSearch, resume_or_set_aside, scheduler,
                                                      tune_domain)
 
     out_file = sdir / "searches" / f"{spec.name}.json"
@@ -67,15 +67,7 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
     # run without "calc" (checked on Ray 2.60).
     param_space = {"calc": tune_safe(base_calc), "threads": threads_per_trial(resources)}
     exp_path = f"{where['storage_path'].rstrip('/')}/{name}"
-    if tune.Tuner.can_restore(exp_path, storage_filesystem=fs):
-        problem = snapshot_problem(exp_path, fs)
-        if problem:
-            # Killed before its first complete snapshot reached the storage root: nothing in it can be resumed
-            # as a search, so it starts again; the incomplete directory is kept beside it.
-            moved = set_aside(exp_path, fs)
-            print(f"[search {spec.name}] the interrupted search cannot be resumed ({problem}); "
-                  f"starting it again (its files are kept at {moved})", flush=True)
-    if tune.Tuner.can_restore(exp_path, storage_filesystem=fs):
+    if resume_or_set_aside(exp_path, fs, label=f"[search {spec.name}]"):
         # A driver killed mid-search: Tune's experiment state holds the finished trials and the Optuna
         # sampler's state, so the search goes on from there; trials that were running restart from scratch
         # (a calculation has no checkpoint worth keeping).

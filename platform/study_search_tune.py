@@ -93,6 +93,30 @@ class PruneAwareOptunaSearch(ResumableOptunaSearch):
             ot_trial.report(result[self.metric], step)
 
 
+def resume_or_set_aside(exp_path: str, fs=None, *, label: str, say=print) -> bool:
+    """Should the Tune experiment at `exp_path` be restored? True when Tune can restore it and its snapshot is
+    complete (`snapshot_problem`); an incomplete one is moved aside (`set_aside`), saying why, and False is
+    returned: nothing in it can be resumed as a search, so the search starts again."""
+    from ray import tune
+
+    if not tune.Tuner.can_restore(exp_path, storage_filesystem=fs):
+        return False
+    if (problem := snapshot_problem(exp_path, fs)) is None:
+        return True
+    say(f"{label} the interrupted search cannot be resumed ({problem}); starting it again (its files are kept "
+        f"at {set_aside(exp_path, fs)})", flush=True)
+    return False
+
+
+def _fs_path(exp_path: str, fs):
+    """(filesystem, path in it) of an experiment folder given as a local path or URI, or as a path in `fs`."""
+    import pyarrow.fs as pafs
+
+    if fs is not None:
+        return fs, exp_path
+    return pafs.FileSystem.from_uri(exp_path if "://" in exp_path else str(Path(exp_path).resolve()))
+
+
 def snapshot_problem(exp_path: str, fs=None) -> str | None:
     """Why the Tune experiment at `exp_path` cannot be resumed as a whole, or None when it can.
 
@@ -108,8 +132,7 @@ def snapshot_problem(exp_path: str, fs=None) -> str | None:
     import ray.cloudpickle as cloudpickle
     from ray.tune.utils.serialization import _loads_with_cloudpickle
 
-    if fs is None:
-        fs, exp_path = pafs.FileSystem.from_uri(exp_path if "://" in exp_path else str(Path(exp_path).resolve()))
+    fs, exp_path = _fs_path(exp_path, fs)
     try:
         names = [i.base_name for i in fs.get_file_info(pafs.FileSelector(exp_path))]
     except (OSError, FileNotFoundError) as e:
@@ -137,8 +160,7 @@ def set_aside(exp_path: str, fs=None) -> str:
     """Move an experiment that cannot be resumed out of the way (kept, never deleted); returns where to."""
     import pyarrow.fs as pafs
 
-    if fs is None:
-        fs, exp_path = pafs.FileSystem.from_uri(exp_path if "://" in exp_path else str(Path(exp_path).resolve()))
+    fs, exp_path = _fs_path(exp_path, fs)
     dest = f"{exp_path}.incomplete-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         fs.move(exp_path, dest)
