@@ -108,6 +108,27 @@ def pareto_front(rows: list[dict], keys=METRICS) -> list[int]:
     return front
 
 
+TRIAL_CPUS = 0.1
+"""A trial's own CPUs: it is a driver (its TorchTrainer asks for the workers' CPUs) that then runs FEL."""
+
+
+def beside_trials(cfg: PretrainConfig, total_cpus: float, concurrent: int) -> PretrainConfig:
+    """`cfg` with each Train worker's logical CPUs cut so that `concurrent` trials, each a driver of `TRIAL_CPUS`
+    plus its pretraining run, still leave Ray Data its whole CPU (RAY_NOTES pitfall 1) on `total_cpus`.
+
+    Found running the mini search on 2 CPUs: trial 0.1 + worker 1.0 left 0.9, and the run's parquet reads waited
+    for ever. `cpus_per_worker` is a runtime field (not in the model id) and torch's thread count is kept, so the
+    model and its speed are unchanged; only Ray's bookkeeping is. A request that fits is returned as it is."""
+    from alignlab.platform.resources import RAY_DATA_CPUS
+
+    workers = cfg.num_workers * concurrent
+    free = total_cpus - TRIAL_CPUS * concurrent - RAY_DATA_CPUS
+    if cfg.cpus_per_worker * workers <= free + 1e-9 or free <= 0:
+        return cfg  # it fits, or nothing would (the resource check then says so)
+    threads = cfg.threads_per_worker or max(1, int(cfg.cpus_per_worker))
+    return dataclasses.replace(cfg, cpus_per_worker=math.floor(100 * free / workers) / 100, threads_per_worker=threads)
+
+
 def mix_trial(config: dict, storage_uri: str | None = None) -> None:
     """Ray Tune function trainable: pretrain this trial's mixture (or find it), then FEL on CT and AD (validation)."""
     import numpy as np
@@ -169,7 +190,13 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
             len(read_json(out_file)["trials"]) >= spec.num_samples:
         say(f"[search {spec.name}] already done: {out_file}")
         return write_objective_report(sdir)
-    ctx = {"pretrain": to_dict(spec.pretrain), "finetune": to_dict(spec.finetune), "candidates": list(spec.candidates),
+    import ray
+
+    pre_cfg = beside_trials(spec.pretrain, ray.cluster_resources().get("CPU", 0.0), max_concurrent)
+    if pre_cfg != spec.pretrain:
+        say(f"[search {spec.name}] each Train worker gets {pre_cfg.cpus_per_worker:g} logical CPUs (not "
+            f"{spec.pretrain.cpus_per_worker:g}) so that Ray Data keeps a whole CPU beside the trial; same model id")
+    ctx = {"pretrain": to_dict(pre_cfg), "finetune": to_dict(spec.finetune), "candidates": list(spec.candidates),
            "points": [list(p) for p in spec.points], "corpus_dir": str(cdir), "task_dir": str(tdir), "storage": st.shown,
            "threads": 1}
     say(f"[search {spec.name}] {spec.num_samples} Optuna trials over {', '.join(spec.candidates)} "
@@ -186,7 +213,7 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
     storage_path = str(sdir / "tune")
     exp = f"{storage_path}/{name}"
     # The param space (written by Tune to disk) holds the root without credentials; the trial gets the real URI.
-    trainable = tune.with_resources(tune.with_parameters(mix_trial, storage_uri=st.uri), {"cpu": 0.1})  # a driver: the TorchTrainer asks for its own CPUs
+    trainable = tune.with_resources(tune.with_parameters(mix_trial, storage_uri=st.uri), {"cpu": TRIAL_CPUS})
     if resume_or_set_aside(exp, label=f"[search {spec.name}]", say=say):
         say(f"[search {spec.name}] resuming the interrupted search at {exp}")
         # Tune keeps the param space out of its snapshot: the restore is handed it again.

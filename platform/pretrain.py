@@ -243,10 +243,14 @@ class NonFiniteLossError(ValueError):
 
 
 def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict]], *,
-               report: Callable[[dict, bool], None], log_every: int = 10) -> TrainState:
+               report: Callable[[dict, bool], None], log_every: int = 10,
+               all_finite: Callable[[bool], bool] = lambda ok: ok) -> TrainState:
     """Run until `max_steps`. `epoch_batches(epoch)` yields row batches of one pass over the data;
     `report(metrics, checkpoint_now)` is called every `log_every` steps and at every checkpoint step.
-    A resumed trainer skips the batches its last checkpoint had consumed (exact data position)."""
+    A resumed trainer skips the batches its last checkpoint had consumed (exact data position).
+
+    `all_finite(ok)`: whether every rank's loss of this step is finite, given this rank's (data-parallel
+    workers pass an all-reduce), so that all ranks stop at the same step and none waits in a collective."""
     cfg, st = trainer.cfg, trainer.state
     waited = 0.0
     t_start = time.perf_counter()
@@ -266,7 +270,7 @@ def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict
                 continue
             st.batches_in_epoch = consumed
             metrics = trainer.train_step(trainer.collate(rows, step=st.step, max_len=cfg.seq_len_at(st.step)))
-            if not math.isfinite(metrics["train/loss"]):
+            if not all_finite(math.isfinite(metrics["train/loss"])):
                 # Stop before reporting or checkpointing it: a diverged model must never be exported as finished.
                 bad = {k: v for k, v in metrics.items() if k.endswith("/loss") and not math.isfinite(v)}
                 raise NonFiniteLossError(

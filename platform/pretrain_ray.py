@@ -134,6 +134,8 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
         if (reason := diverged_reason(st, mid)) is not None:  # one line, not Ray's nested worker traceback
             raise NonFiniteLossError(f"pretraining of {mid} stopped: {reason}") from e
         raise
+    if (reason := diverged_reason(st, mid)) is not None:  # the workers stopped at a non-finite loss
+        raise NonFiniteLossError(f"pretraining of {mid} stopped: {reason}")
     if not model_finished(st, mid):
         raise RuntimeError(f"pretraining of {mid} ended without writing {st.url(f'models/{mid}/final')}")
     if pruned := prune_checkpoints(st, mid, name, keep):
@@ -223,14 +225,19 @@ def _train_fn(config: dict, storage_uri: str) -> None:
                 ckpt = Checkpoint.from_directory(d)
             ray.train.report(metrics, checkpoint=ckpt)
 
+    all_finite = (lambda ok: ok) if world == 1 else _all_ranks(device)
     try:
         if trainer.state.step < cfg.max_steps:
             try:
-                train_loop(trainer, epoch_batches, report=report, log_every=cfg.log_every)
+                train_loop(trainer, epoch_batches, report=report, log_every=cfg.log_every, all_finite=all_finite)
             except NonFiniteLossError as e:
-                write_json(mdir / DIVERGED, {"error": str(e), "rank": rank, "step": trainer.state.step})
-                st.push_file(f"models/{mid}/{DIVERGED}")
-                raise
+                if rank == 0:
+                    write_json(mdir / DIVERGED, {"error": str(e), "step": trainer.state.step})
+                    st.push_file(f"models/{mid}/{DIVERGED}")
+                # Return, not raise: Train V2 retries a worker group after any error (FailureConfig), and the
+                # same data diverges again. Every rank stopped at this step (all_finite); the driver reads
+                # diverged.json and raises the one-line error.
+                return
         if rank == 0:
             eval_metrics = {}
             try:
@@ -250,6 +257,18 @@ def _train_fn(config: dict, storage_uri: str) -> None:
     finally:
         if writer is not None:
             writer.close()
+
+
+def _all_ranks(device: str) -> Callable[[bool], bool]:
+    """`train_loop`'s `all_finite` for data-parallel workers: a MIN all-reduce of each rank's flag."""
+    import torch.distributed as dist
+
+    def all_finite(ok: bool) -> bool:
+        flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item())
+
+    return all_finite
 
 
 def _export(trainer, tok, mdir: Path, eval_metrics: dict) -> None:

@@ -229,10 +229,13 @@ def _pretrain_task(cdir: str, cfg: dict, root: str, objectives: tuple = ()) -> s
 # ---------------------------------------------------------------- the command line of a study script
 
 
-def study_main(build, argv: list[str] | None = None) -> Path:
-    """The whole command line of a study script: `--preset`, `--storage`, concurrency and per-trial resources."""
+def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bool = False) -> Path:
+    """The whole command line of a study script: `--preset`, `--storage`, concurrency and per-trial resources.
+
+    `extra_objective_sets`: the study's `build(preset, extra=...)` also takes extra objective sets, one model
+    each, from a repeatable `--objectives` (the optional extra rows of an ablation, e.g. with RTD)."""
     from alignlab.platform.config import PRESETS
-    from alignlab.platform.errors import Parser, nonneg_float, positive_float, positive_int, run_guarded
+    from alignlab.platform.errors import Parser, name_list, nonneg_float, positive_float, positive_int, run_guarded
 
     ap = Parser(description=build.__doc__)
     ap.add_argument("--preset", default="mini", choices=PRESETS, help="smoke | mini | paper (default mini)")
@@ -255,12 +258,23 @@ def study_main(build, argv: list[str] | None = None) -> Path:
     ap.add_argument("--eval-file", action="append", default=[], metavar="TASK=PATH",
                     help="also score every finetuned calculation of TASK (ct or ad) on this JSONL test file; "
                          "repeatable, e.g. --eval-file ct=my_ct.jsonl --eval-file ad=my_ad.jsonl")
+    if extra_objective_sets:
+        ap.add_argument("--objectives", action="append", default=[], metavar="OBJS",
+                        type=name_list(_objective_names, "objective"),
+                        help="also pretrain and compare a model with this objective set, e.g. mlm,nsp,whp,pad,rtd "
+                             "(repeatable; the study then gets its own name and report)")
     args = ap.parse_args(argv)
     done: list[Path] = []
     code = run_guarded(lambda: done.append(_run_study_command(build, args, ap)), argv)
     if code:
         raise SystemExit(code)
     return done[0]
+
+
+def _objective_names() -> set[str]:
+    from alignlab.platform.registry import registered
+
+    return set(registered())
 
 
 def _run_study_command(build, args, ap) -> Path:
@@ -288,7 +302,9 @@ def _run_study_command(build, args, ap) -> Path:
         if not isinstance(extra, dict) or not all(isinstance(v, (int, float)) and v > 0 for v in extra.values()):
             ap.error('--trial-resources must be a JSON object of positive amounts, e.g. \'{"fel_node": 1}\'')
         resources.update(extra)
-    study = dataclasses.replace(build(check_preset(args.preset)), ct_data=args.ct_data, eval_files=tuple(eval_files))
+    built = build(check_preset(args.preset), extra=tuple(args.objectives)) if hasattr(args, "objectives") \
+        else build(check_preset(args.preset))
+    study = dataclasses.replace(built, ct_data=args.ct_data, eval_files=tuple(eval_files))
     root = resolve_root(args.storage)
     report = run_study(study, root, max_concurrent=args.max_concurrent,
                        trial_resources=resources, max_parallel_pretrain=args.parallel_pretrain)

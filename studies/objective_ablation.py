@@ -5,7 +5,12 @@ paper's `*`), ten calculations per cell, each task against the model pretrained 
 objective (CT: without WHP, AD: without PAD); plus each
 model's held-out MLM/NSP/WHP/PAD accuracy and perplexity. The README's main job at `--preset mini`.
 
-    python studies/objective_ablation.py --preset mini [--storage DIR]
+Beyond the paper, `--objectives` adds a model per extra objective set as another column, e.g. ELECTRA's
+replaced-token detection on top of the four (`+rtd`) or in MLM's place (`-mlm+rtd`). A column is named by
+how its set differs from all four. With extra columns the study is another study (its name gets the columns),
+so the paper's table keeps its own report.
+
+    python studies/objective_ablation.py --preset mini [--storage DIR] [--objectives mlm,nsp,whp,pad,rtd]
 """
 import dataclasses
 
@@ -16,23 +21,35 @@ from alignlab.platform.study import CalcSpec, ModelSpec, Study, study_main
 OBJECTIVE_SETS = {"all": "mlm,nsp,whp,pad", "-whp": "mlm,nsp,pad", "-pad": "mlm,nsp,whp"}
 
 
-def build(preset: str) -> Study:
+def column_key(objectives: str) -> str:
+    """An extra set's column: its difference from all four, e.g. `+rtd` or `-mlm+rtd`."""
+    names, base = objectives.split(","), OBJECTIVE_SETS["all"].split(",")
+    return "".join(f"-{n}" for n in base if n not in names) + "".join(f"+{n}" for n in names if n not in base)
+
+
+def build(preset: str, extra: tuple[str, ...] = ()) -> Study:
     """Objective ablation (paper Tables 5 and 6)."""
     base = PRETRAIN_PRESETS[preset]
-    models = tuple(ModelSpec(key=k, pretrain=dataclasses.replace(base, objectives=objs))
-                   for k, objs in OBJECTIVE_SETS.items())
+    sets = dict(OBJECTIVE_SETS)
+    for objs in extra:
+        key = column_key(objs)
+        if key in sets or not key:
+            raise ValueError(f"--objectives {objs}: that set is already a column ({key or 'all'})")
+        sets[key] = objs
+    models = tuple(ModelSpec(key=k, pretrain=dataclasses.replace(base, objectives=objs)) for k, objs in sets.items())
     points = calculations()[:2] if preset == "smoke" else calculations()
     calcs = tuple(
         CalcSpec(model=k, row=task.upper(), col=f"{k}*",
                  finetune=dataclasses.replace(FINETUNE_PRESETS[preset], task=task, fold=fold, seed=seed, keep_head=False))
-        for task in ("ct", "ad") for k in OBJECTIVE_SETS for fold, seed in points)
+        for task in ("ct", "ad") for k in sets for fold, seed in points)
     # Each task against the model pretrained without *its* aligned objective, as in the paper's Table 5:
     # CT against -WHP, AD against -PAD.
-    return Study(name=f"objective_ablation-{preset}", title=f"Objective ablation ({preset} preset)",
+    suffix = "".join(k for k in sets if k not in OBJECTIVE_SETS)
+    return Study(name=f"objective_ablation-{preset}{suffix}", title=f"Objective ablation ({preset} preset)",
                  corpus=CORPUS_PRESETS[preset], models=models, calcs=calcs, baseline_col="-pad*",
                  baseline_cells=(("CT", "-whp*"), ("AD", "-pad*")), plots=("bars",),
                  task_max_docs_per_lang=3000 if preset == "smoke" else None)
 
 
 if __name__ == "__main__":
-    study_main(build)
+    study_main(build, extra_objective_sets=True)

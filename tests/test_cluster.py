@@ -229,3 +229,71 @@ def test_a_model_upload_cut_short_at_an_s3_root_is_not_taken_for_finished_and_is
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.cluster
+def test_a_ctrl_c_in_the_middle_of_uploading_model_pt_to_s3_leaves_a_model_no_run_takes_for_finished(
+        tmp_path, monkeypatch):
+    """The interruption itself, not only the state it leaves (issue #17): a real SIGINT lands while
+    `Storage.push` is streaming `final/model.pt` to the local S3 server, through pyarrow's own output
+    stream. Whatever pyarrow commits of the cut object, a fresh machine must not take the model for finished
+    (the marker goes last and lists every size), nor for a model from before markers (`eval.json`, uploaded
+    first, announces a marker); the next push completes it."""
+    import signal
+
+    import boto3
+
+    from alignlab.platform import storage as storage_mod
+    from alignlab.platform.models import LEGACY_MARKER, model_finished
+    from alignlab.platform.storage import MARKER, resolve_root, write_json, write_marker
+
+    proc, endpoint = _moto_server()
+    try:
+        for k, v in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
+                     "AWS_ENDPOINT_URL": endpoint, "ALIGNLAB_CACHE": str(tmp_path / "cache")}.items():
+            monkeypatch.setenv(k, v)
+        s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test", aws_secret_access_key="test",
+                          region_name="us-east-1")
+        s3.create_bucket(Bucket="alignlab-test")
+        root = "s3://alignlab-test/runs"
+        st = resolve_root(root)
+        final = st.local / "models" / "m1" / "final"
+        final.mkdir(parents=True)
+        weights = os.urandom(6 << 20)
+        (final / LEGACY_MARKER).write_bytes(weights)
+        write_json(final / "eval.json", {"step": 6, "marker": MARKER})
+        (final / "tokenizer.model").write_bytes(b"t" * 1000)
+        write_marker(final)
+
+        real_copy = shutil.copyfileobj
+        sent = []
+
+        def copy_then_ctrl_c(src, dst, length=0):
+            if not str(getattr(src, "name", "")).endswith(LEGACY_MARKER):
+                return real_copy(src, dst, length)
+            dst.write(src.read(2 << 20))
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: Python raises KeyboardInterrupt at its next bytecode
+            while chunk := src.read(1 << 16):
+                dst.write(chunk)
+
+        monkeypatch.setattr(storage_mod.shutil, "copyfileobj", copy_then_ctrl_c)
+        with pytest.raises(KeyboardInterrupt):
+            st.push("models/m1/final", last=(MARKER,))
+        monkeypatch.setattr(storage_mod.shutil, "copyfileobj", real_copy)
+        assert sent
+        keys = {o["Key"]: o["Size"] for o in s3.list_objects_v2(Bucket="alignlab-test").get("Contents", [])}
+        assert "runs/models/m1/final/eval.json" in keys and f"runs/models/m1/final/{MARKER}" not in keys
+        assert keys.get(f"runs/models/m1/final/{LEGACY_MARKER}", 0) < len(weights)  # cut short, or not there
+        print("left at the root after the Ctrl-C:", keys)
+
+        monkeypatch.setenv("ALIGNLAB_CACHE", str(tmp_path / "other-machine"))
+        assert not model_finished(resolve_root(root), "m1")
+
+        st.push("models/m1/final", last=(MARKER,))  # the next run pushes again
+        assert model_finished(resolve_root(root), "m1")
+        body = s3.get_object(Bucket="alignlab-test", Key=f"runs/models/m1/final/{LEGACY_MARKER}")["Body"].read()
+        assert body == weights
+    finally:
+        proc.kill()
+        proc.wait()

@@ -100,6 +100,71 @@ def test_objectives_accepts_rtd_in_the_cli_and_in_studies():
     assert sized_pretrain("smoke", 32, 1, ALL).objective_names == tuple(ALL.split(","))
 
 
+def test_the_objective_ablation_takes_rtd_as_an_extra_column_under_its_own_study_name():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies"))
+    import objective_ablation as oa
+
+    plain = oa.build("smoke")
+    study = oa.build("smoke", extra=("mlm,nsp,whp,pad,rtd", "rtd,nsp,whp,pad"))
+    assert plain.name == "objective_ablation-smoke"  # the paper's table keeps its report
+    assert study.name == "objective_ablation-smoke+rtd-mlm+rtd"
+    models = {m.key: m.pretrain.objective_names for m in study.models}
+    assert models["+rtd"] == tuple(ALL.split(",")) and models["-mlm+rtd"] == ("rtd", "nsp", "whp", "pad")
+    assert {m.key: m.pretrain for m in plain.models} == {m.key: m.pretrain for m in study.models[:3]}
+    cols = {c.col for c in study.calcs}
+    assert cols == {"all*", "-whp*", "-pad*", "+rtd*", "-mlm+rtd*"}
+    per_col = [sum(c.col == col for c in study.calcs) for col in sorted(cols)]
+    assert len(set(per_col)) == 1  # every column gets the same CT and AD calculations
+    with pytest.raises(ValueError, match="already a column"):
+        oa.build("smoke", extra=("mlm,nsp,pad",))
+
+
+def test_objective_ablation_rejects_an_unknown_objective_at_parse_time(capsys):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies"))
+    import objective_ablation as oa
+    from alignlab.platform.study import study_main
+
+    with pytest.raises(SystemExit) as e:
+        study_main(oa.build, ["--preset", "smoke", "--objectives", "mlm,electra"], extra_objective_sets=True)
+    assert e.value.code == 2 and "unknown objective electra" in capsys.readouterr().err
+
+
+def test_the_laptop_budget_benchmark_reports_an_mlm_free_rtd_model_beside_its_all_original_rate(tok):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import laptop_budget as lb
+    from alignlab.platform.config import to_dict
+
+    cfg = lb.build_config("rtd_for_mlm", resolve_objectives("mlm,nsp,whp,pad"))
+    assert cfg.objective_names == ("rtd", "nsp", "whp", "pad") and cfg.model == lb.MINI.model
+    assert lb.build_config("candidate", resolve_objectives("mlm,nsp")).objective_names == ("mlm", "nsp")
+    # The figures come from a real evaluation of an RTD model (the keys the benchmark reads exist).
+    tr = Pretrainer(dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="rtd,nsp", precision="fp32"), tok)
+    ev = tr.evaluate(batches(tok)[1:3], max_batches=2)
+    fig = lb.rtd_figures(ev)
+    assert fig["rtd_all_original"] == pytest.approx(100 * (1 - ev["eval/rtd/replaced_fraction"]), abs=0.01)
+    assert fig["rtd"] == pytest.approx(100 * ev["eval/rtd/accuracy"], abs=0.01)
+    fel = {"ct": {"accuracy": 50.0}, "ad": {"accuracy": 60.0}}
+    mlm_cfg = lb.build_config("candidate", resolve_objectives("mlm,nsp,whp,pad"))
+    results = [{"recipe": "candidate", "config": to_dict(mlm_cfg), "steps": 10, "train_seconds": 5.0,
+                "final": {"mlm": 12.0, "nsp": 60.0, "whp": 70.0, "pad": 50.0}, "fel": fel},
+               {"recipe": "rtd_for_mlm", "config": to_dict(cfg), "steps": 9, "train_seconds": 5.0,
+                "final": {"nsp": 61.0, "whp": 71.0, "pad": 51.0, **fig}, "fel": fel}]
+    head, _, mlm_row, rtd_row = lb.table(results)
+    assert "RTD % (all-original %)" in head
+    assert "| 12.0 (1.00x) |" in mlm_row and mlm_row.count("| - ") == 3  # no RTD figures for the MLM model
+    assert "| rtd_for_mlm | rtd+nsp+whp+pad |" in rtd_row and "| - | 61.0 |" in rtd_row  # no MLM ratio
+    assert f"{fig['rtd']:.1f} ({fig['rtd_all_original']:.1f})" in rtd_row
+
+
 @pytest.mark.ray
 def test_smoke_pretraining_with_rtd_alone_and_with_all_five_objectives(smoke_corpus, tmp_path, capsys):
     import time
