@@ -145,7 +145,11 @@ def mix_trial(config: dict, storage_uri: str | None = None) -> None:
     torch.set_num_threads(ctx.get("threads", 1))
     quiet_ray_data()  # the DataContext is per process: the same row order as from the driver
     params = {k: v for k, v in config.items() if k != "ctx"}
+    import ray
+
     pre_cfg = pretrain_for(pretrain_from_dict(ctx["pretrain"]), mixture(ctx["candidates"], params))
+    # Here, not only in the driver's ctx: a trial restored from an older snapshot brings that snapshot's ctx.
+    pre_cfg = beside_trials(pre_cfg, ray.cluster_resources().get("CPU", 0.0), ctx.get("concurrent", 1))
     st = resolve_root(storage_uri or ctx["storage"])
     t0 = time.time()
     mdir = pretrain(Path(ctx["corpus_dir"]), pre_cfg, st)
@@ -198,7 +202,7 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
             f"{spec.pretrain.cpus_per_worker:g}) so that Ray Data keeps a whole CPU beside the trial; same model id")
     ctx = {"pretrain": to_dict(pre_cfg), "finetune": to_dict(spec.finetune), "candidates": list(spec.candidates),
            "points": [list(p) for p in spec.points], "corpus_dir": str(cdir), "task_dir": str(tdir), "storage": st.shown,
-           "threads": 1}
+           "threads": 1, "concurrent": max_concurrent}
     say(f"[search {spec.name}] {spec.num_samples} Optuna trials over {', '.join(spec.candidates)} "
         f"(on/off x weights {list(spec.weights)}), each pretraining a model and scoring CT and AD")
 
