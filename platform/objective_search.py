@@ -129,7 +129,7 @@ def beside_trials(cfg: PretrainConfig, total_cpus: float, concurrent: int) -> Pr
     return dataclasses.replace(cfg, cpus_per_worker=math.floor(100 * free / workers) / 100, threads_per_worker=threads)
 
 
-def mix_trial(config: dict, storage_uri: str | None = None) -> None:
+def mix_trial(config: dict, storage_uri: str | None = None, concurrent: int = 1) -> None:
     """Ray Tune function trainable: pretrain this trial's mixture (or find it), then FEL on CT and AD (validation)."""
     import numpy as np
     import torch
@@ -149,7 +149,7 @@ def mix_trial(config: dict, storage_uri: str | None = None) -> None:
 
     pre_cfg = pretrain_for(pretrain_from_dict(ctx["pretrain"]), mixture(ctx["candidates"], params))
     # Here, not only in the driver's ctx: a trial restored from an older snapshot brings that snapshot's ctx.
-    pre_cfg = beside_trials(pre_cfg, ray.cluster_resources().get("CPU", 0.0), ctx.get("concurrent", 1))
+    pre_cfg = beside_trials(pre_cfg, ray.cluster_resources().get("CPU", 0.0), concurrent)
     st = resolve_root(storage_uri or ctx["storage"])
     t0 = time.time()
     mdir = pretrain(Path(ctx["corpus_dir"]), pre_cfg, st)
@@ -177,7 +177,7 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
     from alignlab.platform.corpus import build_corpus
     from alignlab.platform.protocol import build_tasks
     from alignlab.platform.ray_env import ensure_ray
-    from alignlab.platform.study_search_tune import ResumableOptunaSearch, resume_or_set_aside
+    from alignlab.platform.study_search_tune import ResumableOptunaSearch, restore_tuner, resume_or_set_aside
 
     t0 = time.time()
     st = as_storage(root)
@@ -202,7 +202,7 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
             f"{spec.pretrain.cpus_per_worker:g}) so that Ray Data keeps a whole CPU beside the trial; same model id")
     ctx = {"pretrain": to_dict(pre_cfg), "finetune": to_dict(spec.finetune), "candidates": list(spec.candidates),
            "points": [list(p) for p in spec.points], "corpus_dir": str(cdir), "task_dir": str(tdir), "storage": st.shown,
-           "threads": 1, "concurrent": max_concurrent}
+           "threads": 1}
     say(f"[search {spec.name}] {spec.num_samples} Optuna trials over {', '.join(spec.candidates)} "
         f"(on/off x weights {list(spec.weights)}), each pretraining a model and scoring CT and AD")
 
@@ -217,13 +217,15 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
     storage_path = str(sdir / "tune")
     exp = f"{storage_path}/{name}"
     # The param space (written by Tune to disk) holds the root without credentials; the trial gets the real URI.
-    trainable = tune.with_resources(tune.with_parameters(mix_trial, storage_uri=st.uri), {"cpu": TRIAL_CPUS})
+    # `concurrent` rides beside the param space, not in it: Tune refuses a restore whose param space has new keys.
+    trainable = tune.with_resources(tune.with_parameters(mix_trial, storage_uri=st.uri, concurrent=max_concurrent),
+                                    {"cpu": TRIAL_CPUS})
+    tuner = None
     if resume_or_set_aside(exp, label=f"[search {spec.name}]", say=say):
         say(f"[search {spec.name}] resuming the interrupted search at {exp}")
         # Tune keeps the param space out of its snapshot: the restore is handed it again.
-        tuner = tune.Tuner.restore(exp, trainable, resume_unfinished=True, restart_errored=True,
-                                   param_space={"ctx": ctx})
-    else:
+        tuner = restore_tuner(exp, trainable, param_space={"ctx": ctx}, label=f"[search {spec.name}]", say=say)
+    if tuner is None:
         searcher = ResumableOptunaSearch(space=OptunaSearch.convert_search_space(spec.space()),
                                          metric=list(METRICS), mode=["max"] * len(METRICS), seed=spec.seed)
         tuner = tune.Tuner(

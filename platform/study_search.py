@@ -36,8 +36,8 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
     """
     from ray import tune
 
-    from alignlab.platform.study_search_tune import (PruneAwareOptunaSearch, resume_or_set_aside, scheduler,
-                                                     tune_domain)
+    from alignlab.platform.study_search_tune import (PruneAwareOptunaSearch, restore_tuner, resume_or_set_aside,
+                                                     scheduler, tune_domain)
 
     out_file = sdir / "searches" / f"{spec.name}.json"
     out_rel = f"studies/{sdir.name}/searches/{spec.name}.json"
@@ -67,14 +67,14 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
     # run without "calc" (checked on Ray 2.60).
     param_space = {"calc": tune_safe(base_calc), "threads": threads_per_trial(resources)}
     exp_path = f"{where['storage_path'].rstrip('/')}/{name}"
+    tuner = None
     if resume_or_set_aside(exp_path, fs, label=f"[search {spec.name}]"):
         # A driver killed mid-search: Tune's experiment state holds the finished trials and the Optuna
         # sampler's state, so the search goes on from there; trials that were running restart from scratch
         # (a calculation has no checkpoint worth keeping).
         print(f"[search {spec.name}] resuming the interrupted search at {exp_path}", flush=True)
-        tuner = tune.Tuner.restore(exp_path, trainable, resume_unfinished=True, restart_errored=True,
-                                   param_space=param_space, storage_filesystem=fs)
-    else:
+        tuner = restore_tuner(exp_path, trainable, param_space=param_space, fs=fs, label=f"[search {spec.name}]")
+    if tuner is None:
         points = []
         if spec.start_from_base and all(p.contains(getattr(spec.base, p.name)) for p in spec.space):
             points = [{p.name: getattr(spec.base, p.name) for p in spec.space}]

@@ -108,6 +108,24 @@ def resume_or_set_aside(exp_path: str, fs=None, *, label: str, say=print) -> boo
     return False
 
 
+def restore_tuner(exp_path: str, trainable, *, param_space: dict, fs=None, label: str, say=print):
+    """`Tuner.restore` of an interrupted search (unfinished and errored trials run again), or None with the
+    folder set aside when Tune refuses the restore because this version's param space has other keys than
+    the snapshot's (a search interrupted under an older alignlab): the search then starts again, its pretrained
+    models and finished calculations still found in the registry."""
+    from ray import tune
+
+    try:
+        return tune.Tuner.restore(exp_path, trainable, resume_unfinished=True, restart_errored=True,
+                                  param_space=param_space, storage_filesystem=fs)
+    except ValueError as e:
+        if "param_space" not in str(e):
+            raise
+        say(f"{label} the interrupted search was made with another parameter space (another alignlab version); "
+            f"starting it again (its files are kept at {set_aside(exp_path, fs)})", flush=True)
+        return None
+
+
 def _fs_path(exp_path: str, fs):
     """(filesystem, path in it) of an experiment folder given as a local path or URI, or as a path in `fs`."""
     import pyarrow.fs as pafs

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import pickle
 
+import pytest
 import ray.cloudpickle as cloudpickle
 
 from alignlab.platform.study_search_tune import set_aside, snapshot_problem
@@ -82,3 +83,28 @@ def test_a_restored_searcher_does_not_wait_for_a_trial_that_was_live_when_it_was
     again.restore(str(tmp_path / "searcher.pkl"))
     assert isinstance(again.suggest("d"), dict), "the restored search waits for ever for trial c"
     assert again.suggest("e") is None
+
+
+def _one(config):
+    from ray import tune
+
+    tune.report({"score": config["a"]})
+
+
+@pytest.mark.ray
+def test_a_search_interrupted_under_another_param_space_is_set_aside_and_started_again(ray_session, tmp_path):
+    """Tune refuses `Tuner.restore` when the param space has other keys than the snapshot's (found when a new
+    alignlab version added a key): that search starts again instead of failing; the same keys restore."""
+    from ray import tune
+
+    from alignlab.platform.study_search_tune import restore_tuner
+
+    exp = tmp_path / "tune" / "exp"
+    tune.Tuner(_one, param_space={"ctx": {"a": 1}}, tune_config=tune.TuneConfig(num_samples=1),
+               run_config=tune.RunConfig(name="exp", storage_path=str(tmp_path / "tune"), verbose=0)).fit()
+    said = []
+    assert restore_tuner(str(exp), _one, param_space={"ctx": {"a": 1}}, label="[t]", say=said.append) is not None
+    assert restore_tuner(str(exp), _one, param_space={"ctx": {"a": 1, "new": 2}}, label="[t]",
+                         say=lambda m, **k: said.append(m)) is None
+    assert "another parameter space" in said[-1] and not exp.exists()
+    assert [p.name for p in (tmp_path / "tune").iterdir() if p.name.startswith("exp.incomplete-")]
