@@ -6,6 +6,7 @@ declaring or expanding a study never loads Ray.
 """
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -39,15 +40,15 @@ def scheduler(spec: SearchSpec):
 
 
 class ResumableOptunaSearch(OptunaSearch):
-    """OptunaSearch that limits its own concurrency (`max_concurrent_trials`) and forgets, when restored, which
-    trials were live.
+    """OptunaSearch that limits its own concurrency (`max_concurrent_trials`) and, when restored, counts as live
+    only the trials the experiment state of the same snapshot holds unfinished (Tune runs exactly those again).
 
     Tune otherwise wraps the searcher in a ConcurrencyLimiter whose snapshot of live trials can name a trial
     that the experiment-state snapshot does not hold (suggested between the two writes). That trial never
     completes, so after a restore with `max_concurrent_trials=1` no trial is ever suggested again: the
-    driver waits for ever (seen here on Ray 2.60). Forgetting them instead means the trials Tune restarts after
-    a restore are not counted for their first run, so for that short while a search may run up to twice its
-    concurrency (within the cluster's resources, which Tune still respects)."""
+    driver waits for ever (seen here on Ray 2.60). Forgetting all of them instead (this class's first version)
+    let each resume add a trial beside the restarted ones: three resumes of the mini objective search on 2 CPUs
+    ran three pretraining runs at once, which left Ray Data no CPU, and it hung."""
 
     def set_max_concurrency(self, max_concurrent: int) -> bool:
         self._max_live, self._live = max_concurrent, set()
@@ -69,7 +70,27 @@ class ResumableOptunaSearch(OptunaSearch):
     def restore(self, checkpoint_path: str) -> None:
         super().restore(checkpoint_path)
         if getattr(self, "_live", None) is not None:
-            self._live = set()
+            self._live &= unfinished_trials(checkpoint_path)
+
+
+def unfinished_trials(searcher_file: str) -> set[str]:
+    """Ids of the trials that the experiment state saved with `searcher-state-<session>.pkl` (same folder, same
+    driver session) holds as not finished; empty when there is no such state."""
+    from ray.tune.utils.serialization import _loads_with_cloudpickle
+
+    path = Path(searcher_file)
+    session = path.name[len("searcher-state-"):-len(".pkl")]
+    state_file = path.with_name(f"experiment_state-{session}.json")
+    try:
+        trials = _loads_with_cloudpickle(state_file.read_text())["trial_data"]
+    except Exception:  # noqa: BLE001 -- no readable state: count no trial as live (it cannot hang the search)
+        return set()
+    out = set()
+    for trial_json, _meta in trials:
+        t = json.loads(trial_json) if isinstance(trial_json, str) else trial_json
+        if t.get("status") not in ("TERMINATED", "ERROR"):
+            out.add(str(t.get("trial_id")))
+    return out
 
 
 class PruneAwareOptunaSearch(ResumableOptunaSearch):

@@ -85,6 +85,35 @@ def test_a_restored_searcher_does_not_wait_for_a_trial_that_was_live_when_it_was
     assert again.suggest("e") is None
 
 
+def test_a_restored_searcher_still_counts_the_trials_tune_runs_again_so_resumes_do_not_add_trials(tmp_path):
+    """Tune restarts the unfinished trials of the experiment state; the searcher counts exactly those as live
+    (not the snapshot's others, not none), so a resumed search keeps its concurrency limit."""
+    from ray import tune
+
+    from alignlab.platform.study_search_tune import ResumableOptunaSearch
+
+    def searcher():
+        s = ResumableOptunaSearch(space=ResumableOptunaSearch.convert_search_space({"lr": tune.uniform(0, 1)}),
+                                  metric="acc", mode="max", seed=0)
+        assert s.set_max_concurrency(1)
+        return s
+
+    first = searcher()
+    assert isinstance(first.suggest("a"), dict)
+    first.on_trial_complete("a", {"acc": 0.5})
+    assert isinstance(first.suggest("c"), dict)
+    first.save(str(tmp_path / f"searcher-state-{SESSION}.pkl"))
+    (tmp_path / f"experiment_state-{SESSION}.json").write_text(json.dumps({"trial_data": [
+        [json.dumps({"trial_id": "a", "status": "TERMINATED"}), "{}"],
+        [json.dumps({"trial_id": "c", "status": "RUNNING"}), "{}"]], "runner_data": {}, "stats": {}}))
+
+    again = searcher()
+    again.restore(str(tmp_path / f"searcher-state-{SESSION}.pkl"))
+    assert again.suggest("d") is None, "trial c runs again after the restore: with a limit of 1, nothing new yet"
+    again.on_trial_complete("c", {"acc": 0.6})
+    assert isinstance(again.suggest("d"), dict)
+
+
 def _one(config):
     from ray import tune
 
