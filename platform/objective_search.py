@@ -209,7 +209,7 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
     class _Progress(tune.Callback):
         def on_trial_complete(self, iteration, trials, trial, **info):
             r = trial.last_result or {}
-            done = sum(t.status == "TERMINATED" for t in trials)
+            done = sum(t.status == "TERMINATED" and t is not trial for t in trials) + 1  # this one is not yet marked
             accs = " ".join(f"{m.split('_')[0].upper()} {r.get(m, float('nan')):.3f}" for m in METRICS)
             say(f"[search {spec.name}] {done}/{spec.num_samples} trials, {time.time() - t0:.0f}s: {r.get('objectives')} "
                 f"{accs}", flush=True)
