@@ -32,7 +32,8 @@ from alignlab.platform.storage import MARKER, folder_finished, resolve_root
 from alignlab.platform.task import registered_tasks, task, task_names
 
 
-def _objective_names() -> set[str]:
+def objective_names() -> set[str]:
+    """The registered objectives' names (for `name_list`; the registry is imported only when a flag is read)."""
     from alignlab.platform.registry import registered
 
     return set(registered())
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 
     pt = sub.add_parser("pretrain", help="pretrain a model on a corpus (Ray Train TorchTrainer)")
     _common(pt)
-    pt.add_argument("--objectives", default="mlm,nsp,whp,pad", type=name_list(_objective_names, "objective"))
+    pt.add_argument("--objectives", default="mlm,nsp,whp,pad", type=name_list(objective_names, "objective"))
     pt.add_argument("--size", default=None, help=f"model size: {', '.join(MODEL_SIZES)}")
     pt.add_argument("--corpus", default=None, help="corpus folder (default: build the preset's bundled corpus)")
     pt.add_argument("--max-steps", type=positive_int, default=None)

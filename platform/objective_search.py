@@ -132,6 +132,7 @@ def beside_trials(cfg: PretrainConfig, total_cpus: float, concurrent: int) -> Pr
 def mix_trial(config: dict, storage_uri: str | None = None, concurrent: int = 1) -> None:
     """Ray Tune function trainable: pretrain this trial's mixture (or find it), then FEL on CT and AD (validation)."""
     import numpy as np
+    import ray
     import torch
     from ray import tune
 
@@ -145,8 +146,6 @@ def mix_trial(config: dict, storage_uri: str | None = None, concurrent: int = 1)
     torch.set_num_threads(ctx.get("threads", 1))
     quiet_ray_data()  # the DataContext is per process: the same row order as from the driver
     params = {k: v for k, v in config.items() if k != "ctx"}
-    import ray
-
     pre_cfg = pretrain_for(pretrain_from_dict(ctx["pretrain"]), mixture(ctx["candidates"], params))
     # Here, not only in the driver's ctx: a trial restored from an older snapshot brings that snapshot's ctx.
     pre_cfg = beside_trials(pre_cfg, ray.cluster_resources().get("CPU", 0.0), concurrent)
@@ -196,11 +195,11 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
         return write_objective_report(sdir)
     import ray
 
-    pre_cfg = beside_trials(spec.pretrain, ray.cluster_resources().get("CPU", 0.0), max_concurrent)
-    if pre_cfg != spec.pretrain:
-        say(f"[search {spec.name}] each Train worker gets {pre_cfg.cpus_per_worker:g} logical CPUs (not "
+    fitted = beside_trials(spec.pretrain, ray.cluster_resources().get("CPU", 0.0), max_concurrent)  # what mix_trial does
+    if fitted != spec.pretrain:
+        say(f"[search {spec.name}] each Train worker gets {fitted.cpus_per_worker:g} logical CPUs (not "
             f"{spec.pretrain.cpus_per_worker:g}) so that Ray Data keeps a whole CPU beside the trial; same model id")
-    ctx = {"pretrain": to_dict(pre_cfg), "finetune": to_dict(spec.finetune), "candidates": list(spec.candidates),
+    ctx = {"pretrain": to_dict(spec.pretrain), "finetune": to_dict(spec.finetune), "candidates": list(spec.candidates),
            "points": [list(p) for p in spec.points], "corpus_dir": str(cdir), "task_dir": str(tdir), "storage": st.shown,
            "threads": 1}
     say(f"[search {spec.name}] {spec.num_samples} Optuna trials over {', '.join(spec.candidates)} "

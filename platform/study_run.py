@@ -234,6 +234,7 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
 
     `extra_objective_sets`: the study's `build(preset, extra=...)` also takes extra objective sets, one model
     each, from a repeatable `--objectives` (the optional extra rows of an ablation, e.g. with RTD)."""
+    from alignlab.platform.cli import objective_names
     from alignlab.platform.config import PRESETS
     from alignlab.platform.errors import Parser, name_list, nonneg_float, positive_float, positive_int, run_guarded
 
@@ -260,7 +261,7 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
                          "repeatable, e.g. --eval-file ct=my_ct.jsonl --eval-file ad=my_ad.jsonl")
     if extra_objective_sets:
         ap.add_argument("--objectives", action="append", default=[], metavar="OBJS",
-                        type=name_list(_objective_names, "objective"),
+                        type=name_list(objective_names, "objective"),
                         help="also pretrain and compare a model with this objective set, e.g. mlm,nsp,whp,pad,rtd "
                              "(repeatable; the study then gets its own name and report)")
     args = ap.parse_args(argv)
@@ -269,12 +270,6 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
     if code:
         raise SystemExit(code)
     return done[0]
-
-
-def _objective_names() -> set[str]:
-    from alignlab.platform.registry import registered
-
-    return set(registered())
 
 
 def _run_study_command(build, args, ap) -> Path:
