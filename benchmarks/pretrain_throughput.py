@@ -190,11 +190,8 @@ class HFStep:
 
     @staticmethod
     def inputs(batch: dict) -> dict:
-        B, T = batch["input_ids"].shape
-        labels = torch.full((B * T,), -100, dtype=torch.long)
-        labels[batch["mlm_positions"]] = batch["mlm_labels"]
         return {"input_ids": batch["input_ids"], "token_type_ids": batch["segment_ids"],
-                "attention_mask": batch["attention_mask"].long(), "labels": labels.view(B, T),
+                "attention_mask": batch["attention_mask"].long(), "labels": batch["mlm"],
                 "next_sentence_label": batch["nsp"]}
 
     def step(self, inputs: dict) -> float:
@@ -222,7 +219,7 @@ def bench_models(sizes, tok, rows: dict, *, steps: int, rounds: int, warmup: int
         if compile_model:
             al.forward = torch.compile(al.forward)
         batches = [al.collate({k: v[i * 32:(i + 1) * 32] for k, v in rows.items()}, step=i) for i in range(4)]
-        masked = statistics.mean(len(b["mlm_positions"]) for b in batches)
+        masked = statistics.mean(int((b["mlm"] != -100).sum()) for b in batches)
         tokens = batches[0]["input_ids"].numel()
         assert bool(batches[0]["attention_mask"].all()), "benchmark batches must carry no padding"
         flops = model_flops(size, 32, SEQ, tok.vocab_size, masked)

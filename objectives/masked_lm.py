@@ -14,6 +14,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from alignlab.platform.batching import IGNORE
 from alignlab.platform.model import MaskedLMHead
 from alignlab.platform.registry import Objective, classification_sums, lock_inputs, register
 
@@ -75,8 +76,11 @@ class MaskedLM(Objective):
         flat[pos[to_mask]] = self.tokenizer.mask_id
         flat[pos[to_rand]] = rng.choice(self.random_ids, size=int(to_rand.sum()))
         lock_inputs(batch, chosen)  # e.g. RTD must not resample what MLM predicts
-        batch["mlm_positions"] = pos.astype(np.int64)
-        batch["mlm_labels"] = labels.astype(np.int64)
+        # Labels per row ([B, T], IGNORE where nothing is predicted), so that a data-parallel worker's rows of the
+        # batch carry exactly their own labels (batching.take_rows).
+        out = np.full((B, T), IGNORE, dtype=np.int64)
+        out.reshape(-1)[pos] = labels
+        batch["mlm"] = out
 
     @property
     def num_classes(self) -> int:
@@ -86,5 +90,8 @@ class MaskedLM(Objective):
         return MaskedLMHead(model_cfg.hidden, encoder.tok)
 
     def loss_and_sums(self, head, hidden_BTH, batch):
-        h = hidden_BTH.reshape(-1, hidden_BTH.shape[-1]).index_select(0, batch["mlm_positions"])
-        return classification_sums(head(h), batch["mlm_labels"])
+        # The decoder runs only on the predicted positions (sparse prediction), in row-major order.
+        labels = batch["mlm"].reshape(-1)
+        pos = torch.nonzero(labels != IGNORE).squeeze(1)
+        h = hidden_BTH.reshape(-1, hidden_BTH.shape[-1]).index_select(0, pos)
+        return classification_sums(head(h), labels.index_select(0, pos))

@@ -1,7 +1,9 @@
 """PAD, pseudo-acronym detection (paper §3.2): does this acronym match initials of a span of the chunk?
 
 Input: `[CLS] acronym [SEP] chunk [SEP]`, scored from [CLS]; AD reuses this head's shape. The pairs are
-made at corpus time (`make_pad_pairs`, steps 1-3 of §3.2), among the linked chunks of a labelling batch.
+made at corpus time (`make_pad_pairs`, steps 1-3 of §3.2), among the linked chunks of a labelling batch, and
+used on the first pass over the corpus; every later pass draws new pairs among the acronym examples of each
+training batch (`PseudoAcronym.redraw_pairs`), so a corpus repeated for several epochs does not repeat its pairs.
 
 Initials and eligible spans are those of `alignlab.platform.text`: a word's initial is its first
 alphabetic character, accents dropped, lowercased, in a-z, else the word is ineligible; only contiguous
@@ -272,7 +274,38 @@ class PseudoAcronym(Objective):
                 labels[i] = int(rows["pad_label"][i])
         ex.example_labels["pad"] = labels
 
+    @property
+    def letter_probs(self) -> np.ndarray:
+        """The word-initial letter distribution for pairs drawn at batch time, from the corpus's token counts (the
+        first letter of every word-initial piece, weighted by its count): the corpus-time labeller's estimate
+        from the tokenizer sample is not stored with the corpus, and this one needs nothing but the tokenizer."""
+        if getattr(self, "_letter_probs", None) is None:
+            tok, counts = self.tokenizer, np.zeros(26)
+            cache = InitialCache()
+            for i in np.flatnonzero(tok.word_start & (tok.counts > 0)):
+                c = cache[tok.sp.id_to_piece(int(i))[1:]]
+                if c != INELIGIBLE:
+                    counts[ord(c) - 97] += tok.counts[i]
+            self._letter_probs = counts / counts.sum() if counts.sum() else np.full(26, 1 / 26)
+        return self._letter_probs
+
+    def redraw_pairs(self, ex, rng: np.random.Generator) -> None:
+        """New (acronym, label) pairs for the batch's acronym examples, drawn by `make_pad_pairs` among them: on a
+        second or later pass over the corpus a chunk gets a fresh pair, not the one stored at corpus time."""
+        rows = [i for i, f in enumerate(ex.fmt) if f == "acronym"]
+        if not rows:
+            return
+        pairs = make_pad_pairs([str(ex.rows["a_text"][i]).split() for i in rows], rng, self.letter_probs)
+        labels = ex.example_labels["pad"]
+        for i, (acr, label, _kind) in zip(rows, pairs):
+            ex.acronym[i] = self.tokenizer.encode_acronym(acr, self.config.acronym_form) if label >= 0 else []
+            labels[i] = label if label >= 0 else IGNORE
+
     def corrupt(self, ex, rng: np.random.Generator) -> None:
+        if ex.epoch > 0:
+            # The collator's generator is keyed by (seed, step), and steps never repeat: every pass draws anew,
+            # and a resumed run draws what the uninterrupted one did.
+            self.redraw_pairs(ex, rng)
         alpha = self.config.subword_alpha
         if alpha <= 0:
             return

@@ -204,6 +204,9 @@ class ReplacedToken(Objective):
             sums["replaced"] = replaced.sum().float()
             sums["replaced_correct"] = ((logits.argmax(-1) == 1) & replaced).sum().float()
         sums.update({f"generator_{k}": v for k, v in gen_sums.items()})
+        # Two means in one loss: data-parallel workers reweight it by their share of the discriminator's count
+        # (`count`), so the generator's term is the whole batch's mean only as far as each worker's masked tokens
+        # are in proportion to its labelled ones (in expectation; not to the digit).
         return gen_loss + self.config.discriminator_weight * disc_loss, sums
 
     def finalize(self, sums: dict[str, float]) -> dict[str, float]:

@@ -2,7 +2,8 @@
 
 Plain numpy/torch, no Ray: the pretraining loop calls `Collator(rows, step)` on each batch of rows
 it streams. Randomness is keyed by (seed, rank, step) instead of a running generator, so a resumed
-run makes exactly the batches the uninterrupted run would have made.
+run makes exactly the batches the uninterrupted run would have made. Data-parallel workers all collate the
+global batch with rank 0's key and each takes its own rows (`take_rows`), so every array of a batch is per row.
 
 The example mix: every row becomes exactly one example. When an objective trains on "acronym"
 examples (PAD) and the row comes from a linked source with a PAD pair, the row becomes
@@ -36,6 +37,8 @@ class Examples:
         self.b_labels: dict[str, list[np.ndarray | None]] = {}
         self.a_labels_orig: dict[str, list[np.ndarray]] = {}
         self.example_labels: dict[str, np.ndarray] = {}
+        self.epoch = 0
+        """The pass over the corpus these rows come from (0 = the first)."""
 
     def add_token_labels(self, key: str, a_col: Sequence, b_col: Sequence) -> None:
         a_lab = []
@@ -62,8 +65,9 @@ class Collator:
     def rng(self, step: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, self.rank, step])
 
-    def __call__(self, rows: dict, step: int, max_len: int | None = None) -> dict[str, torch.Tensor]:
-        """One batch; `max_len` (default: the collator's) is the longest example this step, in tokens."""
+    def __call__(self, rows: dict, step: int, max_len: int | None = None, epoch: int = 0) -> dict[str, torch.Tensor]:
+        """One batch; `max_len` (default: the collator's) is the longest example this step, in tokens; `epoch` is
+        the pass over the corpus the rows come from (objectives may draw labels afresh on every pass)."""
         L = max_len or self.max_len
         rng = self.rng(step)
         n = len(rows["doc_id"])
@@ -82,6 +86,7 @@ class Collator:
         if self.subword_alpha > 0:
             self._resample_web(rows, kind, a, b, rng)
         ex = Examples(rows, fmt, a, b, L)
+        ex.epoch = epoch
         for o in self.objectives:
             o.load(ex, rows)
         for o in self.objectives:
@@ -156,3 +161,15 @@ class Collator:
 
 def _flat(pieces: list[list[int]]) -> list[int]:
     return [t for p in pieces for t in p]
+
+
+def take_rows(batch: dict[str, torch.Tensor], start: int, stop: int) -> dict[str, torch.Tensor]:
+    """Rows [start, stop) of a collated batch: a data-parallel worker's slice of the global batch. Every tensor of a
+    batch is per row (leading dimension B): objectives keep their labels as [B] or [B, T] arrays so that any
+    split of the rows gives each worker exactly the examples and labels the whole batch holds for them."""
+    n = len(batch["input_ids"])
+    for k, v in batch.items():
+        if len(v) != n:
+            raise ValueError(f"batch tensor {k!r} has {len(v)} rows, not the batch's {n}: a data-parallel worker "
+                             "cannot take its rows of it (keep labels per row, [B] or [B, T])")
+    return {k: v[start:stop] for k, v in batch.items()}

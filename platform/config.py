@@ -185,6 +185,9 @@ class PretrainConfig:
     """Objective configs (see alignlab.objectives); names and dicts are accepted and expanded to configs (by the
     registry); none means the registry's default objectives."""
     batch_size: int = 256
+    """The global batch: rows per optimizer step over all `num_workers` Train workers together. Each worker trains
+    on `batch_size // num_workers` of them (`worker_batch_size`), so the examples a run sees, and its cost, do not
+    depend on how many workers share it."""
     lr: float = 1e-4
     warmup_steps: int = 0
     decay: str = "constant"
@@ -234,6 +237,9 @@ class PretrainConfig:
         object.__setattr__(self, "objectives", _resolve_objectives(self.objectives))
         _positive(self, "batch_size", "lr", "max_steps", "checkpoint_every", "log_every", "num_workers", "cpus_per_worker")
         _choice(self, "decay", DECAYS)
+        if self.batch_size % self.num_workers:
+            raise ValueError(f"PretrainConfig.batch_size ({self.batch_size}) is the global batch and must divide evenly "
+                             f"among num_workers ({self.num_workers}) Train workers")
         object.__setattr__(self, "adam_betas", tuple(float(b) for b in self.adam_betas))
         if len(self.adam_betas) != 2 or not all(0.0 <= b < 1.0 for b in self.adam_betas):
             raise ValueError(f"PretrainConfig.adam_betas must be two numbers in [0, 1), got {self.adam_betas!r}")
@@ -259,6 +265,11 @@ class PretrainConfig:
     @property
     def objective_names(self) -> tuple[str, ...]:
         return tuple(o.name for o in self.objectives)
+
+    @property
+    def worker_batch_size(self) -> int:
+        """Rows each Train worker trains on per step: its slice of the global batch."""
+        return self.batch_size // self.num_workers
 
     def seq_len_at(self, step: int) -> int:
         """The training sequence length at optimizer step `step` (the short-then-long schedule)."""

@@ -25,8 +25,9 @@ RUNTIME_FIELDS = ("checkpoint_every", "log_every", "eval_batches", "cpus_per_wor
 """PretrainConfig fields that change how a run is executed, not what the model learns: checkpoint and report
 frequency, how many held-out batches the final evaluation reads, the resources and threads of a worker, and
 the device (what it changes, the precision, is in the id as resolved). Every other field is in the id: in
-particular `num_workers`, because the global batch is batch_size x num_workers and each worker draws its
-own rank-keyed randomness, and `precision`, "auto" resolved to what it picks (resolve_precision)."""
+particular `num_workers`: `batch_size` is the global batch whatever the workers, but N workers round their
+gradient sums otherwise than one and draw their own dropout masks, so their weights differ in the digits; and
+`precision`, "auto" resolved to what it picks (resolve_precision)."""
 
 
 def model_id(corpus_id: str, cfg: PretrainConfig) -> str:

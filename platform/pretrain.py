@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from alignlab.platform import registry as _registry  # noqa: F401 -- objective names resolve through it
-from alignlab.platform.batching import Collator
+from alignlab.platform.batching import Collator, take_rows
 from alignlab.platform.config import PretrainConfig
 from alignlab.platform.model import AlignModel
 
@@ -127,22 +127,39 @@ class TrainState:
 
 
 class Pretrainer:
-    """Model + objectives + optimizer + collator for one worker."""
+    """Model + objectives + optimizer + collator for one worker.
 
-    def __init__(self, cfg: PretrainConfig, tokenizer, *, rank: int = 0, device: str = "cpu",
-                 wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None):
+    Data parallelism (`world` > 1): every rank is given the same global batch of rows, collates all of it with
+    the step's randomness (so NSP's random partners, MLM's masks and PAD's pairs are those a single worker would
+    draw) and trains on its own slice of `cfg.worker_batch_size` rows (`batch`). Each objective's mean loss is
+    reweighted by the rank's share of the objective's global count (`reduce_counts`, an all-reduce), so that
+    DDP's average of the ranks' gradients is the gradient of the global batch's mean loss: one step of N workers
+    is one step of one worker on the whole batch, to float rounding (dropout aside: each rank draws its own
+    masks)."""
+
+    def __init__(self, cfg: PretrainConfig, tokenizer, *, rank: int = 0, world: int = 1, device: str = "cpu",
+                 wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+                 reduce_counts: Callable[[torch.Tensor], torch.Tensor] | None = None):
+        if world != cfg.num_workers:
+            raise ValueError(f"this run has {world} Train workers but its config says num_workers={cfg.num_workers}")
         self.cfg, self.tok, self.device = cfg, tokenizer, torch.device(device)
+        self.rank, self.world, self.reduce_counts = rank, world, reduce_counts
         torch.manual_seed(cfg.seed)
         self.objectives = build_objectives(cfg, tokenizer)
         self.model = AlignModel(cfg.model, tokenizer.vocab_size, self.objectives).to(self.device)
+        if world > 1:  # the same initial weights on every rank, then each rank's own dropout masks
+            torch.manual_seed(cfg.seed * 1_000_003 + rank + 1)
         fwd = _Forward(self.model, self.objectives)
         self.forward = wrap(fwd) if wrap else fwd
         self.optimizer = make_optimizer(self.model, cfg)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
+        # Rank 0's stream of randomness for every rank: all of them collate the same global batch alike.
         self.collate = Collator(list(self.objectives.values()), tokenizer, max_len=cfg.seq_len or cfg.model.max_len,
                                 acronym_fraction=cfg.acronym_fraction,
-                                subword_alpha=cfg.subword_regularization_alpha, seed=cfg.seed, rank=rank)
+                                subword_alpha=cfg.subword_regularization_alpha, seed=cfg.seed, rank=0)
         self.state = TrainState()
+        self.last_row_ids: list[str] = []
+        """The rows (`doc_id#chunk_index`) this rank trained on at its last step."""
         self.autocast = use_bf16(cfg.precision, self.device)
         self.precision = "bf16" if self.autocast else "fp32"
         """The matmul precision this trainer actually uses (recorded in the model's eval.json)."""
@@ -151,11 +168,36 @@ class Pretrainer:
     def to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
 
+    def batch(self, rows: dict, *, step: int, epoch: int = 0, max_len: int | None = None) -> dict[str, torch.Tensor]:
+        """This rank's training batch at `step`: the global batch `rows` collated whole, then this rank's slice."""
+        batch = self.collate(rows, step=step, max_len=max_len, epoch=epoch)
+        ids = [f"{d}#{c}" for d, c in zip(rows["doc_id"], rows.get("chunk_index", range(len(rows["doc_id"]))))]
+        if self.world == 1:
+            self.last_row_ids = ids
+            return batch
+        n = len(batch["input_ids"])
+        if n != self.cfg.batch_size:
+            raise ValueError(f"a data-parallel step needs the global batch of {self.cfg.batch_size} rows, got {n}")
+        b = self.cfg.worker_batch_size
+        self.last_row_ids = ids[self.rank * b:(self.rank + 1) * b]
+        return take_rows(batch, self.rank * b, (self.rank + 1) * b)
+
+    def _global_share(self, out: dict) -> dict[str, torch.Tensor | float]:
+        """Each objective's factor that turns this rank's mean loss into its share of the global batch's mean
+        (world x local count / global count; DDP then averages over the world). 1 on a single worker."""
+        if self.world == 1 or self.reduce_counts is None:
+            return {n: 1.0 for n in out}
+        local = torch.stack([sums["count"].detach().float().reshape(()) for _, sums in out.values()])
+        total = self.reduce_counts(local.clone())
+        share = torch.where(total > 0, self.world * local / total.clamp_min(1.0), torch.ones_like(local))
+        return dict(zip(out, share))
+
     def train_step(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         self.forward.train()
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
             out = self.forward(self.to_device(batch))
-        total = sum(self.coefficients[n] * loss for n, (loss, _) in out.items())
+        share = self._global_share(out)
+        total = sum(self.coefficients[n] * share[n] * loss for n, (loss, _) in out.items())
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
         if self.cfg.grad_clip > 0:
@@ -269,7 +311,7 @@ def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict
             if consumed <= skip:
                 continue
             st.batches_in_epoch = consumed
-            metrics = trainer.train_step(trainer.collate(rows, step=st.step, max_len=cfg.seq_len_at(st.step)))
+            metrics = trainer.train_step(trainer.batch(rows, step=st.step, epoch=st.epoch, max_len=cfg.seq_len_at(st.step)))
             if not all_finite(math.isfinite(metrics["train/loss"])):
                 # Stop before reporting or checkpointing it: a diverged model must never be exported as finished.
                 bad = {k: v for k, v in metrics.items() if k.endswith("/loss") and not math.isfinite(v)}

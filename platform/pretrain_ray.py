@@ -48,8 +48,10 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     `keep_checkpoints`: how many Train checkpoints the finished model keeps (default: $ALIGNLAB_KEEP_CHECKPOINTS
     or 1); the others are deleted once `final/` exists (`prune_checkpoints`).
 
-    `after_step(rank=, step=, model_dir=, flush=)` is called on every worker after each finished step, before the
-    step is reported: the resume tests inject their crash through it (production code carries no fault of its own).
+    `after_step(rank=, step=, model_dir=, flush=, trainer=)` is called on every worker after each reported step
+    (every `log_every` steps), before the step is reported: the resume tests inject their crash through it, and the
+    data-parallel tests read each rank's weights and rows (`trainer.last_row_ids`) there (production code carries
+    no fault or probe of its own).
     It travels to the workers pickled, so it must be importable there or pickled by value."""
     st = as_storage(root)
     cdir = Path(cdir)
@@ -92,11 +94,11 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
     if requested == "auto":
         why = " (auto: GPU workers)" if cfg.use_gpu else \
             f" (auto: this CPU {'has' if cfg.precision == 'bf16' else 'lacks'} native bf16 matmuls)"
-    print(f"[pretrain {mid}] precision {cfg.precision}{why}; global batch {cfg.batch_size * cfg.num_workers} "
-          f"({cfg.num_workers} x {cfg.batch_size})", flush=True)
+    print(f"[pretrain {mid}] precision {cfg.precision}{why}; global batch {cfg.batch_size} "
+          f"({cfg.num_workers} x {cfg.worker_batch_size})", flush=True)
     write_json(mdir / "config.json", {"model_id": mid, "corpus_id": cid, "corpus_dir": str(cdir),
                                       "precision": cfg.precision, "requested_precision": requested,
-                                      "global_batch_size": cfg.batch_size * cfg.num_workers, "pretrain": to_dict(cfg)})
+                                      "global_batch_size": cfg.batch_size, "pretrain": to_dict(cfg)})
     st.push_file(f"models/{mid}/config.json")
     # Shards are read where they are -- the local corpus folder, or the remote root (never copied to a node) --
     # in the manifest's order, so the row stream is the same on every run.
@@ -126,7 +128,11 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
             checkpoint_config=CheckpointConfig(num_to_keep=2),
         ),
         datasets=datasets,
-        dataset_config=DataConfig(datasets_to_split=["train"]),
+        # Not split: every worker streams all rows, in the same (seeded) order, in global batches, and trains on its
+        # own slice of each (Pretrainer.batch). So the rows and labels of every step are the same for any number of
+        # workers, and a resumed rank skips exactly the batches its checkpoint consumed. The price is that each
+        # worker reads and collates the whole stream (cheap next to a GPU step; README "Running on a cluster").
+        dataset_config=DataConfig(datasets_to_split=[]),
     )
     try:
         trainer.fit()
@@ -182,7 +188,8 @@ def _train_fn(config: dict, storage_uri: str) -> None:
     device = "cuda" if cfg.use_gpu and torch.cuda.is_available() else "cpu"
     tok = Tokenizer(cdir / "tokenizer.model")
     wrap = (lambda m: prepare_model(m, move_to_device=False)) if world > 1 else None
-    trainer = Pretrainer(cfg, tok, rank=rank, device=device, wrap=wrap)
+    trainer = Pretrainer(cfg, tok, rank=rank, world=world, device=device, wrap=wrap,
+                         reduce_counts=_all_reduce_sum if world > 1 else None)
     ck = ray.train.get_checkpoint()
     if ck:
         with ck.as_directory() as d:
@@ -207,7 +214,8 @@ def _train_fn(config: dict, storage_uri: str) -> None:
         if progress is not None and (line := progress.update(metrics["step"], metrics["train/loss"])):
             post_progress(line)
         if after_step is not None:
-            after_step(rank=rank, step=metrics["step"], model_dir=mdir, flush=writer.flush if writer else lambda: None)
+            after_step(rank=rank, step=metrics["step"], model_dir=mdir, flush=writer.flush if writer else lambda: None,
+                       trainer=trainer)
         if writer is not None:
             for k, v in metrics.items():
                 if k not in ("step", "epoch"):
@@ -257,6 +265,14 @@ def _train_fn(config: dict, storage_uri: str) -> None:
     finally:
         if writer is not None:
             writer.close()
+
+
+def _all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    """The ranks' sum of `t` (Pretrainer's `reduce_counts`: each objective's count of scored items)."""
+    import torch.distributed as dist
+
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t
 
 
 def _all_ranks(device: str) -> Callable[[bool], bool]:

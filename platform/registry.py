@@ -13,7 +13,10 @@ The verbs an objective may implement (defaults do nothing):
 - batch time:   `example_rows(rows)` says which rows may become examples of its own `example_format`;
                 `load(ex, rows)` copies its corpus columns into the example view; `corrupt(ex, rng)` edits the
                 list-of-examples view before tensors are made (NSP swaps next segments); `add_labels(batch, ex,
-                rng)` edits/extends the tensor batch (MLM masks inputs); all run in the data pipeline.
+                rng)` edits/extends the tensor batch (MLM masks inputs); all run in the data pipeline. Every array an
+                objective adds is per row ([B] or [B, T]): a data-parallel worker keeps only its rows of the
+                batch (`batching.take_rows`). `ex.epoch` is the pass over the corpus (PAD redraws its pairs
+                after the first).
 - model time:   `edit_input(head, batch) -> batch`, called by the engine for every objective, in order, on the
                 device batch *before the encoder runs* (inside the model's forward, so DDP sees it): an objective
                 whose corruption needs a model -- RTD's generator fills masked positions with samples -- edits
@@ -23,7 +26,8 @@ The verbs an objective may implement (defaults do nothing):
 - model:        `num_classes` (how many classes its head chooses among; `loss_scaling="log_classes"` divides
                 its loss by the log of it), `build_head(model_cfg, encoder)`, `loss_and_sums(head, hidden_BTH, batch)`
                 returning a scalar mean loss and additive metric sums (all-reducible), `finalize(sums)` turning
-                sums into accuracy and perplexity.
+                sums into accuracy and perplexity. The loss is a mean over `sums["count"]` items: under data
+                parallelism the engine reweights each worker's mean by its share of the global count.
 `example_format` says which inputs it trains on: "pair" = `[CLS] chunk [SEP] next [SEP]`,
 "acronym" = `[CLS] acronym [SEP] chunk [SEP]`.
 

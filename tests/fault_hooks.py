@@ -15,7 +15,7 @@ class CrashOnce:
     def __init__(self, step: int):
         self.step = step
 
-    def __call__(self, *, rank, step, model_dir, flush) -> None:
+    def __call__(self, *, rank, step, model_dir, flush, **_) -> None:
         marker = model_dir / ".crashed-once"
         if rank == 0 and step == self.step and not marker.exists():
             marker.touch()
@@ -31,3 +31,58 @@ def crash_once_at(step: int) -> CrashOnce:
 
     ray.cloudpickle.register_pickle_by_value(fault_hooks)
     return CrashOnce(step)
+
+
+class CrashRankOnce(CrashOnce):
+    """`CrashOnce` for any rank: the data-parallel resume test kills a rank other than 0."""
+
+    def __init__(self, step: int, rank: int):
+        super().__init__(step)
+        self.rank = rank
+
+    def __call__(self, *, rank, step, model_dir, flush, **_) -> None:
+        marker = model_dir / ".crashed-once"
+        if rank == self.rank and step == self.step and not marker.exists():
+            marker.touch()
+            flush()
+            time.sleep(3)
+            os._exit(1)
+
+
+class Probe:
+    """Records, for every rank and reported step, the rows the rank trained on and a digest of its weights (one
+    JSON line per rank and step in `out/rank<r>.jsonl`), and saves the weights and the applied gradient at the
+    steps in `save_at`."""
+
+    def __init__(self, out: str, save_at: tuple[int, ...] = ()):
+        self.out, self.save_at = out, tuple(save_at)
+
+    def __call__(self, *, rank, step, trainer, **_) -> None:
+        import hashlib
+        import json
+        from pathlib import Path
+
+        import torch
+
+        sd = trainer.model.state_dict()
+        h = hashlib.sha256()
+        for k in sorted(sd):
+            h.update(k.encode())
+            h.update(sd[k].detach().cpu().contiguous().numpy().tobytes())
+        with open(Path(self.out) / f"rank{rank}.jsonl", "a") as f:
+            f.write(json.dumps({"step": step, "rows": list(trainer.last_row_ids), "digest": h.hexdigest()}) + "\n")
+        if step in self.save_at:
+            torch.save({k: v.detach().cpu().clone() for k, v in sd.items()}, Path(self.out) / f"rank{rank}-step{step}.pt")
+            # The gradient this step applied (after DDP's average and the clipping): zero_grad runs in the next step.
+            grads = {k: p.grad.detach().cpu().clone() for k, p in trainer.model.named_parameters() if p.grad is not None}
+            torch.save(grads, Path(self.out) / f"rank{rank}-step{step}-grad.pt")
+
+
+def registered(obj):
+    """`obj` with this module pickled by value, so that Ray workers can load it."""
+    import ray.cloudpickle
+
+    import fault_hooks
+
+    ray.cloudpickle.register_pickle_by_value(fault_hooks)
+    return obj

@@ -38,7 +38,11 @@ def test_the_paper_sizes_are_the_nine_of_table_1():
 def test_the_paper_preset_matches_section_3_3():
     p = C.PRETRAIN_PRESETS["paper"]
     assert (p.batch_size, p.lr, p.model.max_len) == (256, 1e-4, 128)
+    # batch_size is the global batch: 4 GPU workers of 64 rows each make one step of 256, and the run sees the
+    # paper's 500M examples whatever the number of workers (it used to be 4 x 256 per step: 2B examples).
+    assert (p.num_workers, p.worker_batch_size) == (4, 64)
     assert p.max_steps * p.batch_size == pytest.approx(500_000_000, rel=0.01)
+    assert dataclasses.replace(p, num_workers=8).max_steps * p.batch_size == pytest.approx(500_000_000, rel=0.01)
     f = C.FINETUNE_PRESETS["paper"]
     assert (f.batch_size, f.dropout, f.lr, f.budget, f.scheme) == (64, 0.1, 1e-4, 200, "pred")
 
@@ -154,3 +158,29 @@ def test_auto_precision_names_the_model_of_the_precision_it_resolves_to(monkeypa
     # GPU workers train in bf16 under "auto", whatever the driver's CPU; explicit precisions stay as asked.
     assert model_id("c", dataclasses.replace(auto, use_gpu=True)) == bf16
     assert P.resolve_precision(dataclasses.replace(auto, precision="fp32", use_gpu=True)).precision == "fp32"
+
+
+def test_the_readme_cost_table_follows_from_the_paper_presets_global_batch(monkeypatch):
+    """README "What the presets cost": examples = max_steps x the global batch (500M, not 500M x workers), FLOPs per
+    example from the throughput benchmark's formula, hours at the assumed 50 TFLOP/s of an A10G."""
+    import re
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.syspath_prepend(str(repo / "benchmarks"))
+    from pretrain_throughput import model_flops
+
+    readme = (repo / "README.md").read_text()
+    p = C.PRETRAIN_PRESETS["paper"]
+    examples = p.max_steps * p.batch_size
+    masked = 0.15 * p.model.max_len  # the README: MLM decoded on 15% of 128 positions
+    hours = {s: model_flops(s, 1, p.model.max_len, 111_000, masked) * examples / 50e12 / 3600
+             for s in ("256x1", "512x3", "768x3")}
+    row = re.search(r"\| one 768x3 model \| `paper` \| 500M examples \(([\d.e]+) FLOP\) \| ≈ (\d+) A10G-hours", readme)
+    assert row, "the cost table's 768x3 row is missing"
+    assert float(row.group(1)) == pytest.approx(model_flops("768x3", 1, 128, 111_000, masked) * examples, rel=0.05)
+    assert int(row.group(2)) == pytest.approx(hours["768x3"], abs=1)
+    assert f"256x1 {round(hours['256x1'])}, 512x3 {round(hours['512x3'])}, 768x3 {round(hours['768x3'])} each" in readme
+    assert "≈ 220 A10G-hours" in readme and round(3 * hours["768x3"], -1) == 220
+    del sys.modules["pretrain_throughput"]

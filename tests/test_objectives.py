@@ -54,8 +54,9 @@ def test_mlm_masks_fifteen_percent_of_non_special_tokens_and_never_specials(tok)
     rows = _rows(tok, n=32)
     before = col(rows, step=0)
     ids = before["input_ids"]
-    pos = before["mlm_positions"]
-    labels = before["mlm_labels"]
+    assert before["mlm"].shape == ids.shape  # labels per row: a data-parallel worker takes its rows of them
+    pos = torch.nonzero(before["mlm"].reshape(-1) != -100).squeeze(1)
+    labels = before["mlm"].reshape(-1)[pos]
     real = before["attention_mask"] & ~torch.isin(ids, torch.tensor([tok.cls_id, tok.sep_id, tok.pad_id]))
     # What was drawn for prediction is never a special token, and about 15% of the real tokens.
     assert not torch.isin(labels, torch.as_tensor(tok.special_ids)).any()
@@ -80,7 +81,7 @@ def test_mlm_draws_rare_tokens_more_often_than_frequent_ones(tok):
         for step in range(20):
             b = col(rows, step=step)
             for t in hits:
-                hits[t][0] += int((b["mlm_labels"] == int(t)).sum())
+                hits[t][0] += int((b["mlm"] == int(t)).sum())
         occurrences = {t: int(sum((np.asarray(a, dtype=np.int64) == t).sum() for a in rows["a_ids"])) for t in hits}
         rate = {t: hits[t][0] / max(1, occurrences[t]) for t in hits}
         assert rate[rare] > 3 * rate[frequent]
@@ -175,6 +176,40 @@ def test_pad_subword_regularization_resamples_the_chunk_but_keeps_its_words_and_
     assert any(o[1] != b[1] for o, b in zip(once, base)), "sampling changed no chunk's pieces"
     for (acr, chunk, text), (acr0, _, _) in zip(once, base):
         assert acr == acr0 and tok.decode(chunk) == text  # the words are the same, only their pieces differ
+
+
+def test_pad_pairs_are_the_stored_ones_on_the_first_pass_and_drawn_afresh_on_later_passes(tok):
+    from alignlab.objectives.pseudo_acronym import PseudoAcronymConfig
+    from alignlab.platform.text import initials
+
+    rows = _rows(tok, n=16)
+    col = Collator([PseudoAcronymConfig().build(tok)], tok, max_len=64, acronym_fraction=1.0)
+    first = col(rows, step=3, epoch=0)
+    assert first["pad"].tolist() == [i % 2 for i in range(16)]
+    stored = _pad_examples(tok, first, rows)
+    assert all(acr == tok.encode_acronym("abg") for acr, _, _ in stored)
+    later = [col(rows, step=s, epoch=1) for s in (40, 41)]
+    assert torch.equal(col(rows, step=40, epoch=1)["input_ids"], later[0]["input_ids"])  # keyed: exact resume
+    drawn = [_pad_examples(tok, b, rows) for b in later]
+    assert drawn[0] != stored and drawn[0] != drawn[1], "a later pass must draw new pairs, each step its own"
+    for batch, examples in zip(later, drawn):
+        labels = batch["pad"].tolist()
+        assert sorted(labels) == [0] * 8 + [1] * 8  # half positives, half negatives among the batch's examples
+        for label, (acr, _, text) in zip(labels, examples):
+            words = text.split()
+            spans = {initials(words[i:i + n]) for n in range(2, 7) for i in range(len(words) - n + 1)}
+            letters = tok.decode(acr).replace(" ", "")
+            assert (letters in spans) == bool(label), (label, letters, text)
+
+
+def test_pad_letter_distribution_for_later_passes_comes_from_the_token_counts(tok):
+    from alignlab.objectives.pseudo_acronym import PseudoAcronymConfig
+
+    p = PseudoAcronymConfig().build(tok).letter_probs
+    assert p.shape == (26,) and abs(p.sum() - 1) < 1e-9
+    starts = {w[0] for w in WORDS}
+    assert all(p[ord(c) - 97] == 0 for c in "abcdefghijklmnopqrstuvwxyz" if c not in starts)  # no word starts so
+    assert p[ord("a") - 97] > 0 and p[ord("p") - 97] > 0  # alpha; pi, phi, psi
 
 
 def test_acronym_letters_are_word_initial_pieces_where_the_vocabulary_has_them(tok):
