@@ -1,7 +1,8 @@
 """The `alignlab` command: one subcommand per stage, each with `--preset` and `--storage`.
 
-    alignlab corpus build [--source bundled|wikidump|web] [--path P ...] [--preset P] [--storage ROOT]
-    alignlab pretrain [--objectives mlm,nsp,whp,pad] [--size 768x3] [--corpus DIR] [--preset P] [--storage ROOT]
+    alignlab corpus build [--source bundled|wikidump|web [--path P ...] [--lang L] ...] [--tokenizer-sources web]
+                          [--allow-smaller-vocab] [--preset P] [--storage ROOT]     (corpus flags: corpus_flags.py)
+    alignlab pretrain [--objectives mlm,nsp,whp,pad] [--size 768x3] [--corpus DIR | corpus flags] [--preset P] [...]
     alignlab models [--storage ROOT]
     alignlab data build-tasks | data validate --task {ct,ad} FILE [TEST_FILE]
     alignlab finetune --model ID --task {ct,ad} [--budget N --scheme S --seed S --fold F ...]
@@ -24,7 +25,8 @@ import sys
 from pathlib import Path
 
 from alignlab.platform.config import (CORPUS_PRESETS, FINETUNE_PRESETS, LOSS_SCALINGS, MODEL_SIZES, PRESETS,
-                                      PRETRAIN_PRESETS, SCHEMES, SELECTION_MODES, SOURCES, check_preset)
+                                      PRETRAIN_PRESETS, SCHEMES, SELECTION_MODES, check_preset)
+from alignlab.platform.corpus_flags import add_corpus_arguments, corpus_flags_given, corpus_from_args
 from alignlab.platform.protocol import NUM_FOLDS
 from alignlab.platform.errors import (Parser, int_below, name_list, nonneg_int, positive_float, positive_int,
                                       run_guarded)
@@ -53,8 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     corpus = sub.add_parser("corpus", help="build corpus shards").add_subparsers(dest="action", required=True)
     cb = corpus.add_parser("build", help="documents -> tokenizer -> labelled parquet shards (Ray Data)")
     _common(cb)
-    cb.add_argument("--source", default="bundled", choices=SOURCES)
-    cb.add_argument("--path", action="append", default=[], help="input file or folder (repeatable)")
+    add_corpus_arguments(cb)
     cb.add_argument("--workers", type=positive_int, default=1, help="Ray Data labelling actors")
     cb.add_argument("--holdout", default=None, help="file of document ids to keep out of the corpus, on top of the "
                     "documents behind the root's task data (always held out; built first if missing)")
@@ -63,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     _common(pt)
     pt.add_argument("--objectives", default="mlm,nsp,whp,pad", type=name_list(objective_names, "objective"))
     pt.add_argument("--size", default=None, help=f"model size: {', '.join(MODEL_SIZES)}")
-    pt.add_argument("--corpus", default=None, help="corpus folder (default: build the preset's bundled corpus)")
+    pt.add_argument("--corpus", default=None, help="corpus folder (default: build the corpus of the corpus flags, "
+                    "or the preset's bundled corpus)")
+    add_corpus_arguments(pt)
     pt.add_argument("--max-steps", type=positive_int, default=None)
     pt.add_argument("--loss-scaling", choices=LOSS_SCALINGS, default=None,
                     help="divide each objective's loss by log(number of classes) (MUPPET §3.2); default none")
@@ -132,8 +135,7 @@ def _dispatch(args) -> int:
     if args.cmd == "corpus":
         from alignlab.platform.corpus import build_corpus
 
-        cfg = dataclasses.replace(CORPUS_PRESETS[args.preset], source=args.source, paths=tuple(args.path),
-                                  holdout_ids_file=args.holdout)
+        cfg = dataclasses.replace(corpus_from_args(CORPUS_PRESETS[args.preset], args), holdout_ids_file=args.holdout)
         cdir = build_corpus(cfg, root, num_workers=args.workers)
         print(json.dumps(json.loads((cdir / "stats.json").read_text()), indent=2))
         print(f"Corpus: {cdir}")
@@ -151,13 +153,17 @@ def _dispatch(args) -> int:
             cfg = dataclasses.replace(cfg, max_steps=args.max_steps)
         if args.loss_scaling:
             cfg = dataclasses.replace(cfg, loss_scaling=args.loss_scaling)
+        if args.corpus and corpus_flags_given(args):
+            raise ValueError("--corpus names a built corpus; the corpus flags (--source, --path, ...) describe one "
+                             "to build: give one or the other")
+        ccfg = corpus_from_args(CORPUS_PRESETS[args.preset], args)  # refuses bad corpus flags before any work
         if not args.corpus:  # refuse an impossible request before building the preset's corpus (issue #17)
             from alignlab.platform.pretrain_ray import check_pretrain_resources
             from alignlab.platform.ray_env import ensure_ray
 
             ensure_ray()
             check_pretrain_resources(cfg)
-        cdir = Path(args.corpus) if args.corpus else build_corpus(CORPUS_PRESETS[args.preset], root)
+        cdir = Path(args.corpus) if args.corpus else build_corpus(ccfg, root)
         mdir = pretrain(cdir, cfg, root)
         ev = json.loads((mdir / "final" / "eval.json").read_text())
         ev.pop("marker", None)

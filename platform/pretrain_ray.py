@@ -56,6 +56,8 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     st = as_storage(root)
     cdir = Path(cdir)
     manifest = check_corpus_for(cfg, cdir)
+    from alignlab.platform.corpus import warn_if_corpus_repeats  # issue #18: more passes than a few over the corpus
+    warn_if_corpus_repeats(manifest, cfg)
     cid = manifest["corpus_id"]
     if "heldout" not in manifest:
         print(f"[pretrain] warning: corpus {cid} records no held-out task documents (built before the corpus-holdout "

@@ -31,8 +31,8 @@ from alignlab.platform.config import SOURCES  # the source names a CorpusConfig 
 from alignlab.platform.documents import CorpusInputError, Document, Link, words_in_links
 from alignlab.platform.wikidump import read_wikidump, require_file, wikitext_to_text
 
-__all__ = ["SOURCES", "iter_documents", "read_bundled", "read_web", "read_wikidump", "wikitext_to_text",
-           "build_title_matcher", "reconstruct_links", "link_density", "surface_form"]
+__all__ = ["SOURCES", "iter_documents", "check_paths_exist", "read_bundled", "read_web", "read_wikidump",
+           "wikitext_to_text", "build_title_matcher", "reconstruct_links", "link_density", "surface_form"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -219,21 +219,21 @@ WEB_SUFFIXES = (".txt", ".jsonl", ".json")
 _WEB_DIR_SUFFIXES = (".txt", ".jsonl")
 
 
-def read_web(paths: Sequence[str | Path]) -> Iterator[Document]:
+def read_web(paths: Sequence[str | Path], *, lang: str = "und") -> Iterator[Document]:
     """Documents from plain-text and JSONL files (a directory means its *.txt and *.jsonl, sorted).
 
-    - `.txt`: each block of consecutive non-blank lines is one document; its doc_id carries the
-      block's first line number.
+    - `.txt`: each block of consecutive non-blank lines is one document, in language `lang`; its doc_id
+      carries the block's first line number.
     - `.jsonl` / `.json`: one JSON object per non-blank line with a string "text"; optional "lang"
-      (default "und") and "id" (kept as the document's title). Blank texts are skipped.
+      (default `lang`) and "id" (kept as the document's title). Blank texts are skipped.
 
     doc_id is "web:<file name>:<line number>"; kind is "web"; there are no links.
     """
     for path in _expand_web_paths(_as_paths(paths)):
         if path.suffix == ".txt":
-            yield from _read_text_blocks(path)
+            yield from _read_text_blocks(path, lang)
         else:
-            yield from _read_jsonl(path)
+            yield from _read_jsonl(path, lang)
 
 
 def _expand_web_paths(paths: list[Path]) -> list[Path]:
@@ -268,7 +268,7 @@ def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
             yield number, line.rstrip("\r\n")
 
 
-def _read_text_blocks(path: Path) -> Iterator[Document]:
+def _read_text_blocks(path: Path, lang: str) -> Iterator[Document]:
     block: list[str] = []
     first = 0
     for number, line in _decoded_lines(path):
@@ -277,13 +277,13 @@ def _read_text_blocks(path: Path) -> Iterator[Document]:
                 first = number
             block.append(line.rstrip())
         elif block:
-            yield _web_document(path, first, "\n".join(block).strip())
+            yield _web_document(path, first, "\n".join(block).strip(), lang=lang)
             block = []
     if block:
-        yield _web_document(path, first, "\n".join(block).strip())
+        yield _web_document(path, first, "\n".join(block).strip(), lang=lang)
 
 
-def _read_jsonl(path: Path) -> Iterator[Document]:
+def _read_jsonl(path: Path, default_lang: str) -> Iterator[Document]:
     for number, line in _decoded_lines(path):
         if not line.strip():
             continue
@@ -294,7 +294,7 @@ def _read_jsonl(path: Path) -> Iterator[Document]:
             raise CorpusInputError(path, f"not valid JSON: {e.msg} (column {e.colno})", where) from None
         if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
             raise CorpusInputError(path, 'expected a JSON object with a string "text" field', where)
-        lang = obj.get("lang", "und")
+        lang = obj.get("lang", default_lang)
         if not isinstance(lang, str) or not lang:
             raise CorpusInputError(path, f'"lang" must be a non-empty string, got {lang!r}', where)
         text = obj["text"].strip()
@@ -320,13 +320,14 @@ def iter_documents(
     *,
     langs: Sequence[str] = ("en", "es", "fr"),
     max_docs_per_lang: int | None = None,
+    lang: str | None = None,
 ) -> Iterator[Document]:
     """Documents from `source` ("bundled", "wikidump" or "web"), at most `max_docs_per_lang` per language.
 
     - "bundled" takes no paths; `langs` picks the languages.
-    - "wikidump" reads each dump in turn. A dump's language comes from its file name
+    - "wikidump" reads each dump in turn. A dump's language is `lang` when given, else from its file name
       ("enwiki-…" -> "en"), else from `langs` when it names exactly one language, else "und".
-    - "web" ignores `langs`; documents carry the JSONL "lang" field or "und".
+    - "web" ignores `langs`; documents carry the JSONL "lang" field, else `lang`, else "und".
 
     All paths are checked before the first document is yielded.
     """
@@ -342,26 +343,31 @@ def iter_documents(
         return
     if not paths:
         raise ValueError(f"source {source!r} needs at least one path")
-    for p in paths:
-        if not p.exists():
-            raise CorpusInputError(p, "no such file or directory")
+    check_paths_exist(paths)
     counts: dict[str, int] = defaultdict(int)
     if source == "web":
-        for doc in read_web(paths):
+        for doc in read_web(paths, lang=lang or "und"):
             if max_docs_per_lang is None or counts[doc.lang] < max_docs_per_lang:
                 counts[doc.lang] += 1
                 yield doc
         return
     for p in paths:
         m = _DUMP_LANG.match(p.name)
-        lang = m.group(1) if m else langs[0] if len(langs) == 1 else "und"
-        if max_docs_per_lang is not None and counts[lang] >= max_docs_per_lang:
+        dump_lang = lang or (m.group(1) if m else langs[0] if len(langs) == 1 else "und")
+        if max_docs_per_lang is not None and counts[dump_lang] >= max_docs_per_lang:
             continue
-        for doc in read_wikidump(p, lang=lang):
+        for doc in read_wikidump(p, lang=dump_lang):
             yield doc
-            counts[lang] += 1
-            if max_docs_per_lang is not None and counts[lang] >= max_docs_per_lang:
+            counts[dump_lang] += 1
+            if max_docs_per_lang is not None and counts[dump_lang] >= max_docs_per_lang:
                 break
+
+
+def check_paths_exist(paths: Iterable[str | Path]) -> None:
+    """Refuse a missing input before any is read (a typo in the last path should not cost a read of the first)."""
+    for p in paths:
+        if not Path(p).exists():
+            raise CorpusInputError(p, "no such file or directory")
 
 
 def _as_paths(paths: Sequence[str | Path] | str | Path) -> list[Path]:

@@ -230,12 +230,15 @@ def _pretrain_task(cdir: str, cfg: dict, root: str, objectives: tuple = ()) -> s
 
 
 def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bool = False) -> Path:
-    """The whole command line of a study script: `--preset`, `--storage`, concurrency and per-trial resources.
+    """The whole command line of a study script: `--preset`, `--storage`, concurrency, per-trial resources, and
+    the corpus flags (`corpus_flags`: `--source NAME --path P ...`; a study on another corpus than its preset's
+    is another study, named after that corpus).
 
     `extra_objective_sets`: the study's `build(preset, extra=...)` also takes extra objective sets, one model
     each, from a repeatable `--objectives` (the optional extra rows of an ablation, e.g. with RTD)."""
     from alignlab.platform.cli import objective_names
     from alignlab.platform.config import PRESETS
+    from alignlab.platform.corpus_flags import add_corpus_arguments
     from alignlab.platform.errors import Parser, name_list, nonneg_float, positive_float, positive_int, run_guarded
 
     ap = Parser(description=build.__doc__)
@@ -264,6 +267,7 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
                         type=name_list(objective_names, "objective"),
                         help="also pretrain and compare a model with this objective set, e.g. mlm,nsp,whp,pad,rtd "
                              "(repeatable; the study then gets its own name and report)")
+    add_corpus_arguments(ap)
     args = ap.parse_args(argv)
     done: list[Path] = []
     code = run_guarded(lambda: done.append(_run_study_command(build, args, ap)), argv)
@@ -274,6 +278,7 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
 
 def _run_study_command(build, args, ap) -> Path:
     from alignlab.platform.config import check_preset
+    from alignlab.platform.corpus_flags import corpus_from_args
     from alignlab.platform.storage import resolve_root
     from alignlab.platform.task import task_names
 
@@ -300,6 +305,10 @@ def _run_study_command(build, args, ap) -> Path:
     built = build(check_preset(args.preset), extra=tuple(args.objectives)) if hasattr(args, "objectives") \
         else build(check_preset(args.preset))
     study = dataclasses.replace(built, ct_data=args.ct_data, eval_files=tuple(eval_files))
+    corpus = corpus_from_args(built.corpus, args)
+    if corpus != built.corpus:  # its own folder and report, as with extra objective sets
+        name = f"{built.name}-{corpus.source}-{config_hash(corpus, length=8)}"
+        study = dataclasses.replace(study, corpus=corpus, name=name)
     root = resolve_root(args.storage)
     report = run_study(study, root, max_concurrent=args.max_concurrent,
                        trial_resources=resources, max_parallel_pretrain=args.parallel_pretrain)

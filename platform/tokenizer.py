@@ -18,8 +18,9 @@ PAD, UNK, CLS, SEP, MASK = "<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"
 
 
 def train_tokenizer(texts: Iterable[str], out_path: str | Path, *, vocab_size: int, seed: int = 0,
-                    num_threads: int = 2, lowercase: bool = True) -> None:
-    """Train a unigram model on `texts` and write it to `out_path` (via a temp name, renamed last).
+                    num_threads: int = 2, lowercase: bool = True) -> int:
+    """Train a unigram model on `texts` and write it to `out_path` (via a temp name, renamed last); returns
+    the vocabulary size reached, which is below `vocab_size` when the text cannot fill it (`check_vocab_size`).
 
     `lowercase` bakes case folding into the model's own normalizer (sentencepiece's `nmt_nfkc_cf`), so
     every later encode -- corpus chunks, FEL examples, a user's query at predict time -- is folded the
@@ -34,7 +35,9 @@ def train_tokenizer(texts: Iterable[str], out_path: str | Path, *, vocab_size: i
         model_writer=buf,
         model_type="unigram",
         vocab_size=vocab_size,
-        # Small corpora cannot always fill the requested size; take what they give.
+        # Small corpora cannot always fill the requested size: sentencepiece 0.2 then raises ("Vocabulary size
+        # too high (N). Please set it to a value <= M.") with the hard limit, and stops at M without it. Take
+        # what the text gives and let the caller decide (`check_vocab_size`): one training, not two.
         hard_vocab_limit=False,
         character_coverage=0.9995,
         normalization_rule_name="nmt_nfkc_cf" if lowercase else "nmt_nfkc",
@@ -49,6 +52,16 @@ def train_tokenizer(texts: Iterable[str], out_path: str | Path, *, vocab_size: i
     tmp = out_path.with_name(out_path.name + ".tmp")
     tmp.write_bytes(buf.getvalue())
     tmp.replace(out_path)
+    return spm.SentencePieceProcessor(model_proto=buf.getvalue()).get_piece_size()
+
+
+def check_vocab_size(requested: int, reached: int, *, allow_smaller: bool, sample_docs: int) -> None:
+    """Refuse a vocabulary that fell short of the requested size unless `allow_smaller` says to take it: a
+    model sized for N pieces on a text that supports M < N pieces is rarely what was meant (issue #18)."""
+    if reached < requested and not allow_smaller:
+        raise ValueError(f"vocab_size {requested}: sentencepiece reached only {reached} pieces on the tokenizer "
+                         f"sample ({sample_docs} documents); use more text, a vocab_size <= {reached}, or "
+                         f"--allow-smaller-vocab (CorpusConfig.allow_smaller_vocab) to accept {reached}")
 
 
 class Tokenizer:

@@ -189,7 +189,8 @@ def test_whp_on_a_web_only_corpus_is_refused_before_training(ray_session, tmp_pa
 
     f = tmp_path / "web.txt"
     f.write_text("\n\n".join(" ".join(["plain web text about models and data"] * 10) for _ in range(30)))
-    cfg = dataclasses.replace(CORPUS_PRESETS["smoke"], source="web", paths=(str(f),), vocab_size=100)
+    cfg = dataclasses.replace(CORPUS_PRESETS["smoke"], source="web", paths=(str(f),), vocab_size=100,
+                              allow_smaller_vocab=True)
     cdir = build_corpus(cfg, tmp_path / "root", progress=False)
     with pytest.raises(ValueError, match="'whp' needs linked .*web-only"):
         pretrain(cdir, dataclasses.replace(SMOKE, objectives="mlm,whp"), tmp_path / "root")
