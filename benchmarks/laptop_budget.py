@@ -8,7 +8,8 @@ sequences) runs on its clock and ends exactly at the budget (cramming's budget s
 the recipe's `warmup_steps / max_steps` share of the budget.
 
 Reported per recipe, at a few points of its budget: held-out MLM, NSP, WHP and PAD accuracy on the corpus's
-eval shards (fixed masks and pairs: the same examples for every recipe and point); at the end, the `pred`
+eval shards (fixed masks and pairs: the same examples for every recipe and point, made with the mini preset's
+example mix and MLM masking whatever the recipe trains with: `eval_collator`); at the end, the `pred`
 FEL accuracy of CT (the hand-labelled real-text test set) and AD, heads discarded (the study's `*` models),
 honest selection, with the strongest context-free baseline on the same splits.
 
@@ -42,6 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from alignlab.platform.batching import Collator
 from alignlab.platform.registry import resolve_objectives
 from alignlab.platform.config import FINETUNE_PRESETS, PRETRAIN_PRESETS, to_dict
 from alignlab.platform.finetune import Pretrained, finetune_calculation
@@ -111,6 +113,7 @@ class Run:
     def __init__(self, name: str, cfg, tok, train, order: np.ndarray, budget_s: float):
         self.name, self.cfg, self.train, self.order, self.budget_s = name, cfg, train, order, budget_s
         self.trainer = Pretrainer(cfg, tok)
+        self.eval_collate = eval_collator(cfg, tok)
         self.lr_at = lr_lambda(cfg)
         self.step, self.seconds, self.points, self.done = 0, 0.0, [], False
 
@@ -129,13 +132,31 @@ class Run:
         return dt
 
 
+def eval_collator(cfg, tok) -> Collator:
+    """The held-out examples every recipe is scored on: the mini preset's example mix (`acronym_fraction`) and MLM
+    masking (`mask_prob`, `alpha`), whatever the recipe trains with, so that a recipe that masks more or gives
+    PAD fewer rows is measured on the same examples and the same masks as the others."""
+    ref = {o.name: o for o in MINI.objectives}
+    objs = []
+    for o in cfg.objectives:
+        if o.name in ref and hasattr(o, "mask_prob"):
+            o = dataclasses.replace(o, mask_prob=ref[o.name].mask_prob, alpha=ref[o.name].alpha)
+        objs.append(o.build(tok))
+    return Collator(objs, tok, max_len=cfg.model.max_len, acronym_fraction=MINI.acronym_fraction,
+                    subword_alpha=cfg.subword_regularization_alpha, seed=cfg.seed)
+
+
 def held_out(held, bs):
     for s in range(0, len(held["doc_id"]) - bs + 1, bs):
         yield {k: v[s: s + bs] for k, v in held.items()}
 
 
 def evaluate(run: Run, held, eval_batches: int) -> dict:
-    ev = run.trainer.evaluate(held_out(held, 32), max_batches=eval_batches)
+    train_collate, run.trainer.collate = run.trainer.collate, run.eval_collate
+    try:
+        ev = run.trainer.evaluate(held_out(held, 32), max_batches=eval_batches)
+    finally:
+        run.trainer.collate = train_collate
     point = {"seconds": round(run.seconds, 1), "step": run.step}
     for m in METRICS:
         if f"eval/{m}/accuracy" in ev:
