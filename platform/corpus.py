@@ -200,7 +200,7 @@ def build_corpus(cfg: CorpusConfig, root: Path | Storage, *, docs: Iterable[Docu
     labellers = corpus_labellers()
     cid = corpus_id(cfg, heldout, custom=docs is not None, labellers=labellers)
     final = corpus_dir(st.local, cid)
-    build_once(st.local, f"corpus-{cid}", lambda: corpus_finished(st, cid),
+    build_once(st, f"corpus-{cid}", lambda: corpus_finished(st, cid),
                lambda: _build(cfg, st, cid, final, heldout, task_dir, labellers, docs, num_workers, progress),
                label=f"[corpus {cid}]", progress=progress)
     stats = load_manifest(final)["stats"]

@@ -5,9 +5,12 @@ or, when the first died, builds it itself.
 The lock is an OS advisory lock (`fcntl.flock`) on a file under `<local root>/.locks/`; the kernel drops it
 when its holder exits, however it exits, so a lock is never stale. It covers the processes that share the
 local root's file system: one machine, or every node of a cluster whose root is a shared mount that honours
-flock. Two machines building the same id at a remote root (`s3://`, `gs://`) with separate local caches are
+flock. Given the `Storage` of a remote root, the lock also takes, inside the local one, the lock object
+`<remote root>/.locks/<what>.lock` (`remote_lock`: a conditional create with a lease renewed by a heartbeat),
+which serialises machines that share only the root, each with its own local cache. Where the store offers no
+conditional create here (`hdfs://`, `abfs://`, ...; s3:// and gs:// do) it warns once and two machines are
 not serialised: each builds under its own temporary name and the later publish wins (README "Failure
-behaviour" says so).
+behaviour").
 """
 from __future__ import annotations
 
@@ -19,6 +22,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+from alignlab.platform.remote_lock import remote_lock
+from alignlab.platform.storage import Storage
+
 LOCK_DIR = ".locks"
 
 
@@ -27,9 +33,15 @@ def lock_path(root: Path, what: str) -> Path:
 
 
 @contextmanager
-def artifact_lock(root: Path, what: str, *, label: str = "", progress: bool = True) -> Iterator[None]:
-    """Hold the lock of artifact `what` (e.g. "corpus-<id>") under `root` for the `with` block; waits, saying
-    so once with the holder's pid and host, while another process holds it."""
+def artifact_lock(root: Path | Storage, what: str, *, label: str = "", progress: bool = True) -> Iterator[None]:
+    """Hold the lock of artifact `what` (e.g. "corpus-<id>") for the `with` block: under the local folder
+    `root`, or under a Storage's local folder and, for a remote root, at the root too. Waits, saying so once
+    with the holder's pid and host, while another process holds it."""
+    if isinstance(root, Storage):
+        with artifact_lock(root.local, what, label=label, progress=progress), \
+                remote_lock(root, what, label=label, progress=progress):
+            yield
+        return
     path = lock_path(root, what)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as f:
@@ -58,10 +70,11 @@ def artifact_lock(root: Path, what: str, *, label: str = "", progress: bool = Tr
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def build_once(root: Path, what: str, finished: Callable[[], bool], build: Callable[[], None], *, label: str = "",
-               progress: bool = True) -> None:
+def build_once(root: Path | Storage, what: str, finished: Callable[[], bool], build: Callable[[], None], *,
+               label: str = "", progress: bool = True) -> None:
     """Make sure artifact `what` is finished: build it under its lock unless it is finished already, before
-    the lock or once the run this one waited for let go."""
+    the lock or once the run this one waited for let go. `finished` must look at the root (for a remote root,
+    not only this machine's cache), since the run waited for may have been on another machine."""
     if finished():
         return
     with artifact_lock(root, what, label=label, progress=progress):

@@ -65,7 +65,7 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     requested = cfg.precision
     cfg = resolve_precision(cfg)  # the workers train at the precision the id names, wherever they run
     mid = model_id(cid, cfg)
-    build_once(st.local, f"model-{mid}", lambda: model_finished(st, mid),
+    build_once(st, f"model-{mid}", lambda: model_finished(st, mid),
                lambda: _pretrain_locked(st, cdir, manifest, cfg, requested, mid, max_failures=max_failures, name=name,
                                         after_step=after_step, keep_checkpoints=keep_checkpoints),
                label=f"[pretrain {mid}]")

@@ -95,7 +95,7 @@ def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int 
                        "builder": TASK_BUILDER_VERSION, **{k: v for p in parts for k, v in p.items()}})
     rel = "tasks/" + "-".join([*(tag for t in tasks if (tag := t.folder_tag(options))), key])
     tdir = st.local / rel
-    build_once(st.local, rel.replace("/", "-"), lambda: tasks_finished(st, rel),
+    build_once(st, rel.replace("/", "-"), lambda: tasks_finished(st, rel),
                lambda: _build_tasks(st, rel, tasks, langs, max_docs_per_lang, seed, options), label=f"[{rel}]")
     return tdir
 

