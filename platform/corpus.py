@@ -202,7 +202,7 @@ def build_corpus(cfg: CorpusConfig, root: Path | Storage, *, docs: Iterable[Docu
     final = corpus_dir(st.local, cid)
     build_once(st, f"corpus-{cid}", lambda: corpus_finished(st, cid),
                lambda: _build(cfg, st, cid, final, heldout, task_dir, labellers, docs, num_workers, progress),
-               label=f"[corpus {cid}]", progress=progress)
+               label=f"[corpus {cid}]", progress=progress, leftovers=(f"corpus/{cid}.tmp-*",))
     stats = load_manifest(final)["stats"]
     check_vocab_size(cfg.vocab_size, stats["vocab_size"], allow_smaller=cfg.allow_smaller_vocab,
                      sample_docs=stats.get("tokenizer_sample_documents", "?"))

@@ -71,12 +71,31 @@ def artifact_lock(root: Path | Storage, what: str, *, label: str = "", progress:
 
 
 def build_once(root: Path | Storage, what: str, finished: Callable[[], bool], build: Callable[[], None], *,
-               label: str = "", progress: bool = True) -> None:
+               label: str = "", progress: bool = True, leftovers: tuple[str, ...] = ()) -> None:
     """Make sure artifact `what` is finished: build it under its lock unless it is finished already, before
     the lock or once the run this one waited for let go. `finished` must look at the root (for a remote root,
-    not only this machine's cache), since the run waited for may have been on another machine."""
+    not only this machine's cache), since the run waited for may have been on another machine.
+
+    `leftovers`: glob patterns, under the local folder, of the temporary files and folders a build of this
+    artifact writes before it renames them into place. A build killed with SIGKILL leaves them behind; the next
+    build of the same id deletes them first. Holding the lock means no live run of this id is writing them."""
     if finished():
         return
     with artifact_lock(root, what, label=label, progress=progress):
         if not finished():
+            remove_leftovers(root.local if isinstance(root, Storage) else Path(root), leftovers, label or what,
+                             progress=progress)
             build()
+
+
+def remove_leftovers(local: Path, patterns: tuple[str, ...], label: str, *, progress: bool = True) -> list[Path]:
+    """Delete what `patterns` match under `local` (see `build_once`); returns what was deleted."""
+    import shutil
+
+    gone = sorted({p for pat in patterns for p in Path(local).glob(pat)})
+    for p in gone:
+        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+    if gone and progress:
+        print(f"{label} removed {len(gone)} leftover(s) of an interrupted build: "
+              f"{', '.join(p.name for p in gone[:3])}{' ...' if len(gone) > 3 else ''}", flush=True)
+    return gone

@@ -68,7 +68,8 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     build_once(st, f"model-{mid}", lambda: model_finished(st, mid),
                lambda: _pretrain_locked(st, cdir, manifest, cfg, requested, mid, max_failures=max_failures, name=name,
                                         after_step=after_step, keep_checkpoints=keep_checkpoints),
-               label=f"[pretrain {mid}]")
+               label=f"[pretrain {mid}]",
+               leftovers=(f"models/{mid}/final.*",))
     return fetch_model(st, mid, weights=False)
 
 

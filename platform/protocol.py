@@ -96,7 +96,8 @@ def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int 
     rel = "tasks/" + "-".join([*(tag for t in tasks if (tag := t.folder_tag(options))), key])
     tdir = st.local / rel
     build_once(st, rel.replace("/", "-"), lambda: tasks_finished(st, rel),
-               lambda: _build_tasks(st, rel, tasks, langs, max_docs_per_lang, seed, options), label=f"[{rel}]")
+               lambda: _build_tasks(st, rel, tasks, langs, max_docs_per_lang, seed, options), label=f"[{rel}]",
+               leftovers=(f"{rel}/*.tmp", f"{rel}/.*.tmp-*"))
     return tdir
 
 

@@ -66,6 +66,29 @@ def test_a_second_process_waits_for_the_lock_and_takes_it_when_the_holder_is_kil
     assert f"another run is building it (pid {holder.pid} on " in out and "got it" in out, out
 
 
+def test_a_build_killed_midway_leaves_temporaries_that_the_next_build_of_the_same_id_deletes_first(tmp_path, capsys):
+    """SIGKILL skips every `finally`: a build's temporary folder (named after the dead pid) stays. The next build of
+    that id deletes it under the lock, before building; another id's temporaries and finished folders stay."""
+    from alignlab.platform.locks import build_once
+
+    dead = tmp_path / "corpus" / "c1.tmp-99999"
+    (dead / "shards").mkdir(parents=True)
+    (dead / "shards" / "part-0.parquet").write_bytes(b"half")
+    (tmp_path / "models" / "m1" / "final.k2j3x").mkdir(parents=True)
+    other = tmp_path / "corpus" / "c2.tmp-12345"
+    other.mkdir()
+    (tmp_path / "models" / "m1" / "final").mkdir()
+    built = []
+    build_once(tmp_path, "corpus-c1", lambda: bool(built), lambda: built.append(1),
+               leftovers=("corpus/c1.tmp-*", "models/m1/final.*"))
+    assert built == [1]
+    assert not dead.exists() and not (tmp_path / "models" / "m1" / "final.k2j3x").exists()
+    assert other.exists() and (tmp_path / "models" / "m1" / "final").exists()
+    assert "removed 2 leftover(s) of an interrupted build" in capsys.readouterr().out
+    build_once(tmp_path, "corpus-c1", lambda: bool(built), lambda: built.append(2), leftovers=("corpus/c2.tmp-*",))
+    assert built == [1] and other.exists()  # finished: nothing is built and nothing deleted
+
+
 @pytest.mark.ray
 def test_two_concurrent_builds_of_one_corpus_build_it_once_and_both_use_it(tmp_path):
     root = tmp_path / "st"
