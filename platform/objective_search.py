@@ -19,7 +19,10 @@ needs a free CPU (RAY_NOTES pitfall 1), so side-by-side trials on a small box st
 and no pruning: a pretraining run is only comparable at its full budget. The trial is a Tune function
 trainable that drives its own TorchTrainer (the Train-V2 pattern of RAY_NOTES §3; `Tuner(trainer)` is gone).
 
-    <root>/studies/<name>/{search.json, report.md, tune/}
+Its state is a persistent Optuna study (`optuna_study`: a journal file by default), so a search killed mid-way
+resumes through Optuna, and the report adds Optuna's parameter importances, one plot per task.
+
+    <root>/studies/<name>/{search.json, search.optuna.journal, report.md, plots/, tune/}
 """
 from __future__ import annotations
 
@@ -67,13 +70,13 @@ class MixSearchSpec:
             raise ValueError(f"{self.name}: num_samples >= 1, positive weights and at least one point are needed")
 
     def space(self) -> dict:
-        """Flat Optuna space (picklable, same keys in every trial): `on_<obj>` and `w_<obj>` per candidate."""
-        from ray import tune
+        """Flat Optuna space (same keys in every trial): `on_<obj>` and `w_<obj>` per candidate."""
+        from optuna.distributions import CategoricalDistribution
 
         out = {}
         for n in self.candidates:
-            out[f"on_{n}"] = tune.choice([True, False])
-            out[f"w_{n}"] = tune.choice(list(self.weights))
+            out[f"on_{n}"] = CategoricalDistribution([True, False])
+            out[f"w_{n}"] = CategoricalDistribution(list(self.weights))
         return out
 
     def mixture(self, params: dict) -> tuple[tuple[str, float], ...]:
@@ -147,7 +150,7 @@ def mix_trial(config: dict, storage_uri: str | None = None, concurrent: int = 1)
     quiet_ray_data()  # the DataContext is per process: the same row order as from the driver
     params = {k: v for k, v in config.items() if k != "ctx"}
     pre_cfg = pretrain_for(pretrain_from_dict(ctx["pretrain"]), mixture(ctx["candidates"], params))
-    # Here, not only in the driver's ctx: a trial restored from an older snapshot brings that snapshot's ctx.
+    # Here, where the trial runs, not only in the driver: the fit depends on the cluster the trial sees.
     pre_cfg = beside_trials(pre_cfg, ray.cluster_resources().get("CPU", 0.0), concurrent)
     st = resolve_root(storage_uri or ctx["storage"])
     t0 = time.time()
@@ -168,15 +171,20 @@ def mix_trial(config: dict, storage_uri: str | None = None, concurrent: int = 1)
 
 
 def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concurrent: int = 1,
-                         progress: bool = True) -> Path:
-    """Run (or find) the search; writes search.json and report.md and returns the report's path."""
+                         progress: bool = True, optuna_storage: str | None = None) -> Path:
+    """Run (or find, or resume) the search; writes search.json and report.md and returns the report's path.
+
+    Its state is a persistent Optuna study (`optuna_study`): the journal `search.optuna.journal` beside
+    search.json, or the RDB URL `optuna_storage` (else `$ALIGNLAB_OPTUNA_STORAGE`). A rerun of an interrupted
+    search runs only the trials the study lacks; a point its dead driver was pretraining is tried again and
+    its pretraining resumes from the run's last Train checkpoint (the model registry)."""
     from ray import tune
-    from ray.tune.search.optuna import OptunaSearch
 
     from alignlab.platform.corpus import build_corpus
+    from alignlab.platform.optuna_study import JOURNAL_SUFFIX, finished_trials, open_study, study_place, trial_counts
     from alignlab.platform.protocol import build_tasks
     from alignlab.platform.ray_env import ensure_ray
-    from alignlab.platform.study_search_tune import ResumableOptunaSearch, restore_tuner, resume_or_set_aside
+    from alignlab.platform.study_search_tune import OptunaStudySearch, TellTuneErrors, run_rounds
 
     t0 = time.time()
     st = as_storage(root)
@@ -204,47 +212,40 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
            "threads": 1}
     say(f"[search {spec.name}] {spec.num_samples} Optuna trials over {', '.join(spec.candidates)} "
         f"(on/off x weights {list(spec.weights)}), each pretraining a model and scoring CT and AD")
-
-    class _Progress(tune.Callback):
-        def on_trial_complete(self, iteration, trials, trial, **info):
-            r = trial.last_result or {}
-            done = sum(t.status == "TERMINATED" and t is not trial for t in trials) + 1  # this one is not yet marked
-            accs = " ".join(f"{m.split('_')[0].upper()} {r.get(m, float('nan')):.3f}" for m in METRICS)
-            say(f"[search {spec.name}] {done}/{spec.num_samples} trials, {time.time() - t0:.0f}s: {r.get('objectives')} "
-                f"{accs}", flush=True)
-
-    storage_path = str(sdir / "tune")
-    exp = f"{storage_path}/{name}"
+    place = study_place(name, sdir / f"search{JOURNAL_SUFFIX}", url=optuna_storage, root=st,
+                        journal_rel=f"studies/{spec.name}/search{JOURNAL_SUFFIX}")
+    place.pull()
+    study = open_study(place, ["maximize"] * len(METRICS), spec.seed)
     # The param space (written by Tune to disk) holds the root without credentials; the trial gets the real URI.
-    # `concurrent` rides beside the param space, not in it: Tune refuses a restore whose param space has new keys.
     trainable = tune.with_resources(tune.with_parameters(mix_trial, storage_uri=st.uri, concurrent=max_concurrent),
                                     {"cpu": TRIAL_CPUS})
-    tuner = None
-    if resume_or_set_aside(exp, label=f"[search {spec.name}]", say=say):
-        say(f"[search {spec.name}] resuming the interrupted search at {exp}")
-        # Tune keeps the param space out of its snapshot: the restore is handed it again.
-        tuner = restore_tuner(exp, trainable, param_space={"ctx": ctx}, label=f"[search {spec.name}]", say=say)
-    if tuner is None:
-        searcher = ResumableOptunaSearch(space=OptunaSearch.convert_search_space(spec.space()),
-                                         metric=list(METRICS), mode=["max"] * len(METRICS), seed=spec.seed)
-        tuner = tune.Tuner(
+
+    def fit_round(session, left: int) -> None:
+        done0 = trial_counts(study)[0]
+
+        class _Progress(tune.Callback):
+            def on_trial_complete(self, iteration, trials, trial, **info):
+                r = trial.last_result or {}
+                done = done0 + sum(t.status == "TERMINATED" and t is not trial for t in trials) + 1  # not yet marked
+                accs = " ".join(f"{m.split('_')[0].upper()} {r.get(m, float('nan')):.3f}" for m in METRICS)
+                say(f"[search {spec.name}] {done}/{spec.num_samples} trials, {time.time() - t0:.0f}s: "
+                    f"{r.get('objectives')} {accs}", flush=True)
+
+        searcher = OptunaStudySearch(study, session, spec.space(), metrics=list(METRICS), num_samples=spec.num_samples,
+                                     max_concurrent=max_concurrent, keep=("model_id", "objectives", "pretrain_s"),
+                                     on_told=place.push)
+        # A fresh experiment under the same name each driver session: the Optuna study is what resumes.
+        tune.Tuner(
             trainable, param_space={"ctx": ctx},
-            tune_config=tune.TuneConfig(search_alg=searcher, num_samples=spec.num_samples,
-                                        max_concurrent_trials=max_concurrent,
+            tune_config=tune.TuneConfig(search_alg=searcher, num_samples=left,
                                         trial_dirname_creator=lambda t: f"mix-{t.trial_id}",
                                         trial_name_creator=lambda t: f"mix-{t.trial_id}"),
-            run_config=tune.RunConfig(name=name, storage_path=storage_path, verbose=0, callbacks=[_Progress()],
-                                      failure_config=tune.FailureConfig(max_failures=1)))
-    results = tuner.fit()
-    trials = []
-    for r in results:
-        params = {k: v for k, v in (r.config or {}).items() if k != "ctx"}
-        if r.error or not r.metrics or METRICS[0] not in r.metrics:
-            trials.append({"status": "error", "error": str(r.error)[:500], "params": params})
-            continue
-        trials.append({"status": "complete", "params": params,
-                       "mixture": [list(x) for x in spec.mixture(params)],
-                       **{k: r.metrics[k] for k in (*METRICS, "model_id", "objectives", "pretrain_s")}})
+            run_config=tune.RunConfig(name=name, storage_path=str(sdir / "tune"), verbose=0,
+                                      callbacks=[_Progress(), TellTuneErrors(searcher)],
+                                      failure_config=tune.FailureConfig(max_failures=1))).fit()
+
+    run_rounds(study, place, spec.num_samples, fit_round, label=f"[search {spec.name}]", say=say)
+    trials = [mix_row(spec, t) for t in finished_trials(study)]
     trials.sort(key=lambda t: (t.get("model_id", ""), str(t["params"])))
     front = pareto_front(trials)
     for i, t in enumerate(trials):
@@ -256,12 +257,24 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
                           "candidates": list(spec.candidates), "weights": list(spec.weights),
                           "points": [list(p) for p in spec.points], "finetune": to_dict(spec.finetune),
                           "pretrain": to_dict(spec.pretrain), "trials": trials,
-                          "pareto_front": [trials[i]["model_id"] for i in front], "tune_dir": exp})
+                          "pareto_front": [trials[i]["model_id"] for i in front],
+                          "tune_dir": str(sdir / "tune" / name), "optuna": place.summary()})
     report = write_objective_report(sdir)
     if st.remote:
         st.push(f"studies/{spec.name}", exclude=("tune/",))
     say(f"[search {spec.name}] done in {time.time() - t0:.0f}s")
     return report
+
+
+def mix_row(spec: MixSearchSpec, t) -> dict:
+    """A finished trial of the study as a row of search.json: complete (its accuracies, model) or error."""
+    from optuna.trial import TrialState
+
+    if t.state != TrialState.COMPLETE:
+        return {"status": "error", "error": t.user_attrs.get("error") or t.user_attrs.get("failed", "no result"),
+                "params": t.params}
+    return {"status": "complete", "params": t.params, "mixture": [list(x) for x in spec.mixture(t.params)],
+            **dict(zip(METRICS, t.values)), **{k: t.user_attrs.get(k) for k in ("model_id", "objectives", "pretrain_s")}}
 
 
 def write_objective_report(sdir: Path) -> Path:
@@ -286,6 +299,9 @@ def write_objective_report(sdir: Path) -> Path:
     errors = [t for t in s["trials"] if t["status"] != "complete"]
     if errors:
         lines += ["", f"{len(errors)} trial(s) failed; first error: {errors[0].get('error')}"]
+    from alignlab.platform.search_importance import importance_lines
+
+    lines += ["", "## Parameter importance", ""] + importance_lines(sdir, s.get("optuna"), s["name"], s["metrics"])
     out = sdir / "report.md"
     write_text(out, "\n".join(lines) + "\n")
     return out

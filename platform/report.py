@@ -272,7 +272,7 @@ def write_report(sdir: Path) -> Path:
             out.append(f"| {r['row']} | {r['col']} | {r.get('ft_fold', '?')} | {r.get('ft_seed', '?')} | "
                        f"{r['calc_id']} | {reason} |")
     if study.get("searches"):
-        out += [""] + _search_section(study["searches"])
+        out += [""] + _search_section(study["searches"], sdir)
     out += ["", "## Pretrained models", "", "Held-out evaluation of each pretrained model (accuracy % / perplexity).", ""]
     out += pretrain_table(study)
     from alignlab.platform.report_plots import plots as make_plots  # matplotlib only when there are results
@@ -338,8 +338,11 @@ def _baseline_section(df: pd.DataFrame, prefix: str) -> list[str]:
     return out
 
 
-def _search_section(searches: list[dict]) -> list[str]:
-    """Each Optuna search: what it maximized, how its trials ended, the best setting and the top trials."""
+def _search_section(searches: list[dict], sdir: Path) -> list[str]:
+    """Each Optuna search: what it maximized, how its trials ended, the best setting, the top trials and the
+    parameter importances (`search_importance`)."""
+    from alignlab.platform.search_importance import importance_lines
+
     out = ["## Hyperparameter searches (Optuna TPE on Ray Tune)", "",
            "Every search selects in `honest` mode: trials train on one sampled budget and are scored on its "
            "validation split (the test set is never loaded); the objective is validation accuracy at the "
@@ -351,7 +354,7 @@ def _search_section(searches: list[dict]) -> list[str]:
     for s in searches:
         name = s["name"]
         statuses = [t["status"] for t in s["trials"]]
-        counts = ", ".join(f"{statuses.count(k)} {k}" for k in ("complete", "pruned", "error") if k in statuses)
+        counts = ", ".join(f"{statuses.count(k)} {k}" for k in ("complete", "pruned", "failed", "error") if k in statuses)
         out += [f"### {name} → cell {s['row']} / {s['col']}", "",
                 f"Model `{s['model']}`; {s['num_samples']} trials ({counts}); {s['sampler']}; pruning: "
                 f"{s['scheduler']} (grace period {s['grace_period']} epochs); trials sample only from the training "
@@ -367,7 +370,7 @@ def _search_section(searches: list[dict]) -> list[str]:
             v = t.get(s["objective"])
             out.append("| " + " | ".join(_short(t["params"].get(k)) for k in keys)
                        + f" | {t['status']} | {t.get('epoch', '?')} | {'–' if v is None else f'{100 * v:.1f}'} |")
-        out.append("")
+        out += [""] + importance_lines(sdir, s.get("optuna"), name, [s["objective"]])
     return out
 
 

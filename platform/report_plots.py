@@ -46,7 +46,7 @@ def plots(sdir: Path, df: pd.DataFrame, study: dict) -> list[Path]:
             ax.set_ylabel("accuracy % (best-perplexity epoch)")
             ax.legend(fontsize=7)
         fig.tight_layout()
-        made.append(_save(fig, pdir / "accuracy_vs_budget.png"))
+        made.append(save_figure(fig, pdir / "accuracy_vs_budget.png"))
     if "by_size" in kinds:
         # One panel per group (task): accuracy along the columns (depths, then the heads-discarded column),
         # one line per row (width, and the model pretrained without the aligned objective).
@@ -70,7 +70,7 @@ def plots(sdir: Path, df: pd.DataFrame, study: dict) -> list[Path]:
             ax.set_ylabel("accuracy % (best-perplexity epoch)")
             ax.legend(fontsize=7)
         fig.tight_layout()
-        made.append(_save(fig, pdir / "accuracy_by_model_size.png"))
+        made.append(save_figure(fig, pdir / "accuracy_by_model_size.png"))
     return made
 
 
@@ -96,10 +96,11 @@ def _bars(df: pd.DataFrame, acc: str, prefix: str, path: Path, title: str = "") 
     # Below the axes: inside, the legend can hide a baseline marker near the top.
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=len(cols) + 1)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
-def _save(fig, path: Path) -> Path:
+def save_figure(fig, path: Path) -> Path:
+    """Write a PNG under a temporary name and rename it: a crash never leaves half a plot."""
     import matplotlib.pyplot as plt
 
     tmp = path.with_name(path.stem + ".tmp.png")

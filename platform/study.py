@@ -18,7 +18,7 @@ from alignlab.platform.study_presets import (ALIGNED_OBJECTIVES, SIZE_GRID, SMOK
                                              largest_size, protocol_points, sized_model, sized_pretrain)
 from alignlab.platform.study_run import (check_budgets, pool_size, pretrain_models, run_study, stage_eval_files,
                                          study_main)
-from alignlab.platform.study_search import SEARCH_STATE_SYNC_S, run_search, search_examples, search_trial
+from alignlab.platform.study_search import run_search, search_examples, search_trial
 from alignlab.platform.study_spec import (DEFAULT_TRIAL_RESOURCES, SEARCH_OBJECTIVE, CalcSpec, ModelSpec, SearchParam,
                                           SearchSpec, Study, calc_id, planned_calc_ids)
 
@@ -34,5 +34,5 @@ __all__ = [
     # the Tune grid
     "run_trials", "run_one", "fel_trial", "localize", "check_trial_resources", "FEL_EXPERIMENT",
     # the Optuna search
-    "run_search", "search_trial", "search_examples", "SEARCH_STATE_SYNC_S",
+    "run_search", "search_trial", "search_examples",
 ]

@@ -41,13 +41,15 @@ def run_study(study: Study, root: Path | Storage, **kw) -> Path:
 
 
 def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None = None, progress: bool = True,
-               trial_resources: dict | None = None, max_parallel_pretrain: int = 1) -> Path:
+               trial_resources: dict | None = None, max_parallel_pretrain: int = 1,
+               optuna_storage: str | None = None) -> Path:
     """Run (or resume) a study and write its report; returns the report's path.
 
     `trial_resources` are one FEL trial's Ray resources ({"cpu": 1} by default); `max_parallel_pretrain`
     > 1 pretrains independent models side by side (each as a Ray task driving its own TorchTrainer) --
     for clusters: on a 2-CPU machine two trainers and their Ray Data pipelines starve each other of CPUs
-    (RAY_NOTES pitfall 1), so locally the default 1 (one after the other) is the safe choice."""
+    (RAY_NOTES pitfall 1), so locally the default 1 (one after the other) is the safe choice. `optuna_storage`:
+    an RDB URL for the searches' Optuna studies instead of their journal files (`optuna_study`)."""
     from alignlab.platform.corpus import build_corpus
     from alignlab.platform.protocol import build_tasks
     from alignlab.platform.ray_env import ensure_ray
@@ -96,7 +98,7 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
             f"reported on (fold, seed) {list(s.points())}")
         base = calc_dict(CalcSpec(model=s.model, row=s.row, col=s.col, group=s.group, finetune=s.search_finetune()))
         searches[s.name] = run_search(s, base, sdir, resources=resources, max_concurrent=max_concurrent,
-                                      progress=progress, storage=st)
+                                      progress=progress, storage=st, optuna_storage=optuna_storage)
         say(f"[study {study.name}] search {s.name!r}: best {searches[s.name]['best_params']} "
             f"({SEARCH_OBJECTIVE} = {searches[s.name]['best_value']:.3f})")
         # Salted so that a searched setting equal to a grid cell's stays a calculation of its own cell.
@@ -240,6 +242,7 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
     from alignlab.platform.config import PRESETS
     from alignlab.platform.corpus_flags import add_corpus_arguments
     from alignlab.platform.errors import Parser, name_list, nonneg_float, positive_float, positive_int, run_guarded
+    from alignlab.platform.optuna_study import rdb_url
 
     ap = Parser(description=build.__doc__)
     ap.add_argument("--preset", default="mini", choices=PRESETS, help="smoke | mini | paper (default mini)")
@@ -262,6 +265,9 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
     ap.add_argument("--eval-file", action="append", default=[], metavar="TASK=PATH",
                     help="also score every finetuned calculation of TASK (ct or ad) on this JSONL test file; "
                          "repeatable, e.g. --eval-file ct=my_ct.jsonl --eval-file ad=my_ad.jsonl")
+    ap.add_argument("--optuna-storage", default=None, metavar="URL", type=rdb_url,
+                    help="RDB URL of the searches' Optuna studies, e.g. sqlite:///optuna.db or postgresql://… "
+                         "(default: $ALIGNLAB_OPTUNA_STORAGE, else a journal file beside each search)")
     if extra_objective_sets:
         ap.add_argument("--objectives", action="append", default=[], metavar="OBJS",
                         type=name_list(objective_names, "objective"),
@@ -311,7 +317,8 @@ def _run_study_command(build, args, ap) -> Path:
         study = dataclasses.replace(study, corpus=corpus, name=name)
     root = resolve_root(args.storage)
     report = run_study(study, root, max_concurrent=args.max_concurrent,
-                       trial_resources=resources, max_parallel_pretrain=args.parallel_pretrain)
+                       trial_resources=resources, max_parallel_pretrain=args.parallel_pretrain,
+                       optuna_storage=args.optuna_storage)
     print(f"Report: {report}")
     if root.remote:
         print(f"Stored at: {root.url(f'studies/{study.name}/report.md')}")

@@ -1,14 +1,13 @@
-"""The Optuna search of a study's finetuning settings: one Tune experiment per (nested) `SearchSpec`, whose
-trials train on the search's own sample of the outer fold's training pool and report validation metrics
-every epoch; its best setting, chosen among the trials that ran to their own end, is written to
-`searches/<name>.json` and not searched again on a rerun. The Tune objects it is built from (the space's
-domains, the scheduler, the prune-aware searcher) are in `study_search_tune`.
+"""The Optuna search of a study's finetuning settings: one persistent Optuna study per (nested) `SearchSpec`
+(`optuna_study`), driven by Ray Tune, whose trials train on the search's own sample of the outer fold's
+training pool and report validation metrics every epoch; its best setting, chosen among the trials that ran to
+their own end, is written to `searches/<name>.json` and not searched again on a rerun. The Tune objects it is
+built from (the space's distributions, the scheduler, the study's searcher) are in `study_search_tune`.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from pathlib import Path
 
 from alignlab.platform.config import FinetuneConfig, config_hash, finetune_from_dict, to_dict
@@ -17,27 +16,28 @@ from alignlab.platform.study_grid import (Progress, check_trial_resources, concu
                                           threads_per_trial, trial_calc, tune_safe, tune_storage)
 from alignlab.platform.study_spec import DEFAULT_TRIAL_RESOURCES, SEARCH_OBJECTIVE, SearchSpec
 
-SEARCH_STATE_SYNC_S = 10
-"""How often a search's Tune experiment state is uploaded to the storage root, at most: a killed search
-resumes from the last upload."""
-
 
 def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict | None = None,
-               max_concurrent: int | None = None, progress: bool = True, storage: Storage | None = None) -> dict:
-    """Run (or find) one Optuna search; returns its summary (best params and value, every trial).
+               max_concurrent: int | None = None, progress: bool = True, storage: Storage | None = None,
+               optuna_storage: str | None = None) -> dict:
+    """Run (or find, or resume) one Optuna search; returns its summary (best params and value, every trial).
 
-    Pruning vs. Optuna (RAY_NOTES pitfall 9): when a scheduler stops a trial, Ray's OptunaSearch tells
-    Optuna it COMPLETED with its last, early value, which biases TPE toward settings that look good
-    early. Here a trial's last report carries `search_complete=1` only when the calculation ran to its
-    own end (patience or max_epochs); `PruneAwareOptunaSearch` tells Optuna PRUNED for every other one
-    (keeping the per-epoch values it reported as intermediate values, which TPE ranks below every
-    completed trial), and the best setting is chosen among completed trials only -- all of them
-    compared at the end of their own runs, never at an early epoch.
+    The search's state is a persistent Optuna study (`optuna_study`): the journal
+    `searches/<name>.optuna.journal` beside the summary, or the RDB URL `optuna_storage` (else
+    `$ALIGNLAB_OPTUNA_STORAGE`). A rerun of an interrupted search runs only the trials the study still lacks,
+    trying again the points its dead driver was running (`study_search_tune.run_rounds`).
+
+    Pruning vs. Optuna (RAY_NOTES pitfall 9): a trial's last report carries `search_complete=1` only when the
+    calculation ran to its own end (patience or max_epochs); the searcher tells Optuna PRUNED for every other
+    one (keeping the per-epoch values it reported as intermediate values, which TPE ranks below every
+    completed trial), and the best setting is chosen among completed trials only -- all of them compared at
+    the end of their own runs, never at an early epoch.
     """
     from ray import tune
 
-    from alignlab.platform.study_search_tune import (PruneAwareOptunaSearch, restore_tuner, resume_or_set_aside,
-                                                     scheduler, tune_domain)
+    from alignlab.platform.optuna_study import JOURNAL_SUFFIX, finished_trials, open_study, study_place, trial_counts
+    from alignlab.platform.study_search_tune import (OptunaStudySearch, TellTuneErrors, distribution, run_rounds,
+                                                     scheduler)
 
     out_file = sdir / "searches" / f"{spec.name}.json"
     out_rel = f"studies/{sdir.name}/searches/{spec.name}.json"
@@ -45,72 +45,49 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
         return read_json(out_file)
     resources = dict(resources or DEFAULT_TRIAL_RESOURCES)
     check_trial_resources(resources)
-    prog = Progress(spec.num_samples, progress, what=f"search {spec.name}")
-
-    class _ProgressCallback(tune.Callback):
-        # Counted from Tune's own trial list, so that a restored search (below) counts its earlier trials.
-        def setup(self, **info):
-            prog.t0 = time.time()
-
-        def on_trial_complete(self, iteration, trials, trial, **info):
-            r = trial.last_result or {}
-            how = "completed" if r.get("search_complete") else \
-                "failed: diverged" if r.get("failed") else f"pruned at epoch {r.get('epoch', '?')}"
-            prog.tick(f" (last trial {how}, {SEARCH_OBJECTIVE} {r.get(SEARCH_OBJECTIVE, float('nan')):.3f})",
-                      done=sum(t.status == "TERMINATED" and t is not trial for t in trials) + 1)
-
     name = f"search-{spec.name}-{config_hash(base_calc['calc_id'], spec)}"
+    place = study_place(name, sdir / "searches" / f"{spec.name}{JOURNAL_SUFFIX}", url=optuna_storage, root=storage,
+                        journal_rel=f"studies/{sdir.name}/searches/{spec.name}{JOURNAL_SUFFIX}")
+    place.pull()
+    study = open_study(place, ["maximize"], spec.seed)
+    if not study.get_trials(deepcopy=False) and spec.start_from_base and \
+            all(p.contains(getattr(spec.base, p.name)) for p in spec.space):
+        study.enqueue_trial({p.name: getattr(spec.base, p.name) for p in spec.space})  # the first trial: the default
     where = tune_storage(storage, sdir)
-    fs = where.get("storage_filesystem")
     trainable = tune.with_resources(tune.with_parameters(search_trial, storage_uri=base_calc.get("storage")), resources)
-    # Tune keeps the param_space out of its snapshot: a restore is handed it again, or the restored trials
-    # run without "calc" (checked on Ray 2.60).
     param_space = {"calc": tune_safe(base_calc), "threads": threads_per_trial(resources)}
-    exp_path = f"{where['storage_path'].rstrip('/')}/{name}"
-    tuner = None
-    if resume_or_set_aside(exp_path, fs, label=f"[search {spec.name}]"):
-        # A driver killed mid-search: Tune's experiment state holds the finished trials and the Optuna
-        # sampler's state, so the search goes on from there; trials that were running restart from scratch
-        # (a calculation has no checkpoint worth keeping).
-        print(f"[search {spec.name}] resuming the interrupted search at {exp_path}", flush=True)
-        tuner = restore_tuner(exp_path, trainable, param_space=param_space, fs=fs, label=f"[search {spec.name}]")
-    if tuner is None:
-        points = []
-        if spec.start_from_base and all(p.contains(getattr(spec.base, p.name)) for p in spec.space):
-            points = [{p.name: getattr(spec.base, p.name) for p in spec.space}]
-        # The space goes to the searcher itself, not to param_space: a restored Tuner gets the searcher back
-        # from its pickle but no param_space, and a searcher whose own state snapshot was not yet uploaded
-        # would otherwise have no space to sample from.
-        searcher = PruneAwareOptunaSearch(
-            space=PruneAwareOptunaSearch.convert_search_space({p.name: tune_domain(p) for p in spec.space}),
-            metric=SEARCH_OBJECTIVE, mode="max", seed=spec.seed, points_to_evaluate=points or None)
-        tuner = tune.Tuner(
-            trainable,
-            param_space=param_space,
+    label = f"[search {spec.name}]"
+
+    def fit_round(session, left: int) -> None:
+        prog = Progress(spec.num_samples, progress, what=f"search {spec.name}")
+        prog.done = trial_counts(study)[0]
+
+        class _ProgressCallback(tune.Callback):
+            def on_trial_complete(self, iteration, trials, trial, **info):
+                r = trial.last_result or {}
+                how = "completed" if r.get("search_complete") else \
+                    "failed: diverged" if r.get("failed") else f"pruned at epoch {r.get('epoch', '?')}"
+                prog.tick(f" (last trial {how}, {SEARCH_OBJECTIVE} {r.get(SEARCH_OBJECTIVE, float('nan')):.3f})")
+
+        searcher = OptunaStudySearch(
+            study, session, {p.name: distribution(p) for p in spec.space}, metrics=[SEARCH_OBJECTIVE],
+            num_samples=spec.num_samples, max_concurrent=concurrency(resources, max_concurrent),
+            keep=("epoch", SEARCH_OBJECTIVE, "val_perplexity_at_best_ppl", "failed"), complete_key="search_complete",
+            on_told=place.push)
+        # A fresh experiment under the same name each driver session: the Optuna study is what resumes.
+        tune.Tuner(
+            trainable, param_space=param_space,
             tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler(spec), metric=SEARCH_OBJECTIVE,
-                                        mode="max", num_samples=spec.num_samples, reuse_actors=True,
-                                        max_concurrent_trials=concurrency(resources, max_concurrent),
+                                        mode="max", num_samples=left, reuse_actors=True,
                                         trial_dirname_creator=lambda t: f"{spec.name}-{t.trial_id}",
                                         trial_name_creator=lambda t: f"{spec.name}-{t.trial_id}"),
-            # Tune uploads its experiment state (what a restore starts from) every 5 minutes by default.
-            run_config=tune.RunConfig(name=name, **where, verbose=0, callbacks=[_ProgressCallback()],
-                                      sync_config=tune.SyncConfig(sync_period=SEARCH_STATE_SYNC_S),
+            run_config=tune.RunConfig(name=name, **where, verbose=0,
+                                      callbacks=[_ProgressCallback(), TellTuneErrors(searcher)],
                                       failure_config=tune.FailureConfig(max_failures=1)),
-        )
-    results = tuner.fit()
-    trials = []
-    for r in results:
-        if r.error or not r.metrics:
-            trials.append({"status": "error", "error": str(r.error)[:500], "params": {}})
-            continue
-        params = {p.name: r.config[p.name] for p in spec.space}
-        if r.metrics.get("failed"):
-            trials.append({"params": params, "status": "failed", "error": r.metrics["failed"],
-                           "epoch": r.metrics.get("epoch")})
-            continue
-        trials.append({"params": params, "status": "complete" if r.metrics.get("search_complete") else "pruned",
-                       "epoch": r.metrics.get("epoch"), SEARCH_OBJECTIVE: r.metrics.get(SEARCH_OBJECTIVE),
-                       "val_perplexity_at_best_ppl": r.metrics.get("val_perplexity_at_best_ppl")})
+        ).fit()
+
+    run_rounds(study, place, spec.num_samples, fit_round, label=label)
+    trials = [search_row(t) for t in finished_trials(study)]
     complete = [t for t in trials if t["status"] == "complete" and finite(t[SEARCH_OBJECTIVE])]
     if not complete:
         raise RuntimeError(f"search {spec.name}: no trial ran to its end ({len(trials)} trials: "
@@ -124,11 +101,25 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
                "final_points": [list(pt) for pt in spec.points()],
                "space": [{"name": p.name, "kind": p.kind, "values": list(p.values)} for p in spec.space],
                "base": to_dict(spec.base), "best_params": best["params"], "best_value": best[SEARCH_OBJECTIVE],
-               "trials": trials, "tune_dir": str(sdir / "tune" / name)}
+               "trials": trials, "tune_dir": str(sdir / "tune" / name), "optuna": place.summary()}
     write_json(out_file, summary)
     if storage is not None:
         storage.push_file(out_rel)
     return summary
+
+
+def search_row(t) -> dict:
+    """A finished trial of the study as a row of the search's summary (status complete, pruned, failed or error)."""
+    from optuna.trial import TrialState
+
+    a = t.user_attrs
+    if t.state == TrialState.FAIL:
+        if "failed" in a:  # diverged: a result of the search
+            return {"params": t.params, "status": "failed", "error": a["failed"], "epoch": a.get("epoch")}
+        return {"params": t.params, "status": "error", "error": a.get("error", "no result")}
+    return {"params": t.params, "status": "complete" if t.state == TrialState.COMPLETE else "pruned",
+            "epoch": a.get("epoch"), SEARCH_OBJECTIVE: t.value if t.value is not None else a.get(SEARCH_OBJECTIVE),
+            "val_perplexity_at_best_ppl": a.get("val_perplexity_at_best_ppl")}
 
 
 def search_trial(config: dict, storage_uri: str | None = None) -> None:

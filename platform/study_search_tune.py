@@ -1,30 +1,42 @@
-"""The Ray Tune objects a study's Optuna search is built from: the domain of each searched parameter, the
-trial scheduler, and an OptunaSearch that tells Optuna PRUNED for the trials a scheduler stopped early.
+"""The Ray Tune side of alignlab's Optuna searches: a Tune searcher that asks and tells a persistent Optuna
+study (`optuna_study`), the driver loop that runs Tune until the study holds the search's trials, the space
+of a finetuning search and its trial scheduler.
 
-A Ray edge module (it imports Ray at the top); `study_search.run_search` imports it when a search runs, so
-declaring or expanding a study never loads Ray.
+Why no `Tuner.restore` (issue #18): the study on disk already holds every finished trial and TPE needs nothing
+else, while restoring Tune's own snapshot needed its param space handed back, a complete set of three state
+files of one driver session, and a concurrency count patched after the restore, and failed silently when one
+was missing. Nothing a trial leaves is worth restoring either: a finetuning trial has no checkpoint, and an
+objective-mixture trial pretrains through the model registry, which resumes an interrupted run from its own
+Train checkpoint when the same point is tried again. So each driver session runs a fresh Tune experiment that
+asks Optuna for the trials still missing (`run_rounds`).
+
+A Ray edge module (it imports Ray at the top); the search runners import it when a search runs, so declaring
+or expanding a study never loads Ray.
 """
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 
+import optuna
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
-from ray.tune.search.optuna import OptunaSearch
+from ray.tune.search import Searcher
 
+from alignlab.platform.optuna_study import (LEASE_INTERVAL_S, DriverSession, StudyPlace, attr_value, give_back,
+                                            recover_interrupted, trial_counts)
 from alignlab.platform.study_search import finite
 from alignlab.platform.study_spec import SearchParam, SearchSpec
 
 
-def tune_domain(p: SearchParam):
-    """The Tune search domain of one searched parameter."""
+def distribution(p: SearchParam):
+    """The Optuna distribution of one searched parameter."""
     if p.kind == "choice":
-        return tune.choice(list(p.values))
+        return CategoricalDistribution(list(p.values))
     if p.kind == "int":
-        return tune.randint(p.values[0], p.values[1] + 1)
-    return (tune.loguniform if p.kind == "loguniform" else tune.uniform)(*p.values)
+        return IntDistribution(p.values[0], p.values[1])
+    return FloatDistribution(p.values[0], p.values[1], log=p.kind == "loguniform")
 
 
 def scheduler(spec: SearchSpec):
@@ -39,171 +51,156 @@ def scheduler(spec: SearchSpec):
     return FIFOScheduler()
 
 
-class ResumableOptunaSearch(OptunaSearch):
-    """OptunaSearch that limits its own concurrency (`max_concurrent_trials`) and, when restored, counts as live
-    only the trials the experiment state of the same snapshot holds unfinished (Tune runs exactly those again).
+class OptunaStudySearch(Searcher):
+    """A Tune searcher over a persistent Optuna study, through Optuna's public ask-and-tell interface.
 
-    Tune otherwise wraps the searcher in a ConcurrencyLimiter whose snapshot of live trials can name a trial
-    that the experiment-state snapshot does not hold (suggested between the two writes). That trial never
-    completes, so after a restore with `max_concurrent_trials=1` no trial is ever suggested again: the
-    driver waits for ever (seen here on Ray 2.60). Forgetting all of them instead (this class's first version)
-    let each resume add a trial beside the restarted ones: three resumes of the mini objective search on 2 CPUs
-    ran three pretraining runs at once, which left Ray Data no CPU, and it hung."""
+    - It stops suggesting (`FINISHED`) once the study's counted trials plus its RUNNING ones reach
+      `num_samples`, so the total is right across driver sessions and beside other drivers of the same study.
+    - It limits its own concurrency (`max_concurrent`), so Tune adds no ConcurrencyLimiter around it.
+    - Each trial's last values of `keep` become its user attributes: the search's summary is read from the
+      study alone.
+    - `complete_key`: a trial whose last result lacks it was stopped early by the scheduler and is told
+      PRUNED, with its per-epoch values as intermediate values (RAY_NOTES pitfall 9: Ray's own OptunaSearch
+      tells COMPLETE with the early value). A result with `failed` (diverged) is told FAIL, which TPE leaves out.
+    - A Tune error is told FAIL by `tell_error`, which `TellTuneErrors` calls with the error's text.
+    - `on_told` runs after every tell (the journal's upload for a remote root).
+    """
 
-    def set_max_concurrency(self, max_concurrent: int) -> bool:
-        self._max_live, self._live = max_concurrent, set()
-        return True  # the ConcurrencyLimiter Tune puts around this searcher then only passes calls through
+    def __init__(self, study: optuna.Study, session: DriverSession, space: dict, *, metrics: list[str],
+                 num_samples: int, max_concurrent: int, keep: tuple[str, ...] = (), complete_key: str | None = None,
+                 on_told=None):
+        multi = len(metrics) > 1
+        super().__init__(metric=list(metrics) if multi else metrics[0], mode=["max"] * len(metrics) if multi else "max")
+        self.study, self.session, self.space, self.metrics = study, session, space, list(metrics)
+        self.num_samples, self.max_concurrent, self.keep = num_samples, max(1, max_concurrent), keep
+        self.complete_key, self.on_told = complete_key, on_told
+        self.live: dict[str, optuna.Trial] = {}
+        self.errored: dict[str, optuna.Trial] = {}
 
-    def suggest(self, trial_id: str):
-        live = getattr(self, "_live", None)
-        if live is not None and len(live) >= self._max_live:
-            return None
-        config = super().suggest(trial_id)
-        if live is not None and isinstance(config, dict):
-            live.add(trial_id)
-        return config
+    # Tune pickles the searcher into its experiment folder; nothing restores it (the study is the state).
+    def __getstate__(self):
+        return {}
 
-    def on_trial_complete(self, trial_id, result=None, error=False):
-        getattr(self, "_live", set()).discard(trial_id)
-        super().on_trial_complete(trial_id, result, error)
+    def save(self, checkpoint_path: str) -> None:
+        pass
 
     def restore(self, checkpoint_path: str) -> None:
-        super().restore(checkpoint_path)
-        if getattr(self, "_live", None) is not None:
-            self._live &= unfinished_trials(checkpoint_path)
+        raise RuntimeError("an alignlab search resumes from its Optuna study, not from Tune's snapshot")
 
-
-def unfinished_trials(searcher_file: str) -> set[str]:
-    """Ids of the trials that the experiment state saved with `searcher-state-<session>.pkl` (same folder, same
-    driver session) holds as not finished; empty when there is no such state."""
-    from ray.tune.utils.serialization import _loads_with_cloudpickle
-
-    path = Path(searcher_file)
-    session = path.name[len("searcher-state-"):-len(".pkl")]
-    state_file = path.with_name(f"experiment_state-{session}.json")
-    try:
-        trials = _loads_with_cloudpickle(state_file.read_text())["trial_data"]
-    except Exception:  # noqa: BLE001 -- no readable state: count no trial as live (it cannot hang the search)
-        return set()
-    out = set()
-    for trial_json, _meta in trials:
-        t = json.loads(trial_json) if isinstance(trial_json, str) else trial_json
-        if t.get("status") not in ("TERMINATED", "ERROR"):
-            out.add(str(t.get("trial_id")))
-    return out
-
-
-class PruneAwareOptunaSearch(ResumableOptunaSearch):
-    """OptunaSearch that tells Optuna PRUNED (not COMPLETE) for trials a scheduler stopped early."""
-
-    def on_trial_complete(self, trial_id, result=None, error=False):
-        if result and result.get("failed"):  # diverged (`search_trial`): FAIL, which TPE leaves out
-            return super().on_trial_complete(trial_id, None, True)
-        if result and not error and not result.get("search_complete"):
-            self._report_last(trial_id, result)
-            result = {k: v for k, v in result.items() if k != self.metric}  # no value -> PRUNED
-        super().on_trial_complete(trial_id, result, error)
-
-    def _report_last(self, trial_id, result) -> None:
-        # The result a scheduler stopped the trial on may not have reached on_trial_result; Optuna ranks
-        # pruned trials by their last intermediate value, so make sure it has it.
-        ot_trial, step = self._ot_trials.get(trial_id), result.get("training_iteration")
-        if ot_trial is None or step is None or not finite(result.get(self.metric)):
-            return
-        if step not in ot_trial.storage.get_trial(ot_trial._trial_id).intermediate_values:
-            ot_trial.report(result[self.metric], step)
-
-
-def resume_or_set_aside(exp_path: str, fs=None, *, label: str, say=print) -> bool:
-    """Should the Tune experiment at `exp_path` be restored? True when Tune can restore it and its snapshot is
-    complete (`snapshot_problem`); an incomplete one is moved aside (`set_aside`), saying why, and False is
-    returned: nothing in it can be resumed as a search, so the search starts again."""
-    from ray import tune
-
-    if not tune.Tuner.can_restore(exp_path, storage_filesystem=fs):
-        return False
-    if (problem := snapshot_problem(exp_path, fs)) is None:
+    def set_search_properties(self, metric, mode, config, **spec) -> bool:
         return True
-    say(f"{label} the interrupted search cannot be resumed ({problem}); starting it again (its files are kept "
-        f"at {set_aside(exp_path, fs)})", flush=True)
-    return False
+
+    def set_max_concurrency(self, max_concurrent: int) -> bool:
+        return True  # the limit is this searcher's own (`max_concurrent`)
+
+    def suggest(self, trial_id: str):
+        if len(self.live) >= self.max_concurrent:
+            return None
+        done, running = trial_counts(self.study)
+        if done + running >= self.num_samples:
+            return Searcher.FINISHED
+        trial = self.study.ask(fixed_distributions=self.space)
+        self.session.claim(trial, trial_id)
+        self.live[trial_id] = trial
+        return dict(trial.params)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        trial = self.live.get(trial_id)
+        if trial is not None and len(self.metrics) == 1:  # Optuna keeps no intermediate values for several
+            self._report(trial, result)
+
+    def _report(self, trial: optuna.Trial, result: dict) -> None:
+        step, value = result.get("training_iteration"), result.get(self.metrics[0])
+        if step is not None and finite(value):
+            trial.report(value, step)  # a step already reported is ignored by Optuna (with a warning)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        trial = self.live.pop(trial_id, None)
+        if trial is None:
+            return
+        if error:
+            self.errored[trial_id] = trial
+            return
+        if not result:  # stopped before its first result: an interruption, not a result of the search
+            give_back(self.study, self.session.place, trial.number, trial.params)
+            return
+        for k in self.keep:
+            if k in result and attr_value(result[k]) is not None:
+                trial.set_user_attr(k, attr_value(result[k]))
+        values = [result.get(m) for m in self.metrics]
+        if result.get("failed"):
+            state, values = TrialState.FAIL, None
+        elif self.complete_key and not result.get(self.complete_key):
+            if finite(values[0]) and "training_iteration" in result:
+                # The result the scheduler stopped the trial on may not have reached on_trial_result; Optuna
+                # ranks pruned trials by their last intermediate value.
+                self._report(trial, result)
+            state, values = TrialState.PRUNED, None
+        elif all(finite(v) for v in values):
+            state = TrialState.COMPLETE
+        else:
+            trial.set_user_attr("failed", f"non-finite {self.metrics}: {values}")
+            state, values = TrialState.FAIL, None
+        self._tell(trial, values, state)
+
+    def tell_error(self, trial_id: str, message: str) -> None:
+        trial = self.errored.pop(trial_id, None)
+        if trial is not None:
+            trial.set_user_attr("error", message[:500])
+            self._tell(trial, None, TrialState.FAIL)
+
+    def _tell(self, trial: optuna.Trial, values, state) -> None:
+        self.study.tell(trial, values, state=state)
+        if self.on_told is not None:
+            self.on_told()
 
 
-def restore_tuner(exp_path: str, trainable, *, param_space: dict, fs=None, label: str, say=print):
-    """`Tuner.restore` of an interrupted search (unfinished and errored trials run again), or None with the
-    folder set aside when Tune refuses the restore because this version's param space has other keys than
-    the snapshot's (a search interrupted under an older alignlab): the search then starts again, its pretrained
-    models and finished calculations still found in the registry."""
-    from ray import tune
+class TellTuneErrors(tune.Callback):
+    """Tells the searcher's errored trials FAIL with Tune's error text (Tune tells the searcher first, without it)."""
 
-    try:
-        return tune.Tuner.restore(exp_path, trainable, resume_unfinished=True, restart_errored=True,
-                                  param_space=param_space, storage_filesystem=fs)
-    except ValueError as e:
-        if "param_space" not in str(e):
-            raise
-        say(f"{label} the interrupted search was made with another parameter space (another alignlab version); "
-            f"starting it again (its files are kept at {set_aside(exp_path, fs)})", flush=True)
-        return None
+    def __init__(self, searcher: OptunaStudySearch):
+        self.searcher = searcher
 
+    def __getstate__(self):
+        return {}
 
-def _fs_path(exp_path: str, fs):
-    """(filesystem, path in it) of an experiment folder given as a local path or URI, or as a path in `fs`."""
-    import pyarrow.fs as pafs
-
-    if fs is not None:
-        return fs, exp_path
-    return pafs.FileSystem.from_uri(exp_path if "://" in exp_path else str(Path(exp_path).resolve()))
-
-
-def snapshot_problem(exp_path: str, fs=None) -> str | None:
-    """Why the Tune experiment at `exp_path` cannot be resumed as a whole, or None when it can.
-
-    A restore needs three files of the same driver session: the experiment state (the trials), the search
-    generator's state (how many trials were asked for, and the experiment spec) and the Optuna searcher's
-    pickle (the sampler and its history). A driver killed before its first snapshot, or while one was being
-    uploaded, leaves some missing, empty or truncated; Tune then restores what it finds and, with no search
-    generator state, silently ends the search after the restored trials (checked on Ray 2.60).
-    """
-    import pickle
-
-    import pyarrow.fs as pafs
-    import ray.cloudpickle as cloudpickle
-    from ray.tune.utils.serialization import _loads_with_cloudpickle
-
-    fs, exp_path = _fs_path(exp_path, fs)
-    try:
-        names = [i.base_name for i in fs.get_file_info(pafs.FileSelector(exp_path))]
-    except (OSError, FileNotFoundError) as e:
-        return f"cannot list it ({e})"
-    kinds = {"experiment state": ("experiment_state-", ".json", _loads_with_cloudpickle),
-             "search generator state": ("search_gen_state-", ".json", cloudpickle.loads),
-             "searcher state": ("searcher-state-", ".pkl", pickle.loads)}
-    sessions = set()
-    for what, (prefix, suffix, load) in kinds.items():
-        found = sorted(n for n in names if n.startswith(prefix) and n.endswith(suffix))
-        if not found:
-            return f"no {what} file"
+    def on_trial_error(self, iteration, trials, trial, **info):
+        if getattr(self, "searcher", None) is None:
+            return
         try:
-            with fs.open_input_stream(f"{exp_path}/{found[-1]}") as f:
-                load(f.readall())
-        except Exception as e:  # noqa: BLE001 -- any failure to load means the snapshot is incomplete
-            return f"its {what} {found[-1]} does not load ({type(e).__name__}: {e})"[:300]
-        sessions.add(found[-1][len(prefix):-len(suffix)])
-    if len(sessions) > 1:
-        return f"its newest state files come from different driver sessions ({sorted(sessions)})"
-    return None
+            lines = (trial.get_error() or "").strip().splitlines()
+        except Exception:  # noqa: BLE001 -- the text is for the summary only
+            lines = []
+        self.searcher.tell_error(trial.trial_id, lines[-1] if lines else f"Tune error (see {trial.local_path})")
 
 
-def set_aside(exp_path: str, fs=None) -> str:
-    """Move an experiment that cannot be resumed out of the way (kept, never deleted); returns where to."""
-    import pyarrow.fs as pafs
+def run_rounds(study: optuna.Study, place: StudyPlace, num_samples: int, fit_round, *, label: str, say=print) -> None:
+    """Run Tune rounds until the study holds `num_samples` trials that count (`optuna_study.counted`).
 
-    fs, exp_path = _fs_path(exp_path, fs)
-    dest = f"{exp_path}.incomplete-{time.strftime('%Y%m%d-%H%M%S')}"
+    `fit_round(session, left)` builds and fits one Tune experiment whose searcher asks for at most `left`
+    trials. Before each round, trials of dead drivers are recovered; while the missing trials are all running
+    in another live driver, this one waits for them."""
+    session = DriverSession(study, place)
+    waited = False
     try:
-        fs.move(exp_path, dest)
-    except OSError:  # object stores move files, not directories
-        pafs.copy_files(exp_path, dest, source_filesystem=fs, destination_filesystem=fs)
-        fs.delete_dir(exp_path)
-    return dest
+        while True:
+            recover_interrupted(study, place, say=say)
+            done, running = trial_counts(study)
+            left = num_samples - done - running
+            if done and left > 0:
+                say(f"{label} {done} of {num_samples} trials already done (Optuna study {place.name} at "
+                    f"{place.shown}); running {left}", flush=True)
+            if left > 0:
+                fit_round(session, left)
+                if trial_counts(study)[0] == done:
+                    raise RuntimeError(f"{label} a Tune round ended without finishing a trial")
+            elif running:
+                if not waited:
+                    say(f"{label} waiting for {running} trial(s) that another driver runs", flush=True)
+                    waited = True
+                time.sleep(LEASE_INTERVAL_S)
+            else:
+                return
+    finally:
+        session.close(say=say)
+        place.push()

@@ -29,7 +29,11 @@ the longest run so that no trial is cut for merely reaching its own end. With 2+
 completion order (and so TPE's suggestions) depends on timing: the seed fixes the sampler, not the
 exact sequence.
 
-    python studies/finetune_search.py --preset mini [--storage DIR]
+Each search keeps its Optuna study in `searches/<search>.optuna.journal` (or in the database of
+`--optuna-storage URL`); a run killed mid-search resumes through it, and the report adds each search's
+parameter importances.
+
+    python studies/finetune_search.py --preset mini [--storage DIR] [--optuna-storage URL]
 """
 import dataclasses
 

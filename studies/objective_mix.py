@@ -13,9 +13,8 @@ a mixture good for one may cost the other; the Pareto front shows that trade-off
 the two accuracies would fix an exchange rate between CT and AD points that nothing justifies.
 (`alignlab.platform.objective_search` has the details: no pruning, one trial at a time on a small box.)
 
-    python studies/objective_mix.py --preset mini [--storage DIR] [--num-samples N]
+    python studies/objective_mix.py --preset mini [--storage DIR] [--num-samples N] [--optuna-storage URL]
 """
-import argparse
 import dataclasses
 
 from alignlab.platform.config import CORPUS_PRESETS, FINETUNE_PRESETS, PRETRAIN_PRESETS, check_preset
@@ -38,21 +37,31 @@ def build(preset: str) -> MixSearchSpec:
 
 
 def main(argv=None):
+    from alignlab.platform.errors import Parser, run_guarded
+    from alignlab.platform.optuna_study import rdb_url
     from alignlab.platform.storage import resolve_root
 
-    ap = argparse.ArgumentParser(description=build.__doc__)
+    ap = Parser(description=build.__doc__)
     ap.add_argument("--preset", default="mini", help="smoke | mini | paper (default mini)")
     ap.add_argument("--storage", default=None, help="storage root (default ./alignlab-storage)")
     ap.add_argument("--num-samples", type=int, default=None, help="Optuna trials (default: the preset's)")
     ap.add_argument("--max-concurrent", type=int, default=1,
                     help="trials at once (default 1: each trains a model; >1 is for clusters)")
+    ap.add_argument("--optuna-storage", default=None, metavar="URL", type=rdb_url,
+                    help="RDB URL of the search's Optuna study, e.g. sqlite:///optuna.db (default: "
+                         "$ALIGNLAB_OPTUNA_STORAGE, else the journal file search.optuna.journal beside search.json)")
     args = ap.parse_args(argv)
     spec = build(check_preset(args.preset))
     if args.num_samples:
         spec = dataclasses.replace(spec, num_samples=args.num_samples)
-    report = run_objective_search(spec, resolve_root(args.storage), max_concurrent=args.max_concurrent)
-    print(f"Report: {report}")
-    return report
+    done = []  # bad input (e.g. a database that cannot be opened) is one line and exit code 2 (errors.run_guarded)
+    code = run_guarded(lambda: done.append(run_objective_search(
+        spec, resolve_root(args.storage), max_concurrent=args.max_concurrent, optuna_storage=args.optuna_storage)),
+        argv)
+    if code:
+        raise SystemExit(code)
+    print(f"Report: {done[0]}")
+    return done[0]
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """End to end, as a user runs it: the README's main job (the objective-ablation study) at the smoke
 preset, on a real local Ray, killed mid-way and run again -- finished trials are not rerun, and the
-report has one row per calculation; and an Optuna search killed mid-way goes on from its finished trials."""
+report has one row per calculation; and an Optuna search killed mid-way goes on from the finished trials of its
+Optuna study."""
 from __future__ import annotations
 
 import json
@@ -14,8 +15,6 @@ from pathlib import Path
 import pandas as pd
 import psutil
 import pytest
-
-from alignlab.platform.study_search_tune import snapshot_problem
 
 REPO = Path(__file__).resolve().parents[1]
 CMD = [sys.executable, str(REPO / "studies" / "objective_ablation.py"), "--preset", "smoke"]
@@ -99,46 +98,54 @@ def test_the_smoke_ablation_study_survives_a_killed_driver_and_reports_every_cal
     assert len(list((storage / "models").glob("*/final/model.pt"))) == 3
 
 
-def _finished_in_snapshot(exp: Path) -> set[str]:
-    """The trial ids that Tune's latest uploaded experiment state records as finished: what a restore keeps."""
-    states = sorted(exp.glob("experiment_state-*.json"))
-    if not states:
-        return set()
-    data = json.loads(states[-1].read_text())["trial_data"]
-    return {t["trial_id"] for t in (json.loads(d[0]) for d in data) if t["status"] == "TERMINATED"}
+def _study_trials(journal: Path) -> list:
+    """The trials of the one Optuna study in a search's journal file, read with Optuna's own API."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = JournalStorage(JournalFileBackend(str(journal)))
+    [name] = optuna.get_all_study_names(storage)
+    return optuna.load_study(study_name=name, storage=storage).trials
 
 
 @pytest.mark.ray
 def test_a_search_killed_mid_way_resumes_from_its_finished_trials(tmp_path):
+    from optuna.trial import TrialState
+
+    from alignlab.platform.optuna_study import DRIVER, INTERRUPTED, RETRY_OF, counted
+
     storage = tmp_path / "storage"
     cmd = [sys.executable, str(REPO / "studies" / "finetune_search.py"), "--preset", "smoke", "--storage", str(storage),
            "--max-concurrent", "1"]
-    # Tune snapshots its experiment state at most every 10 s by default and uploads it every 10 s (the search's
-    # SyncConfig); smoke trials take 0.1-0.4 s, so the test asks for a snapshot at every step of Tune's loop
-    # (a user's knob too) and kills the driver as soon as the second trial is done.
-    env = {**os.environ, "TUNE_GLOBAL_CHECKPOINT_S": "0"}
-    _kill_when(cmd, r"\[search ct\] (\d+)/4 done", 2, env=env)
+    # The driver is killed as soon as it reports the second finished trial: Optuna was told before that line.
+    _kill_when(cmd, r"\[search ct\] (\d+)/4 done", 2)
     sdir = storage / "studies" / "finetune_search-smoke"
     assert not (sdir / "searches" / "ct.json").exists()
-    [exp] = (sdir / "tune").glob("search-ct-*")
-    # The kill may land before the first complete snapshot reached the storage root, or during an upload
-    # (Tune writes some files empty or not at all then); such a search cannot be resumed and starts again.
-    problem = snapshot_problem(str(exp))
-    kept = _finished_in_snapshot(exp) if problem is None else set()
-    results_before = {t: (exp / f"ct-{t}" / "result.json").stat().st_mtime_ns for t in kept}
+    journal = sdir / "searches" / "ct.optuna.journal"
+    before = _study_trials(journal)
+    kept = [t for t in before if counted(t)]
+    assert len(kept) >= 2 and all(t.state != TrialState.FAIL for t in kept), [t.state for t in before]
 
     second = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    if problem is None:
-        assert "[search ct] resuming the interrupted search" in second.stdout
-        # The resumed search counts its kept trials and runs only the rest, up to the 4 it asked for.
-        assert re.search(rf"\[search ct\] {len(kept) + 1}/4 done", second.stdout), second.stdout[-3000:]
-    else:
-        assert "[search ct] the interrupted search cannot be resumed" in second.stdout, second.stdout[-3000:]
-        assert list((sdir / "tune").glob(f"{exp.name}.incomplete-*")), "the incomplete experiment was not kept"
+    # The resumed search counts the trials its study holds and runs only the rest, up to the 4 it asked for.
+    assert f"[search ct] {len(kept)} of 4 trials already done" in second.stdout, second.stdout[-3000:]
+    assert re.search(rf"\[search ct\] {len(kept) + 1}/4 done", second.stdout), second.stdout[-3000:]
+    after = _study_trials(journal)
+    assert sum(counted(t) for t in after) == 4
+    for t in kept:  # not lost, not changed
+        assert (after[t.number].state, after[t.number].params, after[t.number].user_attrs) == \
+            (t.state, t.params, t.user_attrs)
+    # The second driver ran exactly the missing trials (and none of the finished points again).
+    rerun = after[len(before):]
+    assert sum(counted(t) for t in rerun) == 4 - len(kept)
+    assert not [t for t in rerun if t.params in [k.params for k in kept]]
+    assert before[0].user_attrs[DRIVER] not in {t.user_attrs[DRIVER] for t in rerun}
+    for cut in (t for t in before if t.state == TrialState.RUNNING):  # killed inside a trial: that point again
+        assert after[cut.number].user_attrs[INTERRUPTED]
+        assert [t.params for t in after if t.user_attrs.get(RETRY_OF) == cut.number] == [cut.params]
     summary = json.loads((sdir / "searches" / "ct.json").read_text())
     assert len(summary["trials"]) == 4
     assert all(t["status"] != "error" for t in summary["trials"]), summary["trials"]
-    for t, mtime in results_before.items():
-        assert (exp / f"ct-{t}" / "result.json").stat().st_mtime_ns == mtime, f"finished trial {t} was rerun"
     assert (sdir / "report.md").exists()

@@ -85,6 +85,21 @@ def test_the_search_runs_at_smoke_on_ray_and_reports_a_pareto_front(ray_session,
                        for o in done)
     text = report.read_text()
     assert "Pareto front" in text and text.count("| yes |") == len(front)
+    # The search's persistent Optuna study (issue #18): a journal beside search.json that Optuna itself opens,
+    # one trial per row with both accuracies; the report has one importance entry per task's accuracy.
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    journal = report.parent / "search.optuna.journal"
+    assert summary["optuna"] == {"study": summary["tune_name"], "storage": str(journal), "journal": journal.name}
+    study = optuna.load_study(study_name=summary["tune_name"], storage=JournalStorage(JournalFileBackend(str(journal))))
+    assert len(study.trials) == spec.num_samples and all(t.state.name == "COMPLETE" for t in study.trials)
+    assert sorted(tuple(t.values) for t in study.trials) == sorted(tuple(t[m] for m in METRICS) for t in done)
+    for m in METRICS:
+        [line] = [x for x in text.splitlines() if x.startswith(f"Parameter importance for {m}")]
+        png = report.parent / "plots" / f"importance-{spec.name}-{m}.png"
+        assert (png.read_bytes()[:4] == b"\x89PNG") if png.name in text else "none (" in line, line
     # A rerun finds the finished search and trains nothing.
     before = {t["model_id"]: (storage_root / "models" / t["model_id"] / "final" / "model.pt").stat().st_mtime_ns
               for t in done}

@@ -1,139 +1,169 @@
-"""Whether an interrupted Tune search can be resumed as a whole is decided from the files of its snapshot
-(issue #17): Tune itself restores whatever it finds, and without the search generator's state it silently
-ends a restored search after the trials it restored."""
+"""An interrupted Optuna search resumes through its persistent Optuna study (issue #18): a rerun counts what the
+study holds, fails and retries the trials a dead driver left RUNNING, never takes a live driver's trial, and
+asks for exactly the trials still missing. (Before #18 it resumed from Tune's snapshot; issue #17 listed how
+that broke.) These drive the study and the Tune searcher by hand; test_optuna_storage.py and test_e2e.py kill
+real drivers."""
 from __future__ import annotations
 
-import json
-import pickle
+import subprocess
+import sys
+import time
 
+import optuna
 import pytest
-import ray.cloudpickle as cloudpickle
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState
 
-from alignlab.platform.study_search_tune import set_aside, snapshot_problem
+from alignlab.platform import optuna_study as os_
+from alignlab.platform.optuna_study import (DRIVER, INTERRUPTED, RETRY_OF, DriverSession, open_study,
+                                            recover_interrupted, study_place, trial_counts)
 
-SESSION = "2026-11-23_10-00-00"
-
-
-def _snapshot(exp, session=SESSION, searcher=b"ok"):
-    exp.mkdir(parents=True, exist_ok=True)
-    (exp / "tuner.pkl").write_bytes(pickle.dumps({}))
-    (exp / f"experiment_state-{session}.json").write_text(json.dumps({"trial_data": [], "runner_data": {}}))
-    (exp / f"search_gen_state-{session}.json").write_bytes(cloudpickle.dumps({"counter": 2}))
-    (exp / f"searcher-state-{session}.pkl").write_bytes(pickle.dumps({"x": 1}) if searcher == b"ok" else searcher)
+SPACE = {"lr": FloatDistribution(0.0, 1.0)}
 
 
-def test_a_snapshot_with_all_three_state_files_of_one_session_can_be_resumed(tmp_path):
-    _snapshot(tmp_path / "exp")
-    assert snapshot_problem(str(tmp_path / "exp")) is None
+def _study(tmp_path, directions=("maximize",), seed=0):
+    place = study_place("s", tmp_path / "s.optuna.journal")
+    return open_study(place, list(directions), seed), place
 
 
-def test_an_empty_searcher_pickle_left_by_an_interrupted_upload_makes_the_snapshot_incomplete(tmp_path):
-    _snapshot(tmp_path / "exp", searcher=b"")
-    problem = snapshot_problem(str(tmp_path / "exp"))
-    assert problem and "searcher state" in problem and f"searcher-state-{SESSION}.pkl" in problem
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
 
 
-def test_a_driver_killed_before_its_first_snapshot_leaves_nothing_to_resume(tmp_path):
-    (tmp_path / "exp").mkdir()
-    (tmp_path / "exp" / "tuner.pkl").write_bytes(pickle.dumps({}))
-    assert snapshot_problem(str(tmp_path / "exp")) == "no experiment state file"
+def _driver(study, driver: str, *, host: str, pid: int, alive: float) -> optuna.Trial:
+    """A trial left RUNNING by driver `driver`, whose lease says it was last alive at `alive`."""
+    study.set_user_attr(f"alignlab.lease.{driver}", {"host": host, "pid": pid, "alive": alive, "ended": False})
+    t = study.ask(SPACE)
+    t.set_user_attr(DRIVER, driver)
+    return t
 
 
-def test_a_missing_search_generator_state_makes_the_snapshot_incomplete(tmp_path):
-    _snapshot(tmp_path / "exp")
-    (tmp_path / "exp" / f"search_gen_state-{SESSION}.json").unlink()
-    assert snapshot_problem(str(tmp_path / "exp")) == "no search generator state file"
+def _searcher(study, session, num_samples=3, max_concurrent=1, complete_key=None):
+    from alignlab.platform.study_search_tune import OptunaStudySearch
+
+    return OptunaStudySearch(study, session, SPACE, metrics=["acc"], num_samples=num_samples,
+                             max_concurrent=max_concurrent, keep=("acc", "epoch", "failed"), complete_key=complete_key)
 
 
-def test_state_files_of_two_driver_sessions_are_not_mixed(tmp_path):
-    _snapshot(tmp_path / "exp")
-    (tmp_path / "exp" / "experiment_state-2026-11-23_11-00-00.json").write_text(json.dumps({"trial_data": []}))
-    assert "different driver sessions" in snapshot_problem(str(tmp_path / "exp"))
+def test_a_trial_left_running_by_a_dead_driver_is_failed_as_interrupted_and_its_point_is_tried_next(tmp_path):
+    import socket
 
-
-def test_an_incomplete_experiment_is_set_aside_with_its_files_not_deleted(tmp_path):
-    _snapshot(tmp_path / "exp", searcher=b"")
-    moved = set_aside(str(tmp_path / "exp"))
-    assert not (tmp_path / "exp").exists()
-    assert moved.startswith(str(tmp_path / "exp.incomplete-"))
-    assert sorted(p.name for p in (tmp_path / moved).iterdir()) == sorted(
-        ["tuner.pkl", f"experiment_state-{SESSION}.json", f"search_gen_state-{SESSION}.json",
-         f"searcher-state-{SESSION}.pkl"])
-
-
-def test_a_restored_searcher_does_not_wait_for_a_trial_that_was_live_when_it_was_saved(tmp_path):
-    from ray import tune
-
-    from alignlab.platform.study_search_tune import PruneAwareOptunaSearch
-
-    def searcher():
-        s = PruneAwareOptunaSearch(space=PruneAwareOptunaSearch.convert_search_space({"lr": tune.uniform(0, 1)}),
-                                   metric="acc", mode="max", seed=0)
-        assert s.set_max_concurrency(1)  # Tune's ConcurrencyLimiter then passes calls through
-        return s
-
-    first = searcher()
-    assert isinstance(first.suggest("a"), dict)
-    assert first.suggest("b") is None, "one trial live: the limit is 1"
-    first.on_trial_complete("a", {"acc": 0.5, "search_complete": 1})
-    assert isinstance(first.suggest("c"), dict)
-    first.save(str(tmp_path / "searcher.pkl"))  # "c" is live in this snapshot, and never comes back
-
-    again = searcher()
-    again.restore(str(tmp_path / "searcher.pkl"))
-    assert isinstance(again.suggest("d"), dict), "the restored search waits for ever for trial c"
-    assert again.suggest("e") is None
-
-
-def test_a_restored_searcher_still_counts_the_trials_tune_runs_again_so_resumes_do_not_add_trials(tmp_path):
-    """Tune restarts the unfinished trials of the experiment state; the searcher counts exactly those as live
-    (not the snapshot's others, not none), so a resumed search keeps its concurrency limit."""
-    from ray import tune
-
-    from alignlab.platform.study_search_tune import ResumableOptunaSearch
-
-    def searcher():
-        s = ResumableOptunaSearch(space=ResumableOptunaSearch.convert_search_space({"lr": tune.uniform(0, 1)}),
-                                  metric="acc", mode="max", seed=0)
-        assert s.set_max_concurrency(1)
-        return s
-
-    first = searcher()
-    assert isinstance(first.suggest("a"), dict)
-    first.on_trial_complete("a", {"acc": 0.5})
-    assert isinstance(first.suggest("c"), dict)
-    first.save(str(tmp_path / f"searcher-state-{SESSION}.pkl"))
-    (tmp_path / f"experiment_state-{SESSION}.json").write_text(json.dumps({"trial_data": [
-        [json.dumps({"trial_id": "a", "status": "TERMINATED"}), "{}"],
-        [json.dumps({"trial_id": "c", "status": "RUNNING"}), "{}"]], "runner_data": {}, "stats": {}}))
-
-    again = searcher()
-    again.restore(str(tmp_path / f"searcher-state-{SESSION}.pkl"))
-    assert again.suggest("d") is None, "trial c runs again after the restore: with a limit of 1, nothing new yet"
-    again.on_trial_complete("c", {"acc": 0.6})
-    assert isinstance(again.suggest("d"), dict)
-
-
-def _one(config):
-    from ray import tune
-
-    tune.report({"score": config["a"]})
-
-
-@pytest.mark.ray
-def test_a_search_interrupted_under_another_param_space_is_set_aside_and_started_again(ray_session, tmp_path):
-    """Tune refuses `Tuner.restore` when the param space has other keys than the snapshot's (found when a new
-    alignlab version added a key): that search starts again instead of failing; the same keys restore."""
-    from ray import tune
-
-    from alignlab.platform.study_search_tune import restore_tuner
-
-    exp = tmp_path / "tune" / "exp"
-    tune.Tuner(_one, param_space={"ctx": {"a": 1}}, tune_config=tune.TuneConfig(num_samples=1),
-               run_config=tune.RunConfig(name="exp", storage_path=str(tmp_path / "tune"), verbose=0)).fit()
+    study, place = _study(tmp_path)
+    done = study.ask(SPACE)
+    study.tell(done, 0.5)
+    left = _driver(study, "dead", host=socket.gethostname(), pid=_dead_pid(), alive=time.time())
+    assert trial_counts(study) == (1, 1)
     said = []
-    assert restore_tuner(str(exp), _one, param_space={"ctx": {"a": 1}}, label="[t]", say=said.append) is not None
-    assert restore_tuner(str(exp), _one, param_space={"ctx": {"a": 1, "new": 2}}, label="[t]",
-                         say=lambda m, **k: said.append(m)) is None
-    assert "another parameter space" in said[-1] and not exp.exists()
-    assert [p.name for p in (tmp_path / "tune").iterdir() if p.name.startswith("exp.incomplete-")]
+    assert recover_interrupted(study, place, say=lambda m, **k: said.append(m)) == 1
+    assert "will run again" in said[0]
+    frozen = study.trials[left.number]
+    assert frozen.state == TrialState.FAIL and frozen.user_attrs[INTERRUPTED]
+    assert trial_counts(study) == (1, 0), "an interrupted trial is not a result: it does not count"
+    again = study.ask(SPACE)
+    assert again.params == left.params and study.trials[again.number].user_attrs[RETRY_OF] == left.number
+    assert study.trials[done.number].state == TrialState.COMPLETE, "a finished trial is never touched"
+
+
+def test_a_trial_of_a_live_driver_elsewhere_is_left_running_until_its_lease_runs_out(tmp_path, monkeypatch):
+    study, place = _study(tmp_path)
+    live = _driver(study, "other", host="another-host", pid=1, alive=time.time())
+    assert recover_interrupted(study, place) == 0
+    assert study.trials[live.number].state == TrialState.RUNNING
+    monkeypatch.setattr(os_, "LEASE_GRACE_S", 0.0)  # the other driver stopped renewing its lease
+    assert recover_interrupted(study, place, say=lambda *a, **k: None) == 1
+    assert study.trials[live.number].user_attrs[INTERRUPTED]
+
+
+def test_a_running_driver_renews_its_lease_and_a_closed_one_gives_back_its_running_trials_at_once(tmp_path,
+                                                                                                    monkeypatch):
+    monkeypatch.setattr(os_, "LEASE_INTERVAL_S", 0.05)
+    study, place = _study(tmp_path)
+    session = DriverSession(study, place)
+    first = study.user_attrs[f"alignlab.lease.{session.id}"]["alive"]
+    t = study.ask(SPACE)
+    session.claim(t, "tune-1")
+    time.sleep(0.3)
+    assert study.user_attrs[f"alignlab.lease.{session.id}"]["alive"] > first
+    assert recover_interrupted(study, place) == 0, "this driver is alive: its trial is its own"
+    session.close(say=lambda *a, **k: None)  # e.g. Ctrl-C: the next run need not wait for the lease to expire
+    assert study.trials[t.number].user_attrs[INTERRUPTED]
+    assert study.user_attrs[f"alignlab.lease.{session.id}"]["ended"]
+
+
+def test_failed_and_pruned_trials_count_toward_the_search_and_interrupted_ones_do_not(tmp_path):
+    study, place = _study(tmp_path)
+    for state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
+        t = study.ask(SPACE)
+        study.tell(t, 0.5 if state == TrialState.COMPLETE else None, state=state)
+    _driver(study, "gone", host="another-host", pid=1, alive=0.0)
+    recover_interrupted(study, place, say=lambda *a, **k: None)
+    assert trial_counts(study) == (3, 0)
+    assert [t.number for t in os_.finished_trials(study)] == [0, 1, 2]
+
+
+def test_the_searcher_asks_only_for_the_missing_trials_counting_those_running_elsewhere(tmp_path):
+    from ray.tune.search import Searcher
+
+    study, place = _study(tmp_path)
+    t = study.ask(SPACE)
+    study.tell(t, 0.5)  # one done in an earlier session
+    _driver(study, "other", host="another-host", pid=1, alive=time.time())  # one running in another driver
+    session = DriverSession(study, place)
+    try:
+        s = _searcher(study, session, num_samples=4, max_concurrent=1)
+        assert isinstance(s.suggest("a"), dict)
+        assert s.suggest("b") is None, "one trial at a time"
+        s.on_trial_complete("a", {"acc": 0.7, "training_iteration": 1})
+        assert isinstance(s.suggest("c"), dict)
+        s.on_trial_complete("c", {"acc": 0.6, "training_iteration": 1})
+        assert s.suggest("d") == Searcher.FINISHED, "2 done here + 1 before + 1 running elsewhere = 4"
+        assert trial_counts(study) == (3, 1)
+    finally:
+        session.close(say=lambda *a, **k: None)
+
+
+def test_the_searcher_tells_pruned_failed_and_errored_trials_apart(tmp_path):
+    study, place = _study(tmp_path)
+    session = DriverSession(study, place)
+    try:
+        s = _searcher(study, session, num_samples=10, max_concurrent=5, complete_key="done")
+        for tid in "abcde":
+            assert isinstance(s.suggest(tid), dict)
+        s.on_trial_result("a", {"acc": 0.4, "training_iteration": 1})
+        s.on_trial_complete("a", {"acc": 0.45, "training_iteration": 2, "epoch": 2})  # stopped early: no "done"
+        s.on_trial_complete("b", {"acc": 0.8, "training_iteration": 3, "done": 1})
+        s.on_trial_complete("c", {"acc": float("nan"), "failed": "diverged", "training_iteration": 1})
+        s.on_trial_complete("d", error=True)
+        s.tell_error("d", "RuntimeError: boom")
+        s.on_trial_complete("e", None)  # stopped before its first result: interrupted, tried again
+    finally:
+        session.close(say=lambda *a, **k: None)
+    a, b, c, d, e = study.trials[:5]
+    assert a.state == TrialState.PRUNED and a.intermediate_values == {1: 0.4, 2: 0.45}
+    assert b.state == TrialState.COMPLETE and b.value == 0.8
+    assert c.state == TrialState.FAIL and c.user_attrs["failed"] == "diverged" and "acc" not in c.user_attrs
+    assert d.state == TrialState.FAIL and d.user_attrs["error"] == "RuntimeError: boom"
+    assert e.state == TrialState.FAIL and e.user_attrs[INTERRUPTED]
+    assert trial_counts(study) == (4, 0)
+    assert study.ask(SPACE).params == e.params, "the interrupted point is the next one asked for"
+
+
+def test_a_resumed_study_does_not_replay_the_random_points_of_its_first_session(tmp_path):
+    first, _ = _study(tmp_path, seed=7)
+    points = []
+    for _ in range(2):
+        t = first.ask(SPACE)
+        points.append(t.params["lr"])
+        first.tell(t, t.params["lr"])
+    again, _ = _study(tmp_path, seed=7)  # a new driver session: a new sampler over the same study
+    assert again.ask(SPACE).params["lr"] not in points
+    fresh, _ = _study(tmp_path / "other", seed=7)
+    assert fresh.ask(SPACE).params["lr"] == points[0], "a fresh search with the same seed is reproducible"
+
+
+def test_a_study_made_by_another_kind_of_search_is_refused(tmp_path):
+    _study(tmp_path, directions=("maximize", "maximize"))
+    with pytest.raises(ValueError, match="directions"):
+        _study(tmp_path, directions=("maximize",))
