@@ -79,8 +79,15 @@ RECIPES: dict[str, dict] = {
     "pnd_batch64": _recipe(_OLD_MINI, model={"norm": "pre", "dropout": 0.0}, batch_size=64),
     "pnd_wd": _recipe(_OLD_MINI, model={"norm": "pre", "dropout": 0.0}, weight_decay=0.01, adam_betas=(0.9, 0.98)),
     "pnd_mask25": _recipe(_OLD_MINI, model={"norm": "pre", "dropout": 0.0}, mask_prob=0.25),
-    # the mini preset as it is now in platform/config.py
+    # the mini preset as it is now in platform/presets.py
     "candidate": {},
+    # one choice at a time on top of the candidate (issue #15, second round)
+    "cand_acr25": {"acronym_fraction": 0.25},
+    "cand_b64_lr2e-3": {"batch_size": 64, "lr": 2e-3},
+    "cand_lr2e-3": {"lr": 2e-3},
+    "cand_w256": {"model": dataclasses.replace(MINI.model, hidden=256, ffn=1024)},
+    "cand_mask30": {"mask_prob": 0.3},
+    "cand_short90": {"short_seq_fraction": 0.9},
     # the same recipe with other objectives (issue #19): RTD instead of MLM, and RTD added to the four
     "rtd_for_mlm": {"objectives": "rtd,nsp,whp,pad"},
     "plus_rtd": {"objectives": "mlm,nsp,whp,pad,rtd"},

@@ -64,6 +64,17 @@ def check_vocab_size(requested: int, reached: int, *, allow_smaller: bool, sampl
                          f"--allow-smaller-vocab (CorpusConfig.allow_smaller_vocab) to accept {reached}")
 
 
+def check_model_vocabulary(folder: Path, tok: "Tokenizer", vocab_size: int, state: dict) -> None:
+    """Refuse a model folder whose `tokenizer.model` is not the vocabulary its weights were trained with (a file
+    copied in from another model, say): every id would index the wrong embedding row, and nothing else would say
+    so. `vocab_size` is what the folder's model_config.json records; `state` holds the weights."""
+    rows = next((v.shape[0] for k, v in state.items() if k.endswith("encoder.tok.weight")), vocab_size)
+    if not tok.vocab_size == vocab_size == rows:
+        raise ValueError(f"{folder}: tokenizer.model has {tok.vocab_size} pieces but the model was trained with "
+                         f"{vocab_size} (model_config.json) and its embedding has {rows} rows: the tokenizer is not "
+                         "this model's")
+
+
 class Tokenizer:
     """A loaded sentencepiece model plus the ids every stage needs."""
 
