@@ -68,6 +68,8 @@ STUDY_CASES = [
     ("cpus-per-trial-zero", ["--cpus-per-trial", "0"], ["--cpus-per-trial", "> 0"]),
     ("gpus-per-trial-nan", ["--gpus-per-trial", "nan"], ["--gpus-per-trial", "finite"]),
     ("parallel-pretrain-zero", ["--parallel-pretrain", "0"], ["--parallel-pretrain", ">= 1"]),
+    ("train-workers-zero", ["--train-workers", "0"], ["--train-workers", ">= 1"]),
+    ("cpus-per-train-worker-zero", ["--cpus-per-train-worker", "0"], ["--cpus-per-train-worker", "> 0"]),
     ("preset-unknown", ["--preset", "huge"], ["--preset", "huge"]),
     ("eval-file-without-task", ["--eval-file", "{ct_bad}"], ["--eval-file", "ct=PATH"]),
     ("eval-file-missing", ["--eval-file", "ct={missing}"], ["--eval-file", "not a file"]),
