@@ -21,9 +21,11 @@ Metrics: accuracy, and perplexity = exp(mean cross-entropy), over the task's sco
 Tasks are objects (`alignlab.platform.task`): this module looks them up by the config's name and never
 asks which task it is handling.
 Acronym input form (`acronym_form`, default "letters"): see objectives/acronym_detection.py.
+Device (`device`, default "cpu"): the model, the cached `pred` features and every batch live there ("cuda" in a
+Tune trial that holds a GPU); the batch order is drawn on the CPU, so it does not depend on the device.
 Keeping a model: `save_finetuned` writes the best-perplexity state with what serving needs under
 `<root>/finetuned/<id>/`; `load_finetuned` + `evaluate_examples` score any file with it, and
-`alignlab.platform.inference.Predictor` serves it.
+`alignlab.platform.inference.Predictor` serves it. Encoding and metrics: `task_scoring`.
 """
 from __future__ import annotations
 
@@ -43,7 +45,10 @@ from alignlab.platform.config import FinetuneConfig, ModelConfig, config_hash, f
 from alignlab.platform.model import AlignModel
 from alignlab.platform.storage import MARKER, folder_finished, publish_dir, read_json, write_json, write_marker
 from alignlab.platform.task import Encoded, head_for, registered_tasks, task as task_named
-from alignlab.platform.tokenizer import Tokenizer
+# Encoding and metrics live in task_scoring; `from alignlab.platform.finetune import evaluate_examples` keeps working.
+from alignlab.platform.task_scoring import (encode_examples, evaluate_examples, logits_and_labels,  # noqa: F401
+                                            metrics_from_logits, on_device)
+from alignlab.platform.tokenizer import Tokenizer, check_model_vocabulary
 
 make_head = head_for  # the old name; benchmarks/inference_latency.py calls it
 MULTITASK = "mt:pred+trm"
@@ -69,9 +74,9 @@ def load_pretrained(mdir: str | Path) -> Pretrained:
         raise ValueError(f"{mdir}: not a finished pretrained model (final/ is missing, or a file of it is missing "
                          f"or shorter than its {MARKER} lists)")
     info = read_json(final / "model_config.json")
-    return Pretrained(mdir, ModelConfig(**info["model"]), info["vocab_size"],
-                      torch.load(final / "model.pt", map_location="cpu", weights_only=True), info["heads"],
-                      Tokenizer(final / "tokenizer.model"))
+    state, tok = torch.load(final / "model.pt", map_location="cpu", weights_only=True), Tokenizer(final / "tokenizer.model")
+    check_model_vocabulary(final, tok, info["vocab_size"], state)
+    return Pretrained(mdir, ModelConfig(**info["model"]), info["vocab_size"], state, info["heads"], tok)
 
 
 def build_task_model(pre: Pretrained, task: str, *, keep_head: bool, dropout: float, seed: int) -> AlignModel:
@@ -88,35 +93,6 @@ def build_task_model(pre: Pretrained, task: str, *, keep_head: bool, dropout: fl
             head.load_state_dict({k[len(prefix):]: v for k, v in pre.state.items() if k.startswith(prefix)})
         model.heads[t.name] = head
     return model
-
-
-# ---------------------------------------------------------------- encoding task examples
-
-
-def encode_examples(task: str, examples, tok: Tokenizer, max_len: int, acronym_form: str = "letters") -> Encoded:
-    """Padded inputs and labels of `task`'s examples (the task's own input encoding)."""
-    return task_named(task).encode(examples, tok, max_len, acronym_form)
-
-
-# ---------------------------------------------------------------- metrics
-
-
-def logits_and_labels(model: AlignModel, task: str, enc: Encoded, hidden=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Task logits for the scored units (`Task.unit`) and their labels."""
-    if hidden is None:
-        hidden = model.encoder(enc.input_ids, enc.segment_ids, enc.attention_mask)
-    h, labels = task_named(task).units(hidden, enc)
-    return model.heads[task](h), labels
-
-
-def metrics_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
-    """Accuracy and perplexity = exp(mean cross-entropy), over the scored units."""
-    if labels.numel() == 0:
-        return {"accuracy": float("nan"), "perplexity": float("nan")}
-    nll = F.cross_entropy(logits.float(), labels).item()
-    acc = (logits.argmax(-1) == labels).float().mean().item()
-    # A diverged model's mean NLL can exceed what math.exp holds (OverflowError): its perplexity is inf.
-    return {"accuracy": acc, "perplexity": math.exp(nll) if nll < 700 else (nll if math.isnan(nll) else math.inf)}
 
 
 class NonFiniteError(ValueError):
@@ -149,7 +125,7 @@ class _Features:
             hidden = model.encoder(enc.input_ids, enc.segment_ids, enc.attention_mask)
         t = task_named(task)
         x, self.y = t.units(hidden, enc)
-        self.x, self.row_of_unit = x.clone(), t.unit_rows(enc)
+        self.x, self.row_of_unit = x.clone(), t.unit_rows(enc).to(x.device)
 
     def units_of_rows(self, rows: torch.Tensor) -> torch.Tensor:
         return torch.nonzero(torch.isin(self.row_of_unit, rows)).squeeze(1)
@@ -193,22 +169,26 @@ class Calculation:
 
 
 def finetune_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, val=None, other_task_train=None,
-                         on_epoch=None) -> Calculation:
-    """Finetune on `train`, select epochs on `val` (honest) or `test` (paper); the result row and kept model."""
+                         on_epoch=None, device: str | torch.device = "cpu") -> Calculation:
+    """Finetune on `train`, select epochs on `val` (honest) or `test` (paper); the result row and kept model
+    (on `device`)."""
     t0 = time.time()
     if cfg.selection == "honest" and not val:
         raise ValueError("honest selection needs a validation split (carve it from the training budget)")
     task = cfg.task
     tok, L = pre.tok, pre.model_cfg.max_len
-    model = build_task_model(pre, task, keep_head=cfg.keep_head, dropout=cfg.dropout, seed=cfg.seed)
-    enc_train = encode_examples(task, train, tok, L, cfg.acronym_form)
-    enc_test = encode_examples(task, test, tok, L, cfg.acronym_form)
-    enc_sel = enc_test if cfg.selection == "paper" else encode_examples(task, val, tok, L, cfg.acronym_form)
+    model = build_task_model(pre, task, keep_head=cfg.keep_head, dropout=cfg.dropout, seed=cfg.seed).to(device)
+
+    def encode(t: str, examples) -> Encoded:
+        return on_device(encode_examples(t, examples, tok, L, cfg.acronym_form), device)
+
+    enc_train, enc_test = encode(task, train), encode(task, test)
+    enc_sel = enc_test if cfg.selection == "paper" else encode(task, val)
     tasks = task_heads(cfg)
     multitask, other = len(tasks) > 1, tasks[-1]
     if multitask and not other_task_train:
         raise ValueError("scheme mt:pred+trm needs the other task's training examples (other_task_train)")
-    enc_other = encode_examples(other, other_task_train, tok, L, cfg.acronym_form) if multitask else None
+    enc_other = encode(other, other_task_train) if multitask else None
     params = trainable_parameters(model, cfg.scheme, tasks)
     opt = torch.optim.Adam(params, lr=cfg.lr)
     gen = torch.Generator().manual_seed(cfg.seed * 1000 + cfg.fold)
@@ -237,7 +217,7 @@ def finetune_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, v
     for epoch in range(1, cfg.max_epochs + 1):
         order = torch.randperm(len(enc_train), generator=gen)
         for start in range(0, len(order), cfg.batch_size):
-            rows = order[start: start + cfg.batch_size]
+            rows = order[start: start + cfg.batch_size].to(device)
             opt.zero_grad(set_to_none=True)
             if frozen:
                 head.train()
@@ -247,7 +227,7 @@ def finetune_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, v
                 model.train()
                 loss = F.cross_entropy(*logits_and_labels(model, task, enc_train.rows(rows)))
                 if multitask:
-                    orows = torch.randint(len(enc_other), (len(rows),), generator=gen)
+                    orows = torch.randint(len(enc_other), (len(rows),), generator=gen).to(device)
                     loss = loss + F.cross_entropy(*logits_and_labels(model, other, enc_other.rows(orows)))
             loss.backward()
             opt.step()
@@ -282,7 +262,7 @@ def finetune_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, v
         "best_accuracy": at_acc["accuracy"], "perplexity_at_best_accuracy": at_acc["perplexity"],
         "epochs": selector.ppl_epoch, "epochs_run": len(history), "best_accuracy_epoch": selector.acc_epoch,
         "selection": cfg.selection, "num_train": len(train), "num_val": len(val or []), "num_test": len(test),
-        "seconds": round(time.time() - t0, 3),
+        "seconds": round(time.time() - t0, 3), "device": str(device),
     }, model)
 
 
@@ -325,7 +305,8 @@ def save_finetuned(root: Path, pre: Pretrained, cfg: FinetuneConfig, result: Cal
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{fid}.", dir=final.parent))
     try:
-        torch.save({k: v.detach().clone() for k, v in state.items()}, tmp / "model.pt")
+        # On the CPU whatever device the calculation ran on: the file loads where no GPU is.
+        torch.save({k: v.detach().cpu().clone() for k, v in state.items()}, tmp / "model.pt")
         shutil.copy(pre.tok.model_path, tmp / "tokenizer.model")
         write_json(tmp / "model_config.json", {"model": dataclasses.asdict(model.cfg), "vocab_size": pre.vocab_size,
                                                "task_heads": list(tasks), "pretrained_heads": pretrained_heads})
@@ -368,29 +349,10 @@ def load_finetuned(fdir: str | Path) -> Finetuned:
     model = AlignModel(ModelConfig(**mc["model"]), mc["vocab_size"])
     for h in (*mc["task_heads"], *mc["pretrained_heads"]):
         model.heads[h] = head_for(h, model.cfg.hidden, model.cfg.dropout)
-    model.load_state_dict(torch.load(fdir / "model.pt", map_location="cpu", weights_only=True))
+    state, tok = torch.load(fdir / "model.pt", map_location="cpu", weights_only=True), Tokenizer(fdir / "tokenizer.model")
+    check_model_vocabulary(fdir, tok, mc["vocab_size"], state)
+    model.load_state_dict(state)
     model.eval()
     metrics = read_json(fdir / "metrics.json") if (fdir / "metrics.json").exists() else {}
-    return Finetuned(fdir, model, Tokenizer(fdir / "tokenizer.model"), finetune_from_dict(info["finetune"]),
+    return Finetuned(fdir, model, tok, finetune_from_dict(info["finetune"]),
                      tuple(mc["task_heads"]), tuple(mc["pretrained_heads"]), info, metrics)
-
-
-def evaluate_examples(model: AlignModel, task: str, examples, tok: Tokenizer, *, acronym_form: str = "letters",
-                      batch_size: int = 64) -> dict[str, float]:
-    """Accuracy and perplexity = exp(mean cross-entropy) over every scored unit (CT words, AD pairs) of
-    `examples`, in batches so a large user file fits in memory."""
-    if not examples:
-        raise ValueError(f"no {task.upper()} examples to evaluate")
-    model.eval()
-    nll, correct, count = 0.0, 0, 0
-    with torch.inference_mode():
-        for start in range(0, len(examples), batch_size):
-            enc = encode_examples(task, examples[start: start + batch_size], tok, model.cfg.max_len, acronym_form)
-            logits, labels = logits_and_labels(model, task, enc)
-            nll += F.cross_entropy(logits.float(), labels, reduction="sum").item()
-            correct += int((logits.argmax(-1) == labels).sum())
-            count += labels.numel()
-    if count == 0:
-        return {"accuracy": float("nan"), "perplexity": float("nan"), "count": 0, "num_examples": len(examples)}
-    return {"accuracy": correct / count, "perplexity": math.exp(nll / count), "count": count,
-            "num_examples": len(examples)}

@@ -144,6 +144,7 @@ def mix_trial(config: dict, storage_uri: str | None = None, concurrent: int = 1)
     from alignlab.platform.protocol import TaskData, fel_split
     from alignlab.platform.ray_env import quiet_ray_data
     from alignlab.platform.storage import resolve_root
+    from alignlab.platform.study_grid import trial_device
 
     ctx = config["ctx"]
     torch.set_num_threads(ctx.get("threads", 1))
@@ -160,12 +161,13 @@ def mix_trial(config: dict, storage_uri: str | None = None, concurrent: int = 1)
     data = TaskData.load(Path(ctx["task_dir"]))
     base = finetune_from_dict(ctx["finetune"])
     out = {"model_id": mdir.name, "objectives": "+".join(pre_cfg.objective_names), "pretrain_s": pretrain_s}
+    device = trial_device()  # "cuda" only when the trial itself was given a GPU
     for task in task_names():
         accs = []
         for fold, seed in ctx["points"]:
             ft = dataclasses.replace(base, task=task, fold=fold, seed=seed)
             train, val, _ = fel_split(data, task, ft)  # the test split is not used by a search
-            accs.append(finetune_calculation(pre, ft, train, val, val=val).row["accuracy"])
+            accs.append(finetune_calculation(pre, ft, train, val, val=val, device=device).row["accuracy"])
         out[f"{task}_val_accuracy"] = float(np.mean(accs))
     tune.report(out)
 

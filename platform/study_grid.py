@@ -35,20 +35,28 @@ def check_trial_resources(resources: dict) -> None:
                   hint="lower --cpus-per-trial / --gpus-per-trial, or drop --trial-resources")
 
 
-def concurrency(resources: dict, max_concurrent: int | None) -> int:
-    import ray
+def concurrency(resources: dict, max_concurrent: int | None) -> int | None:
+    """Tune's `max_concurrent_trials`: the user's cap (`--max-concurrent`), or None for no cap.
 
-    if max_concurrent:
-        return max_concurrent
-    have = ray.cluster_resources()
-    n = have.get("CPU", 1) / resources["cpu"] if resources.get("cpu") else have.get("CPU", 1)
-    if resources.get("gpu"):
-        n = min(n, have.get("GPU", 0) / resources["gpu"])
-    return max(1, int(n))
+    Without a cap Tune asks for every pending trial's `resources` at once, runs as many as the cluster holds,
+    and an autoscaler sees the rest waiting and adds nodes for them. A cap computed from the cluster's current
+    resources (this function's first version) kept a cluster whose head has no CPUs and whose GPU workers
+    start at 0 to about one trial at a time: the nodes the trials were waiting for were never asked for."""
+    return max_concurrent or None
 
 
 def threads_per_trial(resources: dict) -> int:
     return max(1, int(resources.get("cpu", 1)))
+
+
+def trial_device() -> str:
+    """Where this trial's calculation runs: "cuda" when Ray gave the trial a GPU (`--gpus-per-trial`; Ray sets
+    CUDA_VISIBLE_DEVICES to it, so "cuda" is that GPU, shared when the request is a fraction) and this node's
+    torch can use it; else "cpu", as Train workers do (`pretrain_ray`). The trial's row records it."""
+    import ray
+    import torch
+
+    return "cuda" if ray.get_gpu_ids() and torch.cuda.is_available() else "cpu"
 
 
 def tune_storage(st: Storage | None, sdir: Path) -> dict:
@@ -115,20 +123,23 @@ def fel_trial(config: dict, storage_uri: str | None = None) -> None:
 
     calc = trial_calc(config["calc"], storage_uri)
     torch.set_num_threads(config.get("threads", 1))
-    result = run_one(calc)
+    result = run_one(calc, device=trial_device())
     tune.report({**{k: v for k, v in result.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
                  "failed": int(result.get("status") == "failed")})
 
 
-def run_one(calc: dict) -> dict:
-    """Run a calculation described by a study's calc dict and write its trial file (atomically). A calculation
-    whose selection numbers are never finite is written as `status: failed` with the reason (`error`)."""
+def run_one(calc: dict, device: str = "cpu") -> dict:
+    """Run a calculation described by a study's calc dict on `device` and write its trial file (atomically). A
+    calculation whose selection numbers are never finite is written as `status: failed` with the reason (`error`).
+    The row records when the trial started and finished (`started_at`, `finished_at`: Unix seconds), so that
+    how many trials ran at once can be read from the results."""
     from torch.utils.tensorboard import SummaryWriter
 
     from alignlab.platform.finetune import NonFiniteError, finetune_calculation, load_pretrained
     from alignlab.platform.protocol import TaskData, context_free_baselines, extra_test_scores, fel_split
     from alignlab.platform.task import task
 
+    started = time.time()
     ft = finetune_from_dict(calc["finetune"])
     calc = localize(calc)
     sdir = Path(calc["study_dir"])
@@ -140,11 +151,11 @@ def run_one(calc: dict) -> dict:
     writer = SummaryWriter(str(tb_dir))
     try:
         try:
-            done = finetune_calculation(pre, ft, train, test, val=val, other_task_train=other,
+            done = finetune_calculation(pre, ft, train, test, val=val, other_task_train=other, device=device,
                                         on_epoch=lambda e, m: [writer.add_scalar(f"select/{k}", v, e) for k, v in m.items()])
         except NonFiniteError as e:
             # Recorded as failed, with its reason: the study goes on, the report lists it, a rerun keeps it.
-            return _write_trial(calc, sdir, tb_dir, {"status": "failed", "error": str(e)})
+            return _write_trial(calc, sdir, tb_dir, {"status": "failed", "error": str(e)}, started)
         tests = {**data.extra_tests(ft.task), **{name: task(ft.task).load_examples(sdir / "eval" / f)
                                                  for name, f in calc.get("eval_sets", {}).items()}}
         res = dict(done.row)
@@ -157,10 +168,10 @@ def run_one(calc: dict) -> dict:
                            run_name=".")
     finally:
         writer.close()
-    return _write_trial(calc, sdir, tb_dir, {"status": "ok", **res})
+    return _write_trial(calc, sdir, tb_dir, {"status": "ok", **res}, started)
 
 
-def _write_trial(calc: dict, sdir: Path, tb_dir: Path, res: dict) -> dict:
+def _write_trial(calc: dict, sdir: Path, tb_dir: Path, res: dict, started: float) -> dict:
     import ray
 
     try:
@@ -169,7 +180,8 @@ def _write_trial(calc: dict, sdir: Path, tb_dir: Path, res: dict) -> dict:
         node = "local"
     row = {"calc_id": calc["calc_id"], "model_key": calc["model_key"], "model_id": calc["model_id"],
            "row": calc["row"], "col": calc["col"], "group": calc.get("group", calc["row"]), "node": node,
-           **{f"ft_{k}": v for k, v in calc["finetune"].items()}, **res}
+           **{f"ft_{k}": v for k, v in calc["finetune"].items()}, **res,
+           "started_at": round(started, 3), "finished_at": round(time.time(), 3)}
     write_json(sdir / "trials" / f"{calc['calc_id']}.json", row)
     if calc.get("storage"):
         st = as_storage(calc["storage"])

@@ -251,13 +251,18 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
                     help="storage root: a local path, file:// URI, or a remote URI such as s3://bucket/prefix "
                          "(default ./alignlab-storage)")
     ap.add_argument("--max-concurrent", type=positive_int, default=None,
-                    help="FEL trials at once (default: as many as the cluster's CPUs/GPUs fit)")
+                    help="at most this many FEL trials at once (default: no cap -- as many as the cluster holds, "
+                         "and an autoscaler adds nodes for the trials still waiting)")
     ap.add_argument("--cpus-per-trial", type=positive_float, default=1.0, help="Ray CPUs per FEL trial (default 1)")
     ap.add_argument("--gpus-per-trial", type=nonneg_float, default=0.0,
                     help="Ray GPUs per FEL trial, e.g. 0.25 to share a GPU by four trials (default 0)")
     ap.add_argument("--trial-resources", default=None, metavar="JSON",
                     help='extra Ray resources per FEL trial, e.g. \'{"fel_node": 1}\' to run trials only on nodes '
                          'of a worker type that offers that custom resource (an autoscaler adds them on demand)')
+    ap.add_argument("--train-workers", type=positive_int, default=None,
+                    help="Ray Train workers of each pretraining run (default: the preset's; part of the model id)")
+    ap.add_argument("--cpus-per-train-worker", type=positive_float, default=None,
+                    help="Ray CPUs per Train worker (default: the preset's), e.g. to fit a worker to a node type")
     ap.add_argument("--parallel-pretrain", type=positive_int, default=1,
                     help="independent pretraining runs side by side (default 1; >1 is for clusters)")
     ap.add_argument("--ct-data", choices=["npm", "templated"], default="npm",
@@ -315,6 +320,11 @@ def _run_study_command(build, args, ap) -> Path:
     if corpus != built.corpus:  # its own folder and report, as with extra objective sets
         name = f"{built.name}-{corpus.source}-{config_hash(corpus, length=8)}"
         study = dataclasses.replace(study, corpus=corpus, name=name)
+    train = {k: v for k, v in (("num_workers", args.train_workers), ("cpus_per_worker", args.cpus_per_train_worker))
+             if v is not None}
+    if train:  # every model the study pretrains, sized to the cluster's nodes
+        study = dataclasses.replace(study, models=tuple(dataclasses.replace(m, pretrain=dataclasses.replace(
+            m.pretrain, **train)) for m in study.models))
     root = resolve_root(args.storage)
     report = run_study(study, root, max_concurrent=args.max_concurrent,
                        trial_resources=resources, max_parallel_pretrain=args.parallel_pretrain,

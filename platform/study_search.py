@@ -13,7 +13,7 @@ from pathlib import Path
 from alignlab.platform.config import FinetuneConfig, config_hash, finetune_from_dict, to_dict
 from alignlab.platform.storage import Storage, read_json, write_json
 from alignlab.platform.study_grid import (Progress, check_trial_resources, concurrency, localize, other_task_train,
-                                          threads_per_trial, trial_calc, tune_safe, tune_storage)
+                                          threads_per_trial, trial_calc, trial_device, tune_safe, tune_storage)
 from alignlab.platform.study_spec import DEFAULT_TRIAL_RESOURCES, SEARCH_OBJECTIVE, SearchSpec
 
 
@@ -148,7 +148,8 @@ def search_trial(config: dict, storage_uri: str | None = None) -> None:
                      SEARCH_OBJECTIVE: best["acc"], "val_perplexity_at_best_ppl": best["ppl"], "search_complete": 0})
 
     try:
-        res = finetune_calculation(pre, ft, train, val, val=val, other_task_train=other, on_epoch=on_epoch).row
+        res = finetune_calculation(pre, ft, train, val, val=val, other_task_train=other, on_epoch=on_epoch,
+                                   device=trial_device()).row
     except NonFiniteError as e:
         # A diverged trial is a failed trial with its reason, not a Tune error: Optuna is told FAIL, the
         # search goes on, and its summary lists the trial as failed.

@@ -50,13 +50,16 @@ def fake_autoscaling_config(head_resources: dict, worker_types: dict, gcs_addres
 
 
 class LocalCluster:
-    def __init__(self, *, num_cpus: int = 2, autoscaling: dict | None = None, resources: dict | None = None):
+    def __init__(self, *, num_cpus: int = 2, autoscaling: dict | None = None, resources: dict | None = None,
+                 env: dict | None = None):
+        """`env`: extra environment of every process of the cluster (the fake autoscaler's nodes included), e.g.
+        the S3 endpoint and credentials that a real cluster's nodes would have."""
         self.temp_dir = Path(tempfile.mkdtemp(prefix="alr-", dir="/tmp"))  # short: Ray's socket paths are limited
         self.port, self.dashboard_port = free_port(), free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.dashboard = f"http://127.0.0.1:{self.dashboard_port}"
         self.env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
-                    "RAY_USAGE_STATS_ENABLED": "0"}
+                    "RAY_USAGE_STATS_ENABLED": "0", **(env or {})}
         self.env.pop("RAY_ADDRESS", None)
         self.num_cpus, self.autoscaling, self.resources = num_cpus, autoscaling, resources
 
@@ -81,15 +84,25 @@ class LocalCluster:
         """Environment of a driver that joins this cluster (as `ray job submit` gives a job's driver)."""
         return {**self.env, "RAY_ADDRESS": self.address}
 
-    def alive_nodes(self) -> list[dict]:
-        code = ("import json, ray; ray.init(); "
-                "print('NODES=' + json.dumps([{'id': n['NodeID'], 'resources': n['Resources']} "
-                "for n in ray.nodes() if n['Alive']]))")
+    def ask(self, expr: str, imports: str = "import ray"):
+        """The value of the JSON-able Python expression `expr`, evaluated by a driver that joins this cluster."""
+        code = f"import json, ray; {imports}; ray.init(); print('VALUE=' + json.dumps({expr}))"
         out = subprocess.run([sys.executable, "-c", code], env=self.driver_env(), capture_output=True, text=True,
                              timeout=120)
-        line = [ln for ln in out.stdout.splitlines() if ln.startswith("NODES=")]
+        line = [ln for ln in out.stdout.splitlines() if ln.startswith("VALUE=")]
         assert line, out.stdout[-2000:] + out.stderr[-2000:]
-        return json.loads(line[0][len("NODES="):])
+        return json.loads(line[0][len("VALUE="):])
+
+    def alive_nodes(self) -> list[dict]:
+        return self.ask("[{'id': n['NodeID'], 'resources': n['Resources']} for n in ray.nodes() if n['Alive']]")
+
+    def actors(self, class_name: str) -> list[dict]:
+        """Every actor of this class the cluster has run, finished ones included (Ray's state API): its node,
+        placement group and state."""
+        return self.ask(f"[{{'node_id': a.node_id, 'placement_group_id': a.placement_group_id, 'state': a.state}} "
+                        f"for a in list_actors(filters=[('class_name', '=', {class_name!r})], detail=True, "
+                        f"limit=10000, raise_on_missing_output=False)]",
+                        imports="from ray.util.state import list_actors")
 
     def stop(self) -> None:
         mine = str(self.temp_dir)

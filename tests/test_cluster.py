@@ -1,7 +1,8 @@
 """Clusters and jobs, for real on this machine: a study submitted with `ray job submit --working-dir .` to a
 head started with `ray start --head`, a study on an autoscaling cluster (Ray's fake multi-node provider)
-whose trials make the autoscaler add worker nodes and whose idle nodes are removed afterwards, and a
-study whose storage root is an S3 bucket (a local moto server).
+whose trials make the autoscaler add worker nodes, run more at once than the head could hold, and whose
+idle nodes are removed afterwards, a study whose storage root is an S3 bucket (a local moto server), and
+both at once with pretraining's two Train workers on two nodes (issue #18).
 
 Each cluster lives in its own temp dir and is stopped by killing only its own processes
 (`tests/local_cluster.py`), so the test session's Ray instance is never touched.
@@ -74,36 +75,67 @@ def test_a_smoke_study_submitted_as_a_ray_job_runs_on_the_cluster_and_writes_its
     assert len(list((storage / "models").glob("*/final/model.pt"))) == 1
 
 
+def _most_at_once(results: pd.DataFrame) -> int:
+    """The most trials running at the same instant, from their recorded start and end times."""
+    events = sorted([(t, 1) for t in results["started_at"]] + [(t, -1) for t in results["finished_at"]],
+                    key=lambda e: (e[0], e[1]))  # an end at the very instant of a start is not an overlap
+    running = most = 0
+    for _, step in events:
+        running += step
+        most = max(most, running)
+    return most
+
+
+def _autoscaling_cluster(head: dict, worker_types: dict, env: dict | None = None) -> LocalCluster:
+    """A head with `head` resources and an autoscaler (Ray's fake multi-node provider) that adds `worker_types`
+    on demand and removes them after 15 idle seconds."""
+    port = free_port()
+    config = fake_autoscaling_config(head_resources=head, gcs_address=f"127.0.0.1:{port}", idle_timeout_minutes=0.25,
+                                     worker_types=worker_types)
+    cluster = LocalCluster(num_cpus=head["CPU"], autoscaling=config, env=env)
+    cluster.port, cluster.address = port, f"127.0.0.1:{port}"
+    return cluster
+
+
 @pytest.mark.ray
 @pytest.mark.cluster
-def test_trials_needing_a_worker_resource_make_the_autoscaler_add_nodes_that_are_removed_when_idle(tmp_path):
+def test_gpu_trials_make_the_autoscaler_add_gpu_nodes_run_side_by_side_there_and_idle_nodes_go(tmp_path):
+    """Issue #18's cluster: the head has no GPU, the GPU workers start at 0, and trials ask for half a GPU each.
+    A cap taken from the cluster's resources when the trials begin (no GPU: one trial at a time, this study's
+    first version) never lets the GPU nodes the autoscaler adds hold two trials each."""
     storage = tmp_path / "storage"
-    port = free_port()
-    # The head runs the driver, the corpus and the pretraining; FEL trials ask for `fel_node`, which only the
-    # worker type offers, so every trial needs a node the autoscaler must first add.
-    config = fake_autoscaling_config(
-        head_resources={"CPU": 2}, gcs_address=f"127.0.0.1:{port}", idle_timeout_minutes=0.25,
-        worker_types={"fel_worker": {"resources": {"CPU": 1, "fel_node": 1}, "node_config": {}, "min_workers": 0,
-                                     "max_workers": 2}})
-    cluster = LocalCluster(num_cpus=2, autoscaling=config)
-    cluster.port, cluster.address = port, f"127.0.0.1:{port}"
+    sdir = storage / "studies" / "learning_rate-smoke"
+    # The head runs the driver, the corpus and the pretraining. FEL trials need a GPU, which only the (fake) GPU
+    # worker type offers: each such node holds two trials.
+    cluster = _autoscaling_cluster(
+        {"CPU": 2}, {"gpu_worker": {"resources": {"CPU": 1, "GPU": 1}, "node_config": {}, "min_workers": 0,
+                                    "max_workers": 2}})
     with cluster:
         nodes = cluster.alive_nodes()
         assert len(nodes) == 1, nodes
         head = nodes[0]["id"]
-        run = subprocess.run(
-            [sys.executable, *STUDY[1:], "--storage", str(storage), "--trial-resources", '{"fel_node": 1}',
-             "--max-concurrent", "2"],
-            cwd=REPO, env=cluster.driver_env(), capture_output=True, text=True, timeout=1200)
+        # No --max-concurrent: Tune asks for every trial's resources, and the autoscaler adds nodes for them.
+        study = [sys.executable, *STUDY[1:], "--storage", str(storage), "--gpus-per-trial", "0.5",
+                 "--cpus-per-trial", "0.5"]
+        run = subprocess.run(study, cwd=REPO, env=cluster.driver_env(), capture_output=True, text=True, timeout=1200)
         assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
-        results = _report_ok(storage / "studies" / "learning_rate-smoke")
-        trial_nodes = set(results["node"])
-        assert head not in trial_nodes, "a trial ran on the head, which lacks the fel_node resource"
-        assert len(trial_nodes) >= 2, f"trials ran on {trial_nodes}: the autoscaler added fewer than two nodes"
+        results = _report_ok(sdir)
+        assert head not in set(results["node"]), "a trial ran on the head, which has no GPU"
         # Idle worker nodes go away after idle_timeout_minutes (15 s) plus the autoscaler's update interval.
         remaining = wait_for(lambda: [n for n in cluster.alive_nodes() if n["id"] != head] == [] and "gone",
                              timeout=240, every=5)
         assert remaining == "gone", f"idle worker nodes were not removed: {cluster.alive_nodes()}"
+
+        # While the first run read the corpus, Ray Data asked the autoscaler for CPUs, which it may answer with GPU
+        # nodes. Run the study's trials again from the head alone: the corpus and the model are found, nothing
+        # but the trials asks for nodes.
+        shutil.rmtree(sdir)
+        run = subprocess.run(study, cwd=REPO, env=cluster.driver_env(), capture_output=True, text=True, timeout=1200)
+        assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
+        results = _report_ok(sdir)
+    assert head not in set(results["node"]), "a trial ran on the head, which has no GPU"
+    assert _most_at_once(results) >= 2, results[["node", "started_at", "finished_at"]].sort_values("started_at")
+    assert set(results["device"]) == {"cpu"}  # the fake GPUs are not CUDA devices: the trials fell back
 
 
 @pytest.mark.ray
@@ -167,6 +199,56 @@ def test_a_smoke_study_with_an_s3_storage_root_keeps_every_artifact_in_the_bucke
         assert f"Stored at: {root}/studies/learning_rate-smoke/report.md" in rep.stdout
         (sdir3,) = (tmp_path / "cache3").glob("s3-*/studies/learning_rate-smoke")
         _report_ok(sdir3, tensorboard=False)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.ray
+@pytest.mark.cluster
+def test_a_smoke_study_on_an_autoscaling_cluster_pretrains_on_two_nodes_with_its_root_in_s3(tmp_path):
+    """Issue #18's cluster: nodes added on demand, pretraining's two Train workers on two of them, and every
+    artifact at an S3 root (a local moto server) that all nodes share."""
+    import boto3
+
+    proc, endpoint = _moto_server()
+    try:
+        env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
+               "AWS_ENDPOINT_URL": endpoint, "ALIGNLAB_CACHE": str(tmp_path / "cache"),
+               # Train gives its worker group a minute to be placed; a node started on a busy 2-core box can take longer.
+               "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "300"}
+        s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test", aws_secret_access_key="test",
+                          region_name="us-east-1")
+        s3.create_bucket(Bucket="alignlab-test")
+        root = "s3://alignlab-test/runs"
+        # Two Train workers of 2 CPUs each: the head (3 CPUs) holds one and a worker node (2 CPUs) one, so no node
+        # holds both, and Ray's default placement (PACK: as few nodes as possible) must use two.
+        cluster = _autoscaling_cluster(
+            {"CPU": 3}, {"cpu_worker": {"resources": {"CPU": 2}, "node_config": {}, "min_workers": 0,
+                                        "max_workers": 2}}, env=env)
+        with cluster:
+            run = subprocess.run([sys.executable, *STUDY[1:], "--storage", root, "--train-workers", "2",
+                                  "--cpus-per-train-worker", "2"],
+                                 cwd=REPO, env=cluster.driver_env(), capture_output=True, text=True, timeout=1800)
+            assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
+            workers = cluster.actors("RayTrainWorker")
+        # One worker group per placement group (a retried group would have a new one): each on two nodes.
+        groups: dict[str, list[str]] = {}
+        for w in workers:
+            groups.setdefault(w["placement_group_id"], []).append(w["node_id"])
+        assert groups and all(len(n) == 2 and len(set(n)) == 2 for n in groups.values()), groups
+        keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket="alignlab-test")
+                for o in page.get("Contents", [])]
+        [config_key] = [k for k in keys if k.startswith("runs/models/") and k.count("/") == 3
+                        and k.endswith("/config.json")]
+        config = json.loads(s3.get_object(Bucket="alignlab-test", Key=config_key)["Body"].read())
+        assert config["pretrain"]["num_workers"] == 2 and config["pretrain"]["cpus_per_worker"] == 2
+        assert any(k.endswith("/final/model.pt") for k in keys)
+        study = "runs/studies/learning_rate-smoke/"
+        assert len([k for k in keys if k.startswith(study + "trials/") and k.endswith(".json")]) == NUM_CALCS
+        assert {f"{study}{f}" for f in ("report.md", "results.parquet", "study.json")} <= set(keys)
+        (sdir,) = (tmp_path / "cache").glob("s3-*/studies/learning_rate-smoke")
+        _report_ok(sdir, tensorboard=False)
     finally:
         proc.kill()
         proc.wait()

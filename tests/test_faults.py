@@ -68,6 +68,8 @@ STUDY_CASES = [
     ("cpus-per-trial-zero", ["--cpus-per-trial", "0"], ["--cpus-per-trial", "> 0"]),
     ("gpus-per-trial-nan", ["--gpus-per-trial", "nan"], ["--gpus-per-trial", "finite"]),
     ("parallel-pretrain-zero", ["--parallel-pretrain", "0"], ["--parallel-pretrain", ">= 1"]),
+    ("train-workers-zero", ["--train-workers", "0"], ["--train-workers", ">= 1"]),
+    ("cpus-per-train-worker-zero", ["--cpus-per-train-worker", "0"], ["--cpus-per-train-worker", "> 0"]),
     ("preset-unknown", ["--preset", "huge"], ["--preset", "huge"]),
     ("eval-file-without-task", ["--eval-file", "{ct_bad}"], ["--eval-file", "ct=PATH"]),
     ("eval-file-missing", ["--eval-file", "ct={missing}"], ["--eval-file", "not a file"]),
@@ -110,3 +112,22 @@ def test_debug_shows_the_traceback_that_the_boundary_otherwise_hides(tmp_path):
     assert code == 2 and "Traceback" not in out
     code, out = _run(ALIGNLAB + ["--debug", "report", str(tmp_path)], tmp_path)
     assert code != 0 and "Traceback" in out and "not a study folder" in out
+
+
+def test_a_model_folder_whose_tokenizer_is_not_its_own_is_refused_in_one_line(tmp_path):
+    """A tokenizer.model copied in from another model (its marker rewritten, so the folder looks whole): every
+    id would index the wrong embedding row, silently. Loading refuses it, naming the folder and both sizes."""
+    from alignlab.platform.storage import MARKER, write_marker
+    from tiny_model import tiny_pretrained, tiny_tokenizer
+
+    root = tmp_path / "st"
+    mdir = tiny_pretrained(root)
+    other = tiny_tokenizer(tmp_path / "other", vocab_size=400)
+    final = mdir / "final"
+    (final / "tokenizer.model").write_bytes(Path(other.model_path).read_bytes())
+    (final / MARKER).unlink()
+    write_marker(final)
+    code, out = _run(ALIGNLAB + ["finetune", "--model", mdir.name, "--task", "ct", "--preset", "smoke",
+                                 "--storage", str(root)], tmp_path, timeout=120)
+    assert code == 2 and "Traceback" not in out, out
+    assert "tokenizer.model has 400 pieces but the model was trained with 600" in out, out

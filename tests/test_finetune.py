@@ -520,3 +520,81 @@ def test_cli_finetune_save_then_evaluate_and_predict(storage, tmp_path, capsys):
     assert main(["predict", "--model", fid, "--acronym", "wow", "--snippet", "world of warcraft", *common]) == 2
     assert "no 'ad' head" in capsys.readouterr().err
     shutil.rmtree(storage / "finetuned" / fid)
+
+
+# ------------------------------------------------------------------------------------------- devices
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (and a torch built for it)")
+DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
+
+
+def _forward_devices(fn):
+    """Run `fn`; returns its value and {device: names of the modules whose forward saw a tensor input or a
+    parameter there}, from a global forward pre-hook (the calculation builds its model inside)."""
+    seen: dict[torch.device, set[str]] = {}
+
+    def hook(module, args):
+        for t in [*(a for a in args if torch.is_tensor(a)), *module.parameters(recurse=False)]:
+            seen.setdefault(t.device, set()).add(type(module).__name__)
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(hook)
+    try:
+        return fn(), seen
+    finally:
+        handle.remove()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("task,scheme,head", [("ct", "pred", "TokenHead"), ("ad", "mt:pred+trm", "SequenceHead")])
+def test_a_calculation_runs_its_encoder_heads_features_and_batches_on_the_device_it_is_given(pre, device, task,
+                                                                                               scheme, head):
+    train, val, test = DATA[task]
+    cfg = _cfg(task, scheme=scheme)
+    other = DATA["ad" if task == "ct" else "ct"][0] if scheme == "mt:pred+trm" else None
+    res, seen = _forward_devices(lambda: finetune_calculation(pre, cfg, train, test, val=val, other_task_train=other,
+                                                             device=device))
+    # `pred` trains the head on the cached encoder features: the head's inputs are those features.
+    assert {d.type for d in seen} == {device}, f"tensors met modules on {seen}"
+    assert {"Encoder", head} <= seen[next(iter(seen))]
+    assert res.row["device"] == device
+    assert {p.device.type for p in res.model.parameters()} == {device}
+
+
+@CUDA
+@pytest.mark.parametrize("task,scheme", [("ct", "pred"), ("ad", "pred"), ("ct", "pred+trm"), ("ad", "mt:pred+trm")])
+def test_a_calculation_on_cuda_gives_the_cpu_numbers_and_its_saved_model_loads_and_serves_on_the_cpu(storage, pre,
+                                                                                                    task, scheme):
+    # No dropout: its masks come from the CPU or the CUDA generator, which draw differently; without it the two
+    # devices differ only by float rounding.
+    cfg = _cfg(task, scheme=scheme, dropout=0.0)
+    train, val, test = DATA[task]
+    other = DATA["ad" if task == "ct" else "ct"][0] if scheme == "mt:pred+trm" else None
+    on_cpu, on_cuda = (finetune_calculation(pre, cfg, train, test, val=val, other_task_train=other, device=d)
+                       for d in ("cpu", "cuda"))
+    assert on_cuda.row["device"] == "cuda" and next(on_cuda.model.parameters()).is_cuda
+    units = on_cpu.row["num_test"] if task == "ad" else sum(len(e.tokens) for e in test)
+    for k in ("epochs", "epochs_run", "best_accuracy_epoch"):
+        assert on_cuda.row[k] == on_cpu.row[k], k
+    for k in ("accuracy", "best_accuracy"):
+        assert on_cuda.row[k] == pytest.approx(on_cpu.row[k], abs=1.01 / units), k  # at most one unit flips
+    for k in ("perplexity", "perplexity_at_best_accuracy"):
+        assert on_cuda.row[k] == pytest.approx(on_cpu.row[k], rel=1e-3), k
+    # The kept model is scored where it is (a study's extra test sets), and its test numbers are the row's.
+    on_gpu = evaluate_examples(on_cuda.model, task, test, pre.tok)
+    assert on_gpu["perplexity"] == pytest.approx(on_cuda.row["perplexity"], rel=1e-5)
+    # Saved from CUDA, loaded where there may be no GPU: the weights are on the CPU and score as they did.
+    ft = load_finetuned(save_finetuned(storage, pre, cfg, on_cuda))
+    assert {p.device.type for p in ft.model.parameters()} == {"cpu"}
+    again = evaluate_examples(ft.model, task, test, ft.tok)
+    assert again["perplexity"] == pytest.approx(on_cuda.row["perplexity"], rel=1e-4)
+    assert Predictor(ft).enc is not None
+    shutil.rmtree(ft.fdir)
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("gpus", [0, pytest.param(0.5, marks=CUDA)])
+def test_an_fel_trial_runs_on_cuda_exactly_when_ray_gave_it_a_gpu(ray_session, gpus):
+    from alignlab.platform.study_grid import trial_device
+
+    assert ray_session.get(ray_session.remote(trial_device).options(num_gpus=gpus).remote()) == \
+        ("cuda" if gpus else "cpu")
