@@ -88,6 +88,10 @@ RECIPES: dict[str, dict] = {
     "cand_w256": {"model": dataclasses.replace(MINI.model, hidden=256, ffn=1024)},
     "cand_mask30": {"mask_prob": 0.3},
     "cand_short90": {"short_seq_fraction": 0.9},
+    "cand_b16": {"batch_size": 16},
+    "cand_sin": {"model": dataclasses.replace(MINI.model, position="sinusoidal")},
+    "cand_fanin": {"model": dataclasses.replace(MINI.model, init="fan_in")},
+    "cand_sin_fanin": {"model": dataclasses.replace(MINI.model, position="sinusoidal", init="fan_in")},
     # the same recipe with other objectives (issue #19): RTD instead of MLM, and RTD added to the four
     "rtd_for_mlm": {"objectives": "rtd,nsp,whp,pad"},
     "plus_rtd": {"objectives": "mlm,nsp,whp,pad,rtd"},
@@ -168,6 +172,8 @@ def evaluate(run: Run, held, eval_batches: int) -> dict:
     for m in METRICS:
         if f"eval/{m}/accuracy" in ev:
             point[m] = round(100 * ev[f"eval/{m}/accuracy"], 2)
+    if "eval/mlm/masked_accuracy" in ev:  # MLM at the [MASK] positions alone: what the model gets from context
+        point["mlm_masked"] = round(100 * ev["eval/mlm/masked_accuracy"], 2)
     if "eval/rtd/accuracy" in ev:
         point.update(rtd_figures(ev))
     run.points.append(point)
@@ -187,17 +193,18 @@ def table(results: list[dict]) -> list[str]:
     """The side-by-side table; MLM as a ratio to the first recipe's, RTD columns when some recipe has RTD."""
     base = results[0]["final"]
     rtd = any("rtd" in r["final"] for r in results)
-    head = [f"{m} %" for m in METRICS] + (["RTD % (all-original %)", "replaced recall %", "generator MLM %"] if rtd else [])
+    head = [f"{m} %" for m in METRICS[:1]] + ["MLM at [MASK] %"] + [f"{m} %" for m in METRICS[1:]] \
+        + (["RTD % (all-original %)", "replaced recall %", "generator MLM %"] if rtd else [])
     lines = ["| recipe | objectives | steps | s | " + " | ".join(head) + " | CT pred | AD pred |",
              "|---|---|---|---|" + "---|" * (len(head) + 2)]
     for res in results:
         f = res["final"]
         cells = []
-        for m in METRICS:
+        for m in (METRICS[0], "mlm_masked", *METRICS[1:]):
             if m not in f:
                 cells.append("-")
             else:
-                ratio = f" ({f[m] / base[m]:.2f}x)" if m == "mlm" and base.get(m) else ""
+                ratio = f" ({f[m] / base[m]:.2f}x)" if m in ("mlm", "mlm_masked") and base.get(m) else ""
                 cells.append(f"{f[m]:.1f}{ratio}")
         if rtd:
             cells += ([f"{f['rtd']:.1f} ({f['rtd_all_original']:.1f})", f"{f['rtd_replaced_recall']:.1f}",

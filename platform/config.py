@@ -20,6 +20,7 @@ SCHEMES = ("pred", "pred+trm", "pred+trm+emb", "mt:pred+trm")
 SELECTION_MODES = ("honest", "paper")
 LOSS_SCALINGS = ("none", "log_classes")
 NORMS = ("post", "pre")
+POSITIONS = ("learned", "sinusoidal")
 DECAYS = ("constant", "linear", "cosine")
 
 
@@ -93,9 +94,17 @@ class ModelConfig:
     with near-uniform attention). "bert" stays the default because fan_in did not help real PAD or CT at mini
     scale (measured in benchmarks/match_probe.py and README, "What the mini study shows")."""
 
+    position: str = "learned"
+    """Position embeddings. "learned" (BERT, the paper): a trained table, random at the start. "sinusoidal": the
+    original Transformer's fixed sinusoids (Vaswani et al. 2017), scaled to the token embeddings' init size and
+    not trained, so positions differ in a way attention can use from the first step (offsets are linear maps of
+    each other). Stored in the same table, so FEL, serving and `alignlab export` (BERT's learned absolute
+    positions) take either."""
+
     def __post_init__(self) -> None:
         _positive(self, "hidden", "num_layers", "head_dim", "ffn", "max_len")
         _choice(self, "init", ("fan_in", "bert"))
+        _choice(self, "position", POSITIONS)
         _choice(self, "norm", NORMS)
         if self.hidden % self.head_dim:
             raise ValueError(f"ModelConfig.hidden ({self.hidden}) must be a multiple of head_dim ({self.head_dim})")

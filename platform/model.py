@@ -83,6 +83,10 @@ class Encoder(nn.Module):
         # input back on the scale post-LN gives them.
         self.final_ln = nn.LayerNorm(cfg.hidden, eps=1e-12) if cfg.norm == "pre" else None
         self.apply(init_weights if cfg.init == "bert" else init_fan_in)
+        if cfg.position == "sinusoidal":
+            with torch.no_grad():
+                self.pos.weight.copy_(sinusoids(cfg.max_len, cfg.hidden) * float(self.tok.weight.std()) * 2**0.5)
+            self.pos.weight.requires_grad_(False)
 
     def embed(self, input_ids: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
         T = input_ids.shape[1]
@@ -99,6 +103,17 @@ class Encoder(nn.Module):
         for layer in self.layers:
             x = layer(x, mask)
         return self.final_ln(x) if self.final_ln is not None else x
+
+
+def sinusoids(num_positions: int, dim: int) -> torch.Tensor:
+    """The Transformer's position table: sin and cos of position / 10000^(2i/dim), interleaved; each column has
+    RMS 1/sqrt(2)."""
+    pos = torch.arange(num_positions, dtype=torch.float64)[:, None]
+    freq = torch.pow(10000.0, -torch.arange(0, dim, 2, dtype=torch.float64) / dim)[None]
+    out = torch.zeros(num_positions, dim, dtype=torch.float64)
+    out[:, 0::2] = torch.sin(pos * freq)
+    out[:, 1::2] = torch.cos(pos * freq[:, : dim // 2])
+    return out.float()
 
 
 def init_weights(m: nn.Module) -> None:

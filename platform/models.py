@@ -30,10 +30,18 @@ gradient sums otherwise than one and draw their own dropout masks, so their weig
 `precision`, "auto" resolved to what it picks (resolve_precision)."""
 
 
+ADDED_MODEL_FIELDS = {"position": "learned"}
+"""ModelConfig fields added after models were first registered, with their defaults: hashed only when set to
+another value, so every model that existed before keeps its id."""
+
+
 def model_id(corpus_id: str, cfg: PretrainConfig) -> str:
     d = to_dict(resolve_precision(cfg))
     for f in RUNTIME_FIELDS:
         d.pop(f)
+    for f, default in ADDED_MODEL_FIELDS.items():
+        if d["model"].get(f) == default:
+            d["model"].pop(f)
     return f"{cfg.model.label}-{'+'.join(cfg.objective_names)}-{config_hash(corpus_id, d)}"
 
 

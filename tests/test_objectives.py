@@ -68,6 +68,23 @@ def test_mlm_masks_fifteen_percent_of_non_special_tokens_and_never_specials(tok)
     assert 0.7 < masked < 0.9 and 0.04 < kept < 0.2
 
 
+def test_mlm_masked_accuracy_counts_only_the_mask_positions_so_a_model_that_copies_its_input_scores_zero_there(tok):
+    """Of the predicted positions, 10% show their own token: copying the input scores there without any context.
+    The held-out `masked_accuracy` leaves those out (the mini models' ~10% MLM accuracy was exactly that copy)."""
+    from alignlab.objectives.masked_lm import MaskedLMConfig
+
+    obj = MaskedLMConfig().build(tok)
+    b = Collator([obj], tok, max_len=64)(_rows(tok, n=64), step=0)
+    copy = torch.nn.Identity().eval()  # logits = the one-hot input token: predicts what it sees
+    hidden = torch.nn.functional.one_hot(b["input_ids"], tok.vocab_size).float()
+    _, sums = obj.loss_and_sums(copy, hidden, b)
+    out = obj.finalize({k: float(v) for k, v in sums.items()})
+    assert 0.05 < out["accuracy"] < 0.15  # the kept ~10%
+    assert out["masked_accuracy"] == 0.0 and 0.7 < sums["masked_count"] / sums["count"] < 0.9
+    _, train_sums = obj.loss_and_sums(copy.train(), hidden, b)
+    assert "masked_count" not in train_sums  # not computed during training steps
+
+
 def test_mlm_draws_rare_tokens_more_often_than_frequent_ones(tok):
     counts = np.ones(tok.vocab_size, dtype=np.int64)
     rows = _rows(tok, n=64)

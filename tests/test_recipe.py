@@ -135,6 +135,47 @@ def test_bad_recipe_values_are_refused_naming_the_field(bad, match):
         dataclasses.replace(TINY, norm="sandwich")
 
 
+def test_sinusoidal_positions_are_the_scaled_sinusoids_and_no_training_step_moves_them():
+    from alignlab.platform.model import sinusoids
+
+    tok = tiny_tokenizer_for_recipe()
+    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp", precision="fp32", lr=1e-2,
+                              model=dataclasses.replace(TINY, position="sinusoidal", dropout=0.0))
+    tr = Pretrainer(cfg, tok)
+    pos = tr.model.encoder.pos.weight
+    table = sinusoids(TINY.max_len, TINY.hidden)
+    scale = float(tr.model.encoder.tok.weight.std()) * 2**0.5  # the same size per dimension as a token's vector
+    torch.testing.assert_close(pos.detach(), table * scale)
+    assert not pos.requires_grad
+    before = pos.detach().clone()
+    for step, b in enumerate(batches(tok)[:3]):
+        tr.train_step(tr.collate(b, step=step))
+    assert torch.equal(pos.detach(), before)
+    learned = Pretrainer(dataclasses.replace(cfg, model=dataclasses.replace(TINY, dropout=0.0)), tok)
+    assert learned.model.encoder.pos.weight.requires_grad
+    with pytest.raises(ValueError, match="position"):
+        dataclasses.replace(TINY, position="rotary")
+
+
+def test_the_position_kind_names_another_model_only_when_it_is_not_the_default_learned_table():
+    from alignlab.platform import registry  # noqa: F401 -- objective names resolve through it
+    from alignlab.platform.models import model_id
+
+    paper = PRETRAIN_PRESETS["paper"]
+    # The id the paper preset had before the field existed (computed on the code before it): models already in a
+    # registry keep their ids.
+    assert model_id("bundled-dabc0247e631", paper) == "768x3-mlm-bd405858331f"
+    sin = dataclasses.replace(paper, model=dataclasses.replace(paper.model, position="sinusoidal"))
+    assert model_id("bundled-dabc0247e631", sin) != model_id("bundled-dabc0247e631", paper)
+
+
+def tiny_tokenizer_for_recipe():
+    import tempfile
+    from pathlib import Path
+
+    return tiny_tokenizer(Path(tempfile.mkdtemp(prefix="tok-")))
+
+
 CRAMMED = dict(model=dataclasses.replace(TINY, norm="pre", dropout=0.0), decay="cosine", weight_decay=0.01,
                adam_betas=(0.9, 0.98), adam_eps=1e-6, short_seq_len=32, short_seq_fraction=0.5)
 

@@ -155,13 +155,13 @@ def test_the_laptop_budget_benchmark_reports_an_mlm_free_rtd_model_beside_its_al
     fel = {"ct": {"accuracy": 50.0}, "ad": {"accuracy": 60.0}}
     mlm_cfg = lb.build_config("candidate", resolve_objectives("mlm,nsp,whp,pad"))
     results = [{"recipe": "candidate", "config": to_dict(mlm_cfg), "steps": 10, "train_seconds": 5.0,
-                "final": {"mlm": 12.0, "nsp": 60.0, "whp": 70.0, "pad": 50.0}, "fel": fel},
+                "final": {"mlm": 12.0, "mlm_masked": 3.0, "nsp": 60.0, "whp": 70.0, "pad": 50.0}, "fel": fel},
                {"recipe": "rtd_for_mlm", "config": to_dict(cfg), "steps": 9, "train_seconds": 5.0,
                 "final": {"nsp": 61.0, "whp": 71.0, "pad": 51.0, **fig}, "fel": fel}]
     head, _, mlm_row, rtd_row = lb.table(results)
     assert "RTD % (all-original %)" in head
-    assert "| 12.0 (1.00x) |" in mlm_row and mlm_row.count("| - ") == 3  # no RTD figures for the MLM model
-    assert "| rtd_for_mlm | rtd+nsp+whp+pad |" in rtd_row and "| - | 61.0 |" in rtd_row  # no MLM ratio
+    assert "| 12.0 (1.00x) | 3.0 (1.00x) |" in mlm_row and mlm_row.count("| - ") == 3  # no RTD figures for MLM
+    assert "| rtd_for_mlm | rtd+nsp+whp+pad |" in rtd_row and "| - | - | 61.0 |" in rtd_row  # no MLM ratio
     assert f"{fig['rtd']:.1f} ({fig['rtd_all_original']:.1f})" in rtd_row
 
 
