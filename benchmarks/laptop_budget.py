@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from alignlab.platform.batching import Collator
 from alignlab.platform.registry import resolve_objectives
 from alignlab.platform.config import FINETUNE_PRESETS, PRETRAIN_PRESETS, to_dict
@@ -313,11 +314,7 @@ def main(argv=None) -> None:
     entry = {"command": command, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
              "machine": _platform.processor() or _platform.machine(), "torch": torch.__version__,
              "threads": a.threads, "budget_s": a.budget_s, "results": results}
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    old = json.loads(a.out.read_text()) if a.out.exists() else []
-    tmp = a.out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps([e for e in old if e.get("command") != command] + [entry], indent=1))
-    tmp.replace(a.out)
+    machine_info.record(a.out, entry)
 
 
 if __name__ == "__main__":

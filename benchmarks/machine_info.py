@@ -1,8 +1,10 @@
-"""What every benchmark records about the machine it ran on: CPU model, cores, versions, load average."""
+"""What every benchmark records about the machine it ran on (CPU model, cores, versions, load average), and where."""
 from __future__ import annotations
 
+import json
 import os
 import sys
+from pathlib import Path
 
 
 def cpu_model() -> str:
@@ -28,3 +30,12 @@ def machine(*modules: str) -> dict:
 
 def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
+
+
+def record(out: Path, entry: dict) -> None:
+    """Add `entry` to the JSON list at `out`, replacing an earlier entry of the same command; temp name, rename last."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    old = json.loads(out.read_text()) if out.exists() else []
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps([e for e in old if e.get("command") != entry["command"]] + [entry], indent=1))
+    tmp.replace(out)

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from alignlab.platform.batching import IGNORE, Collator
 from alignlab.platform.config import PRETRAIN_PRESETS
 from alignlab.platform.pretrain import Pretrainer, resolve_precision, to_numpy_rows
@@ -108,11 +109,7 @@ def main(argv=None) -> None:
     print(f"# total {time.time() - t0:.0f}s\n# {command}")
     entry = {"command": command, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
              "precision": cfg.precision, "objectives": list(cfg.objective_names), "points": points}
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    old = json.loads(a.out.read_text()) if a.out.exists() else []
-    tmp = a.out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps([e for e in old if e.get("command") != command] + [entry], indent=1))
-    tmp.replace(a.out)
+    machine_info.record(a.out, entry)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ Two measurements, both written to `benchmarks/results/pretrain_throughput.json`:
    fed by Ray Data under a 1-worker Ray Train `TorchTrainer` -- `pretrain_ray.pretrain` itself, on
    a synthetic parquet corpus in a temp dir -- against plain PyTorch on in-memory row batches.
    Step time is taken between the loop's first and last metric reports (TensorBoard wall times on
-   the Ray side), so the fixed TorchTrainer start-up is excluded and reported separately.
+   the Ray side), so the fixed TorchTrainer start-up is excluded and reported separately. A third run puts
+   back the engine's old `ray.train.report` at every logged step (`report_every_log`), whose wait for Train's
+   2-second controller poll capped small models at `log_every` / 2 s steps per second.
 
 The vocabulary is a real sentencepiece model (trained by `train_tokenizer` on a small synthetic
 text, then padded with unused pieces to 32,000 so that the embedding, the tied MLM decoder and
@@ -48,7 +50,7 @@ import torch
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from alignlab.objectives.masked_lm import MaskedLMConfig
 from alignlab.objectives.next_sentence import NextSentenceConfig
-from alignlab.platform.config import MODEL_SIZES, PretrainConfig
+from alignlab.platform.config import MODEL_SIZES, PRETRAIN_PRESETS, PretrainConfig
 from alignlab.platform.corpus import shard_schema
 from alignlab.platform.registry import corpus_labellers
 from alignlab.platform.pretrain import Pretrainer, to_numpy_rows, train_loop
@@ -282,7 +284,8 @@ def write_corpus(folder: Path, tok_src: Path, table: pa.Table, num_files: int) -
     for i in range(num_files):
         pq.write_table(table.slice(i * per, per), cdir / "shards" / "train" / f"part-{i:05d}.parquet")
     (cdir / "manifest.json").write_text(json.dumps({"corpus_id": "bench-synthetic", "config": {}, "fingerprint": {},
-                                                    "stats": {"rows": table.num_rows, "linked_documents": 0}}))
+                                                    "stats": {"rows": table.num_rows, "linked_documents": 0,
+                                                              "chunks": {"train": table.num_rows}}}))
     return cdir
 
 
@@ -313,7 +316,16 @@ def plain_run(cfg: PretrainConfig, tok: Tokenizer, cdir: Path) -> dict:
             "data_wait_fraction": round(last["data_wait_fraction"], 4)}
 
 
-def ray_run(cfg: PretrainConfig, cdir: Path, root: Path, *, env_vars: dict[str, str]) -> dict:
+def report_every_log(*, rank: int, step: int, **_) -> None:
+    """The engine before the fix of 2026-11-24, put back for comparison: a `ray.train.report` at every logged step.
+    Train V2's report queue holds one result, taken at the controller's 2-second health check, so each call waits
+    for the next check."""
+    import ray.train
+
+    ray.train.report({"step": step})
+
+
+def ray_run(cfg: PretrainConfig, cdir: Path, root: Path, *, env_vars: dict[str, str], after_step=None) -> dict:
     """`pretrain_ray.pretrain` on a fresh local Ray, timed from the loop's own reports (TensorBoard).
 
     The loop reports every `log_every` steps, each time with `data_wait_fraction` = waited / loop wall
@@ -334,7 +346,7 @@ def ray_run(cfg: PretrainConfig, cdir: Path, root: Path, *, env_vars: dict[str, 
     quiet_ray_data()
     init_s = time.perf_counter() - t_init
     t_wall0, t = time.time(), time.perf_counter()
-    mdir = pretrain(cdir, cfg, root, max_failures=0)
+    mdir = pretrain(cdir, cfg, root, max_failures=0, after_step=after_step)
     fit_s = time.perf_counter() - t
     ray.shutdown()
     acc = EventAccumulator(str(mdir / "tensorboard"))
@@ -353,30 +365,43 @@ def ray_run(cfg: PretrainConfig, cdir: Path, root: Path, *, env_vars: dict[str, 
                         for (s, t), w in zip(points, waits)]}
 
 
-def bench_ray(size: str, tok: Tokenizer, table: pa.Table, *, steps: int, num_files: int, malloc: str) -> dict:
-    cfg = pretrain_config(size, "fp32", max_steps=steps, checkpoint_every=steps, num_workers=1, cpus_per_worker=0.5,
-                          threads_per_worker=2)
+def bench_ray(size: str, tok: Tokenizer, table: pa.Table, *, steps: int, num_files: int, malloc: str,
+              corpus: Path | None = None) -> dict:
+    """`corpus`: a finished corpus folder; the run is then the `mini` preset itself (its precision, sequence-length
+    schedule, objectives and batch) on that corpus, the size and synthetic rows unused."""
+    if corpus is None:
+        cfg = pretrain_config(size, "fp32", max_steps=steps, checkpoint_every=steps, num_workers=1, cpus_per_worker=0.5,
+                              threads_per_worker=2)
+    else:
+        cfg = dataclasses.replace(PRETRAIN_PRESETS["mini"], max_steps=steps, checkpoint_every=steps)
+        tok = Tokenizer(corpus / "tokenizer.model")
     # The plain runs happen in this process (heap_malloc() already applied by main in "heap" mode);
     # Ray's workers get the same glibc settings through their environment.
     env_vars = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 30)} if malloc == "heap" else {}
     with tempfile.TemporaryDirectory(prefix="alignlab-bench-") as d:
         d = Path(d)
-        cdir = write_corpus(d, Path(tok.model_path), table, num_files)
+        cdir = corpus or write_corpus(d, Path(tok.model_path), table, num_files)
         before = plain_run(cfg, tok, cdir)
         print(f"ray    plain (before): {before}  load {load_average()}", flush=True)
         ray_res = ray_run(cfg, cdir, d / "storage", env_vars=env_vars)
         short = {k: v for k, v in ray_res.items() if k != "reports"}
         print(f"ray    TorchTrainer:   {short}  load {load_average()}", flush=True)
+        old = ray_run(cfg, cdir, d / "storage-old", env_vars=env_vars, after_step=report_every_log)
+        print(f"ray    TorchTrainer reporting every log step (before the fix): "
+              f"{ {k: v for k, v in old.items() if k != 'reports'} }  load {load_average()}", flush=True)
         after = plain_run(cfg, tok, cdir)
         print(f"ray    plain (after):  {after}  load {load_average()}", flush=True)
     plain_step = (before["step_s"] + after["step_s"]) / 2
     tokens = cfg.batch_size * SEQ
-    return {"size": size, "steps": steps, "batch": cfg.batch_size, "cpus_per_worker": cfg.cpus_per_worker,
+    return {"size": size if corpus is None else "mini", "precision": cfg.precision, "steps": steps,
+            "batch": cfg.batch_size, "cpus_per_worker": cfg.cpus_per_worker,
             "threads_per_worker": cfg.threads_per_worker, "rows": table.num_rows, "parquet_files": num_files,
             "plain_before": before, "plain_after": after, "ray": ray_res,
             "plain_tokens_per_s": round(tokens / plain_step, 1),
             "ray_tokens_per_s": round(tokens / ray_res["step_s"], 1),
             "ray_overhead": round(ray_res["step_s"] / plain_step - 1, 4),
+            "ray_reporting_every_log": {k: v for k, v in old.items() if k != "reports"},
+            "ray_overhead_reporting_every_log": round(old["step_s"] / plain_step - 1, 4),
             "ray_data_wait_fraction_steady": ray_res["data_wait_fraction_steady"],
             "ray_data_wait_fraction_whole_run": ray_res["data_wait_fraction"],
             "ray_first_batches_wait_s": ray_res["first_batches_wait_s"],
@@ -401,6 +426,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-hf", action="store_true", help="alignlab only (for profiling runs)")
     p.add_argument("--ray-size", default="256x1", help="model size of the Ray-vs-plain run")
     p.add_argument("--ray-steps", type=int, default=60)
+    p.add_argument("--ray-corpus", type=Path, help="a finished corpus folder: the Ray part runs the mini preset on it")
     p.add_argument("--malloc", choices=("default", "heap"), default="default",
                    help="heap: glibc never returns large tensors' pages to the OS (see heap_malloc), in this "
                         "process and in Ray's workers; figures go to the '*_heap_malloc' sections")
@@ -455,13 +481,16 @@ def main(argv: list[str] | None = None) -> None:
             key = "models" if args.malloc == "default" else "models_heap_malloc"
             result[key + ("_bf16" if args.precision == "bf16" else "")] = section
         if args.part in ("all", "ray"):
-            r = bench_ray(args.ray_size, tok, table, steps=args.ray_steps, num_files=4, malloc=args.malloc)
+            r = bench_ray(args.ray_size, tok, table, steps=args.ray_steps, num_files=4, malloc=args.malloc,
+                          corpus=args.ray_corpus)
             key = "ray" if args.malloc == "default" else "ray_heap_malloc"
-            result.setdefault(key, {})[args.ray_size] = {**header, **r, "load_average_end": load_average()}
+            label = args.ray_size if args.ray_corpus is None else "mini preset, real corpus"
+            result.setdefault(key, {})[label] = {**header, **r, "load_average_end": load_average()}
             print(f"# Ray overhead {r['ray_overhead']:+.1%} per step ({r['ray_tokens_per_s']:.0f} vs "
                   f"{r['plain_tokens_per_s']:.0f} tok/s); data wait {r['ray_data_wait_fraction_steady']:.1%} "
                   f"steady, {r['ray_data_wait_fraction_whole_run']:.1%} over the whole run (first batch "
-                  f"{r['ray_first_batches_wait_s']:.0f} s); start-up before the loop {r['ray_startup_s']:.0f} s",
+                  f"{r['ray_first_batches_wait_s']:.0f} s); start-up before the loop {r['ray_startup_s']:.0f} s; "
+                  f"reporting every log step as before the fix: {r['ray_overhead_reporting_every_log']:+.1%}",
                   flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")

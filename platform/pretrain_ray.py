@@ -48,8 +48,8 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     `keep_checkpoints`: how many Train checkpoints the finished model keeps (default: $ALIGNLAB_KEEP_CHECKPOINTS
     or 1); the others are deleted once `final/` exists (`prune_checkpoints`).
 
-    `after_step(rank=, step=, model_dir=, flush=, trainer=)` is called on every worker after each reported step
-    (every `log_every` steps), before the step is reported: the resume tests inject their crash through it, and the
+    `after_step(rank=, step=, model_dir=, flush=, trainer=)` is called on every worker after each logged step
+    (every `log_every` steps), before its metrics are written or checkpointed: the resume tests inject their crash through it, and the
     data-parallel tests read each rank's weights and rows (`trainer.last_row_ids`) there (production code carries
     no fault or probe of its own).
     It travels to the workers pickled, so it must be importable there or pickled by value."""
@@ -224,7 +224,10 @@ def _train_fn(config: dict, storage_uri: str) -> None:
                 if k not in ("step", "epoch"):
                     writer.add_scalar(k, v, metrics["step"])
         if not checkpoint_now:
-            ray.train.report(metrics)
+            # Not reported to Ray Train: its report queue holds one result and the controller takes it at its health
+            # check, every 2 s (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S), so `ray.train.report` every `log_every` steps
+            # capped a small model at log_every / 2 s steps per second (the mini preset's 5 steps/s, ~4x slower than
+            # its steps take). The metrics reach TensorBoard and the progress line above; checkpoints are reported.
             return
         if writer is not None and st.remote:
             writer.flush()
