@@ -164,11 +164,7 @@ def held_out(held, bs):
 
 
 def evaluate(run: Run, held, eval_batches: int) -> dict:
-    train_collate, run.trainer.collate = run.trainer.collate, run.eval_collate
-    try:
-        ev = run.trainer.evaluate(held_out(held, 32), max_batches=eval_batches)
-    finally:
-        run.trainer.collate = train_collate
+    ev = run.trainer.evaluate(held_out(held, 32), max_batches=eval_batches, collate=run.eval_collate)
     point = {"seconds": round(run.seconds, 1), "step": run.step}
     for m in METRICS:
         if f"eval/{m}/accuracy" in ev:

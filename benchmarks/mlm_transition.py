@@ -28,27 +28,18 @@ import pyarrow.parquet as pq
 import torch
 
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
-from alignlab.platform.batching import IGNORE, Collator
+from alignlab.platform.batching import Collator
 from alignlab.platform.config import PRETRAIN_PRESETS
 from alignlab.platform.pretrain import Pretrainer, resolve_precision, to_numpy_rows
 from alignlab.platform.registry import resolve_objectives
 from alignlab.platform.tokenizer import Tokenizer
 
 
-def masked_accuracy(trainer: Pretrainer, batches: list[dict], mask_id: int) -> float:
-    """% of the [MASK] positions whose token the model predicts."""
-    trainer.model.eval()
-    ok = n = 0
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=trainer.autocast):
-        for b in batches:
-            h = trainer.model.encoder(b["input_ids"], b["segment_ids"], b["attention_mask"])
-            lab = b["mlm"].reshape(-1)
-            pos = torch.nonzero(lab != IGNORE).squeeze(1)
-            at = b["input_ids"].reshape(-1)[pos] == mask_id
-            pred = trainer.model.heads["mlm"](h.reshape(-1, h.shape[-1]).index_select(0, pos)).argmax(-1)
-            ok += int(((pred == lab[pos]) & at).sum())
-            n += int(at.sum())
-    return round(100 * ok / max(n, 1), 2)
+def masked_accuracy(trainer: Pretrainer, held: dict, collate: Collator, batches: int) -> float:
+    """% of the held-out [MASK] positions whose token the model predicts (the engine's `eval/mlm/masked_accuracy`),
+    under `collate`'s masks: the same examples and masks at every point."""
+    rows = ({k: v[i:i + 32] for k, v in held.items()} for i in range(0, 32 * batches, 32))
+    return round(100 * trainer.evaluate(rows, max_batches=batches, collate=collate)["eval/mlm/masked_accuracy"], 2)
 
 
 def main(argv=None) -> None:
@@ -83,12 +74,10 @@ def main(argv=None) -> None:
     cfg = resolve_precision(dataclasses.replace(mini, **changes))
     trainer = Pretrainer(cfg, tok)
     evals = {}
-    for alpha in (0.5, 0.0):  # the same held-out examples and masks at every point
+    for alpha in (0.5, 0.0):  # rare-weighted (the paper's) and uniform held-out masks
         objs = [(dataclasses.replace(o, alpha=alpha, mask_prob=0.15, mask_token_prob=0.8, random_token_prob=0.1)
                  if o.name == "mlm" else o).build(tok) for o in cfg.objectives]
-        col = Collator(objs, tok, max_len=cfg.model.max_len, acronym_fraction=mini.acronym_fraction, seed=0)
-        evals[alpha] = [col({k: v[i:i + 32] for k, v in held.items()}, step=(1 << 40) + i // 32)
-                        for i in range(0, 32 * a.eval_batches, 32)]
+        evals[alpha] = Collator(objs, tok, max_len=cfg.model.max_len, acronym_fraction=mini.acronym_fraction, seed=0)
     command = "python benchmarks/mlm_transition.py " + " ".join(sys.argv[1:] if argv is None else argv)
     print(f"# {command}\n# corpus {corpus.name}, precision {cfg.precision}, {a.threads} threads, objectives "
           f"{'+'.join(cfg.objective_names)}, lr {cfg.lr} ({cfg.decay} decay to 0 at step {cfg.max_steps})", flush=True)
@@ -101,8 +90,8 @@ def main(argv=None) -> None:
         if (step + 1) % a.every == 0:
             point = {"step": step + 1, "train_seconds": round(time.time() - t0, 1),
                      "mlm_loss": round(m["train/mlm/loss"], 3),
-                     "masked_accuracy_rare_weighted": masked_accuracy(trainer, evals[0.5], tok.mask_id),
-                     "masked_accuracy_uniform": masked_accuracy(trainer, evals[0.0], tok.mask_id)}
+                     "masked_accuracy_rare_weighted": masked_accuracy(trainer, held, evals[0.5], a.eval_batches),
+                     "masked_accuracy_uniform": masked_accuracy(trainer, held, evals[0.0], a.eval_batches)}
             points.append(point)
             trainer.model.train()
             print(json.dumps(point), flush=True)

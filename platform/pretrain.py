@@ -214,14 +214,17 @@ class Pretrainer:
         return metrics
 
     @torch.no_grad()
-    def evaluate(self, row_batches: Iterable[dict], *, max_batches: int) -> dict[str, float]:
-        """Accuracy and perplexity per objective on held-out chunks (dropout off, fixed randomness)."""
+    def evaluate(self, row_batches: Iterable[dict], *, max_batches: int,
+                 collate: Callable[..., dict] | None = None) -> dict[str, float]:
+        """Accuracy and perplexity per objective on held-out chunks (dropout off, fixed randomness). `collate`:
+        another collator than the training one (benchmarks score every recipe on the same examples and masks)."""
         self.model.eval()
+        collate = collate or self.collate
         totals: dict[str, dict[str, float]] = {n: {} for n in self.objectives}
         for i, rows in enumerate(row_batches):
             if i >= max_batches:
                 break
-            batch = self.to_device(self.collate(rows, step=EVAL_STEP_BASE + i))
+            batch = self.to_device(collate(rows, step=EVAL_STEP_BASE + i))
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
                 out = forward_objectives(self.model, self.objectives, batch)
             for name, (_, sums) in out.items():
