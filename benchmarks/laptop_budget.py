@@ -93,6 +93,9 @@ RECIPES: dict[str, dict] = {
     "cand_sin": {"model": dataclasses.replace(MINI.model, position="sinusoidal")},
     "cand_fanin": {"model": dataclasses.replace(MINI.model, init="fan_in")},
     "cand_sin_fanin": {"model": dataclasses.replace(MINI.model, position="sinusoidal", init="fan_in")},
+    # issue #15, third round: a distance bias on attention (ModelConfig.alibi), on and off whatever the preset has
+    "cand_alibi": {"model": dataclasses.replace(MINI.model, alibi=1.0)},
+    "cand_no_alibi": {"model": dataclasses.replace(MINI.model, alibi=0.0)},
     # the same recipe with other objectives (issue #19): RTD instead of MLM, and RTD added to the four
     "rtd_for_mlm": {"objectives": "rtd,nsp,whp,pad"},
     "plus_rtd": {"objectives": "mlm,nsp,whp,pad,rtd"},

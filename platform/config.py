@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,6 +101,14 @@ class ModelConfig:
     not trained, so positions differ in a way attention can use from the first step (offsets are linear maps of
     each other). Stored in the same table, so FEL, serving and `alignlab export` (BERT's learned absolute
     positions) take either."""
+    alibi: float = 0.0
+    """Distance bias on attention logits (after ALiBi, Press et al. 2022, made symmetric for an encoder): head h
+    subtracts `alibi * 2^(-8h/num_heads) * |i - j|` from the logit of query i on key j, so the first head looks at
+    its neighbours from the first step and the last almost everywhere. 0 (BERT, the paper) turns it off. Issue #15:
+    a small encoder whose attention starts uniform spends thousands of steps predicting masks from token
+    frequencies alone before attention finds the neighbours; the bias hands it local context at step 0
+    (benchmarks/README.md, "When does MLM leave the frequency prior?"). FEL and serving use it; `alignlab export`
+    refuses it (transformers' BERT and RoBERTa have no such bias)."""
 
     def __post_init__(self) -> None:
         _positive(self, "hidden", "num_layers", "head_dim", "ffn", "max_len")
@@ -112,6 +121,12 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.dropout must be in [0, 1), got {self.dropout}")
         if self.max_len < 16:
             raise ValueError(f"ModelConfig.max_len must be >= 16, got {self.max_len}")
+        if not (self.alibi >= 0.0 and math.isfinite(self.alibi)):
+            raise ValueError(f"ModelConfig.alibi must be a finite number >= 0, got {self.alibi!r}")
+
+    def alibi_slopes(self) -> list[float]:
+        """Each head's distance slope (all 0 when `alibi` is off)."""
+        return [self.alibi * 2.0 ** (-8.0 * h / self.num_heads) for h in range(self.num_heads)]
 
     @property
     def num_heads(self) -> int:

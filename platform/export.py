@@ -226,12 +226,6 @@ def _head_info(name: str, state: dict[str, torch.Tensor], module: str, config: d
 def export_model(mdir: str | Path, out_dir: str | Path) -> Path:
     """Write the HF folder of the finished model at `mdir` (a `<root>/models/<id>` folder) to `out_dir`:
     a BertModel for a post-LN encoder, a RobertaPreLayerNormModel for a pre-LN one."""
-    try:
-        from safetensors.torch import save_file
-        import transformers  # noqa: F401
-    except ImportError as e:
-        raise ValueError(f"export needs transformers and safetensors ({e}); install them with "
-                         "pip install -e \".[bench]\"") from e
     from alignlab.platform.registry import objective_class
     from alignlab.platform.model import AlignModel
     from alignlab.platform.tokenizer import Tokenizer
@@ -246,6 +240,16 @@ def export_model(mdir: str | Path, out_dir: str | Path) -> Path:
         raise ValueError(f"{out_dir}: exists and is not empty; choose a new folder")
     info = read_json(final / "model_config.json")
     cfg = ModelConfig(**info["model"])
+    if cfg.alibi > 0:
+        raise ValueError(f"{mdir}: cannot export exactly: the model biases attention by distance "
+                         f"(ModelConfig.alibi={cfg.alibi}), and transformers' BERT and RoBERTa have no such bias; "
+                         "alignlab's own inference and FEL use it")
+    try:
+        from safetensors.torch import save_file
+        import transformers  # noqa: F401
+    except ImportError as e:
+        raise ValueError(f"export needs transformers and safetensors ({e}); install them with "
+                         "pip install -e \".[bench]\"") from e
     vocab = int(info["vocab_size"])
     state = torch.load(final / "model.pt", map_location="cpu", weights_only=True)
     enc = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}

@@ -143,6 +143,8 @@ class FastEncoder:
         self.pre_ln = cfg.norm == "pre"
         fl = encoder.final_ln
         self.final_ln = (fl.weight.detach(), fl.bias.detach(), fl.eps) if fl is not None else None
+        # ModelConfig.alibi: the distance bias of every query on every key [heads, max_len, max_len], or None.
+        self.bias = encoder.distance_bias(cfg.max_len, torch.float32, self.tok.device, None)[0] if cfg.alibi else None
         H, lin = cfg.hidden, lambda w, b: _Linear(w, b, self.backend, cfg.max_len)
         self.layers = []
         for i, layer in enumerate(encoder.layers):
@@ -181,7 +183,11 @@ class FastEncoder:
             else:
                 q, k, v = L["qkv"](h).view(T, 3, nh, d).permute(1, 2, 0, 3)
             # Plain bmm/softmax: at a dozen tokens SDPA's dispatch and checks cost ~4x the arithmetic.
-            a = torch.bmm(torch.softmax(torch.bmm(q * self.scale, k.transpose(1, 2)), -1), v)
+            s = torch.bmm(q * self.scale, k.transpose(1, 2))
+            if self.bias is not None:
+                b = self.bias[:, :T, :T]
+                s = s + (b.index_select(1, rows) if i == last and rows is not None else b)
+            a = torch.bmm(torch.softmax(s, -1), v)
             a = a.transpose(0, 1).reshape(-1, H)
             w1, b1, eps1 = L["ln1"]
             w2, b2, eps2 = L["ln2"]

@@ -60,8 +60,10 @@ class EncoderLayer(nn.Module):
             # SDPA's only CPU kernel with dropout is its generic "math" path (scales q and k, a NaN-safe
             # softmax, bernoulli dropout); written out, it is the same attention with fewer passes.
             s = torch.matmul(q * self.head_dim**-0.5, k.transpose(-1, -2))
-            if mask_B11T is not None:
+            if mask_B11T is not None and mask_B11T.dtype == torch.bool:
                 s = s.masked_fill_(~mask_B11T, float("-inf"))
+            elif mask_B11T is not None:  # an additive bias (alibi), -inf at padding
+                s = s + mask_B11T
             a = torch.matmul(dropout(torch.softmax(s, -1), self.p, True), v)
         else:
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_B11T,
@@ -100,9 +102,25 @@ class Encoder(nn.Module):
         mask = None
         if attention_mask is not None and not bool(attention_mask.all()):
             mask = attention_mask[:, None, None, :]
+        if self.cfg.alibi > 0:
+            mask = self.distance_bias(input_ids.shape[1], x.dtype, x.device, mask)
         for layer in self.layers:
             x = layer(x, mask)
         return self.final_ln(x) if self.final_ln is not None else x
+
+
+    def distance_bias(self, T: int, dtype: torch.dtype, device: torch.device,
+                      keep_B11T: torch.Tensor | None) -> torch.Tensor:
+        """The additive attention bias of `ModelConfig.alibi`: -slope_h * |i - j| [1 or B, heads, T, T], with -inf on
+        the keys `keep_B11T` masks out (padding)."""
+        slopes = torch.tensor(self.cfg.alibi_slopes(), dtype=torch.float32, device=device)
+        pos = torch.arange(T, device=device)
+        bias = -slopes[:, None, None] * (pos[None, :] - pos[:, None]).abs().float()[None]
+        if keep_B11T is not None:
+            bias = bias[None].masked_fill(~keep_B11T, float("-inf"))
+        else:
+            bias = bias[None]
+        return bias.to(dtype)
 
 
 def sinusoids(num_positions: int, dim: int) -> torch.Tensor:

@@ -30,7 +30,7 @@ gradient sums otherwise than one and draw their own dropout masks, so their weig
 `precision`, "auto" resolved to what it picks (resolve_precision)."""
 
 
-ADDED_MODEL_FIELDS = {"position": "learned"}
+ADDED_MODEL_FIELDS = {"position": "learned", "alibi": 0.0}
 """ModelConfig fields added after models were first registered, with their defaults: hashed only when set to
 another value, so every model that existed before keeps its id."""
 

@@ -167,6 +167,69 @@ def test_the_position_kind_names_another_model_only_when_it_is_not_the_default_l
     assert model_id("bundled-dabc0247e631", paper) == "768x3-mlm-bd405858331f"
     sin = dataclasses.replace(paper, model=dataclasses.replace(paper.model, position="sinusoidal"))
     assert model_id("bundled-dabc0247e631", sin) != model_id("bundled-dabc0247e631", paper)
+    alibi = dataclasses.replace(paper, model=dataclasses.replace(paper.model, alibi=0.5))
+    assert model_id("bundled-dabc0247e631", alibi) not in (model_id("bundled-dabc0247e631", paper),
+                                                           model_id("bundled-dabc0247e631", sin))
+
+
+def test_the_distance_bias_subtracts_each_heads_slope_times_the_distance_and_masks_padding():
+    cfg = dataclasses.replace(TINY, alibi=2.0, dropout=0.0)
+    assert cfg.alibi_slopes() == [2.0, 2.0 * 2**-4]  # 2 heads: 2^(-8h/2)
+    enc = Encoder(cfg, 100)
+    keep = torch.tensor([[True] * 4 + [False] * 2])[:, None, None, :]
+    bias = enc.distance_bias(6, torch.float32, torch.device("cpu"), keep)
+    assert bias.shape == (1, 2, 6, 6)
+    assert float(bias[0, 0, 1, 3]) == -4.0 and float(bias[0, 1, 3, 1]) == -0.25 and float(bias[0, 1, 2, 2]) == 0.0
+    assert bool(torch.isinf(bias[..., 4:]).all()) and bool(torch.isfinite(bias[..., :4]).all())
+    with pytest.raises(ValueError, match="alibi"):
+        dataclasses.replace(TINY, alibi=-1.0)
+
+
+def test_a_strong_distance_bias_makes_a_tokens_output_blind_to_far_tokens_and_padding_changes_nothing():
+    ids, seg = _inputs(T=12, B=1)
+    far = ids.clone()
+    far[0, -1] = (int(ids[0, -1]) + 7) % 95 + 5  # another token, 11 positions from the first
+    out = {}
+    for alibi in (0.0, 60.0):
+        torch.manual_seed(0)
+        enc = Encoder(dataclasses.replace(TINY, alibi=alibi, dropout=0.0), 100).eval()
+        with torch.no_grad():
+            out[alibi] = float((enc(ids, seg)[0, 0] - enc(far, seg)[0, 0]).abs().max())
+            # Padding the batch with a second, shorter row changes nothing at the first row's tokens.
+            two = torch.cat([ids, ids]), torch.cat([seg, seg])
+            mask = torch.ones(2, 12, dtype=torch.bool)
+            mask[1, 8:] = False
+            torch.testing.assert_close(enc(*two, mask)[0], enc(ids, seg)[0])
+            torch.testing.assert_close(enc(*two, mask)[1, :8], enc(ids[:, :8], seg[:, :8])[0])
+    assert out[0.0] > 1e-3  # without the bias the first token sees the last
+    assert out[60.0] < 1e-4 * out[0.0]
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_the_fast_encoder_applies_the_distance_bias_like_the_module_forward(norm):
+    from alignlab.platform.inference import FastEncoder
+
+    ids, seg = _inputs(T=12, B=1)
+    torch.manual_seed(0)
+    enc = Encoder(dataclasses.replace(TINY, norm=norm, alibi=3.0, dropout=0.0), 100).eval()
+    fast = FastEncoder(enc, backend="aten")
+    with torch.no_grad():
+        want = enc(ids, seg)[0]
+        torch.testing.assert_close(fast(ids[0], seg[0]), want, atol=1e-5, rtol=1e-4)
+        rows = torch.tensor([0, 5, 11])
+        torch.testing.assert_close(fast(ids[0], seg[0], rows=rows), want[rows], atol=1e-5, rtol=1e-4)
+        # The same weights without the bias give other outputs: the comparison above can see a missing bias.
+        enc.cfg = dataclasses.replace(enc.cfg, alibi=0.0)
+        assert float((enc(ids, seg)[0] - want).abs().max()) > 1e-3
+
+
+def test_a_model_with_a_distance_bias_is_refused_by_export_naming_the_bias(tmp_path):
+    from alignlab.platform.export import export_model
+
+    mdir = tiny_pretrained(tmp_path, "mlm", steps=1, model=dataclasses.replace(TINY, alibi=1.0))
+    with pytest.raises(ValueError, match="alibi"):
+        export_model(mdir, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
 
 
 def tiny_tokenizer_for_recipe():
@@ -176,7 +239,7 @@ def tiny_tokenizer_for_recipe():
     return tiny_tokenizer(Path(tempfile.mkdtemp(prefix="tok-")))
 
 
-CRAMMED = dict(model=dataclasses.replace(TINY, norm="pre", dropout=0.0), decay="cosine", weight_decay=0.01,
+CRAMMED = dict(model=dataclasses.replace(TINY, norm="pre", dropout=0.0, alibi=1.0), decay="cosine", weight_decay=0.01,
                adam_betas=(0.9, 0.98), adam_eps=1e-6, short_seq_len=32, short_seq_fraction=0.5)
 
 
