@@ -53,7 +53,7 @@ from alignlab.platform.protocol import TaskData, calculations, context_free_base
 from alignlab.platform.tokenizer import Tokenizer
 
 MINI = PRETRAIN_PRESETS["mini"]
-_OLD_MINI = dict(model=dataclasses.replace(MINI.model, norm="post", dropout=0.1), lr=1e-3, warmup_steps=100,
+_OLD_MINI = dict(model=dataclasses.replace(MINI.model, norm="post", dropout=0.1, alibi=0.0), lr=1e-3, warmup_steps=100,
                  decay="linear", batch_size=32, seq_len=0, short_seq_len=0, short_seq_fraction=0.0,
                  weight_decay=0.0, adam_betas=(0.9, 0.999))
 """The mini recipe before issue #15 (post-LN BERT, dropout 0.1, lr 1e-3 with 100 warmup steps, linear decay)."""
@@ -96,6 +96,11 @@ RECIPES: dict[str, dict] = {
     # issue #15, third round: a distance bias on attention (ModelConfig.alibi), on and off whatever the preset has
     "cand_alibi": {"model": dataclasses.replace(MINI.model, alibi=1.0)},
     "cand_no_alibi": {"model": dataclasses.replace(MINI.model, alibi=0.0)},
+    "cand_alibi2": {"model": dataclasses.replace(MINI.model, alibi=2.0)},
+    "cand_alibi4": {"model": dataclasses.replace(MINI.model, alibi=4.0)},
+    "cand_alibi8": {"model": dataclasses.replace(MINI.model, alibi=8.0)},
+    "cand_alibi_h4": {"model": dataclasses.replace(MINI.model, alibi=1.0, head_dim=32)},  # 4 heads, 4 ranges
+    "cand_alibi_lr2e-3": {"model": dataclasses.replace(MINI.model, alibi=1.0), "lr": 2e-3},
     # the same recipe with other objectives (issue #19): RTD instead of MLM, and RTD added to the four
     "rtd_for_mlm": {"objectives": "rtd,nsp,whp,pad"},
     "plus_rtd": {"objectives": "mlm,nsp,whp,pad,rtd"},

@@ -51,6 +51,7 @@ def main(argv=None) -> None:
     p.add_argument("--objectives", default="mlm,nsp,whp,pad")
     p.add_argument("--mlm-alpha", type=float, default=None, help="train with this masking exponent (eval uses both)")
     p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--alibi", type=float, default=None, help="ModelConfig.alibi (the distance bias) to train with")
     p.add_argument("--no-short-seq", action="store_true", help="128 tokens throughout (the mini preset: 64 first)")
     p.add_argument("--eval-batches", type=int, default=25)
     p.add_argument("--threads", type=int, default=2)
@@ -69,6 +70,8 @@ def main(argv=None) -> None:
     changes = {"objectives": objectives, "max_steps": a.steps}
     if a.lr:
         changes["lr"] = a.lr
+    if a.alibi is not None:
+        changes["model"] = dataclasses.replace(mini.model, alibi=a.alibi)
     if a.no_short_seq:
         changes.update(short_seq_len=0, short_seq_fraction=0.0)
     cfg = resolve_precision(dataclasses.replace(mini, **changes))
