@@ -34,6 +34,7 @@ from pathlib import Path
 
 from alignlab.platform.config import (CorpusConfig, FinetuneConfig, PretrainConfig, config_hash,
                                       finetune_from_dict, pretrain_from_dict, to_dict)
+from alignlab.platform.ray_env import own_sigint
 from alignlab.platform.storage import Storage, as_storage, read_json, study_dir, write_json, write_text
 from alignlab.platform.task import task_names
 
@@ -237,14 +238,16 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
                                      max_concurrent=max_concurrent, keep=("model_id", "objectives", "pretrain_s"),
                                      on_told=place.push)
         # A fresh experiment under the same name each driver session: the Optuna study is what resumes.
-        tune.Tuner(
+        tuner = tune.Tuner(
             trainable, param_space={"ctx": ctx},
             tune_config=tune.TuneConfig(search_alg=searcher, num_samples=left,
                                         trial_dirname_creator=lambda t: f"mix-{t.trial_id}",
                                         trial_name_creator=lambda t: f"mix-{t.trial_id}"),
             run_config=tune.RunConfig(name=name, storage_path=str(sdir / "tune"), verbose=0,
                                       callbacks=[_Progress(), TellTuneErrors(searcher)],
-                                      failure_config=tune.FailureConfig(max_failures=1))).fit()
+                                      failure_config=tune.FailureConfig(max_failures=1)))
+        with own_sigint():
+            tuner.fit()
 
     run_rounds(study, place, spec.num_samples, fit_round, label=f"[search {spec.name}]", say=say)
     trials = [mix_row(spec, t) for t in finished_trials(study)]

@@ -18,6 +18,7 @@ from alignlab.platform.models import (DIVERGED, FINAL_MARKER, LEGACY_MARKER, RUN
                                       keep_checkpoints_default, list_models, model_finished, model_id,
                                       prune_checkpoints)
 from alignlab.platform.pretrain import NonFiniteLossError, resolve_precision
+from alignlab.platform.ray_env import own_sigint
 from alignlab.platform.storage import (MARKER, Storage, as_storage, corpus_dir, model_dir, publish_dir, resolve_root,
                                        write_json, write_marker)
 
@@ -138,7 +139,8 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
         dataset_config=DataConfig(datasets_to_split=[]),
     )
     try:
-        trainer.fit()
+        with own_sigint():
+            trainer.fit()
     except Exception as e:
         if (reason := diverged_reason(st, mid)) is not None:  # one line, not Ray's nested worker traceback
             raise NonFiniteLossError(f"pretraining of {mid} stopped: {reason}") from e

@@ -1,7 +1,10 @@
 """Starting or joining Ray the same way everywhere: a laptop, a test session, a `ray job submit` driver."""
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 
 
 _STARTED_HERE = False
@@ -26,6 +29,24 @@ def _loopback_only() -> None:
     from ray._private import ray_constants
 
     ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+@contextlib.contextmanager
+def own_sigint():
+    """Put this process's Ctrl-C handler back after a Ray Tune or Ray Train `fit()`.
+
+    Ray 2.60 leaves its own: `Tuner.fit` installs a handler that only logs and sets an event (it puts the old one
+    back only once a Ctrl-C arrives), and Train V2's `fit` one that aborts its controller, which after the run has
+    ended means `sys.exit(0)`. Checked by running them. A study driver that pretrains, then finetunes, then writes
+    its report would swallow a Ctrl-C or exit 0 at it, instead of stopping with KeyboardInterrupt where its
+    temp-name-and-rename writes keep what is finished. Inside `fit()` Ray's handlers stay: they stop it cleanly."""
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGINT) if main else None
+    try:
+        yield
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGINT, before)
 
 
 def started_locally() -> bool:

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from alignlab.platform.config import FinetuneConfig, finetune_from_dict
+from alignlab.platform.ray_env import own_sigint
 from alignlab.platform.storage import Storage, as_storage, study_dir, write_json
 from alignlab.platform.study_spec import DEFAULT_TRIAL_RESOURCES
 
@@ -97,7 +98,8 @@ def run_trials(calcs: list[dict], sdir: Path, *, max_concurrent: int | None = No
                                   **tune_storage(storage, sdir), verbose=0, callbacks=[_ProgressCallback()],
                                   failure_config=tune.FailureConfig(max_failures=1)),
     )
-    results = tuner.fit()
+    with own_sigint():
+        results = tuner.fit()
     errors = [r.error for r in results if r.error]
     if errors:
         raise RuntimeError(f"{len(errors)} FEL calculation(s) failed; first error: {errors[0]}")

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 from alignlab.platform.config import FinetuneConfig, config_hash, finetune_from_dict, to_dict
+from alignlab.platform.ray_env import own_sigint
 from alignlab.platform.storage import Storage, read_json, write_json
 from alignlab.platform.study_grid import (Progress, check_trial_resources, concurrency, localize, other_task_train,
                                           threads_per_trial, trial_calc, trial_device, tune_safe, tune_storage)
@@ -75,7 +76,7 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
             keep=("epoch", SEARCH_OBJECTIVE, "val_perplexity_at_best_ppl", "failed"), complete_key="search_complete",
             on_told=place.push)
         # A fresh experiment under the same name each driver session: the Optuna study is what resumes.
-        tune.Tuner(
+        tuner = tune.Tuner(
             trainable, param_space=param_space,
             tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler(spec), metric=SEARCH_OBJECTIVE,
                                         mode="max", num_samples=left, reuse_actors=True,
@@ -84,7 +85,9 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
             run_config=tune.RunConfig(name=name, **where, verbose=0,
                                       callbacks=[_ProgressCallback(), TellTuneErrors(searcher)],
                                       failure_config=tune.FailureConfig(max_failures=1)),
-        ).fit()
+        )
+        with own_sigint():
+            tuner.fit()
 
     run_rounds(study, place, spec.num_samples, fit_round, label=label)
     trials = [search_row(t) for t in finished_trials(study)]

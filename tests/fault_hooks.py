@@ -86,3 +86,18 @@ def registered(obj):
 
     ray.cloudpickle.register_pickle_by_value(fault_hooks)
     return obj
+
+
+def assert_ctrl_c_raises_keyboard_interrupt() -> None:
+    """A real SIGINT to this process must stop it with KeyboardInterrupt, as at a fresh prompt: not be swallowed
+    (Ray Tune's leftover handler only logs) nor turned into an exit (Ray Train's aborts a finished run's controller,
+    then `sys.exit(0)`)."""
+    import os
+    import signal
+    import time
+
+    import pytest
+
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # Python raises at its next bytecode; a swallowed signal ends here and fails the test

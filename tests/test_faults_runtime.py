@@ -212,6 +212,24 @@ def test_a_study_records_a_diverged_calculation_as_failed_finishes_the_others_an
 
 
 @pytest.mark.ray
+def test_a_ctrl_c_after_a_tune_run_of_calculations_stops_the_driver_with_keyboard_interrupt(ray_session, tiny_root):
+    from fault_hooks import assert_ctrl_c_raises_keyboard_interrupt
+
+    from alignlab.platform.config import to_dict
+    from alignlab.platform.storage import as_storage, read_json, study_dir
+    from alignlab.platform.study import calc_id, run_trials
+
+    root, mdir, tdir = tiny_root
+    st, sdir, ft = as_storage(root), study_dir(root, "ctrl-c"), _ft()
+    calc = {"calc_id": calc_id(mdir.name, ft), "model_key": "m", "model_id": mdir.name, "model_dir": str(mdir),
+            "task_dir": str(tdir), "row": "lr", "col": "1e-3", "group": "lr", "finetune": to_dict(ft),
+            "study_dir": str(sdir), "storage": st.uri, "task_id": tdir.name, "study_name": "ctrl-c", "eval_sets": {}}
+    run_trials([calc], sdir, max_concurrent=1, progress=False, storage=st)
+    assert read_json(sdir / "trials" / f"{calc['calc_id']}.json")["status"] == "ok"
+    assert_ctrl_c_raises_keyboard_interrupt()
+
+
+@pytest.mark.ray
 def test_a_search_records_a_diverged_trial_as_failed_and_picks_its_best_among_the_others(ray_session, tiny_root):
     from alignlab.platform.config import to_dict
     from alignlab.platform.storage import as_storage, study_dir

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from fault_hooks import crash_once_at
+from fault_hooks import assert_ctrl_c_raises_keyboard_interrupt, crash_once_at
 
 from alignlab.platform.config import PRETRAIN_PRESETS
 from alignlab.platform.pretrain import Pretrainer, ProgressLine, train_loop
@@ -117,6 +117,14 @@ def test_pretraining_writes_a_registered_model_with_eval_metrics_and_tensorboard
     before = (uninterrupted / "final" / "model.pt").stat().st_mtime_ns
     assert pretrain(smoke_corpus, SMOKE, uninterrupted.parent.parent) == uninterrupted
     assert (uninterrupted / "final" / "model.pt").stat().st_mtime_ns == before
+
+
+@pytest.mark.ray
+def test_a_ctrl_c_after_pretraining_under_ray_train_stops_the_driver_with_keyboard_interrupt(smoke_corpus, tmp_path):
+    from alignlab.platform.pretrain_ray import pretrain
+
+    pretrain(smoke_corpus, dataclasses.replace(SMOKE, max_steps=2, checkpoint_every=2), tmp_path)
+    assert_ctrl_c_raises_keyboard_interrupt()
 
 
 @pytest.mark.ray
