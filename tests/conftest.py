@@ -42,3 +42,14 @@ def pytest_collection_modifyitems(config, items):
     """Cluster tests first, whatever order the files were named in: each starts its own Ray head, and one
     started while this session's `ray_session` instance is up never gets a job agent (seen here)."""
     items.sort(key=lambda item: item.get_closest_marker("cluster") is None)
+
+
+@pytest.fixture
+def interactive_sigint():
+    """Ctrl-C as at an interactive prompt, for the tests that send one: a shell that starts the tests in the
+    background (`cmd &`, nohup) starts them with SIGINT ignored, and Python keeps it ignored."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)

@@ -298,7 +298,7 @@ def test_a_model_upload_cut_short_at_an_s3_root_is_not_taken_for_finished_and_is
 
 @pytest.mark.cluster
 def test_a_ctrl_c_in_the_middle_of_uploading_model_pt_to_s3_leaves_a_model_no_run_takes_for_finished(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, interactive_sigint):
     """The interruption itself, not only the state it leaves (issue #17): a real SIGINT lands while
     `Storage.push` is streaming `final/model.pt` to the local S3 server, through pyarrow's own output
     stream. Whatever pyarrow commits of the cut object, a fresh machine must not take the model for finished

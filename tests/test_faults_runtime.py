@@ -212,7 +212,8 @@ def test_a_study_records_a_diverged_calculation_as_failed_finishes_the_others_an
 
 
 @pytest.mark.ray
-def test_a_ctrl_c_after_a_tune_run_of_calculations_stops_the_driver_with_keyboard_interrupt(ray_session, tiny_root):
+def test_a_ctrl_c_after_a_tune_run_of_calculations_stops_the_driver_with_keyboard_interrupt(
+        ray_session, tiny_root, interactive_sigint):
     from fault_hooks import assert_ctrl_c_raises_keyboard_interrupt
 
     from alignlab.platform.config import to_dict

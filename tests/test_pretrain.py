@@ -120,7 +120,8 @@ def test_pretraining_writes_a_registered_model_with_eval_metrics_and_tensorboard
 
 
 @pytest.mark.ray
-def test_a_ctrl_c_after_pretraining_under_ray_train_stops_the_driver_with_keyboard_interrupt(smoke_corpus, tmp_path):
+def test_a_ctrl_c_after_pretraining_under_ray_train_stops_the_driver_with_keyboard_interrupt(
+        smoke_corpus, tmp_path, interactive_sigint):
     from alignlab.platform.pretrain_ray import pretrain
 
     pretrain(smoke_corpus, dataclasses.replace(SMOKE, max_steps=2, checkpoint_every=2), tmp_path)
