@@ -64,13 +64,19 @@ class Reference(nn.Module):
         return F.linear(self.head_ln(F.gelu(self.dense(h))), self.tok.weight, self.bias)
 
 
+def slopes_list(text: str) -> list[float]:
+    """`--alibi`'s value: comma-separated numbers ("" for none)."""
+    return [float(s) for s in text.split(",") if s]
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--storage", type=Path, default=Path("alignlab-storage"))
     p.add_argument("--corpus", type=Path, help="a finished corpus folder (default: the only one under --storage)")
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--every", type=int, default=250)
-    p.add_argument("--alibi", default="", help="comma list of per-head slopes (empty: no distance bias)")
+    p.add_argument("--alibi", default=[], type=slopes_list,
+                   help="comma list of per-head slopes, one per head (empty: no distance bias)")
     p.add_argument("--len", type=int, default=64, help="training and evaluation length in tokens")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--threads", type=int, default=1)
@@ -88,10 +94,10 @@ def main(argv=None) -> None:
     collate = Collator(mlm, tok, max_len=a.len, seed=1)
     held_batches = [Collator(mlm, tok, max_len=a.len, seed=0)({k: v[i:i + 32] for k, v in held.items()},
                                                              step=(1 << 40) + i // 32) for i in range(0, 800, 32)]
-    slopes = [float(s) for s in a.alibi.split(",") if s]
-    model = Reference(tok.vocab_size, 128, 2, 2, 128, slopes)
-    if slopes and len(slopes) != model.heads:
-        sys.exit(f"reference_encoder: --alibi needs {model.heads} slopes (one per head), got {len(slopes)}")
+    slopes, heads = a.alibi, 2
+    if slopes and len(slopes) != heads:
+        sys.exit(f"reference_encoder: --alibi needs {heads} slopes (one per head), got {len(slopes)}")
+    model = Reference(tok.vocab_size, 128, 2, heads, 128, slopes)
     opt = torch.optim.Adam(model.parameters(), lr=a.lr)
     warm = 100  # then linear decay to 0 at the last step, as the mini preset
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warm, max(0.0, (a.steps - s) / (a.steps - warm))))

@@ -108,18 +108,15 @@ class Encoder(nn.Module):
             x = layer(x, mask)
         return self.final_ln(x) if self.final_ln is not None else x
 
-
     def distance_bias(self, T: int, dtype: torch.dtype, device: torch.device,
                       keep_B11T: torch.Tensor | None) -> torch.Tensor:
         """The additive attention bias of `ModelConfig.alibi`: -slope_h * |i - j| [1 or B, heads, T, T], with -inf on
         the keys `keep_B11T` masks out (padding)."""
         slopes = torch.tensor(self.cfg.alibi_slopes(), dtype=torch.float32, device=device)
         pos = torch.arange(T, device=device)
-        bias = -slopes[:, None, None] * (pos[None, :] - pos[:, None]).abs().float()[None]
+        bias = (-slopes[:, None, None] * (pos[None, :] - pos[:, None]).abs().float())[None]
         if keep_B11T is not None:
-            bias = bias[None].masked_fill(~keep_B11T, float("-inf"))
-        else:
-            bias = bias[None]
+            bias = bias.masked_fill(~keep_B11T, float("-inf"))
         return bias.to(dtype)
 
 
