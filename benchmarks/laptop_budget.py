@@ -101,6 +101,11 @@ RECIPES: dict[str, dict] = {
     "cand_alibi8": {"model": dataclasses.replace(MINI.model, alibi=8.0)},
     "cand_alibi_h4": {"model": dataclasses.replace(MINI.model, alibi=1.0, head_dim=32)},  # 4 heads, 4 ranges
     "cand_alibi_lr2e-3": {"model": dataclasses.replace(MINI.model, alibi=1.0), "lr": 2e-3},
+    # Round 4: the masking curriculum (uniform masks first), MLM's share of the loss, fewer PAD rows
+    "cand_uniform50": {"uniform_mask_fraction": 0.5},
+    "cand_uniform_all": {"mlm_alpha": 0.0},
+    "cand_mlm_w2": {"mlm_weight": 2.0},
+    "cand_acr25_u50": {"acronym_fraction": 0.25, "uniform_mask_fraction": 0.5},
     # the same recipe with other objectives (issue #19): RTD instead of MLM, and RTD added to the four
     "rtd_for_mlm": {"objectives": "rtd,nsp,whp,pad"},
     "plus_rtd": {"objectives": "mlm,nsp,whp,pad,rtd"},
@@ -115,10 +120,12 @@ def build_config(name: str, objectives) -> "PretrainConfig":  # noqa: F821
     changes = dict(RECIPES[name])
     if "objectives" in changes:
         objectives = resolve_objectives(changes.pop("objectives"))
-    mask_prob = changes.pop("mask_prob", None)
+    # recipe keys that change the MLM objective's config, not the PretrainConfig
+    mlm = {field: changes.pop(key) for key, field in (("mask_prob", "mask_prob"), ("mlm_alpha", "alpha"),
+                                                      ("mlm_weight", "weight")) if key in changes}
     cfg = dataclasses.replace(MINI, **changes)
-    if mask_prob is not None:
-        objectives = tuple(dataclasses.replace(o, mask_prob=mask_prob) if o.name == "mlm" else o for o in objectives)
+    if mlm:
+        objectives = tuple(dataclasses.replace(o, **mlm) if o.name == "mlm" else o for o in objectives)
     return dataclasses.replace(cfg, objectives=objectives)
 
 
@@ -145,7 +152,8 @@ class Run:
             group["lr"] = cfg.lr * self.lr_at(virtual)  # the scheduler's own step after this one is overridden
         start = (self.step * bs) % (n - bs)
         rows = to_numpy_rows(self.train.take(self.order[start: start + bs]))
-        self.trainer.train_step(self.trainer.collate(rows, step=self.step, max_len=cfg.seq_len_at(virtual)))
+        collate = self.trainer.collator_at(virtual)  # the masking curriculum, on the clock like the rest
+        self.trainer.train_step(collate(rows, step=self.step, max_len=cfg.seq_len_at(virtual)))
         self.step += 1
         dt = time.perf_counter() - t0
         self.seconds += dt

@@ -89,7 +89,7 @@ def main(argv=None) -> None:
     for step in range(cfg.max_steps):
         start = (step * bs) % (len(order) - bs)
         rows = to_numpy_rows(train.take(order[start:start + bs]))
-        m = trainer.train_step(trainer.collate(rows, step=step, max_len=cfg.seq_len_at(step)))
+        m = trainer.train_step(trainer.collator_at(step)(rows, step=step, max_len=cfg.seq_len_at(step)))
         if (step + 1) % a.every == 0:
             point = {"step": step + 1, "train_seconds": round(time.time() - t0, 1),
                      "mlm_loss": round(m["train/mlm/loss"], 3),

@@ -33,6 +33,8 @@ gradient sums otherwise than one and draw their own dropout masks, so their weig
 ADDED_MODEL_FIELDS = {"position": "learned", "alibi": 0.0}
 """ModelConfig fields added after models were first registered, with their defaults: hashed only when set to
 another value, so every model that existed before keeps its id."""
+ADDED_PRETRAIN_FIELDS = {"uniform_mask_fraction": 0.0}
+"""The same for PretrainConfig fields."""
 
 
 def model_id(corpus_id: str, cfg: PretrainConfig) -> str:
@@ -42,6 +44,9 @@ def model_id(corpus_id: str, cfg: PretrainConfig) -> str:
     for f, default in ADDED_MODEL_FIELDS.items():
         if d["model"].get(f) == default:
             d["model"].pop(f)
+    for f, default in ADDED_PRETRAIN_FIELDS.items():
+        if d.get(f) == default:
+            d.pop(f)
     return f"{cfg.model.label}-{'+'.join(cfg.objective_names)}-{config_hash(corpus_id, d)}"
 
 

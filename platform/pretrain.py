@@ -157,6 +157,14 @@ class Pretrainer:
         self.collate = Collator(list(self.objectives.values()), tokenizer, max_len=cfg.seq_len or cfg.model.max_len,
                                 acronym_fraction=cfg.acronym_fraction,
                                 subword_alpha=cfg.subword_regularization_alpha, seed=cfg.seed, rank=0)
+        # The masking curriculum's early batches: the same collator with MLM's masks drawn uniformly (alpha 0).
+        self.uniform_collate = None
+        if cfg.uniform_mask_fraction:
+            uniform = [dataclasses.replace(o.config, alpha=0.0).build(tokenizer) if o.name == "mlm" else o
+                       for o in self.objectives.values()]
+            self.uniform_collate = Collator(uniform, tokenizer, max_len=cfg.seq_len or cfg.model.max_len,
+                                            acronym_fraction=cfg.acronym_fraction,
+                                            subword_alpha=cfg.subword_regularization_alpha, seed=cfg.seed, rank=0)
         self.state = TrainState()
         self.last_row_ids: list[str] = []
         """The rows (`doc_id#chunk_index`) this rank trained on at its last step."""
@@ -170,7 +178,7 @@ class Pretrainer:
 
     def batch(self, rows: dict, *, step: int, epoch: int = 0, max_len: int | None = None) -> dict[str, torch.Tensor]:
         """This rank's training batch at `step`: the global batch `rows` collated whole, then this rank's slice."""
-        batch = self.collate(rows, step=step, max_len=max_len, epoch=epoch)
+        batch = self.collator_at(step)(rows, step=step, max_len=max_len, epoch=epoch)
         ids = [f"{d}#{c}" for d, c in zip(rows["doc_id"], rows.get("chunk_index", range(len(rows["doc_id"]))))]
         if self.world == 1:
             self.last_row_ids = ids
@@ -181,6 +189,11 @@ class Pretrainer:
         b = self.cfg.worker_batch_size
         self.last_row_ids = ids[self.rank * b:(self.rank + 1) * b]
         return take_rows(batch, self.rank * b, (self.rank + 1) * b)
+
+    def collator_at(self, step: int) -> Collator:
+        """The collator of optimizer step `step`: MLM's uniform masks early under the masking curriculum
+        (`PretrainConfig.uniform_mask_fraction`), the objectives' own otherwise."""
+        return self.uniform_collate if self.cfg.uniform_masks_at(step) else self.collate
 
     def _global_share(self, out: dict) -> dict[str, torch.Tensor | float]:
         """Each objective's factor that turns this rank's mean loss into its share of the global batch's mean
