@@ -8,6 +8,7 @@ only on the drawn positions.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -40,6 +41,11 @@ class MaskedLMConfig:
             raise ValueError("mlm.alpha and mlm.weight must be >= 0")
         if self.mask_token_prob + self.random_token_prob > 1:
             raise ValueError("mlm.mask_token_prob + mlm.random_token_prob must be <= 1")
+
+    def curriculum(self) -> "MaskedLMConfig":
+        """What MLM collates with in a curriculum's first steps (`PretrainConfig.curriculum_fraction`): uniform
+        masks, on which a small encoder learns to use the context faster (benchmarks/README.md, "Round 4")."""
+        return dataclasses.replace(self, alpha=0.0)
 
     def build(self, tokenizer) -> "MaskedLM":
         return MaskedLM(self, tokenizer)

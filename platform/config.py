@@ -173,11 +173,10 @@ class PretrainConfig:
     short_seq_fraction: float = 0.0
     """Short-then-long schedule: the first `short_seq_fraction` of the steps train at `short_seq_len` tokens (0: off),
     the rest at `seq_len` (cramming's and BERT's 90/10 split, inverted: short sequences are cheap steps early)."""
-    uniform_mask_fraction: float = 0.0
-    """Masking curriculum: the first `uniform_mask_fraction` of the steps draw MLM's masks uniformly (alpha 0, as
-    in BERT), the rest with MLM's own `alpha` (the paper's rare-weighted masks). A small encoder learns to use the
-    context on the frequent tokens first (benchmarks/README.md, "Round 4"). Held-out evaluation always uses MLM's
-    own masks. 0 (off) is the paper's recipe."""
+    curriculum_fraction: float = 0.0
+    """The first `curriculum_fraction` of the steps collate with each objective's `curriculum()` config where it
+    has one (MLM's: uniform masks, BERT's, before the paper's rare-weighted ones; benchmarks/README.md, "Round
+    4"), the rest with the objectives' own. Held-out evaluation always uses their own. 0 (off) is the paper's."""
     grad_clip: float = 1.0
     acronym_fraction: float = 0.25
     """Share of linked rows turned into PAD examples `[CLS] acronym [SEP] chunk [SEP]` when PAD is on;
@@ -227,12 +226,12 @@ class PretrainConfig:
             raise ValueError(f"PretrainConfig.short_seq_fraction must be in [0, 1), got {self.short_seq_fraction}")
         if bool(self.short_seq_len) != bool(self.short_seq_fraction):
             raise ValueError("PretrainConfig.short_seq_len and short_seq_fraction must be set together (both 0 = off)")
-        if not 0.0 <= self.uniform_mask_fraction < 1.0:
-            raise ValueError(f"PretrainConfig.uniform_mask_fraction must be in [0, 1), "
-                             f"got {self.uniform_mask_fraction}")
-        if self.uniform_mask_fraction and "mlm" not in self.objective_names:
-            raise ValueError("PretrainConfig.uniform_mask_fraction is a curriculum of MLM's masks; these objectives "
-                             f"have no mlm: {'+'.join(self.objective_names)}")
+        if not 0.0 <= self.curriculum_fraction < 1.0:
+            raise ValueError(f"PretrainConfig.curriculum_fraction must be in [0, 1), "
+                             f"got {self.curriculum_fraction}")
+        if self.curriculum_fraction and not any(hasattr(o, "curriculum") for o in self.objectives):
+            raise ValueError("PretrainConfig.curriculum_fraction needs an objective with a curriculum; these "
+                             f"objectives are {'+'.join(self.objective_names)}")
         _choice(self, "precision", ("auto", "fp32", "bf16"))
         _choice(self, "loss_scaling", LOSS_SCALINGS)
         if not 0.0 <= self.acronym_fraction <= 1.0:
@@ -255,9 +254,9 @@ class PretrainConfig:
             return self.short_seq_len
         return self.seq_len or self.model.max_len
 
-    def uniform_masks_at(self, step: int) -> bool:
-        """Does optimizer step `step` draw MLM's masks uniformly (the masking curriculum)?"""
-        return step < round(self.uniform_mask_fraction * self.max_steps)
+    def curriculum_at(self, step: int) -> bool:
+        """Does optimizer step `step` collate with the objectives' curriculum configs?"""
+        return step < round(self.curriculum_fraction * self.max_steps)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

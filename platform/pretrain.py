@@ -157,14 +157,15 @@ class Pretrainer:
         self.collate = Collator(list(self.objectives.values()), tokenizer, max_len=cfg.seq_len or cfg.model.max_len,
                                 acronym_fraction=cfg.acronym_fraction,
                                 subword_alpha=cfg.subword_regularization_alpha, seed=cfg.seed, rank=0)
-        # The masking curriculum's early batches: the same collator with MLM's masks drawn uniformly (alpha 0).
-        self.uniform_collate = None
-        if cfg.uniform_mask_fraction:
-            uniform = [dataclasses.replace(o.config, alpha=0.0).build(tokenizer) if o.name == "mlm" else o
-                       for o in self.objectives.values()]
-            self.uniform_collate = Collator(uniform, tokenizer, max_len=cfg.seq_len or cfg.model.max_len,
-                                            acronym_fraction=cfg.acronym_fraction,
-                                            subword_alpha=cfg.subword_regularization_alpha, seed=cfg.seed, rank=0)
+        # The curriculum's early batches: the same collator with each objective's `curriculum()` config where it has
+        # one (MLM: uniform masks).
+        self.curriculum_collate = None
+        if cfg.curriculum_fraction:
+            early = [o.config.curriculum().build(tokenizer) if hasattr(o.config, "curriculum") else o
+                     for o in self.objectives.values()]
+            self.curriculum_collate = Collator(early, tokenizer, max_len=cfg.seq_len or cfg.model.max_len,
+                                               acronym_fraction=cfg.acronym_fraction,
+                                               subword_alpha=cfg.subword_regularization_alpha, seed=cfg.seed, rank=0)
         self.state = TrainState()
         self.last_row_ids: list[str] = []
         """The rows (`doc_id#chunk_index`) this rank trained on at its last step."""
@@ -191,9 +192,9 @@ class Pretrainer:
         return take_rows(batch, self.rank * b, (self.rank + 1) * b)
 
     def collator_at(self, step: int) -> Collator:
-        """The collator of optimizer step `step`: MLM's uniform masks early under the masking curriculum
-        (`PretrainConfig.uniform_mask_fraction`), the objectives' own otherwise."""
-        return self.uniform_collate if self.cfg.uniform_masks_at(step) else self.collate
+        """The collator of optimizer step `step`: the objectives' curriculum configs early
+        (`PretrainConfig.curriculum_fraction`; MLM's uniform masks), their own otherwise."""
+        return self.curriculum_collate if self.cfg.curriculum_at(step) else self.collate
 
     def _global_share(self, out: dict) -> dict[str, torch.Tensor | float]:
         """Each objective's factor that turns this rank's mean loss into its share of the global batch's mean

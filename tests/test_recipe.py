@@ -135,13 +135,13 @@ def test_the_masking_curriculum_draws_uniform_masks_first_then_mlms_own_and_eval
     counts = np.bincount([i for t in real_texts() for i in tok.sp.encode(t)], minlength=tok.vocab_size)
     np.save(tmp_path / "token_counts.npy", counts)
     tok = Tokenizer(tmp_path / "tokenizer.model")
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp", max_steps=10, uniform_mask_fraction=0.3,
+    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp", max_steps=10, curriculum_fraction=0.3,
                               precision="fp32")
-    assert [cfg.uniform_masks_at(s) for s in range(10)] == [True] * 3 + [False] * 7
+    assert [cfg.curriculum_at(s) for s in range(10)] == [True] * 3 + [False] * 7
     tr = Pretrainer(cfg, tok)
-    rare = Pretrainer(dataclasses.replace(cfg, uniform_mask_fraction=0.0), tok)  # MLM's own alpha, 0.5
+    rare = Pretrainer(dataclasses.replace(cfg, curriculum_fraction=0.0), tok)  # MLM's own alpha, 0.5
     bert_mlm = (MaskedLMConfig(alpha=0.0), "nsp")
-    bert = Pretrainer(dataclasses.replace(cfg, uniform_mask_fraction=0.0, objectives=bert_mlm), tok)
+    bert = Pretrainer(dataclasses.replace(cfg, curriculum_fraction=0.0, objectives=bert_mlm), tok)
     rows = batches(tok)[0]
     early, late = tr.batch(rows, step=1)["mlm"], tr.batch(rows, step=5)["mlm"]
     rare_early = rare.batch(rows, step=1)["mlm"]
@@ -159,7 +159,7 @@ def test_the_masking_curriculum_names_another_model_only_when_it_is_on():
 
     paper = PRETRAIN_PRESETS["paper"]
     assert model_id("bundled-dabc0247e631", paper) == "768x3-mlm-bd405858331f"  # the id from before the field
-    curriculum = dataclasses.replace(paper, uniform_mask_fraction=0.5)
+    curriculum = dataclasses.replace(paper, curriculum_fraction=0.5)
     assert model_id("bundled-dabc0247e631", curriculum) != model_id("bundled-dabc0247e631", paper)
 
 
@@ -167,9 +167,9 @@ def test_the_masking_curriculum_names_another_model_only_when_it_is_on():
     (dict(decay="triangle"), "decay"), (dict(adam_betas=(0.9, 1.0)), "adam_betas"), (dict(adam_eps=0.0), "adam_eps"),
     (dict(weight_decay=float("nan")), "weight_decay"), (dict(seq_len=8), "seq_len"), (dict(seq_len=10_000), "seq_len"),
     (dict(short_seq_len=16), "together"), (dict(short_seq_fraction=1.0, short_seq_len=16), "short_seq_fraction"),
-    (dict(uniform_mask_fraction=1.0), "uniform_mask_fraction"),
-    (dict(uniform_mask_fraction=-0.1), "uniform_mask_fraction"),
-    (dict(objectives="nsp", uniform_mask_fraction=0.5), "have no mlm: nsp"),
+    (dict(curriculum_fraction=1.0), "curriculum_fraction"),
+    (dict(curriculum_fraction=-0.1), "curriculum_fraction"),
+    (dict(objectives="nsp", curriculum_fraction=0.5), "needs an objective with a curriculum; these objectives are nsp"),
 ])
 def test_bad_recipe_values_are_refused_naming_the_field(bad, match):
     with pytest.raises(ValueError, match=match):
@@ -284,7 +284,7 @@ def tiny_tokenizer_for_recipe():
 
 CRAMMED = dict(model=dataclasses.replace(TINY, norm="pre", dropout=0.0, alibi=1.0), decay="cosine", weight_decay=0.01,
                adam_betas=(0.9, 0.98), adam_eps=1e-6, short_seq_len=32, short_seq_fraction=0.5,
-               uniform_mask_fraction=0.25)
+               curriculum_fraction=0.25)
 
 
 def test_a_crammed_model_finetunes_and_its_fast_predictor_matches_the_module_forward(tmp_path):
@@ -332,4 +332,4 @@ def test_a_crammed_recipe_pretrains_under_ray_train_and_its_id_names_the_recipe(
     assert ev["step"] == 4 and all(math.isfinite(ev[f"eval/{n}/perplexity"]) for n in ("mlm", "nsp", "whp", "pad"))
     saved = json.loads((mdir / "final" / "model_config.json").read_text())
     assert saved["model"]["norm"] == "pre" and saved["pretrain"]["decay"] == "cosine"
-    assert saved["pretrain"]["uniform_mask_fraction"] == 0.25
+    assert saved["pretrain"]["curriculum_fraction"] == 0.25
