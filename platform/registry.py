@@ -28,6 +28,8 @@ The verbs an objective may implement (defaults do nothing):
                 returning a scalar mean loss and additive metric sums (all-reducible), `finalize(sums)` turning
                 sums into accuracy and perplexity. The loss is a mean over `sums["count"]` items: under data
                 parallelism the engine reweights each worker's mean by its share of the global count.
+- config:       `curriculum()` (optional, on the config): the config the objective collates with during the first
+                `PretrainConfig.curriculum_fraction` of the steps (MLM: uniform masks before rare-weighted ones).
 `example_format` says which inputs it trains on: "pair" = `[CLS] chunk [SEP] next [SEP]`,
 "acronym" = `[CLS] acronym [SEP] chunk [SEP]`.
 
