@@ -41,12 +41,10 @@ def model_id(corpus_id: str, cfg: PretrainConfig) -> str:
     d = to_dict(resolve_precision(cfg))
     for f in RUNTIME_FIELDS:
         d.pop(f)
-    for f, default in ADDED_MODEL_FIELDS.items():
-        if d["model"].get(f) == default:
-            d["model"].pop(f)
-    for f, default in ADDED_PRETRAIN_FIELDS.items():
-        if d.get(f) == default:
-            d.pop(f)
+    for fields, added in ((d["model"], ADDED_MODEL_FIELDS), (d, ADDED_PRETRAIN_FIELDS)):
+        for f, default in added.items():
+            if fields.get(f) == default:
+                fields.pop(f)
     return f"{cfg.model.label}-{'+'.join(cfg.objective_names)}-{config_hash(corpus_id, d)}"
 
 

@@ -154,18 +154,19 @@ class Pretrainer:
         self.optimizer = make_optimizer(self.model, cfg)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
         # Rank 0's stream of randomness for every rank: all of them collate the same global batch alike.
-        self.collate = Collator(list(self.objectives.values()), tokenizer, max_len=cfg.seq_len or cfg.model.max_len,
-                                acronym_fraction=cfg.acronym_fraction,
-                                subword_alpha=cfg.subword_regularization_alpha, seed=cfg.seed, rank=0)
+        def collator(objectives) -> Collator:
+            return Collator(objectives, tokenizer, max_len=cfg.seq_len or cfg.model.max_len,
+                            acronym_fraction=cfg.acronym_fraction, subword_alpha=cfg.subword_regularization_alpha,
+                            seed=cfg.seed, rank=0)
+
+        self.collate = collator(list(self.objectives.values()))
         # The curriculum's early batches: the same collator with each objective's `curriculum()` config where it has
         # one (MLM: uniform masks).
         self.curriculum_collate = None
         if cfg.curriculum_fraction:
-            early = [o.config.curriculum().build(tokenizer) if hasattr(o.config, "curriculum") else o
-                     for o in self.objectives.values()]
-            self.curriculum_collate = Collator(early, tokenizer, max_len=cfg.seq_len or cfg.model.max_len,
-                                               acronym_fraction=cfg.acronym_fraction,
-                                               subword_alpha=cfg.subword_regularization_alpha, seed=cfg.seed, rank=0)
+            self.curriculum_collate = collator([o.config.curriculum().build(tokenizer)
+                                                if hasattr(o.config, "curriculum") else o
+                                                for o in self.objectives.values()])
         self.state = TrainState()
         self.last_row_ids: list[str] = []
         """The rows (`doc_id#chunk_index`) this rank trained on at its last step."""

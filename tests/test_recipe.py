@@ -125,11 +125,10 @@ def test_a_short_then_long_schedule_trains_short_examples_first_and_nsp_pairs_ke
 
 def test_the_masking_curriculum_draws_uniform_masks_first_then_mlms_own_and_evaluation_keeps_mlms_own(tmp_path):
     import numpy as np
+    from tiny_model import real_texts
 
     from alignlab.objectives.masked_lm import MaskedLMConfig
-
     from alignlab.platform.tokenizer import Tokenizer
-    from tiny_model import real_texts
 
     tok = tiny_tokenizer(tmp_path)  # then the corpus's token counts next to it, as a corpus build saves them
     counts = np.bincount([i for t in real_texts() for i in tok.sp.encode(t)], minlength=tok.vocab_size)
