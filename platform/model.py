@@ -31,6 +31,11 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
 
 
 class EncoderLayer(nn.Module):
+    cpu_training_attention = "auto"
+    """Which attention trains on CPU without dropout: "auto" (written out in bf16, SDPA in fp32; see `attend`),
+    "sdpa" or "written_out". A class switch only so that benchmarks/attention_cpu.py can time the paths in one
+    process; the engine never changes it."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.num_heads, self.head_dim, self.p = cfg.num_heads, cfg.head_dim, cfg.dropout
@@ -56,19 +61,30 @@ class EncoderLayer(nn.Module):
         """Multi-head self-attention with its output projection (no residual, no norm)."""
         B, T, H = x_BTH.shape
         q, k, v = self.qkv(x_BTH).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        if self.training and self.p > 0 and x_BTH.device.type == "cpu":
-            # SDPA's only CPU kernel with dropout is its generic "math" path (scales q and k, a NaN-safe
-            # softmax, bernoulli dropout); written out, it is the same attention with fewer passes.
+        drop = self.training and self.p > 0
+        if x_BTH.device.type == "cpu" and (drop or (q.requires_grad and self._write_out(q.dtype))):
+            # Written out rather than SDPA, in two cases on CPU:
+            # - with dropout, SDPA's only CPU kernel is its generic "math" path (scales q and k, a NaN-safe
+            #   softmax, bernoulli dropout); this is the same attention with fewer passes;
+            # - in bf16 with gradients: SDPA's CPU flash kernel is fast forward but its backward took ~3x this
+            #   path's forward + backward at the mini model's shapes (benchmarks/attention_cpu.py). The scores
+            #   and the softmax are in fp32, as in the flash kernel. fp32 training keeps SDPA, faster there.
             s = torch.matmul(q * self.head_dim**-0.5, k.transpose(-1, -2))
+            if q.dtype == torch.bfloat16:
+                s = s.float()
             if mask_B11T is not None and mask_B11T.dtype == torch.bool:
                 s = s.masked_fill_(~mask_B11T, float("-inf"))
             elif mask_B11T is not None:  # an additive bias (alibi), -inf at padding
                 s = s + mask_B11T
-            a = torch.matmul(dropout(torch.softmax(s, -1), self.p, True), v)
+            a = torch.matmul(dropout(torch.softmax(s, -1), self.p, drop).to(v.dtype), v)
         else:
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_B11T,
                                                dropout_p=self.p if self.training else 0.0)
         return self.attn_out(a.transpose(1, 2).reshape(B, T, H))
+
+    def _write_out(self, dtype: torch.dtype) -> bool:
+        mode = self.cpu_training_attention
+        return mode == "written_out" or (mode == "auto" and dtype == torch.bfloat16)
 
 
 class Encoder(nn.Module):

@@ -70,6 +70,57 @@ def test_dropout_zero_gives_identical_outputs_in_train_and_eval_mode(norm):
     assert not torch.equal(noisy.train()(ids, seg), noisy.eval()(ids, seg))
 
 
+def _count_sdpa(monkeypatch) -> list:
+    """Calls of SDPA from the model's attention (the real function still runs)."""
+    import alignlab.platform.model as model_mod
+
+    calls, real = [], torch.nn.functional.scaled_dot_product_attention
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(model_mod.F, "scaled_dot_product_attention", counted)
+    return calls
+
+
+@pytest.mark.parametrize("mask", ["none", "padding", "distance_bias"])
+def test_bf16_training_attention_is_written_out_and_matches_sdpa_in_outputs_and_gradients(mask, monkeypatch):
+    from alignlab.platform.model import EncoderLayer
+
+    ids, seg = _inputs(T=16, B=3)
+    cfg = dataclasses.replace(TINY, alibi=2.0 if mask == "distance_bias" else 0.0, dropout=0.0)
+    keep = torch.ones(3, 16, dtype=torch.bool)
+    if mask == "padding":
+        keep[1, 10:] = False
+    calls = _count_sdpa(monkeypatch)
+    # A fixed random read-out: the squared norm of a LayerNorm output would be constant, with no gradient.
+    readout = torch.randn(3, 16, cfg.hidden, generator=torch.Generator().manual_seed(1))
+    got = {}
+    for written_out in (True, False):
+        monkeypatch.setattr(EncoderLayer, "cpu_training_attention", "auto" if written_out else "sdpa")
+        torch.manual_seed(0)
+        enc = Encoder(cfg, 100).train()
+        before = len(calls)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = enc(ids, seg, keep)
+        (out.float() * readout).sum().backward()
+        got[written_out] = (out.float(), enc.layers[0].qkv.weight.grad.clone(), len(calls) - before)
+    assert got[True][2] == 0 and got[False][2] == cfg.num_layers  # the bf16 training path never calls SDPA
+    valid = keep[..., None]
+    torch.testing.assert_close(got[True][0] * valid, got[False][0] * valid, atol=0.05, rtol=0.05)
+    grad, ref = got[True][1], got[False][1]
+    assert float(ref.abs().max()) > 0.1  # gradients of a size the comparison can see
+    assert float((grad - ref).norm() / ref.norm()) < 0.02
+    # Held-out evaluation (no gradients) and fp32 training without dropout keep SDPA, the faster path there.
+    enc = Encoder(cfg, 100)
+    before = len(calls)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        enc.eval()(ids, seg, keep)
+    enc.train()(ids, seg, keep).sum().backward()
+    assert len(calls) - before == 2 * cfg.num_layers
+
+
 def test_cosine_and_linear_schedules_end_at_zero_exactly_at_max_steps_after_warmup():
     base = dict(max_steps=100, warmup_steps=10)
     cos = lr_lambda(PretrainConfig(decay="cosine", **base))
