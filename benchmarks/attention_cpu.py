@@ -14,22 +14,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
+from bench_corpus import load_corpus
 from alignlab.platform.config import PRETRAIN_PRESETS
 from alignlab.platform.model import EncoderLayer
 from alignlab.platform.pretrain import Pretrainer, resolve_precision, to_numpy_rows
-from alignlab.platform.tokenizer import Tokenizer
 
 
 def main(argv=None) -> None:
@@ -42,10 +39,7 @@ def main(argv=None) -> None:
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "attention_cpu.json")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
-    corpus = a.corpus or next(iter(sorted((a.storage / "corpus").iterdir())))
-    manifest = json.loads((corpus / "manifest.json").read_text())
-    tok = Tokenizer(corpus / "tokenizer.model")
-    train = pa.concat_tables([pq.read_table(corpus / "shards" / n) for n in manifest["shards"]["train"]])
+    corpus, tok, train, _ = load_corpus(a.storage, a.corpus)
     command = "python benchmarks/attention_cpu.py " + " ".join(sys.argv[1:] if argv is None else argv)
     mini = PRETRAIN_PRESETS["mini"]
     auto = resolve_precision(mini).precision

@@ -23,16 +23,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
+from bench_corpus import load_corpus
 from alignlab.platform.batching import Collator
 from alignlab.platform.config import PRETRAIN_PRESETS
 from alignlab.platform.pretrain import Pretrainer, resolve_precision, to_numpy_rows
 from alignlab.platform.registry import resolve_objectives
-from alignlab.platform.tokenizer import Tokenizer
 
 
 def masked_accuracy(trainer: Pretrainer, held: dict, collate: Collator, batches: int) -> float:
@@ -58,11 +56,8 @@ def main(argv=None) -> None:
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "mlm_transition.json")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
-    corpus = a.corpus or next(iter(sorted((a.storage / "corpus").iterdir())))
-    manifest = json.loads((corpus / "manifest.json").read_text())
-    tok = Tokenizer(corpus / "tokenizer.model")
-    train = pa.concat_tables([pq.read_table(corpus / "shards" / n) for n in manifest["shards"]["train"]])
-    held = to_numpy_rows(pa.concat_tables([pq.read_table(corpus / "shards" / n) for n in manifest["shards"]["eval"]]))
+    corpus, tok, train, held = load_corpus(a.storage, a.corpus)
+    held = to_numpy_rows(held)
     mini = PRETRAIN_PRESETS["mini"]
     objectives = resolve_objectives(a.objectives)
     if a.mlm_alpha is not None:
