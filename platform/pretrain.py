@@ -105,8 +105,13 @@ def lr_lambda(cfg: PretrainConfig) -> Callable[[int], float]:
 
 def make_optimizer(model: torch.nn.Module, cfg: PretrainConfig) -> torch.optim.Optimizer:
     """Adam with the config's betas and eps; AdamW when weight decay is on, decaying only matrices and embeddings
-    (BERT's rule: biases and LayerNorm parameters are 1-d and exempt)."""
+    (BERT's rule: biases and LayerNorm parameters are 1-d and exempt).
+
+    Fused (one kernel over every parameter) on CPU and CUDA: on CPU PyTorch's default is a Python loop over the
+    parameters, 4.2 ms a step for the mini model against 0.7 ms fused (benchmarks/adam_cpu.py)."""
     kw = dict(lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps)
+    if {p.device.type for p in model.parameters()} <= {"cpu", "cuda"}:
+        kw["fused"] = True
     if not cfg.weight_decay:
         return torch.optim.Adam(model.parameters(), **kw)
     params = list(model.parameters())

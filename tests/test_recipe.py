@@ -138,8 +138,10 @@ def test_weight_decay_switches_to_adamw_and_spares_biases_and_layernorms():
     plain = make_optimizer(enc, PretrainConfig())
     assert type(plain) is torch.optim.Adam
     assert plain.defaults["betas"] == (0.9, 0.999) and plain.defaults["eps"] == 1e-8
+    assert plain.defaults["fused"] is True  # one kernel, not a Python loop over the parameters
     opt = make_optimizer(enc, PretrainConfig(weight_decay=0.01, adam_betas=(0.9, 0.98), adam_eps=1e-6))
     assert type(opt) is torch.optim.AdamW and opt.defaults["betas"] == (0.9, 0.98) and opt.defaults["eps"] == 1e-6
+    assert opt.defaults["fused"] is True
     decayed, spared = opt.param_groups
     assert decayed["weight_decay"] == 0.01 and spared["weight_decay"] == 0.0
     assert all(p.dim() == 2 for p in decayed["params"]) and all(p.dim() == 1 for p in spared["params"])
