@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
-import json
 import statistics
 import sys
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 import torch
 
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
+from bench_corpus import only_folder
 from alignlab.platform.config import FINETUNE_PRESETS
 from alignlab.platform.finetune import finetune_calculation, load_pretrained
 from alignlab.platform.protocol import TaskData, fel_split
@@ -53,7 +53,7 @@ def main(argv=None) -> None:
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "fel_settings.json")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
-    tasks = a.tasks or next(iter(sorted((a.storage / "tasks").iterdir())))
+    tasks = a.tasks or only_folder(a.storage, "tasks")
     data = TaskData.load(tasks)
     pre = load_pretrained(a.storage / "models" / a.model)
     command = "python benchmarks/fel_settings.py " + " ".join(sys.argv[1:] if argv is None else argv)

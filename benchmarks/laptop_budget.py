@@ -39,18 +39,16 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
+from bench_corpus import load_corpus, only_folder
 from alignlab.platform.batching import Collator
 from alignlab.platform.registry import resolve_objectives
 from alignlab.platform.config import FINETUNE_PRESETS, PRETRAIN_PRESETS, to_dict
 from alignlab.platform.finetune import Pretrained, finetune_calculation
 from alignlab.platform.pretrain import Pretrainer, lr_lambda, resolve_precision, to_numpy_rows
 from alignlab.platform.protocol import TaskData, calculations, context_free_baselines, fel_split
-from alignlab.platform.tokenizer import Tokenizer
 
 MINI = PRETRAIN_PRESETS["mini"]
 _OLD_MINI = dict(model=dataclasses.replace(MINI.model, norm="post", dropout=0.1, alibi=0.0), lr=1e-3, warmup_steps=100,
@@ -247,13 +245,6 @@ def fel(run: Run, tok, data: TaskData, n_calcs: int) -> dict:
     return out
 
 
-def _only(root: Path, kind: str) -> Path:
-    found = sorted(p for p in (root / kind).iterdir() if p.is_dir()) if (root / kind).is_dir() else []
-    if len(found) != 1:
-        sys.exit(f"laptop_budget: give --{kind} (found {len(found)} folders under {root / kind})")
-    return found[0]
-
-
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--storage", type=Path, default=Path("alignlab-storage"))
@@ -274,15 +265,9 @@ def main(argv=None) -> None:
     if unknown:
         sys.exit(f"laptop_budget: unknown recipe(s) {unknown}; choose from {', '.join(RECIPES)}")
     torch.set_num_threads(a.threads)
-    corpus = a.corpus or _only(a.storage, "corpus")
-    tasks = a.tasks or _only(a.storage, "tasks")
-    manifest = json.loads((corpus / "manifest.json").read_text())
-    tok = Tokenizer(corpus / "tokenizer.model")
-
-    def shards(split):
-        return pa.concat_tables([pq.read_table(corpus / "shards" / n) for n in manifest["shards"][split]])
-
-    train, held = shards("train"), to_numpy_rows(shards("eval"))
+    corpus, tok, train, held = load_corpus(a.storage, a.corpus)
+    tasks = a.tasks or only_folder(a.storage, "tasks")
+    held = to_numpy_rows(held)
     order = np.random.default_rng(0).permutation(train.num_rows)
     objectives = resolve_objectives(tuple(a.objectives.split(",")))
     command = "python benchmarks/laptop_budget.py " + " ".join(sys.argv[1:] if argv is None else argv)

@@ -21,17 +21,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
+from bench_corpus import load_corpus
 from alignlab.platform.batching import IGNORE, Collator
 from alignlab.platform.pretrain import to_numpy_rows
 from alignlab.platform.registry import resolve_objectives
-from alignlab.platform.tokenizer import Tokenizer
 
 
 class Reference(nn.Module):
@@ -84,11 +82,8 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    corpus = a.corpus or next(iter(sorted((a.storage / "corpus").iterdir())))
-    manifest = json.loads((corpus / "manifest.json").read_text())
-    tok = Tokenizer(corpus / "tokenizer.model")
-    train = pa.concat_tables([pq.read_table(corpus / "shards" / n) for n in manifest["shards"]["train"]])
-    held = to_numpy_rows(pa.concat_tables([pq.read_table(corpus / "shards" / n) for n in manifest["shards"]["eval"]]))
+    corpus, tok, train, held = load_corpus(a.storage, a.corpus)
+    held = to_numpy_rows(held)
     mlm = [dataclasses.replace(o, alpha=0.0, mask_prob=0.15, mask_token_prob=0.8, random_token_prob=0.1).build(tok)
            for o in resolve_objectives("mlm")]
     collate = Collator(mlm, tok, max_len=a.len, seed=1)
