@@ -11,7 +11,8 @@ Reported per recipe, at a few points of its budget: held-out MLM, NSP, WHP and P
 eval shards (fixed masks and pairs: the same examples for every recipe and point, made with the mini preset's
 example mix and MLM masking whatever the recipe trains with: `eval_collator`); at the end, the `pred`
 FEL accuracy of CT (the hand-labelled real-text test set) and AD, heads discarded (the study's `*` models),
-honest selection, with the strongest context-free baseline on the same splits.
+honest selection, with the strongest context-free baseline on the same splits; and CT's FEL accuracy on the
+calculations' validation splits, the one CT figure a choice between recipes may look at.
 
     alignlab data build-tasks --preset mini && alignlab corpus build --preset mini   # or a study built them
     python benchmarks/laptop_budget.py --budget-s 300 --recipes current,candidate
@@ -29,6 +30,14 @@ fair comparison across objective sets is the FEL accuracy at the end, which ever
     python benchmarks/laptop_budget.py --budget-s 300 --recipes candidate,rtd_for_mlm
 """
 from __future__ import annotations
+
+import os
+
+# Several models train in this one process, each with its own shapes (widths, 64 and 128 tokens, evaluation
+# batches). oneDNN keeps the kernels it built in a cache of 1,024 by default; these recipes need more, and past
+# it every step rebuilds kernels: 15-22% fewer steps for a mini recipe when four recipes run side by side, and
+# not the same share for each (benchmarks/README.md, "Round 6"). It is read when oneDNN starts, so before torch.
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16384")
 
 import argparse
 import dataclasses
@@ -103,6 +112,12 @@ RECIPES: dict[str, dict] = {
     "cand_uniform50": {"curriculum_fraction": 0.5},
     "cand_uniform_all": {"mlm_alpha": 0.0},
     "cand_mlm_w2": {"mlm_weight": 2.0},
+    # Round 6: wider encoders in the same seconds (a 64-token mini step is mostly per-operation overhead on CPU, so
+    # width costs less than its FLOPs); with the preset's bias, 64-wide heads (3 and 4 heads: more slopes)
+    "cand_w192": {"model": dataclasses.replace(MINI.model, hidden=192, ffn=768)},
+    "cand_w384": {"model": dataclasses.replace(MINI.model, hidden=384, ffn=1536)},
+    "cand_w512": {"model": dataclasses.replace(MINI.model, hidden=512, ffn=2048)},
+    "cand_w256_short90": {"model": dataclasses.replace(MINI.model, hidden=256, ffn=1024), "short_seq_fraction": 0.9},
     # the same recipe with other objectives (issue #19): RTD instead of MLM, and RTD added to the four
     "rtd_for_mlm": {"objectives": "rtd,nsp,whp,pad"},
     "plus_rtd": {"objectives": "mlm,nsp,whp,pad,rtd"},
@@ -205,8 +220,8 @@ def table(results: list[dict]) -> list[str]:
     rtd = any("rtd" in r["final"] for r in results)
     head = [f"{m} %" for m in METRICS[:1]] + ["MLM at [MASK] %"] + [f"{m} %" for m in METRICS[1:]] \
         + (["RTD % (all-original %)", "replaced recall %", "generator MLM %"] if rtd else [])
-    lines = ["| recipe | objectives | steps | s | " + " | ".join(head) + " | CT pred | AD pred |",
-             "|---|---|---|---|" + "---|" * (len(head) + 2)]
+    lines = ["| recipe | objectives | steps | s | " + " | ".join(head) + " | CT pred val | CT pred | AD pred |",
+             "|---|---|---|---|" + "---|" * (len(head) + 3)]
     for res in results:
         f = res["final"]
         cells = []
@@ -221,7 +236,8 @@ def table(results: list[dict]) -> list[str]:
                        f"{f['rtd_generator_mlm']:.1f}"] if "rtd" in f else ["-", "-", "-"])
         objs = "+".join(o["name"] for o in res["config"]["objectives"])
         lines.append(f"| {res['recipe']} | {objs} | {res['steps']} | {res['train_seconds']:.0f} | " + " | ".join(cells)
-                     + f" | {res['fel']['ct']['accuracy']:.1f} | {res['fel']['ad']['accuracy']:.1f} |")
+                     + f" | {res['fel']['ct']['val_accuracy']:.1f} | {res['fel']['ct']['accuracy']:.1f} "
+                     f"| {res['fel']['ad']['accuracy']:.1f} |")
     return lines
 
 
@@ -230,16 +246,22 @@ def fel(run: Run, tok, data: TaskData, n_calcs: int) -> dict:
                      list(run.trainer.model.heads), tok)
     out = {}
     for task in ("ct", "ad"):
-        accs, base, base_name = [], [], None
+        accs, val_accs, base, val_base, base_name = [], [], [], [], None
         for fold, seed in calculations()[:n_calcs]:
             ft = dataclasses.replace(FINETUNE_PRESETS["mini"], task=task, fold=fold, seed=seed, keep_head=False)
             tr, va, te = fel_split(data, task, ft)
             accs.append(finetune_calculation(pre, ft, tr, te, val=va).row["accuracy"])
-            b = context_free_baselines(task, tr, te, titles=data.titles if task == "ct" else ())
+            # the same calculation scored on its validation split: the figure a choice between recipes may use
+            # (the test figure beside it is shown, never selected on)
+            val_accs.append(finetune_calculation(pre, ft, tr, va, val=va).row["accuracy"])
+            titles = data.titles if task == "ct" else ()
+            b = context_free_baselines(task, tr, te, titles=titles)
             base.append(b["baseline_best"])
             base_name = b["baseline_best_name"]
-        out[task] = {"accuracy": round(100 * float(np.mean(accs)), 2), "calculations": len(accs),
-                     "strongest_baseline": round(100 * float(np.mean(base)), 2), "baseline_name": base_name,
+            val_base.append(context_free_baselines(task, tr, va, titles=titles)["baseline_best"])
+        pct = lambda v: round(100 * float(np.mean(v)), 2)  # noqa: E731
+        out[task] = {"accuracy": pct(accs), "val_accuracy": pct(val_accs), "calculations": len(accs),
+                     "strongest_baseline": pct(base), "strongest_baseline_val": pct(val_base), "baseline_name": base_name,
                      "selection": "honest", "scheme": "pred", "heads": "discarded"}
         print(f"[{run.name}] FEL {task}: {json.dumps(out[task])}", flush=True)
     return out
@@ -304,7 +326,7 @@ def main(argv=None) -> None:
     print("\n" + "\n".join(table(results)))
     ct = results[0]["fel"]["ct"]
     print(f"(CT strongest context-free baseline on the same splits: {ct['strongest_baseline']:.1f} "
-          f"({ct['baseline_name']}); AD: {results[0]['fel']['ad']['strongest_baseline']:.1f} "
+          f"({ct['baseline_name']}), {ct['strongest_baseline_val']:.1f} on the validation splits; AD: {results[0]['fel']['ad']['strongest_baseline']:.1f} "
           f"({results[0]['fel']['ad']['baseline_name']}); FEL selection honest, {a.fel_calculations} calculations)")
     print(f"# total {time.time() - t_all:.0f}s\n# {command}")
     entry = {"command": command, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

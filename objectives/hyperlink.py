@@ -21,9 +21,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from alignlab.platform.batching import IGNORE
 from alignlab.platform.model import TokenHead
-from alignlab.platform.registry import CorpusLabels, Objective, classification_sums, register
+from alignlab.platform.registry import CorpusLabels, Objective, classification_sums, labelled_rows, register
 
 TAGS = ("N", "S", "E", "SE")
 N, S, E, SE = 0, 1, 2, 3
@@ -118,7 +117,6 @@ class Hyperlink(Objective):
         return TokenHead(model_cfg.hidden, NUM_TAGS, model_cfg.dropout)
 
     def loss_and_sums(self, head, hidden_BTH, batch):
-        labels = batch["whp"].reshape(-1)
-        pos = torch.nonzero(labels != IGNORE).squeeze(1)
+        pos, target = labelled_rows(batch["whp"].reshape(-1))  # padded to a few shapes; padded rows are IGNORE
         h = hidden_BTH.reshape(-1, hidden_BTH.shape[-1]).index_select(0, pos)
-        return classification_sums(head(h), labels.index_select(0, pos))
+        return classification_sums(head(h), target)

@@ -17,8 +17,8 @@ import torch
 
 from alignlab.platform.batching import IGNORE
 from alignlab.platform.model import MaskedLMHead
-from alignlab.platform.registry import (Objective, classification_metrics, classification_sums, lock_inputs,
-                                        register)
+from alignlab.platform.registry import (Objective, classification_metrics, classification_sums, labelled_rows,
+                                        lock_inputs, register)
 
 
 @register
@@ -97,16 +97,16 @@ class MaskedLM(Objective):
         return MaskedLMHead(model_cfg.hidden, encoder.tok)
 
     def loss_and_sums(self, head, hidden_BTH, batch):
-        # The decoder runs only on the predicted positions (sparse prediction), in row-major order.
-        labels = batch["mlm"].reshape(-1)
-        pos = torch.nonzero(labels != IGNORE).squeeze(1)
+        # The decoder runs only on the predicted positions (sparse prediction), in row-major order, padded to a few
+        # shapes (labelled_rows: padded rows are labelled IGNORE and count nowhere).
+        pos, target = labelled_rows(batch["mlm"].reshape(-1))
         h = hidden_BTH.reshape(-1, hidden_BTH.shape[-1]).index_select(0, pos)
-        target = labels.index_select(0, pos)
         logits = head(h)
         loss, sums = classification_sums(logits, target)
         if not head.training:  # held-out evaluation only: a second argmax is not worth its cost in training steps
             with torch.no_grad():
-                at_mask = batch["input_ids"].reshape(-1).index_select(0, pos) == self.tokenizer.mask_id
+                shown = batch["input_ids"].reshape(-1).index_select(0, pos)
+                at_mask = (shown == self.tokenizer.mask_id) & (target != IGNORE)
                 sums["masked_count"] = at_mask.sum().float()
                 sums["masked_correct"] = ((logits.argmax(-1) == target) & at_mask).sum().float()
         return loss, sums

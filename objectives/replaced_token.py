@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from alignlab.platform.batching import IGNORE
-from alignlab.platform.registry import Objective, classification_metrics, classification_sums, register
+from alignlab.platform.registry import Objective, classification_metrics, classification_sums, labelled_rows, register
 from alignlab.platform.model import Encoder, EncoderLayer, MaskedLMHead, TokenHead, init_weights
 
 
@@ -193,10 +193,8 @@ class ReplacedToken(Objective):
 
     def loss_and_sums(self, head: ReplacedTokenHead, hidden_BTH, batch):
         gen_loss, gen_sums = classification_sums(batch["rtd_gen_logits"], batch["rtd_gen_labels"])
-        labels = batch["rtd_labels"].reshape(-1)
-        pos = torch.nonzero(labels != IGNORE).squeeze(1)
+        pos, lab = labelled_rows(batch["rtd_labels"].reshape(-1))  # padded to a few shapes; padded rows are IGNORE
         h = hidden_BTH.reshape(-1, hidden_BTH.shape[-1]).index_select(0, pos)
-        lab = labels.index_select(0, pos)
         logits = head.discriminator(h)
         disc_loss, sums = classification_sums(logits, lab)
         with torch.no_grad():

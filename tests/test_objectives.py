@@ -258,3 +258,44 @@ def test_precision_auto_means_bf16_on_gpus_and_on_cpus_with_native_bf16_only():
     assert use_bf16("auto", cpu) == cpu_has_bf16()
     with pytest.raises(ValueError, match="precision"):
         PretrainConfig(precision="fp16")
+
+
+def test_labelled_rows_pad_each_head_to_a_multiple_of_32_rows_and_change_no_loss_gradient_or_metric(tok, monkeypatch):
+    """MLM's and WHP's heads run on a batch's labelled positions only, a different count every step; they are padded
+    to a multiple of 32 rows (few matmul shapes, so oneDNN's kernel cache holds them), and the padding counts nowhere."""
+    import dataclasses
+
+    from alignlab.platform import registry
+    from alignlab.platform.config import PRETRAIN_PRESETS
+    from alignlab.platform.pretrain import Pretrainer, forward_objectives
+
+    labels = torch.tensor([4, 5, -100, 7, 9])  # position 0 labelled too: a padded row repeats it, unlabelled
+    pos, target = registry.labelled_rows(labels)
+    assert pos.tolist() == [0, 1, 3, 4] + [0] * 28 and target.tolist() == [4, 5, 7, 9] + [-100] * 28
+    assert registry.labelled_rows(torch.arange(64))[0].tolist() == list(range(64))  # a multiple already: as is
+
+    smoke = PRETRAIN_PRESETS["smoke"]  # without dropout, so that a training step is the same function twice
+    cfg = dataclasses.replace(smoke, model=dataclasses.replace(smoke.model, dropout=0.0), objectives="mlm,nsp,whp",
+                              precision="fp32")
+    torch.manual_seed(0)
+    tr = Pretrainer(cfg, tok)
+    batch = tr.collate(_rows(tok, n=15), step=0)
+    assert int((batch["mlm"] != -100).sum()) % 32 and int((batch["whp"] != -100).sum()) % 32  # padding happens
+
+    def run(multiple: int, train: bool):
+        monkeypatch.setattr(registry, "LABELLED_ROW_MULTIPLE", multiple)
+        tr.model.train(train)
+        tr.model.zero_grad()
+        out = forward_objectives(tr.model, tr.objectives, batch)
+        sum(loss for loss, _ in out.values()).backward()
+        grads = [p.grad.clone() for p in tr.model.parameters() if p.grad is not None]
+        return {k: (float(loss), {m: float(v) for m, v in sums.items()}) for k, (loss, sums) in out.items()}, grads
+
+    for train in (True, False):
+        (plain, g1), (padded, g32) = run(1, train), run(32, train)
+        assert plain.keys() == padded.keys() == {"mlm", "nsp", "whp"}
+        for name in plain:
+            assert padded[name][0] == pytest.approx(plain[name][0], rel=1e-5)
+            assert padded[name][1] == pytest.approx(plain[name][1], rel=1e-5)  # counts, correct, [MASK] counts
+        assert len(g1) == len(g32) and all(torch.allclose(a, b, rtol=1e-4, atol=1e-7) for a, b in zip(g1, g32))
+    assert "masked_count" in padded["mlm"][1]

@@ -152,7 +152,7 @@ def test_the_laptop_budget_benchmark_reports_an_mlm_free_rtd_model_beside_its_al
     fig = lb.rtd_figures(ev)
     assert fig["rtd_all_original"] == pytest.approx(100 * (1 - ev["eval/rtd/replaced_fraction"]), abs=0.01)
     assert fig["rtd"] == pytest.approx(100 * ev["eval/rtd/accuracy"], abs=0.01)
-    fel = {"ct": {"accuracy": 50.0}, "ad": {"accuracy": 60.0}}
+    fel = {"ct": {"accuracy": 50.0, "val_accuracy": 52.0}, "ad": {"accuracy": 60.0}}
     mlm_cfg = lb.build_config("candidate", resolve_objectives("mlm,nsp,whp,pad"))
     results = [{"recipe": "candidate", "config": to_dict(mlm_cfg), "steps": 10, "train_seconds": 5.0,
                 "final": {"mlm": 12.0, "mlm_masked": 3.0, "nsp": 60.0, "whp": 70.0, "pad": 50.0}, "fel": fel},
