@@ -250,10 +250,12 @@ def fel(run: Run, tok, data: TaskData, n_calcs: int) -> dict:
         for fold, seed in calculations()[:n_calcs]:
             ft = dataclasses.replace(FINETUNE_PRESETS["mini"], task=task, fold=fold, seed=seed, keep_head=False)
             tr, va, te = fel_split(data, task, ft)
-            accs.append(finetune_calculation(pre, ft, tr, te, val=va).row["accuracy"])
-            # the same calculation scored on its validation split: the figure a choice between recipes may use
-            # (the test figure beside it is shown, never selected on)
-            val_accs.append(finetune_calculation(pre, ft, tr, va, val=va).row["accuracy"])
+            on_val: dict[int, dict] = {}  # epoch -> the validation figures the selection saw
+            row = finetune_calculation(pre, ft, tr, te, val=va, on_epoch=lambda e, m: on_val.__setitem__(e, m)).row
+            accs.append(row["accuracy"])
+            # the validation accuracy at the selected epoch: the figure a choice between recipes may use (the test
+            # figure beside it is shown, never selected on)
+            val_accs.append(on_val[row["epochs"]]["accuracy"])
             titles = data.titles if task == "ct" else ()
             b = context_free_baselines(task, tr, te, titles=titles)
             base.append(b["baseline_best"])

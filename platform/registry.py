@@ -305,15 +305,16 @@ LABELLED_ROW_MULTIPLE = 32
 """`labelled_rows` pads the rows a head predicts to a multiple of this."""
 
 
-def labelled_rows(labels_N: torch.Tensor, multiple: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def labelled_rows(labels_N: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The flat positions whose label is not IGNORE and their labels, padded with position 0 and label IGNORE to a
-    multiple of `multiple` rows. Why: how many positions a batch labels (MLM's masks, WHP's linked tokens) changes
-    every step, and on CPU oneDNN builds a kernel per matmul shape and keeps 1,024 of them; a mini pretraining run
-    meets more shapes than that and spends ~15% of its time rebuilding kernels (benchmarks/README.md, "Round 6").
+    multiple of `LABELLED_ROW_MULTIPLE` rows. Why: how many positions a batch labels (MLM's masks, WHP's linked
+    tokens) changes every step, and on CPU oneDNN builds a kernel per matmul shape and keeps 1,024 of them; a mini
+    pretraining run meets more shapes than that, keeps rebuilding kernels (~6% of its step time) and grows its
+    memory by ~1.7 GB (benchmarks/README.md, "Labelled rows on CPU").
     Padded to a multiple of 32, MLM's ~300-600 rows take a handful of shapes. The padded rows cost a few percent of
     a head's matmul and count nowhere: `classification_sums` skips IGNORE labels."""
     pos = torch.nonzero(labels_N != IGNORE).squeeze(1)
-    pad = (-pos.numel()) % (multiple or LABELLED_ROW_MULTIPLE)
+    pad = (-pos.numel()) % LABELLED_ROW_MULTIPLE  # read at call time: the benchmark and a test set it
     if pad:
         pos = torch.cat([pos, pos.new_zeros(pad)])
     target = labels_N.index_select(0, pos)
