@@ -118,6 +118,8 @@ RECIPES: dict[str, dict] = {
     "cand_w384": {"model": dataclasses.replace(MINI.model, hidden=384, ffn=1536)},
     "cand_w512": {"model": dataclasses.replace(MINI.model, hidden=512, ffn=2048)},
     "cand_w256_short90": {"model": dataclasses.replace(MINI.model, hidden=256, ffn=1024), "short_seq_fraction": 0.9},
+    # Round 7: the loss weight of WHP, the objective aligned with CT (with cand_mask30 above: more MLM labels a step)
+    "cand_whp_w3": {"weights": {"whp": 3.0}},
     # the same recipe with other objectives (issue #19): RTD instead of MLM, and RTD added to the four
     "rtd_for_mlm": {"objectives": "rtd,nsp,whp,pad"},
     "plus_rtd": {"objectives": "mlm,nsp,whp,pad,rtd"},
@@ -135,7 +137,9 @@ def build_config(name: str, objectives) -> "PretrainConfig":  # noqa: F821
     # recipe keys that change the MLM objective's config, not the PretrainConfig
     mlm = {field: changes.pop(key) for key, field in (("mask_prob", "mask_prob"), ("mlm_alpha", "alpha"),
                                                       ("mlm_weight", "weight")) if key in changes}
+    weights = changes.pop("weights", {})  # objective name -> loss weight
     cfg = dataclasses.replace(MINI, **changes)
+    objectives = tuple(dataclasses.replace(o, weight=weights[o.name]) if o.name in weights else o for o in objectives)
     if mlm:
         objectives = tuple(dataclasses.replace(o, **mlm) if o.name == "mlm" else o for o in objectives)
     return dataclasses.replace(cfg, objectives=objectives)

@@ -3,10 +3,8 @@ significance against the study's baseline), PNG plots, and pointers to the Tenso
 
 Cells read "acc ± std / ppl ± std" (accuracy in %, mean ± one standard deviation over the ten
 calculations). A cell is **bold** when its accuracy is significantly higher than its baseline's
-(`significant_gain`: paired t-test over the calculations paired by (fold, seed), p < 0.05, and a
-higher mean); the baseline is underlined. A cell and its baseline share their splits -- the same
-(fold, seed) trains, validates and tests on the same examples -- so the paired test is the right
-one; the Wilcoxon signed-rank test and Welch's (unpaired) t-test are reported beside it. The baseline
+(`significance.significant_gain`: paired over (fold, seed), or over the pretraining runs when a column
+has several) and above the row's strongest context-free baseline; the baseline is underlined. The baseline
 is the study's baseline column in the same row, or -- when the study names baseline cells (the
 paper's Tables 1-2) -- the one baseline cell of the row's group (e.g. its task). Searches (Optuna)
 get a section of their own.
@@ -15,19 +13,12 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
+from alignlab.platform.significance import P_VALUE, RUN_KEY, Comparison, significance_section, significant_gain
 from alignlab.platform.storage import read_json, write_text
-
-P_VALUE = 0.05
-PAIR_KEYS = ("ft_fold", "ft_seed")
-"""What pairs a cell's calculations with its baseline's: the same (fold, seed) means the same splits."""
 
 
 def collect_results(sdir: Path) -> pd.DataFrame:
@@ -42,6 +33,9 @@ def collect_results(sdir: Path) -> pd.DataFrame:
             # The study's current labels win over those a trial file was written with.
             row.update(cells.get(cid, {}))
             row.setdefault("group", row["row"])
+            model = study.get("models", {}).get(row.get("model_key"))
+            if model is not None:
+                row[RUN_KEY] = int(model["pretrain"].get("seed", 0))
             rows.append(row)
     df = pd.DataFrame(rows)
     tmp = sdir / "results.parquet.tmp"
@@ -56,65 +50,6 @@ def _fmt(values: pd.Series, scale: float = 1.0, digits: int = 1) -> str:
         return "–"
     sd = v.std(ddof=1) if len(v) > 1 else 0.0
     return f"{v.mean():.{digits}f} ± {sd:.{digits}f}"
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """A cell against its baseline on one metric. p-values are two-sided; nan where a test is undefined."""
-
-    n_pairs: int
-    """Calculations of the cell with a baseline calculation of the same (fold, seed)."""
-    mean: float
-    """Mean of the cell over the paired calculations."""
-    base_mean: float
-    p_paired: float
-    """Paired t-test (`scipy.stats.ttest_rel`) over the pairs: the decision."""
-    p_wilcoxon: float
-    """Wilcoxon signed-rank test over the pairs (exact for <= 50 pairs without zero differences)."""
-    p_welch: float
-    """Welch's t-test (`ttest_ind(equal_var=False)`), unpaired, over all calculations of each cell."""
-    bold: bool
-
-
-def _quiet(test, *args, **kwargs) -> float:
-    """A scipy test's p-value; nan where it is undefined (too few values)."""
-    with warnings.catch_warnings():  # zero-variance or nearly identical samples only lose precision
-        warnings.simplefilter("ignore", RuntimeWarning)
-        try:
-            return float(test(*args, **kwargs).pvalue)
-        except ValueError:
-            return float("nan")
-
-
-def significant_gain(sub: pd.DataFrame, base: pd.DataFrame, metric: str = "accuracy",
-                     floor: float = float("nan")) -> Comparison:
-    """Is `sub`'s `metric` significantly above `base`'s? The one place the report's **bold** is decided.
-
-    Rows pair by (fold, seed) (`PAIR_KEYS`). Bold = paired t-test p < `P_VALUE`, the paired mean is higher,
-    and (when `floor` is given: the strongest context-free baseline) the cell's mean is above `floor` -- an
-    effect that a model-free rule matches is no evidence for the model. No special cases: a deterministic tie (every difference 0) has no t statistic (p = nan) and is not
-    significant; a constant non-zero difference is what the t-test says it is."""
-    a = sub.dropna(subset=[metric]).groupby(list(PAIR_KEYS))[metric].mean()
-    b = base.dropna(subset=[metric]).groupby(list(PAIR_KEYS))[metric].mean()
-    pairs = pd.concat([a.rename("sub"), b.rename("base")], axis=1, join="inner")
-    x, y = pairs["sub"].to_numpy(float), pairs["base"].to_numpy(float)
-    n = len(pairs)
-    p_paired = _quiet(sps.ttest_rel, x, y) if n >= 2 else float("nan")
-    p_wilcoxon = _quiet(sps.wilcoxon, x, y) if n >= 2 else float("nan")
-    wa, wb = sub[metric].dropna().to_numpy(float), base[metric].dropna().to_numpy(float)
-    p_welch = _quiet(sps.ttest_ind, wa, wb, equal_var=False) if len(wa) >= 2 and len(wb) >= 2 else float("nan")
-    mean, base_mean = (float(x.mean()), float(y.mean())) if n else (float("nan"), float("nan"))
-    above_floor = math.isnan(floor) or sub[metric].dropna().mean() > floor
-    return Comparison(n, mean, base_mean, p_paired, p_wilcoxon, p_welch,
-                      bool(p_paired < P_VALUE and mean > base_mean and above_floor))
-
-
-def welch_better(a: pd.Series, b: pd.Series) -> tuple[bool, float]:
-    """Is mean(a) greater than mean(b) by two-sided Welch's t-test, p < 0.05? Unpaired; the report's bold is
-    `significant_gain` (paired). No special case: two constant, equal samples have p = nan (not significant)."""
-    a, b = a.dropna().to_numpy(float), b.dropna().to_numpy(float)
-    p = _quiet(sps.ttest_ind, a, b, equal_var=False) if len(a) >= 2 and len(b) >= 2 else float("nan")
-    return bool(p < P_VALUE and a.mean() > b.mean()), p
 
 
 def baseline_of(df: pd.DataFrame, study: dict) -> dict[str, tuple[str, str]]:
@@ -188,28 +123,6 @@ def _table(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], acc: str, pp
     return lines, comparisons
 
 
-def _p(p: float) -> str:
-    return "–" if math.isnan(p) else f"{p:.3g}"
-
-
-def _significance(tables: dict[str, dict[tuple[str, str], Comparison]], baselines: dict[str, tuple[str, str]]) -> list[str]:
-    """Every compared cell's p-values: paired t (the bold decision), Wilcoxon signed-rank, Welch (unpaired)."""
-    out = ["## Significance against the baseline", "",
-           f"Calculations paired by (fold, seed). **bold** = paired t-test p < {P_VALUE}, a higher mean, and a mean "
-           "above the row's strongest context-free baseline; the "
-           "Wilcoxon signed-rank test (paired) and Welch's t-test (unpaired) are shown beside it. – : undefined "
-           "(e.g. a deterministic tie: every paired difference 0).", "",
-           "| metric | row | cell | baseline | mean − baseline (points) | pairs | paired t p | Wilcoxon p | Welch p | bold |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
-    for metric, comparisons in tables.items():
-        for (r, c), cmp in comparisons.items():
-            br, bc = baselines[r]
-            diff = "–" if math.isnan(cmp.mean) else f"{100 * (cmp.mean - cmp.base_mean):+.2f}"
-            out.append(f"| {metric} | {r} | {c} | {br} / {bc} | {diff} | {cmp.n_pairs} | {_p(cmp.p_paired)} | "
-                       f"{_p(cmp.p_wilcoxon)} | {_p(cmp.p_welch)} | {'yes' if cmp.bold else 'no'} |")
-    return out
-
-
 def write_report(sdir: Path) -> Path:
     sdir = Path(sdir)
     study = read_json(sdir / "study.json")
@@ -232,8 +145,9 @@ def write_report(sdir: Path) -> Path:
            "once per selected epoch; `paper`: epochs selected on the test set, as in the paper — for reproduction only).",
            "", f"Cells: accuracy % ± std / perplexity ± std over the calculations (n). Baseline: <u>{base}</u>. "
            f"**Bold**: accuracy significantly above the row's baseline (paired t-test over the calculations "
-           f"paired by (fold, seed), p < {P_VALUE}, and a higher mean) **and** above the row's strongest "
-           "context-free baseline (last column); Wilcoxon and Welch p-values in the significance section.", ""]
+           f"paired by (fold, seed), p < {P_VALUE}, and a higher mean; over the pretraining runs when each column "
+           "has several) **and** above the row's strongest context-free baseline (last column); the scope of the "
+           "test and the other p-values in the significance section.", ""]
     if study.get("notes"):
         out += [study["notes"], ""]
     if df.empty:
@@ -261,7 +175,7 @@ def write_report(sdir: Path) -> Path:
                                          f"eval_{name}_perplexity", prefix=f"eval_{name}_")
             out += lines + ["", f"### Context-free baselines on `{name}`", ""] + _baseline_section(df, f"eval_{name}_")[2:]
         if any(tables.values()):
-            out += [""] + _significance(tables, baselines)
+            out += [""] + significance_section(tables, baselines)
     if len(failed):
         out += ["", "## Failed calculations", "",
                 "Recorded as failed, with no result: they are left out of every table above. A rerun does not repeat "

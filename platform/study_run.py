@@ -26,7 +26,7 @@ from alignlab.platform.storage import Storage, as_storage, study_dir, write_json
 from alignlab.platform.study_grid import check_trial_resources, run_trials
 from alignlab.platform.study_search import run_search
 from alignlab.platform.study_spec import (DEFAULT_TRIAL_RESOURCES, SEARCH_OBJECTIVE, CalcSpec, ModelSpec, Study,
-                                          calc_id)
+                                          calc_id, with_pretrain_seeds)
 
 
 def run_study(study: Study, root: Path | Storage, **kw) -> Path:
@@ -273,6 +273,10 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
     ap.add_argument("--optuna-storage", default=None, metavar="URL", type=rdb_url,
                     help="RDB URL of the searches' Optuna studies, e.g. sqlite:///optuna.db or postgresql://… "
                          "(default: $ALIGNLAB_OPTUNA_STORAGE, else a journal file beside each search)")
+    ap.add_argument("--pretrain-seeds", type=positive_int, default=1, metavar="N",
+                    help="pretrain every model N times (seeds seed..seed+N-1) and test across the runs: the "
+                         "pretraining seed becomes a factor, not a constant (default 1; the study then gets its own "
+                         "name and report)")
     if extra_objective_sets:
         ap.add_argument("--objectives", action="append", default=[], metavar="OBJS",
                         type=name_list(objective_names, "objective"),
@@ -315,6 +319,10 @@ def _run_study_command(build, args, ap) -> Path:
         resources.update(extra)
     built = build(check_preset(args.preset), extra=tuple(args.objectives)) if hasattr(args, "objectives") \
         else build(check_preset(args.preset))
+    try:
+        built = with_pretrain_seeds(built, args.pretrain_seeds)
+    except ValueError as e:
+        ap.error(str(e))
     study = dataclasses.replace(built, ct_data=args.ct_data, eval_files=tuple(eval_files))
     corpus = corpus_from_args(built.corpus, args)
     if corpus != built.corpus:  # its own folder and report, as with extra objective sets

@@ -175,7 +175,7 @@ class Study:
     models: tuple[ModelSpec, ...]
     calcs: tuple[CalcSpec, ...]
     baseline_col: str
-    """Column of the table that significance is tested against (`report.significant_gain`: paired t-test), row by row."""
+    """Column of the table that significance is tested against (`significance.significant_gain`: paired t-test), row by row."""
     baseline_cells: tuple[tuple[str, str], ...] = ()
     """(row, col) cells tested against instead, one per group: every row is compared with the baseline cell
     of its group (the paper's Tables 1-2: one underlined cell per task). Empty: `baseline_col`, row by row."""
@@ -217,6 +217,34 @@ class Study:
             owners = [g for r, _ in self.baseline_cells for g, rows in groups.items() if r in rows]
             if len(set(owners)) != len(owners):
                 raise ValueError(f"study {self.name}: more than one baseline cell in a group: {self.baseline_cells}")
+
+
+def with_pretrain_seeds(study: Study, runs: int) -> Study:
+    """The study with every model pretrained `runs` times: seeds `seed`, `seed + 1`, ... of its own PretrainConfig.
+
+    The first run is the study's own model (key and seed unchanged, so an existing model is reused); the others
+    are keyed `<key>@seed<s>`. Every calculation is repeated on each run with its row and column unchanged, so a
+    cell pools its runs and the report tests across them (`report.RUN_KEY`): the pretraining seed becomes a
+    factor of the study instead of a constant. It is another study (`<name>-<runs>pretrain_seeds`, its own
+    report). Searches choose a setting per model, so a study with searches is refused rather than searched on
+    one run and reported on all."""
+    if runs < 1:
+        raise ValueError(f"--pretrain-seeds must be >= 1, got {runs}")
+    if runs == 1:
+        return study
+    if study.searches:
+        raise ValueError(f"study {study.name}: --pretrain-seeds with Optuna searches is not supported (a search "
+                         "chooses a setting for one pretrained model); run the searches' study with one run")
+
+    def key(m: ModelSpec, i: int) -> str:
+        return m.key if i == 0 else f"{m.key}@seed{m.pretrain.seed + i}"
+
+    models = tuple(dataclasses.replace(m, key=key(m, i), pretrain=dataclasses.replace(m.pretrain, seed=m.pretrain.seed + i))
+                   for m in study.models for i in range(runs))
+    by_key = {m.key: m for m in study.models}
+    calcs = tuple(dataclasses.replace(c, model=key(by_key[c.model], i)) for c in study.calcs for i in range(runs))
+    return dataclasses.replace(study, name=f"{study.name}-{runs}pretrain_seeds", models=models, calcs=calcs,
+                               title=f"{study.title}, {runs} pretraining runs per model")
 
 
 def calc_id(model_id: str, ft: FinetuneConfig, salt: str = "", data: str = "") -> str:

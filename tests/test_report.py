@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from alignlab.platform.protocol import calculations
-from alignlab.platform.report import _table, significant_gain, welch_better
+from alignlab.platform.report import _table
+from alignlab.platform.significance import significant_gain, welch_better
 
 POINTS = calculations()  # ten (fold, seed)
 # Baseline accuracies that vary a lot from split to split (some folds are harder than others).
@@ -122,3 +123,44 @@ def test_the_table_bolds_exactly_the_cells_significant_gain_marks():
     assert cells[1].startswith("<u>") and cells[2].startswith("**") and not cells[3].startswith("**")
     assert set(comparisons) == {("CT", "gain"), ("CT", "noise")}
     assert comparisons[("CT", "gain")].bold and not comparisons[("CT", "noise")].bold
+
+
+def _runs(diffs, jitter) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A cell and its baseline pretrained once per entry of `diffs` (pretraining seeds 0, 1, ...): in run k the
+    cell is the baseline + diffs[k] + `jitter` on each (fold, seed)."""
+    subs, bases = [], []
+    for k, d in enumerate(diffs):
+        subs.append(_cell(BASE + d + jitter).assign(pretrain_seed=k))
+        bases.append(_cell(BASE).assign(pretrain_seed=k))
+    return pd.concat(subs, ignore_index=True), pd.concat(bases, ignore_index=True)
+
+
+def _one_sample_t(d) -> float:
+    d = np.asarray(d)
+    return _t_two_sided(d.mean() / (d.std(ddof=1) / math.sqrt(len(d))), len(d) - 1)
+
+
+def test_with_several_pretraining_runs_bold_needs_the_gain_to_hold_across_runs_not_only_within_them():
+    jitter = (GAIN - GAIN.mean()) * 0.5  # zero mean per run: a run's mean difference is its diffs[k]
+    # Two runs gain ~1 point, the third loses a little: 30 pairs look convincing, three runs do not.
+    sub, base = _runs([0.010, 0.012, -0.001], jitter)
+    cmp = significant_gain(sub, base)
+    assert cmp.n_pairs == 30 and cmp.n_runs == 3
+    assert cmp.p_paired < 0.01, "within the runs the pairs agree"
+    assert cmp.p_runs == pytest.approx(_one_sample_t([0.010, 0.012, -0.001]), rel=1e-4)
+    assert cmp.p_runs > 0.2 and not cmp.bold, "the decision is the test over the pretraining runs"
+    # Every run gains about the same: bold.
+    sub, base = _runs([0.010, 0.012, 0.011], jitter)
+    cmp = significant_gain(sub, base)
+    assert cmp.p_runs == pytest.approx(_one_sample_t([0.010, 0.012, 0.011]), rel=1e-4)
+    assert cmp.p_runs < 0.01 and cmp.bold
+    # Runs pair by seed: a run the baseline lacks pairs with nothing.
+    cmp = significant_gain(sub, base[base["pretrain_seed"] < 2])
+    assert cmp.n_runs == 2 and cmp.n_pairs == 20
+
+
+def test_one_pretraining_run_per_column_keeps_the_paired_test_as_the_decision():
+    sub, base = _runs([0.0], GAIN)
+    cmp = significant_gain(sub, base)
+    assert cmp.n_runs == 1 and math.isnan(cmp.p_runs)
+    assert cmp.p_paired == pytest.approx(_paired_t(BASE + GAIN, BASE), rel=1e-6) and cmp.bold

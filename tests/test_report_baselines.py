@@ -61,3 +61,28 @@ def test_every_baseline_and_every_extra_test_set_gets_a_place_in_the_report(tmp_
     ood = _row(text, "## Test set `ood`", "AD")
     assert "60.0" in ood and "90.0 (span_matcher)" in ood and "**" not in ood
     assert (sdir / "plots" / "accuracy_ood_by_condition.png").stat().st_size > 1000
+
+
+def test_a_report_names_the_pretraining_runs_its_test_generalises_over(tmp_path):
+    """With one pretrained model per column the report says its tests hold those models fixed; a study pretrained
+    with several seeds per column (study.json's models say which) is tested across the runs."""
+    text, sdir = _study(tmp_path, ct_floor=0.5, ad_floor=0.5)
+    assert "treat its pretrained model as fixed" in text and "--pretrain-seeds 3" in text
+    study = json.loads((sdir / "study.json").read_text())
+    # The same calculations, now as two pretraining runs per column: half of the (fold, seed) points each.
+    models, cells = {}, study["cells"]
+    for cid in study["calculations"]:
+        trial = json.loads((sdir / "trials" / f"{cid}.json").read_text())
+        run = trial["ft_fold"] % 2
+        trial["model_key"] = f"{trial['col']}@{run}"
+        models[trial["model_key"]] = {"model_id": trial["model_key"], "pretrain": {"seed": run, "objectives": []}}
+        (sdir / "trials" / f"{cid}.json").write_text(json.dumps(trial))
+    study["models"] = models
+    (sdir / "study.json").write_text(json.dumps(study))
+    df = collect_results(sdir)
+    assert sorted(df["pretrain_seed"].unique()) == [0, 1]
+    text = write_report(sdir).read_text()
+    assert "Each column was pretrained 2 times" in text
+    sig = text[text.index("## Significance against the baseline"):]
+    line = next(x for x in sig.splitlines() if x.startswith("| accuracy | AD | all* |"))
+    assert line.split(" | ")[-3] == "2", "the pretraining runs the decision is taken over"

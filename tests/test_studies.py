@@ -213,3 +213,23 @@ def test_finetune_search_at_smoke_runs_end_to_end_on_ray(ray_session, storage_ro
     before = {f.name: f.stat().st_mtime for f in (sdir / "trials").glob("*.json")}
     run_study(study, storage_root, progress=False)
     assert {f.name: f.stat().st_mtime for f in (sdir / "trials").glob("*.json")} == before
+
+
+def test_pretrain_seeds_make_the_pretraining_run_a_factor_of_every_cell():
+    from alignlab.platform.study import with_pretrain_seeds
+
+    study = load_script("objective_ablation").build("mini")
+    assert with_pretrain_seeds(study, 1) is study
+    three = with_pretrain_seeds(study, 3)
+    assert three.name == f"{study.name}-3pretrain_seeds"
+    assert len(three.models) == 3 * len(study.models) and len(three.calcs) == 3 * len(study.calcs)
+    runs = {m.key: m.pretrain for m in three.models}
+    first = {m.key: m.pretrain for m in study.models}
+    for key, cfg in first.items():
+        assert runs[key] == cfg, "the first run is the study's own model, reused"
+        assert [runs[k].seed for k in (key, f"{key}@seed{cfg.seed + 1}", f"{key}@seed{cfg.seed + 2}")] == \
+               [cfg.seed, cfg.seed + 1, cfg.seed + 2]
+    assert {(c.row, c.col) for c in three.calcs} == {(c.row, c.col) for c in study.calcs}
+    assert len(set(planned_calc_ids(three))) == 3 * len(set(planned_calc_ids(study)))
+    with pytest.raises(ValueError, match="searches"):
+        with_pretrain_seeds(load_script("finetune_search").build("mini"), 2)
