@@ -14,18 +14,22 @@ from alignlab.platform.study_spec import DEFAULT_TRIAL_RESOURCES
 
 
 class Progress:
-    """Trials done / total and an ETA, printed as trials finish."""
+    """Trials done / total and an ETA, printed as trials finish.
 
-    def __init__(self, total: int, enabled: bool, what: str = "trials"):
-        self.total, self.done, self.t0, self.enabled, self.what = total, 0, time.time(), enabled, what
+    `already`: trials a previous session finished (a resumed search). They count as done, but not in the rate:
+    the ETA is this session's seconds per trial it finished, times the trials left."""
+
+    def __init__(self, total: int, enabled: bool, what: str = "trials", already: int = 0):
+        self.total, self.done, self.already, self.t0, self.enabled, self.what = \
+            total, already, already, time.time(), enabled, what
 
     def tick(self, extra: str = "", done: int | None = None) -> None:
         self.done = self.done + 1 if done is None else done
         if not self.enabled:
             return
-        el = time.time() - self.t0
-        eta = el / self.done * (self.total - self.done)
-        print(f"[{self.what}] {self.done}/{self.total} done, {el:.0f}s elapsed, ETA {eta:.0f}s{extra}", flush=True)
+        el, mine = time.time() - self.t0, self.done - self.already
+        eta = f"{el / mine * (self.total - self.done):.0f}s" if mine > 0 else "?"
+        print(f"[{self.what}] {self.done}/{self.total} done, {el:.0f}s elapsed, ETA {eta}{extra}", flush=True)
 
 
 def check_trial_resources(resources: dict) -> None:

@@ -60,8 +60,7 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
     label = f"[search {spec.name}]"
 
     def fit_round(session, left: int) -> None:
-        prog = Progress(spec.num_samples, progress, what=f"search {spec.name}")
-        prog.done = trial_counts(study)[0]
+        prog = Progress(spec.num_samples, progress, what=f"search {spec.name}", already=trial_counts(study)[0])
 
         class _ProgressCallback(tune.Callback):
             def on_trial_complete(self, iteration, trials, trial, **info):

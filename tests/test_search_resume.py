@@ -167,3 +167,18 @@ def test_a_study_made_by_another_kind_of_search_is_refused(tmp_path):
     _study(tmp_path, directions=("maximize", "maximize"))
     with pytest.raises(ValueError, match="directions"):
         _study(tmp_path, directions=("maximize",))
+
+
+def test_a_resumed_searchs_eta_counts_only_the_trials_this_session_ran(capsys):
+    """8 of 10 trials came from a dead driver's session; this session finished 1 in 10 s: ~10 s per trial, so the
+    last one is ~10 s away, not 10 s / 9 (the old ETA took the resumed trials as this session's)."""
+    from alignlab.platform.study_grid import Progress
+
+    prog = Progress(10, True, what="search s", already=8)
+    prog.t0 -= 10.0  # this session started 10 s ago
+    prog.tick()
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("[search s] 9/10 done, 10s elapsed, ETA 10s"), line
+    fresh = Progress(10, True, already=10)
+    fresh.tick(done=10)  # nothing run in this session: no rate to say
+    assert capsys.readouterr().out.strip().endswith("ETA ?")
