@@ -33,7 +33,7 @@ import torch
 
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import only_folder
-from alignlab.objectives.ct_data import TAGS, TAGS_CONCEPT_FIRST
+from alignlab.objectives.ct_data import TAGS, ct_lexicon
 from alignlab.platform.config import FINETUNE_PRESETS
 from alignlab.platform.finetune import finetune_calculation, load_pretrained
 from alignlab.platform.model import AlignModel
@@ -41,16 +41,6 @@ from alignlab.platform.protocol import TaskData, calculations, fel_split
 from alignlab.platform.task_scoring import encode_examples, logits_and_labels
 
 RANDOM = "random:"
-
-
-def lexicon(train) -> dict[str, str]:
-    """The lexicon baseline's rule (`ct_data.lexicon_ct_baseline`): each seen word's most frequent tag."""
-    counts: dict[str, Counter] = {}
-    for ex in train:
-        for word, tag in zip(ex.tokens, ex.tags):
-            counts.setdefault(word, Counter())[tag] += 1
-    order = TAGS_CONCEPT_FIRST
-    return {w: max(order, key=lambda t: (c[t], -order.index(t))) for w, c in counts.items()}
 
 
 def score(storage: Path, data: TaskData, name: str) -> dict:
@@ -68,7 +58,7 @@ def score(storage: Path, data: TaskData, name: str) -> dict:
         words = [(w, t) for ex in test for w, t in zip(ex.tokens, ex.tags)]
         if len(words) != len(labels):
             raise RuntimeError(f"{name}: {len(labels)} scored units for {len(words)} test words (truncated texts?)")
-        seen = lexicon(train + val)  # the whole budget, as the study's lexicon baseline is fitted
+        seen = ct_lexicon(train + val)  # the whole budget, as the study's lexicon baseline is fitted
         for (word, tag), p, y in zip(words, logits.argmax(-1).tolist(), labels.tolist()):
             assert TAGS[y] == tag
             k = "seen" if word in seen else "unseen"

@@ -111,7 +111,7 @@ RECIPES: dict[str, dict] = {
     # Round 4: the masking curriculum (uniform masks first), uniform masks throughout, MLM's share of the loss
     "cand_uniform50": {"curriculum_fraction": 0.5},
     "cand_uniform_all": {"mlm_alpha": 0.0},
-    "cand_mlm_w2": {"mlm_weight": 2.0},
+    "cand_mlm_w2": {"weights": {"mlm": 2.0}},
     # Round 6: wider encoders in the same seconds (a 64-token mini step is mostly per-operation overhead on CPU, so
     # width costs less than its FLOPs); with the preset's bias, 64-wide heads (3 and 4 heads: more slopes)
     "cand_w192": {"model": dataclasses.replace(MINI.model, hidden=192, ffn=768)},
@@ -135,9 +135,8 @@ def build_config(name: str, objectives) -> "PretrainConfig":  # noqa: F821
     if "objectives" in changes:
         objectives = resolve_objectives(changes.pop("objectives"))
     # recipe keys that change the MLM objective's config, not the PretrainConfig
-    mlm = {field: changes.pop(key) for key, field in (("mask_prob", "mask_prob"), ("mlm_alpha", "alpha"),
-                                                      ("mlm_weight", "weight")) if key in changes}
-    weights = changes.pop("weights", {})  # objective name -> loss weight
+    mlm = {field: changes.pop(key) for key, field in (("mask_prob", "mask_prob"), ("mlm_alpha", "alpha")) if key in changes}
+    weights = changes.pop("weights", {})  # objective name -> loss weight, any objective
     cfg = dataclasses.replace(MINI, **changes)
     objectives = tuple(dataclasses.replace(o, weight=weights[o.name]) if o.name in weights else o for o in objectives)
     if mlm:

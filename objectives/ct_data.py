@@ -334,15 +334,21 @@ def build_ct_dataset(concepts: Sequence[str], *, seed: int = 0, pool_size: int =
 # Context-free baselines: what a model gets without reading the context
 
 
-def lexicon_ct_baseline(train: Sequence[CTExample], test: Sequence[CTExample]) -> float:
-    """Word-level test accuracy of tagging each word with its most frequent train tag (ties: the
-    first in TAGS_CONCEPT_FIRST order), unknown words N."""
+def ct_lexicon(train: Sequence[CTExample]) -> dict[str, str]:
+    """Each train word's most frequent tag (ties: the first in TAGS_CONCEPT_FIRST order): the lexicon baseline's
+    lookup table."""
     counts: dict[str, Counter] = {}
     for ex in train:
         for tok, tag in zip(ex.tokens, ex.tags):
             counts.setdefault(tok, Counter())[tag] += 1
     order = TAGS_CONCEPT_FIRST
-    lexicon = {tok: max(order, key=lambda t: (c[t], -order.index(t))) for tok, c in counts.items()}
+    return {tok: max(order, key=lambda t: (c[t], -order.index(t))) for tok, c in counts.items()}
+
+
+def lexicon_ct_baseline(train: Sequence[CTExample], test: Sequence[CTExample]) -> float:
+    """Word-level test accuracy of tagging each word with its most frequent train tag (`ct_lexicon`), unknown
+    words N."""
+    lexicon = ct_lexicon(train)
     pairs = [(lexicon.get(tok, "N"), tag) for ex in test for tok, tag in zip(ex.tokens, ex.tags)]
     if not pairs:
         raise ValueError("lexicon_ct_baseline needs a non-empty test set")

@@ -33,7 +33,7 @@ class Comparison:
     """Mean of the cell over the paired calculations."""
     base_mean: float
     p_paired: float
-    """Paired t-test (`scipy.stats.ttest_rel`) over the pairs: the decision."""
+    """Paired t-test (`scipy.stats.ttest_rel`) over the pairs: the decision when there is one pretraining run."""
     p_wilcoxon: float
     """Wilcoxon signed-rank test over the pairs (exact for <= 50 pairs without zero differences)."""
     p_welch: float
@@ -79,9 +79,9 @@ def significant_gain(sub: pd.DataFrame, base: pd.DataFrame, metric: str = "accur
     above_floor = math.isnan(floor) or sub[metric].dropna().mean() > floor
     # Across pretraining runs: each run's mean difference over its pairs is one observation. The pairs of one run
     # share one pretrained model, so they are not independent evidence about the recipe.
-    per_run = (pairs["sub"] - pairs["base"]).groupby(level=RUN_KEY).mean() if RUN_KEY in keys else pd.Series([])
+    per_run = (pairs["sub"] - pairs["base"]).groupby(level=RUN_KEY).mean().to_numpy(float) if RUN_KEY in keys else []
     n_runs = max(1, len(per_run))
-    p_runs = _quiet(sps.ttest_1samp, per_run.to_numpy(float), 0.0) if n_runs >= 2 else float("nan")
+    p_runs = _quiet(sps.ttest_1samp, per_run, 0.0) if n_runs >= 2 else float("nan")
     decision = p_runs if n_runs >= 2 else p_paired
     return Comparison(n, mean, base_mean, p_paired, p_wilcoxon, p_welch,
                       bool(decision < P_VALUE and mean > base_mean and above_floor), n_runs, p_runs)
