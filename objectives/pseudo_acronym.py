@@ -4,6 +4,7 @@ Input: `[CLS] acronym [SEP] chunk [SEP]`, scored from [CLS]; AD reuses this head
 made at corpus time (`make_pad_pairs`, steps 1-3 of §3.2), among the linked chunks of a labelling batch, and
 used on the first pass over the corpus; every later pass draws new pairs among the acronym examples of each
 training batch (`PseudoAcronym.redraw_pairs`), so a corpus repeated for several epochs does not repeat its pairs.
+A chunk cut to fit a shorter example gets a new pair drawn from its visible words (`PseudoAcronym.fit_to_length`).
 
 Initials and eligible spans are those of `alignlab.platform.text`: a word's initial is its first
 alphabetic character, accents dropped, lowercased, in a-z, else the word is ineligible; only contiguous
@@ -56,6 +57,10 @@ from alignlab.platform.text import (INELIGIBLE, LETTERS, InitialCache, check_spa
 
 _OTHER_RETRIES = 16
 _MUTATE_RETRIES = 64
+MAX_WORDS = 6
+"""The longest span an acronym abbreviates (`make_pad_pairs`' default `max_words`, the corpus labeller's)."""
+ACRONYM_TOKENS = MAX_WORDS + 1
+"""The most tokens an acronym takes: one a letter in the "letters" form; a text form may add a leading piece."""
 LETTER_SAMPLE_DOCS = 5000
 """Documents of the tokenizer sample whose word initials give the replacement-letter distribution."""
 
@@ -127,7 +132,7 @@ def make_pad_pairs(
     letter_probs: np.ndarray,
     *,
     min_words: int = 2,
-    max_words: int = 6,
+    max_words: int = MAX_WORDS,
 ) -> list[tuple[str, int, str]]:
     """One (acronym, label, kind) per chunk (a chunk is its list of words); rules in the module docstring.
 
@@ -301,11 +306,39 @@ class PseudoAcronym(Objective):
             ex.acronym[i] = self.tokenizer.encode_acronym(acr, self.config.acronym_form) if label >= 0 else []
             labels[i] = label if label >= 0 else IGNORE
 
+    def fit_to_length(self, ex, rng: np.random.Generator) -> dict[int, list[str]]:
+        """Cut the chunks that do not fit their example to whole words, and draw their pairs anew from what is left.
+
+        The collator cuts a chunk longer than its example's room, and a positive's span may be in the part cut off:
+        its label would then be wrong. That happens when a step's sequence length is shorter than the corpus's
+        (`PretrainConfig.short_seq_len`: 6% of the positives at 64 tokens on the bundled corpus), and to the odd
+        long chunk with a long acronym. Such chunks keep the whole words that fit beside the longest acronym, and
+        get pairs drawn by `make_pad_pairs` among themselves (half positives), from the words the model sees.
+        Returns the kept words by row."""
+        over = [i for i, f in enumerate(ex.fmt)
+                if f == "acronym" and len(ex.a[i]) > ex.max_len - 3 - len(ex.acronym[i] or ())]
+        if not over:
+            return {}
+        room = ex.max_len - 3 - ACRONYM_TOKENS
+        kept: dict[int, list[str]] = {}
+        for i in over:
+            words = str(ex.rows["a_text"][i]).split()
+            pieces, n, used = self.tokenizer.encode_words(words), 0, 0
+            while n < len(words) and used + len(pieces[n]) <= room:
+                used, n = used + len(pieces[n]), n + 1
+            kept[i], ex.a[i] = words[:n], [t for w in pieces[:n] for t in w]
+        labels = ex.example_labels["pad"]
+        for i, (acr, label, _kind) in zip(over, make_pad_pairs(list(kept.values()), rng, self.letter_probs)):
+            ex.acronym[i] = self.tokenizer.encode_acronym(acr, self.config.acronym_form) if label >= 0 else []
+            labels[i] = label if label >= 0 else IGNORE
+        return kept
+
     def corrupt(self, ex, rng: np.random.Generator) -> None:
         if ex.epoch > 0:
             # The collator's generator is keyed by (seed, step), and steps never repeat: every pass draws anew,
             # and a resumed run draws what the uninterrupted one did.
             self.redraw_pairs(ex, rng)
+        kept = self.fit_to_length(ex, rng)
         alpha = self.config.subword_alpha
         if alpha <= 0:
             return
@@ -313,8 +346,8 @@ class PseudoAcronym(Objective):
             if f != "acronym":
                 continue
             room = ex.max_len - 3 - len(ex.acronym[i] or ())
-            pieces = [t for w in self.tokenizer.encode_words(str(ex.rows["a_text"][i]).split(), alpha=alpha,
-                                                                 seed=int(rng.integers(1, 2**31)))
+            words = kept.get(i) or str(ex.rows["a_text"][i]).split()
+            pieces = [t for w in self.tokenizer.encode_words(words, alpha=alpha, seed=int(rng.integers(1, 2**31)))
                       for t in w]
             # A sampled segmentation is longer; one that no longer fits keeps the chunk's own pieces rather
             # than cutting words off the end (which could cut the positive's span and flip its label).

@@ -219,6 +219,32 @@ def test_pad_pairs_are_the_stored_ones_on_the_first_pass_and_drawn_afresh_on_lat
             assert (letters in spans) == bool(label), (label, letters, text)
 
 
+@pytest.mark.parametrize("form", ["letters", "text"])
+def test_a_pad_label_holds_for_the_words_its_example_shows_when_the_chunk_is_cut_to_a_shorter_length(tok, form):
+    from alignlab.objectives.pseudo_acronym import PseudoAcronymConfig
+    from alignlab.platform.text import initials
+
+    # 40-word chunks do not fit 32 tokens: the short-sequence phase cuts them, and a stored positive's span may be
+    # in the part cut off. Every label must hold for the words the example shows.
+    rows = _rows(tok, n=16, seg_words=40)
+    col = Collator([PseudoAcronymConfig(acronym_form=form).build(tok)], tok, max_len=32, acronym_fraction=1.0)
+    labels, flips = [], 0
+    for step in range(6):
+        batch = col(rows, step=step)
+        assert batch["input_ids"].shape[1] <= 32
+        for label, (acr, chunk, _) in zip(batch["pad"].tolist(), _pad_examples(tok, batch, rows)):
+            words = tok.decode(chunk).split()
+            spans = {initials(words[i:i + n]) for n in range(2, 7) for i in range(len(words) - n + 1)}
+            letters = tok.decode(acr).replace(" ", "")
+            assert (letters in spans) == bool(label), (label, letters, words)
+            labels.append(label)
+        flips += batch["pad"].tolist() != [i % 2 for i in range(16)]
+    assert flips == 6, "cut chunks keep their stored pairs"
+    assert 0.4 < sum(labels) / len(labels) < 0.6  # drawn by make_pad_pairs: half positives
+    whole = Collator([PseudoAcronymConfig(acronym_form=form).build(tok)], tok, max_len=128, acronym_fraction=1.0)
+    assert whole(rows, step=0)["pad"].tolist() == [i % 2 for i in range(16)], "chunks that fit keep their pairs"
+
+
 def test_pad_letter_distribution_for_later_passes_comes_from_the_token_counts(tok):
     from alignlab.objectives.pseudo_acronym import PseudoAcronymConfig
 
