@@ -50,6 +50,7 @@ def main(argv=None) -> None:
     p.add_argument("--tasks", type=Path, help="a task folder (default: the only one under --storage)")
     p.add_argument("--task", default="ct")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--settings", help="comma-separated indices into GRID (default: all; 0 is the mini FEL preset)")
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "fel_settings.json")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
@@ -72,7 +73,8 @@ def main(argv=None) -> None:
     print("| setting | val accuracy % | sd | val perplexity | selected epoch (mean) | at the cap | seconds |\n"
           "|---|---|---|---|---|---|---|", flush=True)
     rows = []
-    for change in GRID:
+    grid = [GRID[int(i)] for i in a.settings.split(",")] if a.settings else GRID
+    for change in grid:
         accs, ppls, epochs, capped, t0 = [], [], [], 0, time.time()
         for fold, seed in points:
             ft = dataclasses.replace(base, fold=fold, seed=seed, **change)

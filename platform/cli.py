@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     pt.add_argument("--objectives", default="mlm,nsp,whp,pad", type=name_list(objective_names, "objective"))
     pt.add_argument("--size", default=None, help=f"model size: {', '.join(MODEL_SIZES)}")
     pt.add_argument("--corpus", default=None, help="corpus folder (default: build the corpus of the corpus flags, "
-                    "or the preset's bundled corpus)")
+                    "or the preset's corpus)")
     add_corpus_arguments(pt)
     pt.add_argument("--max-steps", type=positive_int, default=None)
     pt.add_argument("--loss-scaling", choices=LOSS_SCALINGS, default=None,

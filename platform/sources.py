@@ -11,7 +11,10 @@ Three readers, one output type, so the rest of the corpus stage never knows wher
   the titles of the other articles of the same language in each text (see `reconstruct_links`).
   They resemble Wikipedia's links (mentions of other notable articles) but miss links whose
   anchor differs from the title and may link mentions an editor would have left plain.
-- `read_web`: plain text (`.txt`, one document per blank-line-separated block) or JSONL
+- `read_software` (in `text_files.py`): ~40k English PyPI package summaries shipped with alignlab (`corpus_data/`), one document
+  each, no links: software-domain text for the mini corpus, whose FEL CT set is npm package summaries (none of
+  which it contains; `corpus_data/make_software_summaries.py` says how it was drawn).
+- `read_web` (in `text_files.py`): plain text (`.txt`, one document per blank-line-separated block) or JSONL
   (`.jsonl`/`.json`, one object with a string "text" per line). No links, kind "web".
 
 `iter_documents` dispatches on the source name. Every problem with an input file raises
@@ -29,9 +32,10 @@ from pathlib import Path
 
 from alignlab.platform.config import SOURCES  # the source names a CorpusConfig accepts: one list
 from alignlab.platform.documents import CorpusInputError, Document, Link, words_in_links
+from alignlab.platform.text_files import SOFTWARE_FILE, WEB_SUFFIXES, _as_paths, read_software, read_web  # noqa: F401
 from alignlab.platform.wikidump import read_wikidump, require_file, wikitext_to_text
 
-__all__ = ["SOURCES", "iter_documents", "check_paths_exist", "read_bundled", "read_web", "read_wikidump",
+__all__ = ["SOURCES", "iter_documents", "check_paths_exist", "read_bundled", "read_software", "read_web", "read_wikidump",
            "wikitext_to_text", "build_title_matcher", "reconstruct_links", "link_density", "surface_form"]
 
 
@@ -212,102 +216,6 @@ def _load_summaries(path: Path) -> tuple[dict[str, str], dict[str, str]]:
 
 
 # --------------------------------------------------------------------------------------------
-# Web text
-# --------------------------------------------------------------------------------------------
-
-WEB_SUFFIXES = (".txt", ".jsonl", ".json")
-_WEB_DIR_SUFFIXES = (".txt", ".jsonl")
-
-
-def read_web(paths: Sequence[str | Path], *, lang: str = "und") -> Iterator[Document]:
-    """Documents from plain-text and JSONL files (a directory means its *.txt and *.jsonl, sorted).
-
-    - `.txt`: each block of consecutive non-blank lines is one document, in language `lang`; its doc_id
-      carries the block's first line number.
-    - `.jsonl` / `.json`: one JSON object per non-blank line with a string "text"; optional "lang"
-      (default `lang`) and "id" (kept as the document's title). Blank texts are skipped.
-
-    doc_id is "web:<file name>:<line number>"; kind is "web"; there are no links.
-    """
-    for path in _expand_web_paths(_as_paths(paths)):
-        if path.suffix == ".txt":
-            yield from _read_text_blocks(path, lang)
-        else:
-            yield from _read_jsonl(path, lang)
-
-
-def _expand_web_paths(paths: list[Path]) -> list[Path]:
-    files: list[Path] = []
-    for p in paths:
-        if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in _WEB_DIR_SUFFIXES)
-            if not found:
-                raise CorpusInputError(p, "directory has no .txt or .jsonl files")
-            files.extend(found)
-        else:
-            require_file(p, "a .txt, .jsonl or .json file")
-            if p.suffix not in WEB_SUFFIXES:
-                raise CorpusInputError(
-                    p, f"unknown file extension {p.suffix or '(none)'!r}; expected one of {', '.join(WEB_SUFFIXES)}"
-                )
-            files.append(p)
-    return files
-
-
-def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise CorpusInputError(
-                    path, f"not valid UTF-8 (byte {e.start} of the line: {e.reason})", f"line {number}"
-                ) from None
-            if number == 1:
-                line = line.removeprefix("\ufeff")
-            yield number, line.rstrip("\r\n")
-
-
-def _read_text_blocks(path: Path, lang: str) -> Iterator[Document]:
-    block: list[str] = []
-    first = 0
-    for number, line in _decoded_lines(path):
-        if line.strip():
-            if not block:
-                first = number
-            block.append(line.rstrip())
-        elif block:
-            yield _web_document(path, first, "\n".join(block).strip(), lang=lang)
-            block = []
-    if block:
-        yield _web_document(path, first, "\n".join(block).strip(), lang=lang)
-
-
-def _read_jsonl(path: Path, default_lang: str) -> Iterator[Document]:
-    for number, line in _decoded_lines(path):
-        if not line.strip():
-            continue
-        where = f"line {number}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise CorpusInputError(path, f"not valid JSON: {e.msg} (column {e.colno})", where) from None
-        if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-            raise CorpusInputError(path, 'expected a JSON object with a string "text" field', where)
-        lang = obj.get("lang", default_lang)
-        if not isinstance(lang, str) or not lang:
-            raise CorpusInputError(path, f'"lang" must be a non-empty string, got {lang!r}', where)
-        text = obj["text"].strip()
-        if text:
-            title = "" if obj.get("id") is None else str(obj["id"])
-            yield _web_document(path, number, text, lang=lang, title=title)
-
-
-def _web_document(path: Path, line: int, text: str, *, lang: str = "und", title: str = "") -> Document:
-    return Document(doc_id=f"web:{path.name}:{line}", text=text, lang=lang, kind="web", title=title)
-
-
-# --------------------------------------------------------------------------------------------
 # Dispatch
 # --------------------------------------------------------------------------------------------
 
@@ -322,9 +230,10 @@ def iter_documents(
     max_docs_per_lang: int | None = None,
     lang: str | None = None,
 ) -> Iterator[Document]:
-    """Documents from `source` ("bundled", "wikidump" or "web"), at most `max_docs_per_lang` per language.
+    """Documents from `source` ("bundled", "software", "wikidump" or "web"), at most `max_docs_per_lang` per language.
 
     - "bundled" takes no paths; `langs` picks the languages.
+    - "software" takes no paths; its documents are English whatever `langs` says.
     - "wikidump" reads each dump in turn. A dump's language is `lang` when given, else from its file name
       ("enwiki-…" -> "en"), else from `langs` when it names exactly one language, else "und".
     - "web" ignores `langs`; documents carry the JSONL "lang" field, else `lang`, else "und".
@@ -340,6 +249,11 @@ def iter_documents(
         if paths:
             raise ValueError(f"the bundled source reads no files, but paths were given: {[str(p) for p in paths]}")
         yield from read_bundled(langs, max_docs_per_lang=max_docs_per_lang)
+        return
+    if source == "software":
+        if paths:
+            raise ValueError(f"the software source reads no files, but paths were given: {[str(p) for p in paths]}")
+        yield from read_software(max_docs=max_docs_per_lang)
         return
     if not paths:
         raise ValueError(f"source {source!r} needs at least one path")
@@ -368,8 +282,3 @@ def check_paths_exist(paths: Iterable[str | Path]) -> None:
     for p in paths:
         if not Path(p).exists():
             raise CorpusInputError(p, "no such file or directory")
-
-
-def _as_paths(paths: Sequence[str | Path] | str | Path) -> list[Path]:
-    # A lone path is a common slip; iterating a str would read one "file" per character.
-    return [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
