@@ -13,7 +13,7 @@ from pathlib import Path
 from alignlab.platform.config import CorpusConfig, config_hash, to_dict
 from alignlab.platform.corpus_config import SourceSpec
 from alignlab.platform.registry import CorpusLabels
-from alignlab.platform.sources import SOFTWARE_FILE
+from alignlab.platform.text_files import SOFTWARE_FILE
 from alignlab.platform.storage import Storage, as_storage
 
 

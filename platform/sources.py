@@ -1,6 +1,7 @@
-"""Corpus sources: read MediaWiki dumps, the bundled Wikipedia summaries, or web text into `Document`s.
+"""Corpus sources: read MediaWiki dumps, the bundled Wikipedia summaries, the shipped software summaries or web
+text into `Document`s.
 
-Three readers, one output type, so the rest of the corpus stage never knows where text came from:
+Four readers, one output type, so the rest of the corpus stage never knows where text came from:
 
 - `read_wikidump` (in `wikidump.py`): a `*-pages-articles*.xml[.bz2]` MediaWiki export, streamed page by page.
   Wikitext becomes plain text with the article's real hyperlinks as `Link` spans (what WHP
@@ -11,9 +12,9 @@ Three readers, one output type, so the rest of the corpus stage never knows wher
   the titles of the other articles of the same language in each text (see `reconstruct_links`).
   They resemble Wikipedia's links (mentions of other notable articles) but miss links whose
   anchor differs from the title and may link mentions an editor would have left plain.
-- `read_software` (in `text_files.py`): ~40k English PyPI package summaries shipped with alignlab (`corpus_data/`), one document
-  each, no links: software-domain text for the mini corpus, whose FEL CT set is npm package summaries (none of
-  which it contains; `corpus_data/make_software_summaries.py` says how it was drawn).
+- `read_software` (in `text_files.py`): 40k English PyPI package summaries shipped with alignlab
+  (`corpus_data/`), one document each, no links: software-domain text for the mini corpus, whose FEL CT set
+  is npm package summaries (none of which it contains; `corpus_data/make_software_summaries.py`).
 - `read_web` (in `text_files.py`): plain text (`.txt`, one document per blank-line-separated block) or JSONL
   (`.jsonl`/`.json`, one object with a string "text" per line). No links, kind "web".
 
@@ -35,8 +36,8 @@ from alignlab.platform.documents import CorpusInputError, Document, Link, words_
 from alignlab.platform.text_files import SOFTWARE_FILE, WEB_SUFFIXES, _as_paths, read_software, read_web  # noqa: F401
 from alignlab.platform.wikidump import read_wikidump, require_file, wikitext_to_text
 
-__all__ = ["SOURCES", "iter_documents", "check_paths_exist", "read_bundled", "read_software", "read_web", "read_wikidump",
-           "wikitext_to_text", "build_title_matcher", "reconstruct_links", "link_density", "surface_form"]
+__all__ = ["SOURCES", "iter_documents", "check_paths_exist", "read_bundled", "read_software", "read_web",
+           "read_wikidump", "wikitext_to_text", "build_title_matcher", "reconstruct_links", "link_density", "surface_form"]
 
 
 # --------------------------------------------------------------------------------------------
