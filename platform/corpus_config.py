@@ -101,6 +101,13 @@ class CorpusConfig:
     docs_per_shard: int = 2000
     """Documents per staged part; each part is labelled by one Ray Data task into one shard file (bounded memory
     per task, and a shard's rows depend only on its part, so every build writes the same files)."""
+    shuffle_documents: bool = True
+    """Spread the documents over the shards by a hash of their id (`corpus_sources.shuffle_parts`), so that every
+    shard mixes every source and language. Off, the shards hold the documents in reading order: the bundled
+    source's English, Spanish and French articles by title, then the next source's, and pretraining, which
+    streams the shards in order through a shuffle buffer of a few batches, would see one language or source at
+    a time (the mini preset's 2,000 steps ended on French text and never reached most of its software summaries;
+    benchmarks/README.md, "Round 8"). Off is how corpora were built before this field, with their ids."""
     eval_fraction: float = 0.02
     """Fraction of documents (by id hash) held out of training for the final pretraining evaluation."""
     holdout_ids_file: str | None = None

@@ -87,7 +87,7 @@ def corpus_id(cfg: CorpusConfig, heldout: list[str], *, custom: bool = False,
     return f"{cfg.source}-{config_hash(ident, source_fingerprint(cfg), digest, *extra)}"
 
 
-LATER_FIELDS = ("sources", "tokenizer_sources")
+LATER_FIELDS = ("sources", "tokenizer_sources", "shuffle_documents")
 """Fields added after the first corpora were built: hashed only when set, so that every corpus that does not
 use them keeps its id (the bundled presets' ids are in caches and in the README)."""
 

@@ -142,6 +142,34 @@ def cap_non_english(docs: Iterable[tuple[int | None, Document]], specs: tuple[So
     shutil.rmtree(work)
 
 
+def shuffle_parts(folder: Path) -> None:
+    """Redistribute the documents of `folder`'s parts over as many parts, each to the part its id hash picks,
+    ordered by that hash within it: every part becomes a uniform sample of the documents, in a fixed order (the
+    same on every build). Bounded memory: one part read at a time, one writer per part."""
+    files = sorted(folder.glob("part-*.parquet"))
+    if not files:
+        return
+    buckets = folder / "buckets"
+    buckets.mkdir()
+    writers: dict[int, pq.ParquetWriter] = {}
+    for f in files:
+        t = pq.read_table(f)
+        bucket = np.array([doc_hash(d) % len(files) for d in t.column("doc_id").to_pylist()], dtype=np.int64)
+        for b in np.unique(bucket):
+            if b not in writers:
+                writers[b] = pq.ParquetWriter(buckets / f"part-{b:05d}.parquet", DOC_SCHEMA)
+            writers[b].write_table(t.filter(pa.array(bucket == b)))
+        f.unlink()
+    for w in writers.values():
+        w.close()
+    for b in sorted(writers):
+        t = pq.read_table(buckets / f"part-{b:05d}.parquet")
+        order = np.argsort(np.array([doc_hash(d) for d in t.column("doc_id").to_pylist()], dtype=np.uint64),
+                           kind="stable")
+        pq.write_table(t.take(order), folder / f"part-{b:05d}.parquet")
+    shutil.rmtree(buckets)
+
+
 def stage_documents(source: Iterable[tuple[int | None, Document]], out: Path, cfg: CorpusConfig, holdout: set[str],
                     progress: bool) -> dict:
     """Write documents to `out/{train,eval}` parts in bounded batches; return the samples and the counts.
@@ -187,6 +215,8 @@ def stage_documents(source: Iterable[tuple[int | None, Document]], out: Path, cf
             print(f"[corpus] {n_docs} documents read ({time.time() - t0:.0f}s)", flush=True)
     for p in parts.values():
         p.flush()
+        if cfg.shuffle_documents:
+            shuffle_parts(p.folder)
     if n_docs and not sample.texts:
         raise ValueError(f"CorpusConfig.tokenizer_sources {list(cfg.tokenizer_sources)}: those sources gave no "
                          "documents to train the vocabulary on")

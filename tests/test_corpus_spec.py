@@ -33,19 +33,23 @@ WEB_WORDS = "data science model train loss token layer head query snippet acrony
 # ---------------------------------------------------------------- identity
 
 
-def test_the_preset_corpora_keep_the_ids_they_had_before_sources_could_be_mixed():
-    # Computed on main before this change: caches and the README name these corpora by them.
+def test_corpora_built_in_reading_order_keep_the_ids_they_had_and_the_presets_have_theirs():
+    # Computed on main before sources could be mixed and before the shards were shuffled: caches and the README
+    # name these corpora by them. A corpus built in reading order (shuffle_documents off) is one of those.
     smoke, mini = CORPUS_PRESETS["smoke"], CORPUS_PRESETS["mini"]
-    assert corpus_id(smoke, []) == "bundled-f9dac26983c5"
-    assert corpus_id(smoke, HELD_OUT) == "bundled-a8e3dc8aca6a"
-    assert corpus_id(smoke, [], custom=True) == "custom-c0dd235df34f"
-    # The mini preset's Wikipedia-only corpus (before it took the software summaries), and the preset's own.
-    wiki_mini = dataclasses.replace(mini, sources=(SourceSpec(name="bundled"),))
+    ordered = dataclasses.replace(smoke, shuffle_documents=False)
+    assert corpus_id(ordered, []) == "bundled-f9dac26983c5"
+    assert corpus_id(ordered, HELD_OUT) == "bundled-a8e3dc8aca6a"
+    assert corpus_id(ordered, [], custom=True) == "custom-c0dd235df34f"
+    # The mini preset's Wikipedia-only corpus before it took the software summaries.
+    wiki_mini = dataclasses.replace(mini, sources=(SourceSpec(name="bundled"),), shuffle_documents=False)
     assert corpus_id(wiki_mini, []) == "bundled-0042413ae585"
     assert corpus_id(wiki_mini, HELD_OUT) == "bundled-82fb9d84121a"
-    assert corpus_id(mini, HELD_OUT) == "bundled+software-7c4e9b6ee1a0"
+    # The presets now: shuffled shards (another corpus, another id), the mini one with the software summaries.
+    assert corpus_id(smoke, HELD_OUT) == "bundled-6fc6070fbce0"
+    assert corpus_id(mini, HELD_OUT) == "bundled+software-8a3472bf554f"
     # Accepting a smaller vocabulary changes whether a corpus is taken, not what it is.
-    assert corpus_id(dataclasses.replace(smoke, allow_smaller_vocab=True), HELD_OUT) == "bundled-a8e3dc8aca6a"
+    assert corpus_id(dataclasses.replace(smoke, allow_smaller_vocab=True), HELD_OUT) == "bundled-6fc6070fbce0"
 
 
 def test_one_source_written_as_a_spec_is_the_same_corpus_as_source_and_paths(tmp_path):
