@@ -11,8 +11,9 @@ CORPUS_PRESETS: dict[str, CorpusConfig] = {
     "smoke": CorpusConfig(langs=("en",), max_docs_per_lang=300, vocab_size=1000, tokenizer_sample_docs=300,
                           max_len=64, docs_per_shard=100, task_max_docs_per_lang=3000),
     # The bundled Wikipedia summaries plus 40k PyPI package summaries (platform/corpus_data/): the mini study's CT
-    # test set is npm package summaries, and software-domain text raised CT on the FEL validation splits over
-    # three pretraining seeds (benchmarks/README.md, "Round 8"). WHP and PAD still learn from the Wikipedia part.
+    # test set is npm package summaries, and software-domain text lowered CT's perplexity on the FEL validation
+    # splits over three pretraining seeds, at the same accuracy (benchmarks/README.md, "Round 8"). WHP and PAD
+    # still learn from the Wikipedia part.
     "mini": CorpusConfig(sources=(SourceSpec(name="bundled"), SourceSpec(name="software")), vocab_size=8000,
                          tokenizer_sample_docs=12000, max_len=128, docs_per_shard=2000),
     "paper": CorpusConfig(vocab_size=111000, tokenizer_sample_docs=2_000_000, max_len=128, docs_per_shard=20000),
