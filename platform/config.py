@@ -180,6 +180,13 @@ class PretrainConfig:
     """The first `curriculum_fraction` of the steps collate with each objective's `curriculum()` config where it
     has one (MLM's: uniform masks, BERT's, before the paper's rare-weighted ones; benchmarks/README.md, "Round
     4"), the rest with the objectives' own. Held-out evaluation always uses their own. 0 (off) is the paper's."""
+    domain_sources: tuple[str, ...] = ()
+    domain_fraction: float = 0.0
+    """A domain-adaptive final phase (Gururangan et al. 2020, "Don't stop pretraining"): the last
+    `domain_fraction` of the steps train on the rows of these corpus sources only (names as in `SOURCES`: a row's
+    source is its doc_id's prefix), the steps before it on the corpus's other sources; the learning-rate schedule
+    runs on. Both set or both empty (off). The corpus must hold rows of both kinds (checked when pretraining
+    starts). The mini preset ends on the software summaries (benchmarks/README.md, "Round 9")."""
     grad_clip: float = 1.0
     acronym_fraction: float = 0.25
     """Share of linked rows turned into PAD examples `[CLS] acronym [SEP] chunk [SEP]` when PAD is on;
@@ -235,6 +242,17 @@ class PretrainConfig:
         if self.curriculum_fraction and not any(hasattr(o, "curriculum") for o in self.objectives):
             raise ValueError("PretrainConfig.curriculum_fraction needs an objective with a curriculum; these "
                              f"objectives are {'+'.join(self.objective_names)}")
+        object.__setattr__(self, "domain_sources", tuple(str(n) for n in self.domain_sources))
+        bad = [n for n in self.domain_sources if n not in SOURCES]
+        if bad or len(set(self.domain_sources)) != len(self.domain_sources):
+            raise ValueError(f"PretrainConfig.domain_sources must be distinct source names from {', '.join(SOURCES)}, "
+                             f"got {self.domain_sources!r}")
+        if not 0.0 <= self.domain_fraction < 1.0 or bool(self.domain_sources) != bool(self.domain_fraction):
+            raise ValueError("PretrainConfig.domain_sources and domain_fraction go together: both empty (off), or "
+                             f"sources and a fraction in (0, 1); got {self.domain_sources!r}, {self.domain_fraction}")
+        if self.domain_fraction and not 0 < self.domain_start_step < self.max_steps:
+            raise ValueError(f"PretrainConfig.domain_fraction {self.domain_fraction} of max_steps {self.max_steps} "
+                             "leaves no step for one of the two phases")
         _choice(self, "precision", ("auto", "fp32", "bf16"))
         _choice(self, "loss_scaling", LOSS_SCALINGS)
         if not 0.0 <= self.acronym_fraction <= 1.0:
@@ -256,6 +274,11 @@ class PretrainConfig:
         if self.short_seq_len and step < round(self.short_seq_fraction * self.max_steps):
             return self.short_seq_len
         return self.seq_len or self.model.max_len
+
+    @property
+    def domain_start_step(self) -> int:
+        """The first optimizer step of the domain phase (`domain_fraction`); max_steps when there is none."""
+        return self.max_steps - round(self.domain_fraction * self.max_steps)
 
     def curriculum_at(self, step: int) -> bool:
         """Does optimizer step `step` collate with the objectives' curriculum configs?"""
@@ -330,8 +353,9 @@ def pretrain_from_dict(d: dict) -> PretrainConfig:
     d = dict(d)
     d["model"] = model_from_dict(d["model"])
     d["objectives"] = tuple(d["objectives"])  # dicts: the registry makes them configs
-    if "adam_betas" in d:
-        d["adam_betas"] = tuple(d["adam_betas"])
+    for f in ("adam_betas", "domain_sources"):
+        if f in d:
+            d[f] = tuple(d[f])
     return PretrainConfig(**d)
 
 

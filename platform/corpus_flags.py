@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Iterable
 
-from alignlab.platform.config import SOURCES
+from alignlab.platform.config import SOURCES, PretrainConfig
 from alignlab.platform.corpus_config import CorpusConfig, SourceSpec
 from alignlab.platform.errors import nonneg_float, positive_int
 
@@ -93,3 +94,18 @@ def corpus_from_args(base: CorpusConfig, args: argparse.Namespace) -> CorpusConf
     if args.allow_smaller_vocab:
         changes["allow_smaller_vocab"] = True
     return dataclasses.replace(base, **changes) if changes else base
+
+
+def fit_domain_phase(cfg: PretrainConfig, sources: Iterable[str]) -> PretrainConfig:
+    """A preset's pretraining config for a corpus the flags chose, of these source names: the preset's domain phase
+    (`PretrainConfig.domain_sources`, e.g. the mini preset's final steps on the software summaries) is kept when
+    the corpus has those sources and others, and turned off, with a printed line, when it has not: the preset
+    chose it for its own corpus. (A config given in Python with such a phase is refused instead: pretrain_ray.)"""
+    sources = set(sources)
+    if not cfg.domain_sources or (set(cfg.domain_sources) <= sources and sources - set(cfg.domain_sources)):
+        return cfg
+    why = "has no other source for the steps before it" if set(cfg.domain_sources) >= sources else \
+        f"has no {'+'.join(sorted(set(cfg.domain_sources) - sources))} text"
+    print(f"[corpus] the preset's final pretraining phase on {'+'.join(cfg.domain_sources)} is off: this corpus "
+          f"({'+'.join(sorted(sources))}) {why}", flush=True)
+    return dataclasses.replace(cfg, domain_sources=(), domain_fraction=0.0)

@@ -33,7 +33,7 @@ gradient sums otherwise than one and draw their own dropout masks, so their weig
 ADDED_MODEL_FIELDS = {"position": "learned", "alibi": 0.0}
 """ModelConfig fields added after models were first registered, with their defaults: hashed only when set to
 another value, so every model that existed before keeps its id."""
-ADDED_PRETRAIN_FIELDS = {"curriculum_fraction": 0.0}
+ADDED_PRETRAIN_FIELDS = {"curriculum_fraction": 0.0, "domain_sources": [], "domain_fraction": 0.0}
 """The same for PretrainConfig fields."""
 
 

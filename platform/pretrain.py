@@ -128,6 +128,8 @@ class TrainState:
     epoch: int = 0
     batches_in_epoch: int = 0
     """Data position: row batches consumed in the current pass over the shards."""
+    phase: int = 0
+    """0, or 1 in the domain phase (`PretrainConfig.domain_fraction`), whose passes are counted from epoch 0 again."""
     history: list = field(default_factory=list)
 
 
@@ -262,7 +264,7 @@ class Pretrainer:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "step": self.state.step, "epoch": self.state.epoch, "batches_in_epoch": self.state.batches_in_epoch,
-            "torch_rng": torch.get_rng_state(),
+            "phase": self.state.phase, "torch_rng": torch.get_rng_state(),
         }
 
     def load_state_dict(self, sd: dict) -> None:
@@ -270,6 +272,7 @@ class Pretrainer:
         self.optimizer.load_state_dict(sd["optimizer"])
         self.scheduler.load_state_dict(sd["scheduler"])
         self.state.step, self.state.epoch, self.state.batches_in_epoch = sd["step"], sd["epoch"], sd["batches_in_epoch"]
+        self.state.phase = sd.get("phase", 0)  # checkpoints from before the domain phase existed
         torch.set_rng_state(sd["torch_rng"])
 
 
@@ -309,21 +312,30 @@ class NonFiniteLossError(ValueError):
 
 def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict]], *,
                report: Callable[[dict, bool], None], log_every: int = 10,
-               all_finite: Callable[[bool], bool] = lambda ok: ok) -> TrainState:
+               all_finite: Callable[[bool], bool] = lambda ok: ok,
+               domain_batches: Callable[[int], Iterator[dict]] | None = None) -> TrainState:
     """Run until `max_steps`. `epoch_batches(epoch)` yields row batches of one pass over the data;
     `report(metrics, checkpoint_now)` is called every `log_every` steps and at every checkpoint step.
     A resumed trainer skips the batches its last checkpoint had consumed (exact data position).
+    With a domain phase (`PretrainConfig.domain_fraction`), the steps from `cfg.domain_start_step` on take their
+    rows from `domain_batches(epoch)` instead, its passes counted from 0 (`TrainState.phase`).
 
     `all_finite(ok)`: whether every rank's loss of this step is finite, given this rank's (data-parallel
     workers pass an all-reduce), so that all ranks stop at the same step and none waits in a collective."""
     cfg, st = trainer.cfg, trainer.state
+    if cfg.domain_fraction and domain_batches is None:
+        raise ValueError(f"PretrainConfig.domain_sources {'+'.join(cfg.domain_sources)}: train_loop needs "
+                         "domain_batches for the domain phase")
     waited = 0.0
     t_start = time.perf_counter()
     while st.step < cfg.max_steps:
+        if st.phase == 0 and st.step >= cfg.domain_start_step:
+            st.phase, st.epoch, st.batches_in_epoch = 1, 0, 0
+        stop_at, batches = (cfg.domain_start_step, epoch_batches) if st.phase == 0 else (cfg.max_steps, domain_batches)
         skip = st.batches_in_epoch
-        it = iter(epoch_batches(st.epoch))
+        it = iter(batches(st.epoch))
         consumed = 0
-        while st.step < cfg.max_steps:
+        while st.step < stop_at:
             t0 = time.perf_counter()
             try:
                 rows = next(it)
@@ -344,15 +356,16 @@ def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict
             ckpt = st.step % cfg.checkpoint_every == 0 or st.step == cfg.max_steps
             if ckpt or st.step % log_every == 0:
                 wall = time.perf_counter() - t_start
-                metrics.update({"step": st.step, "epoch": st.epoch, "data_wait_fraction": waited / max(wall, 1e-9)})
+                metrics.update({"step": st.step, "epoch": st.epoch, "phase": st.phase,
+                                "data_wait_fraction": waited / max(wall, 1e-9)})
                 report(metrics, ckpt)
         else:
-            break
+            continue  # this phase's last step is done: the next pass starts the domain phase, or the loop ends
         if consumed == 0:
-            raise ValueError("the training shard yielded no batches: the corpus is empty or smaller than one batch")
-        if st.step < cfg.max_steps:
-            st.epoch += 1
-            st.batches_in_epoch = 0
+            what = "the domain phase's rows" if st.phase else "the training shard"
+            raise ValueError(f"{what} yielded no batches: the corpus is empty or smaller than one batch")
+        st.epoch += 1
+        st.batches_in_epoch = 0
     return st
 
 

@@ -57,6 +57,7 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     st = as_storage(root)
     cdir = Path(cdir)
     manifest = check_corpus_for(cfg, cdir)
+    check_domain_sources(cfg, manifest)
     from alignlab.platform.corpus import warn_if_corpus_repeats  # issue #18: more passes than a few over the corpus
     warn_if_corpus_repeats(manifest, cfg)
     cid = manifest["corpus_id"]
@@ -115,6 +116,11 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
 
     fs = st.ray_filesystem()
     datasets = {"train": ray.data.read_parquet(shard_paths("train"), filesystem=fs, num_cpus=0.25)}
+    if cfg.domain_sources:  # the domain phase's rows, and the other rows for the steps before it
+        datasets["domain"] = datasets["train"].map_batches(
+            rows_of_sources, fn_args=(cfg.domain_sources, True), batch_format="pyarrow", num_cpus=0.25)
+        datasets["train"] = datasets["train"].map_batches(
+            rows_of_sources, fn_args=(cfg.domain_sources, False), batch_format="pyarrow", num_cpus=0.25)
     if shard_paths("eval"):
         datasets["eval"] = ray.data.read_parquet(shard_paths("eval"), filesystem=fs, num_cpus=0.25)
     resources = worker_resources(cfg)
@@ -151,6 +157,34 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
         raise RuntimeError(f"pretraining of {mid} ended without writing {st.url(f'models/{mid}/final')}")
     if pruned := prune_checkpoints(st, mid, name, keep):
         print(f"[pretrain {mid}] finished; deleted {len(pruned)} older checkpoint(s), kept the last {keep}", flush=True)
+
+
+def check_domain_sources(cfg: PretrainConfig, manifest: dict) -> None:
+    """A domain phase needs rows of its sources and of others in the corpus (`PretrainConfig.domain_sources`)."""
+    if not cfg.domain_sources:
+        return
+    per_source = manifest.get("stats", {}).get("documents_per_source")
+    where = f"corpus {manifest.get('corpus_id')}"
+    if per_source is None:
+        raise ValueError(f"PretrainConfig.domain_sources {'+'.join(cfg.domain_sources)}: {where} records no documents "
+                         "per source (built before they were counted); rebuild it with `alignlab corpus build`")
+    have = {d["source"] for d in per_source if d["documents"]}
+    if missing := [n for n in cfg.domain_sources if n not in have]:
+        raise ValueError(f"PretrainConfig.domain_sources names {', '.join(missing)}, which {where} has no documents of "
+                         f"(it has {', '.join(sorted(have)) or 'none'}): add the source or leave the domain phase off")
+    if not have - set(cfg.domain_sources):
+        raise ValueError(f"PretrainConfig.domain_sources {'+'.join(cfg.domain_sources)} are all of {where}'s sources: "
+                         "the steps before the domain phase would have no rows")
+
+
+def rows_of_sources(batch, sources: tuple[str, ...], keep: bool):
+    """The rows of a pyarrow batch whose doc_id's source prefix ("software:...") is (`keep`) or is not in `sources`."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    source = pc.list_element(pc.split_pattern(batch["doc_id"], ":", max_splits=1), 0)
+    hit = pc.is_in(source, value_set=pa.array(list(sources), type=pa.string()))
+    return batch.filter(hit if keep else pc.invert(hit))
 
 
 def worker_fn(storage_uri: str) -> Callable[[dict], None]:
@@ -208,10 +242,12 @@ def _train_fn(config: dict, storage_uri: str) -> None:
     shard = ray.train.get_dataset_shard("train")
     after_step = config.get("after_step")
 
-    def epoch_batches(epoch: int):
-        return shard.iter_batches(batch_size=cfg.batch_size, batch_format="numpy", drop_last=True,
-                                  local_shuffle_buffer_size=cfg.batch_size * 4, local_shuffle_seed=cfg.seed + epoch,
-                                  prefetch_batches=2)
+    domain = ray.train.get_dataset_shard("domain") if cfg.domain_sources else None
+
+    def epoch_batches(epoch: int, of=shard):
+        return of.iter_batches(batch_size=cfg.batch_size, batch_format="numpy", drop_last=True,
+                               local_shuffle_buffer_size=cfg.batch_size * 4, local_shuffle_seed=cfg.seed + epoch,
+                               prefetch_batches=2)
 
     progress = ProgressLine(mid, cfg.max_steps, trainer.state.step) if rank == 0 else None
 
@@ -223,7 +259,7 @@ def _train_fn(config: dict, storage_uri: str) -> None:
                        trainer=trainer)
         if writer is not None:
             for k, v in metrics.items():
-                if k not in ("step", "epoch"):
+                if k not in ("step", "epoch", "phase"):
                     writer.add_scalar(k, v, metrics["step"])
         if not checkpoint_now:
             # Not reported to Ray Train: its report queue holds one result and the controller takes it at its health
@@ -245,7 +281,8 @@ def _train_fn(config: dict, storage_uri: str) -> None:
     try:
         if trainer.state.step < cfg.max_steps:
             try:
-                train_loop(trainer, epoch_batches, report=report, log_every=cfg.log_every, all_finite=all_finite)
+                train_loop(trainer, epoch_batches, report=report, log_every=cfg.log_every, all_finite=all_finite,
+                           domain_batches=(lambda epoch: epoch_batches(epoch, domain)) if domain is not None else None)
             except NonFiniteLossError as e:
                 if rank == 0:
                     write_json(mdir / DIVERGED, {"error": str(e), "step": trainer.state.step})

@@ -293,7 +293,7 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
 
 def _run_study_command(build, args, ap) -> Path:
     from alignlab.platform.config import check_preset
-    from alignlab.platform.corpus_flags import corpus_from_args
+    from alignlab.platform.corpus_flags import corpus_from_args, fit_domain_phase
     from alignlab.platform.storage import resolve_root
     from alignlab.platform.task import task_names
 
@@ -327,7 +327,9 @@ def _run_study_command(build, args, ap) -> Path:
     corpus = corpus_from_args(built.corpus, args)
     if corpus != built.corpus:  # its own folder and report, as with extra objective sets
         name = f"{built.name}-{corpus.source}-{config_hash(corpus, length=8)}"
-        study = dataclasses.replace(study, corpus=corpus, name=name)
+        names = [s.name for s in corpus.source_specs]
+        study = dataclasses.replace(study, corpus=corpus, name=name, models=tuple(
+            dataclasses.replace(m, pretrain=fit_domain_phase(m.pretrain, names)) for m in study.models))
     train = {k: v for k, v in (("num_workers", args.train_workers), ("cpus_per_worker", args.cpus_per_train_worker))
              if v is not None}
     if train:  # every model the study pretrains, sized to the cluster's nodes

@@ -103,7 +103,7 @@ _OTHER_VALUE = {
     "num_workers": 2, "precision": "fp32", "seed": 1, "loss_scaling": "log_classes",
     "adam_betas": (0.9, 0.98), "adam_eps": 1e-6, "weight_decay": 0.01, "seq_len": 32, "curriculum_fraction": 0.5,
     # set together: each is changed with its companion at a fixed value (see _COMPANION)
-    "short_seq_len": 32, "short_seq_fraction": 0.5,
+    "short_seq_len": 32, "short_seq_fraction": 0.5, "domain_sources": ("web",), "domain_fraction": 0.5,
     # runtime-only
     "checkpoint_every": 7, "log_every": 3, "eval_batches": 9, "cpus_per_worker": 2.0, "threads_per_worker": 2,
     "use_gpu": True,
@@ -112,7 +112,9 @@ _OTHER_VALUE = {
 
 # Fields valid only together: the id is compared between two configs that both set the companion.
 _COMPANION = {"short_seq_len": {"short_seq_len": 16, "short_seq_fraction": 0.25},
-              "short_seq_fraction": {"short_seq_len": 32, "short_seq_fraction": 0.25}}
+              "short_seq_fraction": {"short_seq_len": 32, "short_seq_fraction": 0.25},
+              "domain_sources": {"domain_sources": ("software",), "domain_fraction": 0.25},
+              "domain_fraction": {"domain_sources": ("software",), "domain_fraction": 0.25}}
 
 
 def _smoke(**changes):
