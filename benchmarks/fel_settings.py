@@ -58,7 +58,8 @@ def main(argv=None) -> None:
     data = TaskData.load(tasks)
     pre = load_pretrained(a.storage / "models" / a.model)
     command = "python benchmarks/fel_settings.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    base = dataclasses.replace(FINETUNE_PRESETS["mini"], task=a.task, keep_head=False)
+    # refit off: these calculations are scored on the validation split, which refit would train on.
+    base = dataclasses.replace(FINETUNE_PRESETS["mini"], task=a.task, keep_head=False, refit=False)
     points = list(itertools.product(range(5), range(2)))
     print(f"# {command}\n# model {a.model}, tasks {tasks.name}, task {a.task}, heads discarded (the * column), "
           f"{len(points)} calculations per setting, validation only", flush=True)

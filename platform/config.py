@@ -306,6 +306,11 @@ class FinetuneConfig:
     """"honest": select epochs on a validation split carved from the budget, touch the test set once;
     "paper": select on the test set, as the paper did (for reproduction only)."""
     val_fraction: float = 0.2
+    refit: bool = field(default=False, metadata={"omit_at_default": True})
+    """Honest selection only: once the epochs are selected on the validation split, train again from the same
+    initialisation on the whole budget (training + validation examples) to those epochs, and score and keep that.
+    The context-free baselines are fitted on the whole budget, so with refit the model learns from as many
+    labelled examples as they do (README, "FEL"). Not in a config's dict (nor its ids) when off."""
     acronym_form: str = "letters"
     """"letters" (one token per letter) or "text" (sentencepiece pieces)."""
     fold: int = 0
@@ -320,6 +325,9 @@ class FinetuneConfig:
         _choice(self, "scheme", SCHEMES)
         _choice(self, "selection", SELECTION_MODES)
         _choice(self, "acronym_form", ("letters", "text"))
+        if self.refit and self.selection != "honest":
+            raise ValueError(f"FinetuneConfig.refit needs honest selection (its validation split); selection is "
+                             f"{self.selection!r}")
         _positive(self, "budget", "lr", "batch_size", "max_epochs", "patience")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"FinetuneConfig.dropout must be in [0, 1), got {self.dropout}")
@@ -335,7 +343,10 @@ class FinetuneConfig:
 def to_dict(cfg: Any) -> Any:
     """A config as plain JSON-able data; objective configs carry their registered name."""
     if dataclasses.is_dataclass(cfg):
-        out = {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+        # A field added after ids were first made, with "omit_at_default", is left out at its default: every
+        # config from before it keeps its dict, hence its hash and every id made from it.
+        out = {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
+               if not (f.metadata.get("omit_at_default") and getattr(cfg, f.name) == f.default)}
         name = getattr(type(cfg), "name", None)
         if isinstance(name, str):
             out = {"name": name, **out}

@@ -171,13 +171,16 @@ class Calculation:
 def finetune_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, val=None, other_task_train=None,
                          on_epoch=None, device: str | torch.device = "cpu") -> Calculation:
     """Finetune on `train`, select epochs on `val` (honest) or `test` (paper); the result row and kept model
-    (on `device`)."""
+    (on `device`). With `cfg.refit`, the selected epochs are then trained again on `train` + `val` from the same
+    initialisation, and those models are scored and kept."""
     t0 = time.time()
     if cfg.selection == "honest" and not val:
         raise ValueError("honest selection needs a validation split (carve it from the training budget)")
+    if cfg.refit and test is val:
+        raise ValueError("FinetuneConfig.refit trains on the validation split, so it cannot be scored on it: "
+                         "set refit=False where the validation split is the test set (searches, validation tables)")
     task = cfg.task
     tok, L = pre.tok, pre.model_cfg.max_len
-    model = build_task_model(pre, task, keep_head=cfg.keep_head, dropout=cfg.dropout, seed=cfg.seed).to(device)
 
     def encode(t: str, examples) -> Encoded:
         return on_device(encode_examples(t, examples, tok, L, cfg.acronym_form), device)
@@ -189,57 +192,28 @@ def finetune_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, v
     if multitask and not other_task_train:
         raise ValueError("scheme mt:pred+trm needs the other task's training examples (other_task_train)")
     enc_other = encode(other, other_task_train) if multitask else None
-    params = trainable_parameters(model, cfg.scheme, tasks)
-    opt = torch.optim.Adam(params, lr=cfg.lr)
-    gen = torch.Generator().manual_seed(cfg.seed * 1000 + cfg.fold)
-    head = model.heads[task]
     frozen = cfg.scheme == "pred"
-    if frozen:
-        f_train, f_sel = _Features(model, task, enc_train), _Features(model, task, enc_sel)
-        f_test = f_sel if enc_sel is enc_test else _Features(model, task, enc_test)
-
-    def evaluate(enc: Encoded, feats=None) -> dict[str, float]:
-        model.eval()
-        with torch.no_grad():
-            if feats is not None:
-                return metrics_from_logits(head(feats.x), feats.y)
-            return metrics_from_logits(*logits_and_labels(model, task, enc))
-
-    def snapshot():
-        return copy.deepcopy(head.state_dict()) if frozen else copy.deepcopy(model.state_dict())
-
-    def restore(sd) -> None:
-        (head if frozen else model).load_state_dict(sd)
+    fit = _Fit(pre, cfg, tasks, enc_train, enc_other, device)
+    if frozen:  # the frozen encoder is the pretrained one in every _Fit: its features are computed once
+        f_sel = _Features(fit.model, task, enc_sel)
+        f_test = f_sel if enc_sel is enc_test else _Features(fit.model, task, enc_test)
+    else:
+        f_sel = f_test = None
 
     history: list[dict] = []
     selector = EpochSelector(cfg.patience)
     best_ppl = best_acc = (None, None)  # (snapshot, selection metrics) at the selected epoch
     for epoch in range(1, cfg.max_epochs + 1):
-        order = torch.randperm(len(enc_train), generator=gen)
-        for start in range(0, len(order), cfg.batch_size):
-            rows = order[start: start + cfg.batch_size].to(device)
-            opt.zero_grad(set_to_none=True)
-            if frozen:
-                head.train()
-                units = f_train.units_of_rows(rows)
-                loss = F.cross_entropy(head(f_train.x[units]), f_train.y[units])
-            else:
-                model.train()
-                loss = F.cross_entropy(*logits_and_labels(model, task, enc_train.rows(rows)))
-                if multitask:
-                    orows = torch.randint(len(enc_other), (len(rows),), generator=gen).to(device)
-                    loss = loss + F.cross_entropy(*logits_and_labels(model, other, enc_other.rows(orows)))
-            loss.backward()
-            opt.step()
-        m = evaluate(enc_sel, f_sel if frozen else None)
+        fit.epoch()
+        m = fit.evaluate(enc_sel, f_sel)
         history.append({"epoch": epoch, **m})
         if on_epoch:
             on_epoch(epoch, m)
         new_ppl, new_acc = selector.update(epoch, m)
         if new_ppl:
-            best_ppl = (snapshot(), m)
+            best_ppl = (fit.snapshot(), m)
         if new_acc:
-            best_acc = (snapshot(), m)
+            best_acc = (fit.snapshot(), m)
         if selector.done(epoch):
             break
     if best_ppl[0] is None or best_acc[0] is None:
@@ -249,21 +223,77 @@ def finetune_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, v
             f"{'test' if cfg.selection == 'paper' else 'validation'} numbers were never finite in "
             f"{len(history)} epoch{'s' if len(history) != 1 else ''} (last: accuracy {last['accuracy']}, "
             f"perplexity {last['perplexity']}); the model diverged")
+    if cfg.refit:  # the same run on the whole budget, to the selected epochs; nothing is selected on it
+        fit = _Fit(pre, cfg, tasks, encode(task, list(train) + list(val)), enc_other, device)
+        at = {}
+        for epoch in range(1, max(selector.ppl_epoch, selector.acc_epoch) + 1):
+            fit.epoch()
+            if epoch in (selector.ppl_epoch, selector.acc_epoch):
+                at[epoch] = fit.snapshot()
+        best_ppl, best_acc = (at[selector.ppl_epoch], best_ppl[1]), (at[selector.acc_epoch], best_acc[1])
     if cfg.selection == "paper":
         at_ppl, at_acc = best_ppl[1], best_acc[1]
     else:  # the test set is touched once per selected epoch, after all selection is done
-        restore(best_ppl[0])
-        at_ppl = evaluate(enc_test, f_test if frozen else None)
-        restore(best_acc[0])
-        at_acc = evaluate(enc_test, f_test if frozen else None)
-    restore(best_ppl[0])  # the kept model is the best-perplexity one (the paper's choice)
+        fit.restore(best_ppl[0])
+        at_ppl = fit.evaluate(enc_test, f_test)
+        fit.restore(best_acc[0])
+        at_acc = fit.evaluate(enc_test, f_test)
+    fit.restore(best_ppl[0])  # the kept model is the best-perplexity one (the paper's choice)
     return Calculation({
         "accuracy": at_ppl["accuracy"], "perplexity": at_ppl["perplexity"],
         "best_accuracy": at_acc["accuracy"], "perplexity_at_best_accuracy": at_acc["perplexity"],
         "epochs": selector.ppl_epoch, "epochs_run": len(history), "best_accuracy_epoch": selector.acc_epoch,
-        "selection": cfg.selection, "num_train": len(train), "num_val": len(val or []), "num_test": len(test),
+        "selection": cfg.selection, "refit": cfg.refit,
+        "num_train": len(train) + (len(val) if cfg.refit else 0), "num_val": len(val or []), "num_test": len(test),
         "seconds": round(time.time() - t0, 3), "device": str(device),
-    }, model)
+    }, fit.model)
+
+
+class _Fit:
+    """One training run of a calculation: a task model from the pretrained weights (its head initialised by the
+    seed), its optimizer and its batch order (seeded by seed and fold), on the encoded examples `enc_fit`."""
+
+    def __init__(self, pre: Pretrained, cfg: FinetuneConfig, tasks: tuple[str, ...], enc_fit: Encoded,
+                 enc_other: Encoded | None, device):
+        self.cfg, self.task, self.tasks, self.enc_fit, self.enc_other = cfg, tasks[0], tasks, enc_fit, enc_other
+        self.model = build_task_model(pre, self.task, keep_head=cfg.keep_head, dropout=cfg.dropout,
+                                      seed=cfg.seed).to(device)
+        self.opt = torch.optim.Adam(trainable_parameters(self.model, cfg.scheme, tasks), lr=cfg.lr)
+        self.gen = torch.Generator().manual_seed(cfg.seed * 1000 + cfg.fold)
+        self.head, self.frozen, self.device = self.model.heads[self.task], cfg.scheme == "pred", device
+        self.features = _Features(self.model, self.task, enc_fit) if self.frozen else None
+
+    def epoch(self) -> None:
+        model, cfg, task = self.model, self.cfg, self.task
+        order = torch.randperm(len(self.enc_fit), generator=self.gen)
+        for start in range(0, len(order), cfg.batch_size):
+            rows = order[start: start + cfg.batch_size].to(self.device)
+            self.opt.zero_grad(set_to_none=True)
+            if self.frozen:
+                self.head.train()
+                units = self.features.units_of_rows(rows)
+                loss = F.cross_entropy(self.head(self.features.x[units]), self.features.y[units])
+            else:
+                model.train()
+                loss = F.cross_entropy(*logits_and_labels(model, task, self.enc_fit.rows(rows)))
+                if len(self.tasks) > 1:
+                    orows = torch.randint(len(self.enc_other), (len(rows),), generator=self.gen).to(self.device)
+                    loss = loss + F.cross_entropy(*logits_and_labels(model, self.tasks[-1], self.enc_other.rows(orows)))
+            loss.backward()
+            self.opt.step()
+
+    def evaluate(self, enc: Encoded, feats: _Features | None = None) -> dict[str, float]:
+        self.model.eval()
+        with torch.no_grad():
+            if feats is not None:
+                return metrics_from_logits(self.head(feats.x), feats.y)
+            return metrics_from_logits(*logits_and_labels(self.model, self.task, enc))
+
+    def snapshot(self):
+        return copy.deepcopy(self.head.state_dict()) if self.frozen else copy.deepcopy(self.model.state_dict())
+
+    def restore(self, sd) -> None:
+        (self.head if self.frozen else self.model).load_state_dict(sd)
 
 
 # ---------------------------------------------------------------- keeping, loading and scoring a finetuned model

@@ -166,7 +166,7 @@ def mix_trial(config: dict, storage_uri: str | None = None, concurrent: int = 1)
     for task in task_names():
         accs = []
         for fold, seed in ctx["points"]:
-            ft = dataclasses.replace(base, task=task, fold=fold, seed=seed)
+            ft = dataclasses.replace(base, task=task, fold=fold, seed=seed, refit=False)  # scored on val: no refit
             train, val, _ = fel_split(data, task, ft)  # the test split is not used by a search
             accs.append(finetune_calculation(pre, ft, train, val, val=val, device=device).row["accuracy"])
         out[f"{task}_val_accuracy"] = float(np.mean(accs))

@@ -137,12 +137,19 @@ def write_report(sdir: Path) -> Path:
     else:
         base = f"column {study['baseline_col']}, row by row"
     modes = sorted(df["selection"].unique()) if not df.empty else []
+    if "refit" in df.columns and not df.empty:  # rows from before the field have no refit: NaN, i.e. off
+        refit = df["refit"].fillna(False).astype(bool)
+        modes = [m if m != "honest" else ("honest, refit" if refit[df["selection"] == m].all() else
+                                          "honest" if not refit[df["selection"] == m].any() else "honest (some refit)")
+                 for m in modes]
     failed_note = f"; {len(failed)} failed (see Failed calculations)" if len(failed) else ""
     out = [f"# {study['title']}", "", f"Study `{study['name']}` — {len(df)} of {len(study['calculations'])} "
            f"calculations finished{failed_note}.", "",
            f"**Selection mode: {', '.join(modes) or '–'}** "
            "(`honest`: epochs selected on a validation split carved from the training budget, test set touched "
-           "once per selected epoch; `paper`: epochs selected on the test set, as in the paper — for reproduction only).",
+           "once per selected epoch; `refit`: then trained again to those epochs on the whole budget, training and "
+           "validation examples, as the context-free baselines are fitted; `paper`: epochs selected on the test set, as "
+           "in the paper — for reproduction only).",
            "", f"Cells: accuracy % ± std / perplexity ± std over the calculations (n). Baseline: <u>{base}</u>. "
            f"**Bold**: accuracy significantly above the row's baseline (paired t-test over the calculations "
            f"paired by (fold, seed), p < {P_VALUE}, and a higher mean; over the pretraining runs when each column "

@@ -136,7 +136,8 @@ def search_trial(config: dict, storage_uri: str | None = None) -> None:
     torch.set_num_threads(config.get("threads", 1))
     calc = localize(trial_calc(config["calc"], storage_uri))
     params = {k: v for k, v in config.items() if k not in ("calc", "threads")}
-    ft = dataclasses.replace(finetune_from_dict(calc["finetune"]), **params)
+    # A trial is scored on its validation split: refit (which trains on it) belongs to the reported calculations.
+    ft = dataclasses.replace(finetune_from_dict(calc["finetune"]), **params, refit=False)
     data = TaskData.load(Path(calc["task_dir"]))
     train, val, other = search_examples(data, ft)
     pre = load_pretrained(calc["model_dir"])

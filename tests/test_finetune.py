@@ -598,3 +598,43 @@ def test_an_fel_trial_runs_on_cuda_exactly_when_ray_gave_it_a_gpu(ray_session, g
 
     assert ray_session.get(ray_session.remote(trial_device).options(num_gpus=gpus).remote()) == \
         ("cuda" if gpus else "cpu")
+
+
+# ------------------------------------------------------------------------------------------- refit on the whole budget
+
+
+@pytest.mark.parametrize("scheme", ["pred", "pred+trm"])
+def test_refit_trains_the_selected_epochs_again_on_training_and_validation_examples_and_keeps_that_model(pre, scheme):
+    from alignlab.platform.finetune import _Fit
+
+    cfg = _cfg("ct", scheme=scheme, max_epochs=6, patience=6, refit=True)
+    plain = finetune_calculation(pre, dataclasses.replace(cfg, refit=False), CT_TRAIN, CT_TEST, val=CT_VAL)
+    refit = finetune_calculation(pre, cfg, CT_TRAIN, CT_TEST, val=CT_VAL)
+    # The epochs are selected by the same run on the validation split; then trained again on train + val.
+    assert (refit.row["epochs"], refit.row["best_accuracy_epoch"]) == (plain.row["epochs"], plain.row["best_accuracy_epoch"])
+    assert refit.row["refit"] and refit.row["num_train"] == len(CT_TRAIN) + len(CT_VAL) == plain.row["num_train"] + len(CT_VAL)
+    by_hand = _Fit(pre, cfg, ("ct",), encode_examples("ct", CT_TRAIN + CT_VAL, pre.tok, pre.model_cfg.max_len), None, "cpu")
+    for _ in range(plain.row["epochs"]):
+        by_hand.epoch()
+    kept, manual = refit.model.state_dict(), by_hand.model.state_dict()
+    assert all(torch.equal(kept[k], manual[k]) for k in kept), "the kept model is not the refit one"
+    assert any(not torch.equal(v, plain.model.state_dict()[k]) for k, v in kept.items())
+    assert refit.row["accuracy"] == pytest.approx(evaluate_examples(refit.model, "ct", CT_TEST, pre.tok)["accuracy"])
+
+
+def test_refit_is_refused_on_the_examples_it_trains_on_and_with_paper_selection(pre):
+    with pytest.raises(ValueError, match="cannot be scored on it"):
+        finetune_calculation(pre, _cfg("ct", refit=True), CT_TRAIN, CT_VAL, val=CT_VAL)
+    with pytest.raises(ValueError, match="refit needs honest selection"):
+        _cfg("ct", refit=True, selection="paper")
+
+
+def test_refit_off_leaves_a_configs_dict_and_ids_as_they_were_before_the_field():
+    from alignlab.platform.config import FINETUNE_PRESETS, config_hash, to_dict
+    from alignlab.platform.finetune import finetuned_id
+
+    off, on = _cfg("ct"), _cfg("ct", refit=True)
+    assert "refit" not in to_dict(off) and to_dict(on)["refit"] is True
+    assert finetuned_id("m", off) == f"ct-{config_hash('m', {f: v for f, v in to_dict(on).items() if f != 'refit'})}"
+    assert finetuned_id("m", on) != finetuned_id("m", off)
+    assert FINETUNE_PRESETS["mini"].refit and not FINETUNE_PRESETS["smoke"].refit

@@ -86,3 +86,13 @@ def test_a_report_names_the_pretraining_runs_its_test_generalises_over(tmp_path)
     sig = text[text.index("## Significance against the baseline"):]
     line = next(x for x in sig.splitlines() if x.startswith("| accuracy | AD | all* |"))
     assert line.split(" | ")[-3] == "2", "the pretraining runs the decision is taken over"
+
+
+def test_the_selection_mode_says_when_the_calculations_were_refit_on_the_whole_budget(tmp_path):
+    text, sdir = _study(tmp_path, ct_floor=0.5, ad_floor=0.5)
+    assert "**Selection mode: honest**" in text  # rows from before the field: no refit column
+    for f in (sdir / "trials").glob("*.json"):
+        trial = json.loads(f.read_text())
+        (f).write_text(json.dumps({**trial, "refit": True}))
+    collect_results(sdir)
+    assert "**Selection mode: honest, refit**" in write_report(sdir).read_text()
