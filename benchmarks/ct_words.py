@@ -2,7 +2,7 @@
 
 The mini study's CT cells (the `pred` scheme: a linear head on the frozen encoder, heads discarded) sit under the
 per-word lexicon. The lexicon tags a word it saw in the calculation's budget (its 200 examples: the model trains
-on 160 of them and selects its epoch on the other 40) with that word's most frequent tag, and any other word N.
+on 160 of them and selects its epoch on the other 40, then, with the mini preset's refit, trains on all 200) with that word's most frequent tag, and any other word N.
 So its errors split cleanly:
 
 - on **seen** words, it is as good as memorising the training sample gets;
