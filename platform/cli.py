@@ -165,11 +165,10 @@ def _dispatch(args) -> int:
             check_pretrain_resources(cfg)
         cdir = Path(args.corpus) if args.corpus else build_corpus(ccfg, root)
         if args.corpus or ccfg != CORPUS_PRESETS[args.preset]:  # not the preset's corpus: fit its domain phase
-            from alignlab.platform.corpus import load_manifest
+            from alignlab.platform.corpus import corpus_sources, load_manifest
             from alignlab.platform.corpus_flags import fit_domain_phase
 
-            per_source = load_manifest(cdir).get("stats", {}).get("documents_per_source", [])
-            cfg = fit_domain_phase(cfg, [d["source"] for d in per_source if d["documents"]])
+            cfg = fit_domain_phase(cfg, corpus_sources(load_manifest(cdir)) or ())
         mdir = pretrain(cdir, cfg, root)
         ev = json.loads((mdir / "final" / "eval.json").read_text())
         ev.pop("marker", None)

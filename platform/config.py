@@ -186,7 +186,7 @@ class PretrainConfig:
     `domain_fraction` of the steps train on the rows of these corpus sources only (names as in `SOURCES`: a row's
     source is its doc_id's prefix), the steps before it on the corpus's other sources; the learning-rate schedule
     runs on. Both set or both empty (off). The corpus must hold rows of both kinds (checked when pretraining
-    starts). The mini preset ends on the software summaries (benchmarks/README.md, "Round 9")."""
+    starts). No preset has one: at mini it did not help CT (benchmarks/README.md, "Round 9")."""
     grad_clip: float = 1.0
     acronym_fraction: float = 0.25
     """Share of linked rows turned into PAD examples `[CLS] acronym [SEP] chunk [SEP]` when PAD is on;

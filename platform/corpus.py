@@ -183,6 +183,13 @@ def load_manifest(cdir: Path) -> dict:
     return read_json(m)
 
 
+def corpus_sources(manifest: dict) -> set[str] | None:
+    """The sources a finished corpus holds documents of (its manifest's stats); None for a corpus built before
+    they were counted."""
+    per_source = manifest.get("stats", {}).get("documents_per_source")
+    return None if per_source is None else {d["source"] for d in per_source if d["documents"]}
+
+
 # ---------------------------------------------------------------- Ray edge
 
 

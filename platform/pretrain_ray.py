@@ -163,12 +163,12 @@ def check_domain_sources(cfg: PretrainConfig, manifest: dict) -> None:
     """A domain phase needs rows of its sources and of others in the corpus (`PretrainConfig.domain_sources`)."""
     if not cfg.domain_sources:
         return
-    per_source = manifest.get("stats", {}).get("documents_per_source")
-    where = f"corpus {manifest.get('corpus_id')}"
-    if per_source is None:
+    from alignlab.platform.corpus import corpus_sources
+
+    have, where = corpus_sources(manifest), f"corpus {manifest.get('corpus_id')}"
+    if have is None:
         raise ValueError(f"PretrainConfig.domain_sources {'+'.join(cfg.domain_sources)}: {where} records no documents "
                          "per source (built before they were counted); rebuild it with `alignlab corpus build`")
-    have = {d["source"] for d in per_source if d["documents"]}
     if missing := [n for n in cfg.domain_sources if n not in have]:
         raise ValueError(f"PretrainConfig.domain_sources names {', '.join(missing)}, which {where} has no documents of "
                          f"(it has {', '.join(sorted(have)) or 'none'}): add the source or leave the domain phase off")
