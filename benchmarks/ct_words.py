@@ -43,11 +43,17 @@ from alignlab.platform.task_scoring import encode_examples, logits_and_labels
 RANDOM = "random:"
 
 
-def score(storage: Path, data: TaskData, name: str) -> dict:
+def load_model(storage: Path, name: str):
+    """A pretrained model by id; `random:<id>` is its shape with fresh weights (seed 0)."""
     pre = load_pretrained(storage / "models" / name.removeprefix(RANDOM))
     if name.startswith(RANDOM):
         torch.manual_seed(0)
         pre.state = AlignModel(pre.model_cfg, pre.vocab_size).state_dict()
+    return pre
+
+
+def score(storage: Path, data: TaskData, name: str) -> dict:
+    pre = load_model(storage, name)
     n = Counter()
     for fold, seed in calculations():
         ft = dataclasses.replace(FINETUNE_PRESETS["mini"], task="ct", fold=fold, seed=seed, keep_head=False)

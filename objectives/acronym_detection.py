@@ -127,7 +127,7 @@ class AcronymDetection(SequenceTask):
         ids, seg = pair_input(predictor.tok, acronym, snippet, predictor.max_len, predictor.acronym_form)
         pool_w, pool_b, w, b = predictor.heads[head]
         with torch.inference_mode():
-            h = predictor.enc(torch.tensor(ids), torch.tensor(seg), torch.zeros(1, dtype=torch.long))
+            h = predictor.unit_vectors(head, torch.tensor(ids), torch.tensor(seg), torch.zeros(1, dtype=torch.long))
             logits = torch.addmm(b, torch.tanh(torch.addmm(pool_b, h, pool_w)), w)[0].tolist()
         return 1.0 / (1.0 + math.exp(logits[0] - logits[1]))
 

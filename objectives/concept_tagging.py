@@ -168,7 +168,7 @@ class ConceptTagging(TokenTask):
             return ["N"] * len(words)
         w, b = predictor.heads[head]
         with torch.inference_mode():
-            h = predictor.enc(torch.tensor(ids), None, torch.tensor(first))
+            h = predictor.unit_vectors(head, torch.tensor(ids), None, torch.tensor(first))
             pred = torch.addmm(b, h, w).argmax(-1).tolist()
         return [WHP_TAGS[t] for t in pred] + ["N"] * (len(words) - len(first))
 

@@ -95,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         f.add_argument("--lr", type=positive_float)
         f.add_argument("--acronym-form", choices=["letters", "text"], help="AD acronym input form")
         f.add_argument("--selection", choices=SELECTION_MODES)
+        f.add_argument("--feature-layers", choices=["last", "all"],
+                       help="what the task head reads: the last layer (the paper's) or every layer side by side")
+        f.add_argument("--word-pooling", choices=["first", "mean"],
+                       help="a CT word's vector: its first piece's (the paper's) or the mean of its pieces'")
         f.add_argument("--discard-head", action="store_true", help="start a fresh head (the paper's * models)")
         f.add_argument("--tasks-dir", default=None, help="task data folder (default: build the bundled tasks)")
         if name == "finetune":
@@ -266,7 +270,7 @@ def _finetune(args, root: Path) -> int:
 
     pre = load_pretrained(fetch_model(root, args.model))
     cfg = dataclasses.replace(FINETUNE_PRESETS[args.preset], task=args.task)
-    for k in ("budget", "scheme", "lr", "selection", "acronym_form"):
+    for k in ("budget", "scheme", "lr", "selection", "acronym_form", "feature_layers", "word_pooling"):
         if getattr(args, k) is not None:
             cfg = dataclasses.replace(cfg, **{k: getattr(args, k)})
     cfg = dataclasses.replace(cfg, keep_head=not args.discard_head)

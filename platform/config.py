@@ -311,6 +311,13 @@ class FinetuneConfig:
     initialisation on the whole budget (training + validation examples) to those epochs, and score and keep that.
     The context-free baselines are fitted on the whole budget, so with refit the model learns from as many
     labelled examples as they do (README, "FEL"). Not in a config's dict (nor its ids) when off."""
+    feature_layers: str = field(default="last", metadata={"omit_at_default": True})
+    """What the task heads read: "last", the encoder's output (the paper's); "all", the embedding output and every
+    layer's output side by side (`model.HeadInput`). A kept pretrained head (`keep_head`) reads the last layer's
+    part of it as before and starts at zero on the rest. Not in a config's dict (nor its ids) at "last"."""
+    word_pooling: str = field(default="first", metadata={"omit_at_default": True})
+    """A word's vector for a token task (CT): "first", its first piece's (BERT's); "mean", the mean of its
+    pieces' (README, "FEL"). Sequence tasks (AD) read [CLS] either way. Not in a config's dict at "first"."""
     acronym_form: str = "letters"
     """"letters" (one token per letter) or "text" (sentencepiece pieces)."""
     fold: int = 0
@@ -325,6 +332,8 @@ class FinetuneConfig:
         _choice(self, "scheme", SCHEMES)
         _choice(self, "selection", SELECTION_MODES)
         _choice(self, "acronym_form", ("letters", "text"))
+        _choice(self, "feature_layers", ("last", "all"))
+        _choice(self, "word_pooling", ("first", "mean"))
         if self.refit and self.selection != "honest":
             raise ValueError(f"FinetuneConfig.refit needs honest selection (its validation split); selection is "
                              f"{self.selection!r}")

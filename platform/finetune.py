@@ -42,12 +42,12 @@ import torch
 import torch.nn.functional as F
 
 from alignlab.platform.config import FinetuneConfig, ModelConfig, config_hash, finetune_from_dict, to_dict
-from alignlab.platform.model import AlignModel
+from alignlab.platform.model import LAST_LAYER_FIRST_PIECE, AlignModel, HeadInput
 from alignlab.platform.storage import MARKER, folder_finished, publish_dir, read_json, write_json, write_marker
-from alignlab.platform.task import Encoded, head_for, registered_tasks, task as task_named
+from alignlab.platform.task import Encoded, TokenTask, head_for, registered_tasks, task as task_named
 # Encoding and metrics live in task_scoring; `from alignlab.platform.finetune import evaluate_examples` keeps working.
 from alignlab.platform.task_scoring import (encode_examples, evaluate_examples, logits_and_labels,  # noqa: F401
-                                            metrics_from_logits, on_device)
+                                            metrics_from_logits, on_device, unit_vectors)
 from alignlab.platform.tokenizer import Tokenizer, check_model_vocabulary
 
 make_head = head_for  # the old name; benchmarks/inference_latency.py calls it
@@ -79,7 +79,46 @@ def load_pretrained(mdir: str | Path) -> Pretrained:
     return Pretrained(mdir, ModelConfig(**info["model"]), info["vocab_size"], state, info["heads"], tok)
 
 
-def build_task_model(pre: Pretrained, task: str, *, keep_head: bool, dropout: float, seed: int) -> AlignModel:
+def reads_of(cfg: FinetuneConfig) -> HeadInput:
+    """What a calculation's task heads read from the encoder."""
+    return HeadInput(cfg.feature_layers, cfg.word_pooling)
+
+
+def task_head(t, cfg: ModelConfig, dropout: float, reads: HeadInput) -> torch.nn.Module:
+    """A fresh head of task `t` that reads `reads` (a sequence task's unit, [CLS], has no pieces to pool)."""
+    reads = reads if isinstance(t, TokenTask) else dataclasses.replace(reads, pooling="first")
+    head = t.make_head(reads.width(cfg), dropout)
+    if reads != LAST_LAYER_FIRST_PIECE:
+        head.reads = reads
+    return head
+
+
+def widened(pretrained: dict[str, torch.Tensor], fresh: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A pretrained head's weights in a head that reads every layer, which starts out computing what the pretrained
+    head computed. The last layer's features are the trailing block of the wider input, so each wider weight keeps
+    its fresh values except in its trailing rows (as many as the pretrained weight has): those are zero but in their
+    trailing columns, which hold the pretrained weight. For a token head that is its output layer; a sequence head's
+    pooler keeps fresh extra units, which its output layer reads with zero weights at first."""
+    out = {}
+    for k, v in pretrained.items():
+        f = fresh[k]
+        if f.shape == v.shape:
+            out[k] = v
+            continue
+        if f.dim() != v.dim() or f.dim() > 2 or any(a < b for a, b in zip(f.shape, v.shape)):
+            raise ValueError(f"pretrained head weight {k} {tuple(v.shape)} does not fit a head of shape {tuple(f.shape)}")
+        w = f.clone()
+        if v.dim() == 1:
+            w[-v.shape[0]:] = v
+        else:
+            w[-v.shape[0]:] = 0
+            w[-v.shape[0]:, -v.shape[1]:] = v
+        out[k] = w
+    return out
+
+
+def build_task_model(pre: Pretrained, task: str, *, keep_head: bool, dropout: float, seed: int,
+                     reads: HeadInput = LAST_LAYER_FIRST_PIECE) -> AlignModel:
     torch.manual_seed(seed)
     cfg = dataclasses.replace(pre.model_cfg, dropout=dropout)
     model = AlignModel(cfg, pre.vocab_size)
@@ -87,10 +126,11 @@ def build_task_model(pre: Pretrained, task: str, *, keep_head: bool, dropout: fl
     model.encoder.load_state_dict(enc)
     # Every task's head, in `head_rank` order: creation order draws the fresh heads' random init.
     for t in registered_tasks():
-        head = t.make_head(cfg.hidden, dropout)
+        head = task_head(t, cfg, dropout, reads)
         if keep_head and t.aligned_objective in pre.heads:
             prefix = f"heads.{t.aligned_objective}."
-            head.load_state_dict({k[len(prefix):]: v for k, v in pre.state.items() if k.startswith(prefix)})
+            kept = {k[len(prefix):]: v for k, v in pre.state.items() if k.startswith(prefix)}
+            head.load_state_dict(widened(kept, head.state_dict()))
         model.heads[t.name] = head
     return model
 
@@ -122,10 +162,8 @@ class _Features:
     def __init__(self, model: AlignModel, task: str, enc: Encoded):
         model.eval()
         with torch.no_grad():
-            hidden = model.encoder(enc.input_ids, enc.segment_ids, enc.attention_mask)
-        t = task_named(task)
-        x, self.y = t.units(hidden, enc)
-        self.x, self.row_of_unit = x.clone(), t.unit_rows(enc).to(x.device)
+            x, self.y = unit_vectors(model, task, enc)
+        self.x, self.row_of_unit = x.clone(), task_named(task).unit_rows(enc).to(x.device)
 
     def units_of_rows(self, rows: torch.Tensor) -> torch.Tensor:
         return torch.nonzero(torch.isin(self.row_of_unit, rows)).squeeze(1)
@@ -243,7 +281,7 @@ def finetune_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, v
         "accuracy": at_ppl["accuracy"], "perplexity": at_ppl["perplexity"],
         "best_accuracy": at_acc["accuracy"], "perplexity_at_best_accuracy": at_acc["perplexity"],
         "epochs": selector.ppl_epoch, "epochs_run": len(history), "best_accuracy_epoch": selector.acc_epoch,
-        "selection": cfg.selection, "refit": cfg.refit,
+        "selection": cfg.selection, "refit": cfg.refit, "head_input": f"{cfg.feature_layers}:{cfg.word_pooling}",
         "num_train": len(train) + (len(val) if cfg.refit else 0), "num_val": len(val or []), "num_test": len(test),
         "seconds": round(time.time() - t0, 3), "device": str(device),
     }, fit.model)
@@ -257,7 +295,7 @@ class _Fit:
                  enc_other: Encoded | None, device):
         self.cfg, self.task, self.tasks, self.enc_fit, self.enc_other = cfg, tasks[0], tasks, enc_fit, enc_other
         self.model = build_task_model(pre, self.task, keep_head=cfg.keep_head, dropout=cfg.dropout,
-                                      seed=cfg.seed).to(device)
+                                      seed=cfg.seed, reads=reads_of(cfg)).to(device)
         self.opt = torch.optim.Adam(trainable_parameters(self.model, cfg.scheme, tasks), lr=cfg.lr)
         self.gen = torch.Generator().manual_seed(cfg.seed * 1000 + cfg.fold)
         self.head, self.frozen, self.device = self.model.heads[self.task], cfg.scheme == "pred", device
@@ -377,12 +415,15 @@ def load_finetuned(fdir: str | Path) -> Finetuned:
     mc = read_json(fdir / "model_config.json")
     info = read_json(fdir / "finetune.json")
     model = AlignModel(ModelConfig(**mc["model"]), mc["vocab_size"])
-    for h in (*mc["task_heads"], *mc["pretrained_heads"]):
+    cfg = finetune_from_dict(info["finetune"])
+    for h in mc["task_heads"]:
+        model.heads[h] = task_head(task_named(h), model.cfg, model.cfg.dropout, reads_of(cfg))
+    for h in mc["pretrained_heads"]:
         model.heads[h] = head_for(h, model.cfg.hidden, model.cfg.dropout)
     state, tok = torch.load(fdir / "model.pt", map_location="cpu", weights_only=True), Tokenizer(fdir / "tokenizer.model")
     check_model_vocabulary(fdir, tok, mc["vocab_size"], state)
     model.load_state_dict(state)
     model.eval()
     metrics = read_json(fdir / "metrics.json") if (fdir / "metrics.json").exists() else {}
-    return Finetuned(fdir, model, tok, finetune_from_dict(info["finetune"]),
+    return Finetuned(fdir, model, tok, cfg,
                      tuple(mc["task_heads"]), tuple(mc["pretrained_heads"]), info, metrics)

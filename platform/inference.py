@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from alignlab.platform.finetune import Finetuned, load_finetuned
-from alignlab.platform.model import Encoder
-from alignlab.platform.task import registered_tasks
+from alignlab.platform.model import LAST_LAYER_FIRST_PIECE, Encoder, head_input
+from alignlab.platform.task import registered_tasks, word_means
 
 
 def _mkl_linear_ok() -> bool:
@@ -215,6 +215,22 @@ class Predictor:
     @classmethod
     def load(cls, fdir: str | Path) -> "Predictor":
         return cls(load_finetuned(fdir))
+
+    def unit_vectors(self, head: str, ids_T: torch.Tensor, seg_T: torch.Tensor | None,
+                     rows: torch.Tensor) -> torch.Tensor:
+        """What `head` reads at `rows` (a token task's word first pieces, or [CLS]) of one unpadded input: the fast
+        encoder's last layer for the paper's head input; the module encoder where a finetuned head reads every
+        layer or pools a word's pieces (`model.HeadInput`), which the fast path does not compute."""
+        reads = head_input(self.ft.model.heads[head])
+        if reads == LAST_LAYER_FIRST_PIECE:
+            return self.enc(ids_T, seg_T, rows)
+        seg = torch.zeros_like(ids_T) if seg_T is None else seg_T
+        h = self.ft.model.encoder(ids_T[None], seg[None], None, layers=reads.layers)
+        if reads.pooling == "mean":
+            first = torch.zeros(1, len(ids_T), dtype=torch.bool)
+            first[0, rows] = True
+            h = word_means(h, first, torch.ones_like(first))
+        return h[0].index_select(0, rows)
 
     def need(self, head: str) -> None:
         if head not in self.heads:

@@ -6,6 +6,7 @@ finetuning run can keep a pretrained head (CT from WHP's, AD from PAD's) or disc
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -113,16 +114,28 @@ class Encoder(nn.Module):
                        self.training)
 
     def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor,
-                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+                attention_mask: torch.Tensor | None = None, layers: str = "last") -> torch.Tensor:
+        """The last layer's hidden states [B, T, H]; with layers="all" (`HeadInput.layers`), the embedding output
+        and every layer's output side by side [B, T, (num_layers + 1) * H]: each layer-normalised (without
+        weights), the last as the heads see it."""
         x = self.embed(input_ids, segment_ids)
         mask = None
         if attention_mask is not None and not bool(attention_mask.all()):
             mask = attention_mask[:, None, None, :]
         if self.cfg.alibi > 0:
             mask = self.distance_bias(input_ids.shape[1], x.dtype, x.device, mask)
+        states = [x] if layers == "all" else None
         for layer in self.layers:
             x = layer(x, mask)
-        return self.final_ln(x) if self.final_ln is not None else x
+            if states is not None:
+                states.append(x)
+        x = self.final_ln(x) if self.final_ln is not None else x
+        if states is None:
+            return x
+        # A pre-LN block's output is the raw residual stream, whose scale grows with depth: normalised, every
+        # layer reaches a head on one scale (post-LN outputs are normalised already, so this changes little there).
+        H = x.shape[-1]
+        return torch.cat([F.layer_norm(s, (H,)) for s in states[:-1]] + [x], -1)
 
     def distance_bias(self, T: int, dtype: torch.dtype, device: torch.device,
                       keep_B11T: torch.Tensor | None) -> torch.Tensor:
@@ -163,6 +176,29 @@ def init_fan_in(m: nn.Module) -> None:
     init_weights(m)
     if isinstance(m, (nn.Linear, nn.Embedding)):
         nn.init.normal_(m.weight, std=m.weight.shape[1] ** -0.5)
+
+
+@dataclass(frozen=True)
+class HeadInput:
+    """What a task head reads from the encoder at each scored unit (`FinetuneConfig.feature_layers`,
+    `word_pooling`). The default is the paper's and BERT's: the last layer at a word's first piece."""
+
+    layers: str = "last"
+    """"last": the encoder's output; "all": the embedding output and every layer's, side by side (the
+    feature-based use of BERT, Devlin et al. 2019 §5.3, and ELMo's)."""
+    pooling: str = "first"
+    """A word's vector: "first", its first piece's; "mean", the mean of its pieces'. Sequence tasks read [CLS]."""
+
+    def width(self, cfg: ModelConfig) -> int:
+        return cfg.hidden * (cfg.num_layers + 1 if self.layers == "all" else 1)
+
+
+LAST_LAYER_FIRST_PIECE = HeadInput()
+
+
+def head_input(head: nn.Module) -> HeadInput:
+    """What `head` reads: the `HeadInput` it was built for (a finetuned task head), else the default."""
+    return getattr(head, "reads", LAST_LAYER_FIRST_PIECE)
 
 
 class TokenHead(nn.Module):

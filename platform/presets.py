@@ -71,7 +71,9 @@ def _finetune_presets() -> dict[str, FinetuneConfig]:
     return {
         "smoke": FinetuneConfig(budget=40, max_epochs=3, patience=2, batch_size=16, lr=1e-3),
         # refit: the model learns from the whole budget, as the context-free baselines do (benchmarks/fel_refit.py).
-        "mini": FinetuneConfig(budget=200, max_epochs=100, patience=10, lr=1e-3, refit=True),
+        # The heads read every layer, a word's pieces averaged: chosen nested in the budget (benchmarks/fel_features.py).
+        "mini": FinetuneConfig(budget=200, max_epochs=100, patience=10, lr=1e-3, refit=True, feature_layers="all",
+                               word_pooling="mean"),
         "paper": FinetuneConfig(),
     }
 

@@ -142,6 +142,8 @@ def write_report(sdir: Path) -> Path:
         modes = [m if m != "honest" else ("honest, refit" if refit[df["selection"] == m].all() else
                                           "honest" if not refit[df["selection"] == m].any() else "honest (some refit)")
                  for m in modes]
+    # Rows from before the head-input fields have no column: they read the last layer at a word's first piece.
+    inputs = sorted(df["head_input"].fillna("last:first").unique()) if "head_input" in df.columns else ["last:first"]
     failed_note = f"; {len(failed)} failed (see Failed calculations)" if len(failed) else ""
     out = [f"# {study['title']}", "", f"Study `{study['name']}` — {len(df)} of {len(study['calculations'])} "
            f"calculations finished{failed_note}.", "",
@@ -150,6 +152,9 @@ def write_report(sdir: Path) -> Path:
            "once per selected epoch; `refit`: then trained again to those epochs on the whole budget, training and "
            "validation examples, as the context-free baselines are fitted; `paper`: epochs selected on the test set, as "
            "in the paper — for reproduction only).",
+           "", f"**Head input: {', '.join(inputs) if not df.empty else '–'}** (`FinetuneConfig.feature_layers:word_pooling`"
+           "; `last:first`, the paper's: the last layer at each word's first piece; `all`: the embedding output and "
+           "every layer's side by side; `mean`: a word's pieces averaged; AD reads [CLS] either way).",
            "", f"Cells: accuracy % ± std / perplexity ± std over the calculations (n). Baseline: <u>{base}</u>. "
            f"**Bold**: accuracy significantly above the row's baseline (paired t-test over the calculations "
            f"paired by (fold, seed), p < {P_VALUE}, and a higher mean; over the pretraining runs when each column "

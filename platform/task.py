@@ -5,8 +5,9 @@ The engine (finetune, protocol, inference, CLI) looks tasks up by the name a con
 - model:     `make_head(hidden, dropout)`; `aligned_objective` names the pretraining objective whose head
              has the same shape (kept as the task head's initialisation; the study's "without it" row);
              `head_rank` orders the heads a task model creates (creation order draws the random init).
-- encoding:  `encode(examples, tok, max_len, acronym_form) -> Encoded`; `units(hidden, enc)` the hidden
-             vectors and labels of the scored units (`unit` names them: "words", "pairs").
+- encoding:  `encode(examples, tok, max_len, acronym_form) -> Encoded`; `units(hidden, enc, pooling)` the hidden
+             vectors and labels of the scored units (`unit` names them: "words", "pairs"; `pooling`: a word's
+             first piece or the mean of its pieces, `model.HeadInput`).
 - data:      `build_options`, `build_key(options)`, `folder_tag(options)` and `build_data(docs, seed=, options=)` make its
              files of the task folder; `data_files` (TaskData field -> file), `pool_and_test(data, fold)`,
              `search_groups(points)`, `search_pool_key(fold)`, `extra_tests(data)`; `multitask_partner` is
@@ -180,8 +181,8 @@ class Task:
     def _label_tensor(self, labels: list, n: int, T: int) -> torch.Tensor:
         raise NotImplementedError
 
-    def units(self, hidden: torch.Tensor, enc: Encoded) -> tuple[torch.Tensor, torch.Tensor]:
-        """Hidden vectors of the scored units and their labels."""
+    def units(self, hidden: torch.Tensor, enc: Encoded, pooling: str = "first") -> tuple[torch.Tensor, torch.Tensor]:
+        """Hidden vectors of the scored units and their labels (`pooling`: `model.HeadInput.pooling`)."""
         raise NotImplementedError
 
     def unit_rows(self, enc: Encoded) -> torch.Tensor:
@@ -253,6 +254,25 @@ class Task:
         raise NotImplementedError
 
 
+def word_means(hidden_BTH: torch.Tensor, first_BT: torch.Tensor, keep_BT: torch.Tensor) -> torch.Tensor:
+    """`hidden` with each word's first piece holding the mean of that word's pieces (other positions: undefined).
+
+    A token task's input is `[CLS] pieces.. [SEP]` (`concept_tagging.query_input`) and `first` marks each word's
+    first piece: a word runs from its first piece to the next one, or to the input's last token ([SEP]), which
+    belongs to no word; `keep` marks the input's tokens (False at padding)."""
+    B, T, H = hidden_BTH.shape
+    word = first_BT.long().cumsum(1)  # 1 + the index of the word a piece belongs to; 0 for [CLS]
+    last = keep_BT.long().sum(1, keepdim=True) - 1
+    in_word = keep_BT & (word > 0) & (torch.arange(T, device=word.device)[None] != last)
+    word = torch.where(in_word, word, 0)  # bin 0 gathers [CLS], [SEP] and padding, and is never read
+    idx = word[..., None].expand(B, T, H)
+    sums = torch.zeros(B, int(word.max()) + 1, H, dtype=hidden_BTH.dtype, device=hidden_BTH.device)
+    sums.scatter_add_(1, idx, hidden_BTH)
+    counts = torch.zeros(B, sums.shape[1], dtype=hidden_BTH.dtype, device=hidden_BTH.device)
+    counts.scatter_add_(1, word, torch.ones_like(word, dtype=hidden_BTH.dtype))
+    return torch.gather(sums / counts.clamp(min=1)[..., None], 1, idx)
+
+
 class TokenTask(Task):
     """Tagging: one class per word, scored at each word's first piece (CT; WHP's head shape)."""
 
@@ -265,8 +285,10 @@ class TokenTask(Task):
             out[i, : len(lab)] = torch.tensor(lab)
         return out
 
-    def units(self, hidden: torch.Tensor, enc: Encoded) -> tuple[torch.Tensor, torch.Tensor]:
+    def units(self, hidden: torch.Tensor, enc: Encoded, pooling: str = "first") -> tuple[torch.Tensor, torch.Tensor]:
         sel = enc.labels != IGNORE
+        if pooling == "mean":
+            hidden = word_means(hidden, sel, enc.attention_mask)
         return hidden[sel], enc.labels[sel]
 
     def unit_rows(self, enc: Encoded) -> torch.Tensor:
@@ -282,8 +304,8 @@ class SequenceTask(Task):
     def _label_tensor(self, labels: list, n: int, T: int) -> torch.Tensor:
         return torch.tensor(labels, dtype=torch.long)
 
-    def units(self, hidden: torch.Tensor, enc: Encoded) -> tuple[torch.Tensor, torch.Tensor]:
-        return hidden[:, 0], enc.labels
+    def units(self, hidden: torch.Tensor, enc: Encoded, pooling: str = "first") -> tuple[torch.Tensor, torch.Tensor]:
+        return hidden[:, 0], enc.labels  # [CLS]: one piece, so every pooling is the same
 
     def unit_rows(self, enc: Encoded) -> torch.Tensor:
         return torch.arange(len(enc))

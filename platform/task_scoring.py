@@ -12,7 +12,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from alignlab.platform.model import AlignModel
+from alignlab.platform.model import AlignModel, head_input
 from alignlab.platform.task import Encoded, task as task_named
 from alignlab.platform.tokenizer import Tokenizer
 
@@ -27,11 +27,16 @@ def on_device(enc: Encoded, device) -> Encoded:
     return dataclasses.replace(enc, **{f.name: getattr(enc, f.name).to(device) for f in dataclasses.fields(enc)})
 
 
-def logits_and_labels(model: AlignModel, task: str, enc: Encoded, hidden=None) -> tuple[torch.Tensor, torch.Tensor]:
+def unit_vectors(model: AlignModel, task: str, enc: Encoded) -> tuple[torch.Tensor, torch.Tensor]:
+    """What `task`'s head reads at each scored unit (`Task.unit`; `model.HeadInput`), and the units' labels."""
+    reads = head_input(model.heads[task])
+    hidden = model.encoder(enc.input_ids, enc.segment_ids, enc.attention_mask, layers=reads.layers)
+    return task_named(task).units(hidden, enc, reads.pooling)
+
+
+def logits_and_labels(model: AlignModel, task: str, enc: Encoded) -> tuple[torch.Tensor, torch.Tensor]:
     """Task logits for the scored units (`Task.unit`) and their labels."""
-    if hidden is None:
-        hidden = model.encoder(enc.input_ids, enc.segment_ids, enc.attention_mask)
-    h, labels = task_named(task).units(hidden, enc)
+    h, labels = unit_vectors(model, task, enc)
     return model.heads[task](h), labels
 
 

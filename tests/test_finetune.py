@@ -488,16 +488,18 @@ def test_tags_become_brackets_as_in_the_papers_case_study():
 # ------------------------------------------------------------------------------------------- the command line
 
 
-def test_cli_finetune_save_then_evaluate_and_predict(storage, tmp_path, capsys):
+@pytest.mark.parametrize("head_input", [[], ["--feature-layers", "all", "--word-pooling", "mean"]])
+def test_cli_finetune_save_then_evaluate_and_predict(storage, tmp_path, capsys, head_input):
     tdir = tmp_path / "tasks"
     write_jsonl(tdir / "ad.jsonl", AD_TRAIN + AD_VAL + AD_TEST)
     write_jsonl(tdir / "ct_pool.jsonl", CT_TRAIN + CT_VAL)
     write_jsonl(tdir / "ct_test.jsonl", CT_TEST)
     common = ["--storage", str(storage)]
     assert main(["finetune", "--preset", "smoke", "--model", MODEL_ID, "--task", "ct", "--budget", "20",
-                 "--scheme", "pred+trm", "--tasks-dir", str(tdir), "--save", *common]) == 0
+                 "--scheme", "pred+trm", "--tasks-dir", str(tdir), "--save", *head_input, *common]) == 0
     out = capsys.readouterr().out
     row = json.loads(out.splitlines()[0])
+    assert row["head_input"] == ("all:mean" if head_input else "last:first")
     fid = out.split("Finetuned model: ")[1].split()[0]
     assert (storage / "finetuned" / fid / "model.pt").exists()
 
@@ -638,3 +640,112 @@ def test_refit_off_leaves_a_configs_dict_and_ids_as_they_were_before_the_field()
     assert finetuned_id("m", off) == f"ct-{config_hash('m', {f: v for f, v in to_dict(on).items() if f != 'refit'})}"
     assert finetuned_id("m", on) != finetuned_id("m", off)
     assert FINETUNE_PRESETS["mini"].refit and not FINETUNE_PRESETS["smoke"].refit
+
+
+# ------------------------------------------------------------------------------------------- what a head reads
+
+
+def _multi_piece_example(tok) -> CTExample:
+    """A CT test example with a word of several pieces (mean pooling must differ from the first piece there)."""
+    for ex in CT_TEST:
+        if any(len(p) > 1 for p in word_pieces(tok, ex.tokens)):
+            return ex
+    raise AssertionError("no CT test example has a word of several pieces in the tiny vocabulary")
+
+
+def test_reading_every_layer_gives_the_head_each_layers_normalised_output_side_by_side(pre):
+    model = build_task_model(pre, "ct", keep_head=False, dropout=0.0, seed=0).eval()
+    enc = encode_examples("ct", CT_TEST[:3], pre.tok, pre.model_cfg.max_len)
+    e = model.encoder
+    with torch.no_grad():
+        x = e.embed(enc.input_ids, enc.segment_ids)
+        mask = e.distance_bias(x.shape[1], x.dtype, x.device, enc.attention_mask[:, None, None, :]) \
+            if e.cfg.alibi else enc.attention_mask[:, None, None, :]
+        states = [x]
+        for layer in e.layers:
+            states.append(layer(states[-1], mask))
+        H = x.shape[-1]
+        last = e(enc.input_ids, enc.segment_ids, enc.attention_mask)
+        want = torch.cat([torch.nn.functional.layer_norm(s, (H,)) for s in states[:-1]] + [last], -1)
+        got = e(enc.input_ids, enc.segment_ids, enc.attention_mask, layers="all")
+    assert got.shape[-1] == (pre.model_cfg.num_layers + 1) * H
+    torch.testing.assert_close(got, want)
+
+
+def test_mean_pooling_gives_each_word_the_mean_of_its_pieces_and_first_pooling_its_first_piece(pre):
+    from alignlab.platform.model import HeadInput
+    from alignlab.platform.task_scoring import unit_vectors
+
+    ex = _multi_piece_example(pre.tok)
+    ids, first = ct_input(pre.tok, ex.tokens, pre.model_cfg.max_len)
+    bounds = first + [len(ids) - 1]  # a word runs to the next word's first piece, the last one to [SEP]
+    for reads in (HeadInput("last", "mean"), HeadInput("all", "mean"), HeadInput("all", "first")):
+        model = build_task_model(pre, "ct", keep_head=False, dropout=0.0, seed=0, reads=reads).eval()
+        with torch.no_grad():
+            h = model.encoder(torch.tensor([ids]), torch.zeros(1, len(ids), dtype=torch.long), layers=reads.layers)[0]
+            got, labels = unit_vectors(model, "ct", encode_examples("ct", [ex, *CT_TEST[:2]], pre.tok, 64))
+        want = torch.stack([h[a:b].mean(0) if reads.pooling == "mean" else h[a] for a, b in zip(bounds, bounds[1:])])
+        torch.testing.assert_close(got[: len(first)], want, rtol=1e-5, atol=1e-5)  # padded beside longer rows
+        assert model.heads["ct"].out.in_features == reads.width(pre.model_cfg)
+        if reads.pooling == "mean":  # else no word has several pieces, and the test would prove nothing
+            assert not torch.allclose(want, h[torch.tensor(first)])
+
+
+def test_a_kept_pretrained_head_widened_to_every_layer_starts_as_the_pretrained_head(pre):
+    from alignlab.platform.model import HeadInput
+    from alignlab.platform.task_scoring import logits_and_labels
+
+    for task, aligned in (("ct", "whp"), ("ad", "pad")):
+        enc = encode_examples(task, DATA[task][2][:4], pre.tok, pre.model_cfg.max_len)
+        plain = build_task_model(pre, task, keep_head=True, dropout=0.0, seed=0).eval()
+        wide = build_task_model(pre, task, keep_head=True, dropout=0.0, seed=0, reads=HeadInput("all", "first")).eval()
+        with torch.no_grad():
+            torch.testing.assert_close(logits_and_labels(wide, task, enc)[0], logits_and_labels(plain, task, enc)[0])
+        assert _same(plain.heads[task].state_dict(), _head_state(pre.state, aligned))
+
+
+@pytest.mark.parametrize("scheme", ["pred", "pred+trm"])
+def test_a_saved_model_reading_every_layer_with_mean_pooling_serves_what_it_was_scored_with(storage, pre, scheme):
+    from alignlab.platform.model import head_input
+    from alignlab.platform.task_scoring import logits_and_labels
+
+    cfg = _cfg("ct", scheme=scheme, feature_layers="all", word_pooling="mean", max_epochs=4)
+    res = finetune_calculation(pre, cfg, CT_TRAIN, CT_TEST, val=CT_VAL)
+    ft = load_finetuned(save_finetuned(storage, pre, cfg, res))
+    assert ft.cfg == cfg and head_input(ft.model.heads["ct"]).pooling == "mean"
+    assert head_input(ft.model.heads["whp"]).layers == "last", "a pretrained head copy reads what it was trained on"
+    assert evaluate_examples(ft.model, "ct", CT_TEST, ft.tok)["accuracy"] == pytest.approx(res.row["accuracy"], abs=1e-6)
+    pred = Predictor(ft)
+    for ex in (_multi_piece_example(ft.tok), *CT_TEST[:3]):
+        with torch.no_grad():
+            logits, _ = logits_and_labels(ft.model, "ct", encode_examples("ct", [ex], ft.tok, ft.model.cfg.max_len))
+        assert pred.tag(ex.tokens) == [WHP_TAGS[i] for i in logits.argmax(-1).tolist()]
+    whp_tags = pred.tag(CT_TEST[0].tokens, head="whp")  # the pretrained head is served from the fast encoder
+    assert len(whp_tags) == len(CT_TEST[0].tokens)
+
+
+def test_an_ad_head_reading_every_layer_is_served_from_its_cls_vectors(storage, pre):
+    cfg = _cfg("ad", feature_layers="all", word_pooling="mean")
+    res = finetune_calculation(pre, cfg, AD_TRAIN, AD_TEST, val=AD_VAL)
+    ft = load_finetuned(save_finetuned(storage, pre, cfg, res))
+    ex = AD_TEST[0]
+    enc = encode_examples("ad", [ex], ft.tok, ft.model.cfg.max_len)
+    with torch.no_grad():
+        h = ft.model.encoder(enc.input_ids, enc.segment_ids, layers="all")[0]
+        want = torch.softmax(ft.model.heads["ad"](h[:1]), -1)[0, 1].item()
+    assert Predictor(ft).acronym_score(ex.acronym, ex.snippet) == pytest.approx(want, abs=1e-5)
+
+
+def test_the_head_input_fields_stay_out_of_a_configs_dict_and_ids_at_their_defaults_and_are_validated():
+    from alignlab.platform.config import FINETUNE_PRESETS, config_hash, to_dict
+    from alignlab.platform.finetune import finetuned_id
+
+    plain, wide = _cfg("ct"), _cfg("ct", feature_layers="all", word_pooling="mean")
+    assert not {"feature_layers", "word_pooling"} & set(to_dict(plain))
+    assert to_dict(wide)["feature_layers"] == "all" and to_dict(wide)["word_pooling"] == "mean"
+    bare = {f: v for f, v in to_dict(wide).items() if f not in ("feature_layers", "word_pooling")}
+    assert finetuned_id("m", plain) == f"ct-{config_hash('m', bare)}" != finetuned_id("m", wide)
+    for field, bad in (("feature_layers", "middle"), ("word_pooling", "max")):
+        with pytest.raises(ValueError, match=f"FinetuneConfig.{field} must be one of"):
+            _cfg("ct", **{field: bad})
+    assert FINETUNE_PRESETS["paper"].feature_layers == "last" and FINETUNE_PRESETS["paper"].word_pooling == "first"

@@ -96,3 +96,13 @@ def test_the_selection_mode_says_when_the_calculations_were_refit_on_the_whole_b
         (f).write_text(json.dumps({**trial, "refit": True}))
     collect_results(sdir)
     assert "**Selection mode: honest, refit**" in write_report(sdir).read_text()
+
+
+def test_the_report_says_what_the_heads_read_and_rows_from_before_the_field_read_the_last_layer(tmp_path):
+    text, sdir = _study(tmp_path, ct_floor=0.5, ad_floor=0.5)
+    assert "**Head input: last:first**" in text  # rows from before the field: no head_input column
+    for f in (sdir / "trials").glob("*.json"):
+        trial = json.loads(f.read_text())
+        (f).write_text(json.dumps({**trial, "head_input": "all:mean"}))
+    collect_results(sdir)
+    assert "**Head input: all:mean**" in write_report(sdir).read_text()
