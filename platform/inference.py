@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from alignlab.platform.finetune import Finetuned, load_finetuned
-from alignlab.platform.model import LAST_LAYER_FIRST_PIECE, Encoder, head_input
+from alignlab.platform.model import Encoder, head_input
 from alignlab.platform.task import registered_tasks, word_means
 
 
@@ -162,8 +162,10 @@ class FastEncoder:
             })
 
     def __call__(self, ids_T: torch.Tensor, seg_T: torch.Tensor | None = None,
-                 rows: torch.Tensor | None = None) -> torch.Tensor:
-        """Final hidden states (T, H), or (len(rows), H) for just `rows` (computed only there in the last layer)."""
+                 rows: torch.Tensor | None = None, layers: str = "last") -> torch.Tensor:
+        """Final hidden states (T, H), or (len(rows), H) for just `rows` (computed only there in the last layer).
+        With layers="all", what `model.Encoder` gives for it: the embedding output and every layer's, each
+        layer-normalised, the last as is, side by side (T or len(rows), (num_layers + 1) * H)."""
         T, H, nh, d = ids_T.shape[0], self.H, self.num_heads, self.head_dim
         if seg_T is None:
             x = self.tok.index_select(0, ids_T) + self.pos_seg0[:T]
@@ -171,7 +173,10 @@ class FastEncoder:
             x = self.tok.index_select(0, ids_T) + self.pos[:T] + self.seg.index_select(0, seg_T)
         x = F.layer_norm(x, (H,), *self.ln[:2], self.ln[2])
         last = len(self.layers) - 1
+        states = []  # each layer's input, every row (layers="all")
         for i, L in enumerate(self.layers):
+            if layers == "all":
+                states.append(x)
             # Pre-LN: attention reads the normalized stream `h`, the residual adds to the raw one `res`.
             h = F.layer_norm(x, (H,), *L["ln1"][:2], L["ln1"][2]) if self.pre_ln else x
             res = x
@@ -199,7 +204,11 @@ class FastEncoder:
                 x = F.layer_norm(L["ffn_out"].add(L["ffn_in"].gelu(x), x), (H,), w2, b2, eps2)
         if self.final_ln is not None:
             x = F.layer_norm(x, (H,), *self.final_ln[:2], self.final_ln[2])
-        return x
+        if layers != "all":
+            return x
+        if rows is not None:
+            states = [s.index_select(0, rows) for s in states]
+        return torch.cat([F.layer_norm(s, (H,)) for s in states] + [x], -1)
 
 
 class Predictor:
@@ -218,19 +227,14 @@ class Predictor:
 
     def unit_vectors(self, head: str, ids_T: torch.Tensor, seg_T: torch.Tensor | None,
                      rows: torch.Tensor) -> torch.Tensor:
-        """What `head` reads at `rows` (a token task's word first pieces, or [CLS]) of one unpadded input: the fast
-        encoder's last layer for the paper's head input; the module encoder where a finetuned head reads every
-        layer or pools a word's pieces (`model.HeadInput`), which the fast path does not compute."""
+        """What `head` reads at `rows` (a token task's word first pieces, or [CLS]) of one unpadded input
+        (`model.HeadInput`: the last layer or every layer, a word's first piece or its pieces averaged)."""
         reads = head_input(self.ft.model.heads[head])
-        if reads == LAST_LAYER_FIRST_PIECE:
-            return self.enc(ids_T, seg_T, rows)
-        seg = torch.zeros_like(ids_T) if seg_T is None else seg_T
-        h = self.ft.model.encoder(ids_T[None], seg[None], None, layers=reads.layers)
-        if reads.pooling == "mean":
-            first = torch.zeros(1, len(ids_T), dtype=torch.bool)
-            first[0, rows] = True
-            h = word_means(h, first, torch.ones_like(first))
-        return h[0].index_select(0, rows)
+        if reads.pooling == "first":
+            return self.enc(ids_T, seg_T, rows, reads.layers)
+        first = torch.zeros(1, len(ids_T), dtype=torch.bool)  # a word's pieces: every row of the last layer
+        first[0, rows] = True
+        return word_means(self.enc(ids_T, seg_T, None, reads.layers)[None], first, torch.ones_like(first))[0, rows]
 
     def need(self, head: str) -> None:
         if head not in self.heads:

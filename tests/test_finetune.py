@@ -441,6 +441,11 @@ def test_the_fast_predictor_matches_the_module_forward(storage, pre):
             ct_ids = encode_examples("ct", CT_TEST[:1], tok, model.cfg.max_len).input_ids[0]
             torch.testing.assert_close(fast(ct_ids), model.encoder(ct_ids[None], torch.zeros_like(ct_ids)[None])[0],
                                        rtol=1e-4, atol=1e-5)
+            every = model.encoder(enc.input_ids, enc.segment_ids, layers="all")[0]  # a head reading every layer
+            torch.testing.assert_close(fast(enc.input_ids[0], enc.segment_ids[0], None, "all"), every, rtol=1e-4,
+                                       atol=1e-4)
+            torch.testing.assert_close(fast(enc.input_ids[0], enc.segment_ids[0], rows, "all"), every[rows],
+                                       rtol=1e-4, atol=1e-4)
         p = torch.softmax(model.heads["ad"](ref[:1]), -1)[0, 1].item()
         p_pad = torch.softmax(model.heads["pad"](ref[:1]), -1)[0, 1].item()
     scores = Predictor(ft).acronym_scores(AD_TEST[0].acronym, AD_TEST[0].snippet)

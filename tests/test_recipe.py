@@ -306,13 +306,17 @@ def test_the_fast_encoder_applies_the_distance_bias_like_the_module_forward(norm
 
     ids, seg = _inputs(T=12, B=1)
     torch.manual_seed(0)
-    enc = Encoder(dataclasses.replace(TINY, norm=norm, alibi=3.0, dropout=0.0), 100).eval()
+    enc = Encoder(dataclasses.replace(TINY, norm=norm, alibi=3.0, dropout=0.0, num_layers=2), 100).eval()
     fast = FastEncoder(enc, backend="aten")
     with torch.no_grad():
         want = enc(ids, seg)[0]
         torch.testing.assert_close(fast(ids[0], seg[0]), want, atol=1e-5, rtol=1e-4)
         rows = torch.tensor([0, 5, 11])
         torch.testing.assert_close(fast(ids[0], seg[0], rows=rows), want[rows], atol=1e-5, rtol=1e-4)
+        every = enc(ids, seg, layers="all")[0]  # what a finetuned head reading every layer gets (FinetuneConfig)
+        assert every.shape[-1] == (enc.cfg.num_layers + 1) * enc.cfg.hidden
+        torch.testing.assert_close(fast(ids[0], seg[0], None, "all"), every, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(fast(ids[0], seg[0], rows, "all"), every[rows], atol=1e-4, rtol=1e-4)
         # The same weights without the bias give other outputs: the comparison above can see a missing bias.
         enc.cfg = dataclasses.replace(enc.cfg, alibi=0.0)
         assert float((enc(ids, seg)[0] - want).abs().max()) > 1e-3
