@@ -312,12 +312,10 @@ class FinetuneConfig:
     The context-free baselines are fitted on the whole budget, so with refit the model learns from as many
     labelled examples as they do (README, "FEL"). Not in a config's dict (nor its ids) when off."""
     feature_layers: str = field(default="last", metadata={"omit_at_default": True})
-    """What the task heads read: "last", the encoder's output (the paper's); "all", the embedding output and every
-    layer's output side by side (`model.HeadInput`). A kept pretrained head (`keep_head`) reads the last layer's
-    part of it as before and starts at zero on the rest. Not in a config's dict (nor its ids) at "last"."""
+    """What the task heads read (`head_input`): "last", the encoder's output (the paper's); "all", the embedding
+    output and every layer's side by side. Not in a config's dict (nor its ids) at "last", as word_pooling at "first"."""
     word_pooling: str = field(default="first", metadata={"omit_at_default": True})
-    """A word's vector for a token task (CT): "first", its first piece's (BERT's); "mean", the mean of its
-    pieces' (README, "FEL"). Sequence tasks (AD) read [CLS] either way. Not in a config's dict at "first"."""
+    """A token task's (CT's) word vector: its "first" piece's (BERT's), or the "mean" of its pieces'."""
     acronym_form: str = "letters"
     """"letters" (one token per letter) or "text" (sentencepiece pieces)."""
     fold: int = 0

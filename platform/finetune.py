@@ -42,9 +42,10 @@ import torch
 import torch.nn.functional as F
 
 from alignlab.platform.config import FinetuneConfig, ModelConfig, config_hash, finetune_from_dict, to_dict
-from alignlab.platform.model import LAST_LAYER_FIRST_PIECE, AlignModel, HeadInput
+from alignlab.platform.head_input import LAST_LAYER_FIRST_PIECE, HeadInput, reads_of, task_head, widened
+from alignlab.platform.model import AlignModel
 from alignlab.platform.storage import MARKER, folder_finished, publish_dir, read_json, write_json, write_marker
-from alignlab.platform.task import Encoded, TokenTask, head_for, registered_tasks, task as task_named
+from alignlab.platform.task import Encoded, head_for, registered_tasks, task as task_named
 # Encoding and metrics live in task_scoring; `from alignlab.platform.finetune import evaluate_examples` keeps working.
 from alignlab.platform.task_scoring import (encode_examples, evaluate_examples, logits_and_labels,  # noqa: F401
                                             metrics_from_logits, on_device, unit_vectors)
@@ -77,44 +78,6 @@ def load_pretrained(mdir: str | Path) -> Pretrained:
     state, tok = torch.load(final / "model.pt", map_location="cpu", weights_only=True), Tokenizer(final / "tokenizer.model")
     check_model_vocabulary(final, tok, info["vocab_size"], state)
     return Pretrained(mdir, ModelConfig(**info["model"]), info["vocab_size"], state, info["heads"], tok)
-
-
-def reads_of(cfg: FinetuneConfig) -> HeadInput:
-    """What a calculation's task heads read from the encoder."""
-    return HeadInput(cfg.feature_layers, cfg.word_pooling)
-
-
-def task_head(t, cfg: ModelConfig, dropout: float, reads: HeadInput) -> torch.nn.Module:
-    """A fresh head of task `t` that reads `reads` (a sequence task's unit, [CLS], has no pieces to pool)."""
-    reads = reads if isinstance(t, TokenTask) else dataclasses.replace(reads, pooling="first")
-    head = t.make_head(reads.width(cfg), dropout)
-    if reads != LAST_LAYER_FIRST_PIECE:
-        head.reads = reads
-    return head
-
-
-def widened(pretrained: dict[str, torch.Tensor], fresh: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A pretrained head's weights in a head that reads every layer, which starts out computing what the pretrained
-    head computed. The last layer's features are the trailing block of the wider input, so each wider weight keeps
-    its fresh values except in its trailing rows (as many as the pretrained weight has): those are zero but in their
-    trailing columns, which hold the pretrained weight. For a token head that is its output layer; a sequence head's
-    pooler keeps fresh extra units, which its output layer reads with zero weights at first."""
-    out = {}
-    for k, v in pretrained.items():
-        f = fresh[k]
-        if f.shape == v.shape:
-            out[k] = v
-            continue
-        if f.dim() != v.dim() or f.dim() > 2 or any(a < b for a, b in zip(f.shape, v.shape)):
-            raise ValueError(f"pretrained head weight {k} {tuple(v.shape)} does not fit a head of shape {tuple(f.shape)}")
-        w = f.clone()
-        if v.dim() == 1:
-            w[-v.shape[0]:] = v
-        else:
-            w[-v.shape[0]:] = 0
-            w[-v.shape[0]:, -v.shape[1]:] = v
-        out[k] = w
-    return out
 
 
 def build_task_model(pre: Pretrained, task: str, *, keep_head: bool, dropout: float, seed: int,

@@ -8,7 +8,8 @@ not need:
 - linears run on weights packed once for MKL's small-batch GEMM or oneDNN's, whichever this CPU runs
   faster (plain addmm where both are missing; see `_Linear` and `default_backend`);
 - the last layer computes its queries, attention output and FFN only for the rows a head reads
-  (each word's first piece for CT, [CLS] for AD) -- its keys and values still cover every token;
+  (each word's first piece for CT, [CLS] for AD) -- its keys and values still cover every token; a head
+  that averages a word's pieces (`FinetuneConfig.word_pooling`) reads every row;
 - no MLM decoder (the saved model has none) and only the head that is asked for.
 Its outputs equal `model.Encoder`'s in eval mode to float rounding (a test keeps it so).
 
@@ -24,7 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from alignlab.platform.finetune import Finetuned, load_finetuned
-from alignlab.platform.model import Encoder, head_input
+from alignlab.platform.head_input import head_input
+from alignlab.platform.model import Encoder
 from alignlab.platform.task import registered_tasks, word_means
 
 
@@ -228,7 +230,7 @@ class Predictor:
     def unit_vectors(self, head: str, ids_T: torch.Tensor, seg_T: torch.Tensor | None,
                      rows: torch.Tensor) -> torch.Tensor:
         """What `head` reads at `rows` (a token task's word first pieces, or [CLS]) of one unpadded input
-        (`model.HeadInput`: the last layer or every layer, a word's first piece or its pieces averaged)."""
+        (`head_input.HeadInput`: the last layer or every layer, a word's first piece or its pieces averaged)."""
         reads = head_input(self.ft.model.heads[head])
         if reads.pooling == "first":
             return self.enc(ids_T, seg_T, rows, reads.layers)

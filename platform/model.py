@@ -6,7 +6,6 @@ finetuning run can keep a pretrained head (CT from WHP's, AD from PAD's) or disc
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -115,7 +114,7 @@ class Encoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor,
                 attention_mask: torch.Tensor | None = None, layers: str = "last") -> torch.Tensor:
-        """The last layer's hidden states [B, T, H]; with layers="all" (`HeadInput.layers`), the embedding output
+        """The last layer's hidden states [B, T, H]; with layers="all" (`head_input.HeadInput`), the embedding output
         and every layer's output side by side [B, T, (num_layers + 1) * H]: each layer-normalised (without
         weights), the last as the heads see it."""
         x = self.embed(input_ids, segment_ids)
@@ -176,29 +175,6 @@ def init_fan_in(m: nn.Module) -> None:
     init_weights(m)
     if isinstance(m, (nn.Linear, nn.Embedding)):
         nn.init.normal_(m.weight, std=m.weight.shape[1] ** -0.5)
-
-
-@dataclass(frozen=True)
-class HeadInput:
-    """What a task head reads from the encoder at each scored unit (`FinetuneConfig.feature_layers`,
-    `word_pooling`). The default is the paper's and BERT's: the last layer at a word's first piece."""
-
-    layers: str = "last"
-    """"last": the encoder's output; "all": the embedding output and every layer's, side by side (the
-    feature-based use of BERT, Devlin et al. 2019 §5.3, and ELMo's)."""
-    pooling: str = "first"
-    """A word's vector: "first", its first piece's; "mean", the mean of its pieces'. Sequence tasks read [CLS]."""
-
-    def width(self, cfg: ModelConfig) -> int:
-        return cfg.hidden * (cfg.num_layers + 1 if self.layers == "all" else 1)
-
-
-LAST_LAYER_FIRST_PIECE = HeadInput()
-
-
-def head_input(head: nn.Module) -> HeadInput:
-    """What `head` reads: the `HeadInput` it was built for (a finetuned task head), else the default."""
-    return getattr(head, "reads", LAST_LAYER_FIRST_PIECE)
 
 
 class TokenHead(nn.Module):

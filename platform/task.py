@@ -7,7 +7,7 @@ The engine (finetune, protocol, inference, CLI) looks tasks up by the name a con
              `head_rank` orders the heads a task model creates (creation order draws the random init).
 - encoding:  `encode(examples, tok, max_len, acronym_form) -> Encoded`; `units(hidden, enc, pooling)` the hidden
              vectors and labels of the scored units (`unit` names them: "words", "pairs"; `pooling`: a word's
-             first piece or the mean of its pieces, `model.HeadInput`).
+             first piece or the mean of its pieces, `head_input.HeadInput`).
 - data:      `build_options`, `build_key(options)`, `folder_tag(options)` and `build_data(docs, seed=, options=)` make its
              files of the task folder; `data_files` (TaskData field -> file), `pool_and_test(data, fold)`,
              `search_groups(points)`, `search_pool_key(fold)`, `extra_tests(data)`; `multitask_partner` is
@@ -182,7 +182,7 @@ class Task:
         raise NotImplementedError
 
     def units(self, hidden: torch.Tensor, enc: Encoded, pooling: str = "first") -> tuple[torch.Tensor, torch.Tensor]:
-        """Hidden vectors of the scored units and their labels (`pooling`: `model.HeadInput.pooling`)."""
+        """Hidden vectors of the scored units and their labels (`pooling`: `head_input.HeadInput.pooling`)."""
         raise NotImplementedError
 
     def unit_rows(self, enc: Encoded) -> torch.Tensor:

@@ -12,7 +12,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from alignlab.platform.model import AlignModel, head_input
+from alignlab.platform.head_input import head_input
+from alignlab.platform.model import AlignModel
 from alignlab.platform.task import Encoded, task as task_named
 from alignlab.platform.tokenizer import Tokenizer
 
@@ -28,7 +29,7 @@ def on_device(enc: Encoded, device) -> Encoded:
 
 
 def unit_vectors(model: AlignModel, task: str, enc: Encoded) -> tuple[torch.Tensor, torch.Tensor]:
-    """What `task`'s head reads at each scored unit (`Task.unit`; `model.HeadInput`), and the units' labels."""
+    """What `task`'s head reads at each scored unit (`Task.unit`; `head_input.HeadInput`), and the units' labels."""
     reads = head_input(model.heads[task])
     hidden = model.encoder(enc.input_ids, enc.segment_ids, enc.attention_mask, layers=reads.layers)
     return task_named(task).units(hidden, enc, reads.pooling)

@@ -678,7 +678,7 @@ def test_reading_every_layer_gives_the_head_each_layers_normalised_output_side_b
 
 
 def test_mean_pooling_gives_each_word_the_mean_of_its_pieces_and_first_pooling_its_first_piece(pre):
-    from alignlab.platform.model import HeadInput
+    from alignlab.platform.head_input import HeadInput
     from alignlab.platform.task_scoring import unit_vectors
 
     ex = _multi_piece_example(pre.tok)
@@ -697,7 +697,7 @@ def test_mean_pooling_gives_each_word_the_mean_of_its_pieces_and_first_pooling_i
 
 
 def test_a_kept_pretrained_head_widened_to_every_layer_starts_as_the_pretrained_head(pre):
-    from alignlab.platform.model import HeadInput
+    from alignlab.platform.head_input import HeadInput
     from alignlab.platform.task_scoring import logits_and_labels
 
     for task, aligned in (("ct", "whp"), ("ad", "pad")):
@@ -711,7 +711,7 @@ def test_a_kept_pretrained_head_widened_to_every_layer_starts_as_the_pretrained_
 
 @pytest.mark.parametrize("scheme", ["pred", "pred+trm"])
 def test_a_saved_model_reading_every_layer_with_mean_pooling_serves_what_it_was_scored_with(storage, pre, scheme):
-    from alignlab.platform.model import head_input
+    from alignlab.platform.head_input import head_input
     from alignlab.platform.task_scoring import logits_and_labels
 
     cfg = _cfg("ct", scheme=scheme, feature_layers="all", word_pooling="mean", max_epochs=4)
