@@ -4,6 +4,8 @@ For each of the paper's nine sizes (256/512/768 hidden x 1/2/3 layers, 64-dim he
 times, interleaved round by round so that load from other processes hits every contender alike:
 - `ct`: alignlab's whole CT prediction path for a 10-word query, `Predictor.bracket(query)`:
   sentencepiece tokenization, encoder, CT head, tags -> "[ ]" string;
+- `ct_all_mean`: the same with a CT head that reads every layer and averages each word's pieces (the mini FEL
+  preset's head input, `FinetuneConfig.feature_layers="all"`, `word_pooling="mean"`);
 - `ad`: alignlab's AD score of one (acronym, snippet) pair, `Predictor.acronym_score`;
 - `enc`: alignlab's training-time encoder module (`model.Encoder`, eval mode) on the CT query's ids,
   for reference: what the fast inference forward saves;
@@ -35,7 +37,7 @@ ACRONYM = "wow"
 SNIPPET = ("much of world of warcraft's gameplay involves the completion of quests. "
            "these quests are usually available from npcs.")
 PAPER_SIZES = [f"{h}x{n}" for h in (256, 512, 768) for n in (1, 2, 3)]
-CONTENDERS = ("ct", "ad", "enc", "hf")
+CONTENDERS = ("ct", "ct_all_mean", "ad", "enc", "hf")
 
 
 def _tokenizer(workdir: Path, vocab_size: int):
@@ -47,19 +49,22 @@ def _tokenizer(workdir: Path, vocab_size: int):
     return Tokenizer(path)
 
 
-def _predictor(size: str, tok):
+def _predictor(size: str, tok, feature_layers: str = "last", word_pooling: str = "first"):
     from alignlab.platform.config import MODEL_SIZES, FinetuneConfig
-    from alignlab.platform.finetune import Finetuned, make_head
-    from alignlab.platform.inference import Predictor
+    from alignlab.platform.finetune import Finetuned
+    from alignlab.platform.head_input import reads_of, task_head
     from alignlab.platform.model import AlignModel
+    from alignlab.platform.inference import Predictor
+    from alignlab.platform.task import task
 
     torch.manual_seed(0)
     cfg = MODEL_SIZES[size]
     model = AlignModel(cfg, tok.vocab_size)
+    ft_cfg = FinetuneConfig(task="ct", feature_layers=feature_layers, word_pooling=word_pooling)
     for h in ("ct", "ad"):
-        model.heads[h] = make_head(h, cfg.hidden, cfg.dropout)
+        model.heads[h] = task_head(task(h), cfg, cfg.dropout, reads_of(ft_cfg))
     model.eval()
-    ft = Finetuned(Path(f"random-{size}"), model, tok, FinetuneConfig(task="ct"), ("ct", "ad"), (), {}, {})
+    ft = Finetuned(Path(f"random-{size}"), model, tok, ft_cfg, ("ct", "ad"), (), {}, {})
     return Predictor(ft), model
 
 
@@ -84,6 +89,7 @@ def _stats(ns: list[int]) -> dict[str, float]:
 
 def bench_size(size: str, tok, runs: int, warmup: int) -> dict:
     pred, model = _predictor(size, tok)
+    pred_all_mean, _ = _predictor(size, tok, "all", "mean")
     hf = _hf_bert(size, tok.vocab_size)
     from alignlab.objectives.acronym_detection import pair_input as ad_input
     from alignlab.objectives.concept_tagging import query_input as ct_input
@@ -102,7 +108,8 @@ def bench_size(size: str, tok, runs: int, warmup: int) -> dict:
         with torch.inference_mode():
             hf(input_ids=hf_ids)
 
-    fns = {"ct": lambda: pred.bracket(QUERY), "ad": lambda: pred.acronym_score(ACRONYM, SNIPPET),
+    fns = {"ct": lambda: pred.bracket(QUERY), "ct_all_mean": lambda: pred_all_mean.bracket(QUERY),
+           "ad": lambda: pred.acronym_score(ACRONYM, SNIPPET),
            "enc": run_enc, "hf": run_hf}
     times = {k: [] for k in fns}
     for i in range(warmup + runs):
@@ -152,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__, "transformers": transformers.__version__,
         "loadavg_before": [round(x, 2) for x in load_before], "loadavg_after": [round(x, 2) for x in load_after],
         "contenders": {"ct": "alignlab Predictor.bracket(query): tokenize + encode + CT head + tags to brackets",
+                       "ct_all_mean": "the same, the CT head reading every layer with each word's pieces averaged",
                        "ad": "alignlab Predictor.acronym_score(acronym, snippet)",
                        "enc": "alignlab model.Encoder module forward on the CT query ids (reference)",
                        "hf": "transformers BertModel (no pooler), 10-token input"},
