@@ -12,7 +12,8 @@
     alignlab predict --model FINETUNED_ID "a query"  |  --acronym ACR --snippet TEXT
     alignlab report STUDY_DIR
     alignlab export --model ID OUT_DIR                a transformers BertModel folder, RobertaPreLayerNormModel if
-                                                      pre-LN (+ tokenizer, aligned heads)
+                                                      pre-LN, custom code (trust_remote_code) with a distance
+                                                      bias (+ tokenizer, aligned heads)
 Bad input prints one line `alignlab: error: ...` naming the file and problem, and exits 2 (argparse's own
 errors too); `--debug` or ALIGNLAB_DEBUG=1 shows the traceback (platform/errors.py).
 """
@@ -123,9 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("study_dir")
 
     ex = sub.add_parser("export", help="write a pretrained model as a Hugging Face transformers folder "
-                        "(BertModel; RobertaPreLayerNormModel for a pre-LN encoder)")
+                        "(BertModel; RobertaPreLayerNormModel for a pre-LN encoder; custom code, AlignlabEncoderModel, for a "
+                        "distance bias)")
     ex.add_argument("--model", required=True, help="pretrained model id (see `alignlab models`)")
-    ex.add_argument("out_dir", help="folder to write (new or empty); AutoModel.from_pretrained(OUT_DIR) loads it")
+    ex.add_argument("out_dir", help="folder to write (new or empty); AutoModel.from_pretrained(OUT_DIR) loads it "
+                    "(with trust_remote_code=True for a distance-biased model)")
     ex.add_argument("--storage", default=None)
 
     args = ap.parse_args(argv)

@@ -1,6 +1,6 @@
 """Export a pretrained model as a Hugging Face `transformers` folder (`alignlab export --model ID OUT_DIR`).
 
-Two architectures, picked by `ModelConfig.norm`; both are exact (hidden states equal alignlab's encoder's):
+Three architectures, picked by `ModelConfig.norm` and `alibi`; all exact (hidden states equal alignlab's encoder's):
 
 - **post-LN** (`norm="post"`, vanilla BERT) → `BertModel` (model_type "bert"). alignlab's encoder *is* BERT's
   (post-LN, exact-erf GELU, LayerNorm eps 1e-12, learned absolute positions, two token types), so the export
@@ -36,6 +36,12 @@ pooler. A model pretrained without such an objective gets an identity pooler (we
 `pooler_output` is tanh of the [CLS] vector: a documented, deterministic choice rather than random weights
 that would differ at every load (`alignlab_export.json` says which one a folder has). Both architectures
 apply the pooler to the last hidden states (for pre-LN: after the final LayerNorm, as alignlab's heads see them).
+
+- **a distance bias** (`alibi` > 0, the `mini` preset's, either norm) → `AlignlabEncoderModel`, transformers custom
+  code: neither BERT nor RoBERTa-PreLayerNorm biases attention by distance, so the folder carries its own model
+  file (`modeling_alignlab.py`, copied from platform/hf/, torch and transformers only) named in config.json's
+  `auto_map`. `AutoModel.from_pretrained(folder, trust_remote_code=True)` loads it without alignlab. Its tensor
+  names are BertModel's (post-LN) or RobertaPreLayerNormModel's (pre-LN), positions alignlab's (0..T-1).
 
 If the encoder has a tensor the target architecture lacks (or lacks one it has), exact export is impossible
 and `export_model` refuses with a ValueError naming them. The folder is written under a temporary name and
@@ -77,6 +83,9 @@ _PRE_LAYER_MAP = {
 # The transformers class each `ModelConfig.norm` exports as, and the name refusals call it by.
 ARCHITECTURES = {"post": "BertModel", "pre": "RobertaPreLayerNormModel"}
 _ARCH_NAMES = {"post": "BERT", "pre": "RoBERTa-PreLayerNorm"}
+# A distance-biased encoder (alibi > 0) exports as this custom-code model, whatever its norm.
+CUSTOM_ARCHITECTURE = "AlignlabEncoderModel"
+MODELING_FILE = Path(__file__).parent / "hf" / "modeling_alignlab.py"
 
 
 def bert_config(cfg: ModelConfig, vocab_size: int, pad_id: int) -> dict:
@@ -127,12 +136,38 @@ def pre_layernorm_config(cfg: ModelConfig, vocab_size: int, pad_id: int, cls_id:
     }
 
 
+def alignlab_config(cfg: ModelConfig, vocab_size: int, pad_id: int) -> dict:
+    """The config.json of a distance-biased encoder: `AlignlabEncoderConfig` (platform/hf/modeling_alignlab.py),
+    loaded through `auto_map` with trust_remote_code."""
+    return {
+        "architectures": [CUSTOM_ARCHITECTURE],
+        "model_type": "alignlab-encoder",
+        "auto_map": {"AutoConfig": "modeling_alignlab.AlignlabEncoderConfig",
+                     "AutoModel": "modeling_alignlab.AlignlabEncoderModel"},
+        "vocab_size": vocab_size,
+        "hidden_size": cfg.hidden,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_heads,
+        "intermediate_size": cfg.ffn,
+        "max_position_embeddings": cfg.max_len,
+        "type_vocab_size": 2,
+        "layer_norm_eps": 1e-12,
+        "norm": cfg.norm,
+        "alibi_slopes": cfg.alibi_slopes(),
+        "initializer_range": 0.02,
+        "pad_token_id": pad_id,
+        "torch_dtype": "float32",
+    }
+
+
 def _check_encoder(cfg: ModelConfig, vocab_size: int, enc: dict[str, torch.Tensor]) -> None:
     """Refuse (ValueError) unless the encoder's tensors are exactly the ones the target architecture (BERT for
     post-LN, RoBERTa-PreLayerNorm for pre-LN) has, with its shapes and eps."""
     from alignlab.platform.model import Encoder
 
     arch, name = ARCHITECTURES[cfg.norm], _ARCH_NAMES[cfg.norm]
+    if cfg.alibi > 0:
+        arch, name = CUSTOM_ARCHITECTURE, f"alignlab's {cfg.norm}-LN encoder"
     ref = Encoder(cfg, vocab_size)
     eps = {m.eps for m in ref.modules() if isinstance(m, torch.nn.LayerNorm)}
     if eps != {1e-12}:
@@ -184,6 +219,16 @@ def bert_state_dict(cfg: ModelConfig, enc: dict[str, torch.Tensor]) -> dict[str,
     return _fp32(_hf_state_dict(cfg, enc, _LAYER_MAP, enc["pos.weight"]))
 
 
+def alignlab_state_dict(cfg: ModelConfig, enc: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """alignlab encoder tensors → AlignlabEncoderModel's names: BertModel's for post-LN, RobertaPreLayerNormModel's
+    for pre-LN, with alignlab's own position table (positions 0..T-1)."""
+    pre = cfg.norm == "pre"
+    out = _hf_state_dict(cfg, enc, _PRE_LAYER_MAP if pre else _LAYER_MAP, enc["pos.weight"])
+    if pre:
+        out["LayerNorm.weight"], out["LayerNorm.bias"] = enc["final_ln.weight"], enc["final_ln.bias"]
+    return _fp32(out)
+
+
 def pre_layernorm_state_dict(cfg: ModelConfig, enc: dict[str, torch.Tensor], pad_id: int) -> dict[str, torch.Tensor]:
     """alignlab pre-LN encoder tensors (keys without "encoder.") → RobertaPreLayerNormModel's names; q, k, v split
     from `qkv`; the position table shifted by pad_id + 1 rows (zeros) to RoBERTa's position numbering."""
@@ -225,7 +270,8 @@ def _head_info(name: str, state: dict[str, torch.Tensor], module: str, config: d
 
 def export_model(mdir: str | Path, out_dir: str | Path) -> Path:
     """Write the HF folder of the finished model at `mdir` (a `<root>/models/<id>` folder) to `out_dir`:
-    a BertModel for a post-LN encoder, a RobertaPreLayerNormModel for a pre-LN one."""
+    a BertModel for a post-LN encoder, a RobertaPreLayerNormModel for a pre-LN one, an AlignlabEncoderModel (custom
+    code) for one with a distance bias."""
     from alignlab.platform.registry import objective_class
     from alignlab.platform.model import AlignModel
     from alignlab.platform.tokenizer import Tokenizer
@@ -240,10 +286,6 @@ def export_model(mdir: str | Path, out_dir: str | Path) -> Path:
         raise ValueError(f"{out_dir}: exists and is not empty; choose a new folder")
     info = read_json(final / "model_config.json")
     cfg = ModelConfig(**info["model"])
-    if cfg.alibi > 0:
-        raise ValueError(f"{mdir}: cannot export exactly: the model biases attention by distance "
-                         f"(ModelConfig.alibi={cfg.alibi}), and transformers' BERT and RoBERTa have no such bias; "
-                         "alignlab's own inference and FEL use it")
     try:
         from safetensors.torch import save_file
         import transformers  # noqa: F401
@@ -259,12 +301,15 @@ def export_model(mdir: str | Path, out_dir: str | Path) -> Path:
     tok = Tokenizer(final / "tokenizer.model")
     if tok.vocab_size != vocab:
         raise ValueError(f"{final}: tokenizer has {tok.vocab_size} pieces but the model {vocab}")
-    pre_ln = cfg.norm == "pre"
-    if pre_ln and tok.pad_id < 0:
+    pre_ln, custom = cfg.norm == "pre", cfg.alibi > 0
+    if pre_ln and not custom and tok.pad_id < 0:
         raise ValueError("cannot export exactly as a transformers RobertaPreLayerNormModel: its position ids count "
                          "from the pad id, and the tokenizer has none")
 
-    weights = pre_layernorm_state_dict(cfg, enc, tok.pad_id) if pre_ln else bert_state_dict(cfg, enc)
+    if custom:
+        weights = alignlab_state_dict(cfg, enc)
+    else:
+        weights = pre_layernorm_state_dict(cfg, enc, tok.pad_id) if pre_ln else bert_state_dict(cfg, enc)
     pooler_from = None
     for name in info["heads"]:
         if name in objectives and getattr(objective_class(objectives[name]), "bert_pooler", False):
@@ -295,8 +340,12 @@ def export_model(mdir: str | Path, out_dir: str | Path) -> Path:
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
-        hf_cfg = (pre_layernorm_config(cfg, vocab, tok.pad_id, tok.cls_id, tok.sep_id) if pre_ln else
-                  bert_config(cfg, vocab, tok.pad_id))
+        if custom:
+            hf_cfg = alignlab_config(cfg, vocab, max(tok.pad_id, 0))
+            shutil.copy(MODELING_FILE, tmp / MODELING_FILE.name)
+        else:
+            hf_cfg = (pre_layernorm_config(cfg, vocab, tok.pad_id, tok.cls_id, tok.sep_id) if pre_ln else
+                      bert_config(cfg, vocab, tok.pad_id))
         (tmp / "config.json").write_text(json.dumps(hf_cfg, indent=2, sort_keys=True) + "\n")
         save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         hf_tokenizer(final / "tokenizer.model", cfg.max_len).save_pretrained(str(tmp))
@@ -308,7 +357,13 @@ def export_model(mdir: str | Path, out_dir: str | Path) -> Path:
         note = "hidden states equal alignlab's encoder's (fp32, eval mode); token ids equal alignlab's tokenizer's"
         # The BERT folder's file is as it always was (no "architecture" key: a folder without one is BertModel).
         arch = {"architecture": ARCHITECTURES[cfg.norm], "norm": cfg.norm} if pre_ln else {}
-        if pre_ln:
+        if custom:
+            arch = {"architecture": CUSTOM_ARCHITECTURE, "norm": cfg.norm, "alibi": cfg.alibi,
+                    "load": "transformers.AutoModel.from_pretrained(folder, trust_remote_code=True), and AutoTokenizer "
+                            "with the same flag"}
+            note += ("; custom code (modeling_alignlab.py): attention scores minus alibi_slopes[h] * |i - j|, "
+                     "positions 0..T-1 as alignlab's")
+        elif pre_ln:
             note += (f"; positions as RoBERTa numbers them: non-pad tokens from pad_id + 1 = {tok.pad_id + 1}, so a "
                      "right-padded batch gives alignlab's positions 0..T-1 (explicit position_ids: alignlab's + "
                      f"{tok.pad_id + 1})")

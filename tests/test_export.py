@@ -206,3 +206,83 @@ def test_a_pre_ln_encoder_without_its_final_layernorm_is_refused(tmp_path):
     with pytest.raises(ValueError, match="cannot export exactly as a transformers RobertaPreLayerNormModel.*final_ln"):
         export.export_model(mdir, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+# A distance bias (alibi > 0, the mini preset's): exported as custom code, AlignlabEncoderModel.
+
+@pytest.fixture(scope="module", params=[("post", "learned"), ("pre", "sinusoidal")], ids=["post_ln", "pre_ln"])
+def exported_alibi(request, tmp_path_factory):
+    from alignlab.platform.config import MODEL_SIZES
+
+    norm, position = request.param
+    model = dataclasses.replace(MODEL_SIZES["tiny"], norm=norm, position=position, alibi=4.0, dropout=0.0,
+                                num_layers=2)
+    root = tmp_path_factory.mktemp(f"root_alibi_{norm}")
+    mdir = tiny_pretrained(root, "mlm,nsp,whp,pad", steps=3, model=model)
+    # Move the LayerNorms far from (1, 0), as for the pre-LN export above: one mapped to the wrong place shows.
+    sd = torch.load(mdir / "final" / "model.pt", weights_only=True)
+    gen = torch.Generator().manual_seed(1)
+    for k in [k for k in sd if k.startswith("encoder.") and k.split(".")[-2] in ("ln", "ln1", "ln2", "final_ln")]:
+        sd[k] = sd[k] + 0.3 * torch.randn(sd[k].shape, generator=gen)
+    torch.save(sd, mdir / "final" / "model.pt")
+    out = tmp_path_factory.mktemp(f"hf_alibi_{norm}") / "alignlab"
+    assert main(["export", "--model", mdir.name, str(out), "--storage", str(root)]) == 0
+    return mdir, out
+
+
+def test_a_distance_biased_model_exports_as_custom_code_that_gives_alignlabs_hidden_states(exported_alibi):
+    mdir, out = exported_alibi
+    enc, pre = _encoder(mdir)
+    assert pre.model_cfg.alibi == 4.0
+    model, loading = transformers.AutoModel.from_pretrained(str(out), trust_remote_code=True,
+                                                            output_loading_info=True)
+    model.eval()
+    assert type(model).__name__ == "AlignlabEncoderModel"
+    assert not loading["missing_keys"] and not loading["unexpected_keys"], loading
+    # AutoTokenizer reads config.json, whose AutoConfig is the custom code: it takes the same flag.
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(out), trust_remote_code=True)
+    texts = real_texts()[100:116]
+    pairs = list(zip(texts[::2], texts[1::2]))
+    pairs.append((" ".join(texts[:6]), " ".join(texts[6:12])))  # truncated to max_len: every position row
+    batch = hf_tok([a for a, _ in pairs], [b for _, b in pairs], padding=True, truncation=True, return_tensors="pt")
+    real = batch["attention_mask"].bool()
+    assert batch["input_ids"].shape[1] == pre.model_cfg.max_len and bool((~real).any())
+    with torch.no_grad():
+        ref = enc(batch["input_ids"], batch["token_type_ids"], real)
+        ref_all = enc(batch["input_ids"], batch["token_type_ids"], real, layers="all")
+        got = model(**batch, output_hidden_states=True)
+        # Without the bias the same weights give other states: the comparison can see a missing or wrong bias.
+        unbiased = dataclasses.replace(enc.cfg, alibi=0.0)
+        enc.cfg = unbiased
+        assert float((enc(batch["input_ids"], batch["token_type_ids"], real)[real] - ref[real]).abs().max()) > 1e-2
+    torch.testing.assert_close(got.last_hidden_state[real], ref[real], rtol=0, atol=1e-5)
+    # Every layer's output, as the `all` head input reads them (layer-normalised without weights, the last as is).
+    H = pre.model_cfg.hidden
+    assert len(got.hidden_states) == pre.model_cfg.num_layers + 1
+    hf_all = torch.cat([torch.nn.functional.layer_norm(s, (H,)) for s in got.hidden_states[:-1]]
+                       + [got.hidden_states[-1]], -1)
+    torch.testing.assert_close(hf_all[real], ref_all[real], rtol=0, atol=1e-4)
+    pooled = torch.tanh(torch.nn.functional.linear(ref[:, 0], pre.state["heads.nsp.pool.weight"],
+                                                   pre.state["heads.nsp.pool.bias"]))
+    torch.testing.assert_close(got.pooler_output, pooled, rtol=0, atol=1e-5)
+
+
+def test_the_custom_code_folder_names_its_bias_and_needs_nothing_of_alignlab_to_load(exported_alibi):
+    import ast
+
+    mdir, out = exported_alibi
+    pre = load_pretrained(mdir)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["model_type"] == "alignlab-encoder" and cfg["architectures"] == ["AlignlabEncoderModel"]
+    assert cfg["auto_map"]["AutoModel"] == "modeling_alignlab.AlignlabEncoderModel"
+    assert cfg["alibi_slopes"] == pre.model_cfg.alibi_slopes() and cfg["norm"] == pre.model_cfg.norm
+    assert cfg["max_position_embeddings"] == pre.model_cfg.max_len  # alignlab's positions, no RoBERTa offset
+    tree = ast.parse((out / "modeling_alignlab.py").read_text())
+    roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    roots |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert roots <= {"__future__", "torch", "transformers"}, roots
+    export_info = json.loads((out / "alignlab_export.json").read_text())
+    assert export_info["architecture"] == "AlignlabEncoderModel" and export_info["alibi"] == 4.0
+    assert "trust_remote_code=True" in export_info["load"]
+    assert set(json.loads((out / "alignlab_heads.json").read_text())["heads"]) == {"mlm", "nsp", "whp", "pad"}
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")], "the temp folder was renamed"

@@ -322,15 +322,6 @@ def test_the_fast_encoder_applies_the_distance_bias_like_the_module_forward(norm
         assert float((enc(ids, seg)[0] - want).abs().max()) > 1e-3
 
 
-def test_a_model_with_a_distance_bias_is_refused_by_export_naming_the_bias(tmp_path):
-    from alignlab.platform.export import export_model
-
-    mdir = tiny_pretrained(tmp_path, "mlm", steps=1, model=dataclasses.replace(TINY, alibi=1.0))
-    with pytest.raises(ValueError, match="alibi"):
-        export_model(mdir, tmp_path / "hf")
-    assert not (tmp_path / "hf").exists()
-
-
 def tiny_tokenizer_for_recipe():
     import tempfile
     from pathlib import Path
