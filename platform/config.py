@@ -110,8 +110,8 @@ class ModelConfig:
     its neighbours from the first step and the last almost everywhere. 0 (BERT, the paper) turns it off. Issue #15:
     a small encoder whose attention starts uniform spends thousands of steps predicting masks from token
     frequencies alone before attention finds the neighbours; the bias hands it local context at step 0
-    (benchmarks/README.md, "Round 3"). FEL and serving use it; `alignlab export`
-    refuses it (transformers' BERT and RoBERTa have no such bias)."""
+    (benchmarks/README.md, "Round 3"). FEL and serving use it; `alignlab export` writes such a model as
+    transformers custom code (BERT and RoBERTa have no such bias; platform/hf/modeling_alignlab.py)."""
 
     def __post_init__(self) -> None:
         _positive(self, "hidden", "num_layers", "head_dim", "ffn", "max_len")
