@@ -54,7 +54,7 @@ import machine_info  # benchmarks/, on sys.path when a benchmark runs as a scrip
 from bench_corpus import load_corpus, only_folder
 from alignlab.platform.batching import Collator
 from alignlab.platform.registry import resolve_objectives
-from alignlab.platform.config import FINETUNE_PRESETS, PRETRAIN_PRESETS, to_dict
+from alignlab.platform.config import FINETUNE_PRESETS, PRETRAIN_PRESETS, ModelConfig, to_dict
 from alignlab.platform.finetune import Pretrained, finetune_calculation
 from alignlab.platform.pretrain import Pretrainer, lr_lambda, resolve_precision, to_numpy_rows
 from alignlab.platform.protocol import TaskData, calculations, context_free_baselines, fel_split
@@ -64,6 +64,16 @@ _OLD_MINI = dict(model=dataclasses.replace(MINI.model, norm="post", dropout=0.1,
                  decay="linear", batch_size=32, seq_len=0, short_seq_len=0, short_seq_fraction=0.0,
                  weight_decay=0.0, adam_betas=(0.9, 0.999))
 """The mini recipe before issue #15 (post-LN BERT, dropout 0.1, lr 1e-3 with 100 warmup steps, linear decay)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _LastHeadGlobal(ModelConfig):
+    """Round 11: the preset's distance bias on every head but the last, which attends anywhere (slope 0). A
+    benchmark-only variant (not a ModelConfig field): the bias stops PAD from leaving chance, and a head without
+    it may let PAD match an acronym against far words while the biased head keeps MLM's local context."""
+
+    def alibi_slopes(self) -> list[float]:
+        return [*super().alibi_slopes()[:-1], 0.0]
 
 
 def _recipe(base: dict, model: dict | None = None, **changes) -> dict:
@@ -108,6 +118,8 @@ RECIPES: dict[str, dict] = {
     "cand_alibi8": {"model": dataclasses.replace(MINI.model, alibi=8.0)},
     "cand_alibi_h4": {"model": dataclasses.replace(MINI.model, alibi=1.0, head_dim=32)},  # 4 heads, 4 ranges
     "cand_alibi_lr2e-3": {"model": dataclasses.replace(MINI.model, alibi=1.0), "lr": 2e-3},
+    # Round 11: the bias on the first head only (slopes 4 and 0 for the mini model's 2 heads)
+    "cand_alibi_last_global": {"model": _LastHeadGlobal(**dataclasses.asdict(MINI.model))},
     # Round 4: the masking curriculum (uniform masks first), uniform masks throughout, MLM's share of the loss
     "cand_uniform50": {"curriculum_fraction": 0.5},
     "cand_uniform_all": {"mlm_alpha": 0.0},
