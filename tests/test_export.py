@@ -24,6 +24,13 @@ def _encoder(mdir):
     return enc.eval(), pre
 
 
+def _assert_the_pooler_is_nsps(pooler_output, ref, pre):
+    """`pooler_output` is NSP's pooler (dense + tanh) on the [CLS] vector of alignlab's last hidden states `ref`."""
+    pooled = torch.tanh(torch.nn.functional.linear(ref[:, 0], pre.state["heads.nsp.pool.weight"],
+                                                   pre.state["heads.nsp.pool.bias"]))
+    torch.testing.assert_close(pooler_output, pooled, rtol=0, atol=1e-5)
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     root = tmp_path_factory.mktemp("root")
@@ -166,9 +173,7 @@ def test_the_exported_pre_ln_model_gives_alignlabs_hidden_states_on_a_padded_bat
         got = model(**batch)
     torch.testing.assert_close(got.last_hidden_state[real], ref[real], rtol=0, atol=1e-5)
     # The pooler is NSP's, on the final LayerNorm's output, as alignlab's NSP head sees it.
-    pooled = torch.tanh(torch.nn.functional.linear(ref[:, 0], pre.state["heads.nsp.pool.weight"],
-                                                   pre.state["heads.nsp.pool.bias"]))
-    torch.testing.assert_close(got.pooler_output, pooled, rtol=0, atol=1e-5)
+    _assert_the_pooler_is_nsps(got.pooler_output, ref, pre)
 
 
 def test_the_pre_ln_config_names_its_architecture_and_shifts_the_positions_past_the_pad_id(exported_pre):
@@ -262,9 +267,7 @@ def test_a_distance_biased_model_exports_as_custom_code_that_gives_alignlabs_hid
     hf_all = torch.cat([torch.nn.functional.layer_norm(s, (H,)) for s in got.hidden_states[:-1]]
                        + [got.hidden_states[-1]], -1)
     torch.testing.assert_close(hf_all[real], ref_all[real], rtol=0, atol=1e-4)
-    pooled = torch.tanh(torch.nn.functional.linear(ref[:, 0], pre.state["heads.nsp.pool.weight"],
-                                                   pre.state["heads.nsp.pool.bias"]))
-    torch.testing.assert_close(got.pooler_output, pooled, rtol=0, atol=1e-5)
+    _assert_the_pooler_is_nsps(got.pooler_output, ref, pre)
 
 
 def test_the_custom_code_folder_names_its_bias_and_needs_nothing_of_alignlab_to_load(exported_alibi):
