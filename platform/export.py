@@ -136,7 +136,7 @@ def pre_layernorm_config(cfg: ModelConfig, vocab_size: int, pad_id: int, cls_id:
     }
 
 
-def alignlab_config(cfg: ModelConfig, vocab_size: int, pad_id: int) -> dict:
+def alignlab_config(cfg: ModelConfig, vocab_size: int, pad_id: int | None) -> dict:
     """The config.json of a distance-biased encoder: `AlignlabEncoderConfig` (platform/hf/modeling_alignlab.py),
     loaded through `auto_map` with trust_remote_code."""
     return {
@@ -341,7 +341,8 @@ def export_model(mdir: str | Path, out_dir: str | Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         if custom:
-            hf_cfg = alignlab_config(cfg, vocab, max(tok.pad_id, 0))
+            # The custom model numbers positions itself, so the pad id is only metadata: None when there is none.
+            hf_cfg = alignlab_config(cfg, vocab, tok.pad_id if tok.pad_id >= 0 else None)
             shutil.copy(MODELING_FILE, tmp / MODELING_FILE.name)
         else:
             hf_cfg = (pre_layernorm_config(cfg, vocab, tok.pad_id, tok.cls_id, tok.sep_id) if pre_ln else

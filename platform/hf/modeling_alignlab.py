@@ -34,7 +34,7 @@ class AlignlabEncoderConfig(PretrainedConfig):
     def __init__(self, vocab_size: int = 8000, hidden_size: int = 128, num_hidden_layers: int = 2,
                  num_attention_heads: int = 2, intermediate_size: int = 512, max_position_embeddings: int = 128,
                  type_vocab_size: int = 2, layer_norm_eps: float = 1e-12, norm: str = "pre",
-                 alibi_slopes: list[float] | None = None, initializer_range: float = 0.02, pad_token_id: int = 0,
+                 alibi_slopes: list[float] | None = None, initializer_range: float = 0.02, pad_token_id: int | None = 0,
                  **kwargs):
         if norm not in ("post", "pre"):
             raise ValueError(f"norm must be 'post' or 'pre', got {norm!r}")
