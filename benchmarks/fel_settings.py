@@ -43,7 +43,8 @@ GRID = (
 )
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> list[dict]:
+    """Prints and records the table; returns its rows (`mini_seeds.py` reads them)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--storage", type=Path, default=Path("alignlab-storage"))
     p.add_argument("--model", required=True, help="a finished model id under <storage>/models")
@@ -97,6 +98,7 @@ def main(argv=None) -> None:
     machine_info.record(a.out, {"command": command, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                 "machine": machine_info.machine("torch"), "model": a.model, "task": a.task,
                                 "validation_baselines": base_row, "rows": rows})
+    return rows
 
 
 if __name__ == "__main__":

@@ -1,0 +1,91 @@
+"""Changes to the mini recipe, compared across pretraining seeds on held-out and VALIDATION figures (issue #15).
+
+`laptop_budget.py` compares recipes at one wall-clock budget, one run each, with 2 FEL calculations: it cannot tell
+a 1-point CT difference from the swing between runs. This benchmark asks the mini study's own question of a recipe
+change. For each arm (a named change to the mini preset, with the four objectives: the study's `all` model) and each
+pretraining seed it pretrains the model with the engine (`pretrain()`, real Ray Train; a model already in the
+registry is reused), reads its held-out pretraining figures (`final/eval.json`, what the study's report shows), and
+runs the mini FEL preset's ten CT calculations scored on their validation splits (`fel_settings.py --settings 0`:
+the test set is never scored, so an arm can be chosen from this table).
+
+    python benchmarks/mini_seeds.py --storage alignlab-storage --arms steps2000,acr25,steps3000 --seeds 0,1,2
+
+Results go to benchmarks/results/mini_seeds.json (one entry per command).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
+import fel_settings
+from bench_corpus import only_folder
+import alignlab.platform.registry  # noqa: F401  (objective names in PretrainConfig need the registry)
+from alignlab.platform.config import PRETRAIN_PRESETS
+
+# Absolute settings, not changes to whatever the preset is now, so that an arm names the same model ids later.
+ARMS = {
+    "steps2000": {"max_steps": 2000},  # the mini preset before Round 12
+    "acr25": {"max_steps": 2000, "acronym_fraction": 0.25},  # PAD on a quarter of the linked rows, not half
+    "steps3000": {"max_steps": 3000},  # the mini preset since Round 12
+}
+HELD_OUT = {"mlm": "eval/mlm/accuracy", "mlm_at_mask": "eval/mlm/masked_accuracy", "nsp": "eval/nsp/accuracy",
+            "whp": "eval/whp/accuracy", "pad": "eval/pad/accuracy"}
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--storage", type=Path, default=Path("alignlab-storage"))
+    p.add_argument("--arms", default="steps2000,steps3000", help=f"comma-separated, of {', '.join(ARMS)}")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "mini_seeds.json")
+    a = p.parse_args(argv)
+    arms, seeds = a.arms.split(","), [int(s) for s in a.seeds.split(",")]
+    if unknown := [x for x in arms if x not in ARMS]:
+        sys.exit(f"mini_seeds.py: unknown arm(s) {', '.join(unknown)}; choose from {', '.join(ARMS)}")
+    import ray
+
+    from alignlab.platform.pretrain_ray import pretrain
+
+    command = "python benchmarks/mini_seeds.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    corpus = only_folder(a.storage, "corpus")
+    base = dataclasses.replace(PRETRAIN_PRESETS["mini"], objectives="mlm,nsp,whp,pad")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    rows = []
+    for arm in arms:
+        for seed in seeds:
+            t0 = time.time()
+            mdir = pretrain(corpus, dataclasses.replace(base, seed=seed, **ARMS[arm]), a.storage)
+            seconds = round(time.time() - t0)  # ~0 when the registry already held the model
+            ev = json.loads((mdir / "final" / "eval.json").read_text())
+            fel = fel_settings.main(["--storage", str(a.storage), "--model", mdir.name, "--settings", "0",
+                                     "--out", str(a.out.with_name("fel_settings_mini_seeds.json"))])[0]
+            rows.append({"arm": arm, "seed": seed, "model": mdir.name, "pretrain_seconds": seconds,
+                         "precision": ev.get("precision"), "step": ev.get("step"),
+                         **{k: round(100 * ev[v], 2) for k, v in HELD_OUT.items() if v in ev},
+                         "ct_val": fel["val_accuracy"]})
+    ray.shutdown()
+    cols = [*HELD_OUT, "ct_val"]
+    print(f"\n# {command}\n| arm | seed | model | steps | precision | pretrain s | "
+          + " | ".join(cols) + " |\n|" + "---|" * (6 + len(cols)))
+    for r in rows:
+        print(f"| {r['arm']} | {r['seed']} | {r['model']} | {r['step']} | {r['precision']} | {r['pretrain_seconds']} | "
+              + " | ".join(str(r.get(c, "")) for c in cols) + " |")
+    for arm in arms:
+        mine = [r for r in rows if r["arm"] == arm]
+        print(f"| {arm} | mean | | | | | " + " | ".join(
+            str(round(statistics.mean(r[c] for r in mine), 2)) if all(c in r for r in mine) else "" for c in cols) + " |")
+    print("(held-out figures as the engine scores them, %; ct_val: mean of the 10 CT calculations on their validation "
+          "splits, the mini FEL preset with refit off; pretrain s is 0-ish for a model the registry already held)")
+    print(f"# {command}")
+    machine_info.record(a.out, {"command": command, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                "machine": machine_info.machine("torch"), "corpus": corpus.name, "rows": rows})
+
+
+if __name__ == "__main__":
+    main()
