@@ -25,8 +25,8 @@ from pathlib import Path
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 import fel_settings
 from bench_corpus import only_folder
-import alignlab.platform.registry  # noqa: F401  (objective names in PretrainConfig need the registry)
 from alignlab.platform.config import PRETRAIN_PRESETS
+from alignlab.platform.registry import resolve_objectives
 
 # Absolute settings, not changes to whatever the preset is now, so that an arm names the same model ids later.
 ARMS = {
@@ -51,11 +51,12 @@ def main(argv=None) -> None:
     import ray
 
     from alignlab.platform.pretrain_ray import pretrain
+    from alignlab.platform.ray_env import ensure_ray
 
     command = "python benchmarks/mini_seeds.py " + " ".join(sys.argv[1:] if argv is None else argv)
     corpus = only_folder(a.storage, "corpus")
-    base = dataclasses.replace(PRETRAIN_PRESETS["mini"], objectives="mlm,nsp,whp,pad")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    base = dataclasses.replace(PRETRAIN_PRESETS["mini"], objectives=resolve_objectives("mlm,nsp,whp,pad"))
+    ensure_ray(2)  # alignlab's Ray: the deterministic row order a model id stands for
     rows = []
     for arm in arms:
         for seed in seeds:

@@ -50,7 +50,7 @@ def _pretrain_presets() -> dict[str, PretrainConfig]:
         # last step, and a distance bias on attention (ALiBi slopes 4 and 1/4): without it the 128x2 encoder never
         # starts to predict a masked token from its context within this budget (benchmarks/README.md, "Round 3"); it
         # exports as transformers custom code. 3,000 steps, not 2,000: held-out MLM and CT on validation were higher
-        # in each of 3 pretraining seeds, NSP/WHP/PAD level or higher (benchmarks/README.md, "Round 12"); the study
+        # in each of 3 pretraining seeds, NSP, WHP and PAD level (benchmarks/README.md, "Round 12"); the study
         # still fits ~30 minutes on a 2-core laptop CPU from a fresh install. PAD gets half of the linked rows because
         # it is the slowest objective to leave chance; it still does not at this budget (the README says so).
         "mini": PretrainConfig(model=dataclasses.replace(MODEL_SIZES["128x2"], norm="pre", dropout=0.0, alibi=4.0),

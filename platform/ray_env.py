@@ -62,6 +62,9 @@ def ensure_ray(num_cpus: int | None = None) -> None:
     import ray
 
     if ray.is_initialized():
+        # Ray started by someone else (a test fixture, a user's script, `ray.init()` before a study): the row
+        # order must still be this process's deterministic one, or two runs of one model id train on other rows.
+        quiet_ray_data()
         return
     kwargs: dict = {"include_dashboard": False, "log_to_driver": bool(os.environ.get("ALIGNLAB_RAY_LOGS"))}
     local = not os.environ.get("RAY_ADDRESS")

@@ -166,6 +166,26 @@ def test_a_killed_worker_resumes_from_the_last_checkpoint_with_no_step_repeated_
 
 
 @pytest.mark.ray
+def test_pretraining_reads_its_rows_in_order_even_when_a_plain_ray_init_started_ray(uninterrupted, smoke_corpus,
+                                                                                   tmp_path):
+    """A script that calls `ray.init()` itself never ran alignlab's DataContext setup; before the fix two runs of one
+    mini model id from such scripts trained on different rows (benchmarks/README.md, "Round 12")."""
+    import ray.data
+
+    from alignlab.platform.pretrain_ray import pretrain
+
+    ctx = ray.data.DataContext.get_current()
+    ctx.execution_options.preserve_order = False  # what a process that only called ray.init() has
+    try:
+        mdir = pretrain(smoke_corpus, SMOKE, tmp_path)
+        assert ctx.execution_options.preserve_order, "pretrain() left the row order to chance"
+    finally:
+        ctx.execution_options.preserve_order = True
+    for (k, a), b in zip(_weights(uninterrupted).items(), _weights(mdir).values()):
+        assert torch.equal(a, b), f"{k} differs from the run in the deterministic order"
+
+
+@pytest.mark.ray
 def test_rerunning_after_a_failed_run_continues_at_the_exact_step(uninterrupted, smoke_corpus, tmp_path):
     from alignlab.platform.pretrain_ray import is_finished, pretrain
 
