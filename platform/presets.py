@@ -52,7 +52,7 @@ def _pretrain_presets() -> dict[str, PretrainConfig]:
         # exports as transformers custom code. 3,000 steps, not 2,000: held-out MLM and CT on validation were higher
         # in each of 3 pretraining seeds, NSP, WHP and PAD level (benchmarks/README.md, "Round 12"); the study
         # still fits ~30 minutes on a 2-core laptop CPU from a fresh install. PAD gets half of the linked rows because
-        # it is the slowest objective to leave chance; it still does not at this budget (the README says so).
+        # it is the slowest objective to leave chance; at this budget it does in some runs only (the README says so).
         "mini": PretrainConfig(model=dataclasses.replace(MODEL_SIZES["128x2"], norm="pre", dropout=0.0, alibi=4.0),
                                batch_size=32, lr=1e-3, warmup_steps=100, decay="linear", max_steps=3000, short_seq_len=64,
                                short_seq_fraction=0.5, checkpoint_every=500, eval_batches=20, num_workers=1,
