@@ -33,6 +33,8 @@ ARMS = {
     "steps2000": {"max_steps": 2000},  # the mini preset before Round 12
     "acr25": {"max_steps": 2000, "acronym_fraction": 0.25},  # PAD on a quarter of the linked rows, not half
     "steps3000": {"max_steps": 3000},  # the mini preset since Round 12
+    # PAD's acronym examples keep their chunk's WHP tags (`pad.chunk_labels`): WHP trains on every linked row
+    "pad_chunk_labels": {"max_steps": 3000, "objectives": ["mlm", "nsp", "whp", {"name": "pad", "chunk_labels": True}]},
 }
 HELD_OUT = {"mlm": "eval/mlm/accuracy", "mlm_at_mask": "eval/mlm/masked_accuracy", "nsp": "eval/nsp/accuracy",
             "whp": "eval/whp/accuracy", "pad": "eval/pad/accuracy"}

@@ -49,6 +49,8 @@ def main(argv=None) -> None:
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--ffn", type=int, default=512)
     p.add_argument("--init", choices=("bert", "fan_in"), default="bert")
+    p.add_argument("--norm", choices=("post", "pre"), default="post", help="pre: the mini recipe's blocks")
+    p.add_argument("--dropout", type=float, default=0.1, help="0: the mini recipe's")
     p.add_argument("--acronym-fraction", type=float, default=0.5)
     p.add_argument("--pad-subword-alpha", type=float, default=0.0)
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto")
@@ -56,19 +58,25 @@ def main(argv=None) -> None:
     p.add_argument("--eval-every", type=int, default=500)
     p.add_argument("--eval-batches", type=int, default=30)
     p.add_argument("--calculations", type=int, default=4, help="FEL calculations per task at the end (<= 10)")
+    p.add_argument("--device", default="cpu", help="cuda: pretrain and finetune on the GPU (rows collate on the CPU)")
+    p.add_argument("--budget-s", type=float, default=0.0,
+                   help="> 0: stop pretraining after this many seconds even before --steps (the schedule stays "
+                        "that of --steps), then finetune")
+    p.add_argument("--keep-head", action="store_true",
+                   help="also the calculations that keep the pretrained heads (PAD's for AD, WHP's for CT)")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     manifest = json.loads((a.corpus / "manifest.json").read_text())
     max_len = manifest["config"]["max_len"]
     model = dataclasses.replace(MODEL_SIZES["128x2"], hidden=a.hidden, num_layers=a.layers, head_dim=a.head_dim,
-                                ffn=a.ffn, max_len=max_len, init=a.init)
+                                ffn=a.ffn, max_len=max_len, init=a.init, norm=a.norm, dropout=a.dropout)
     objectives = tuple(objective_config(o, subword_alpha=a.pad_subword_alpha) if o == "pad" else objective_config(o)
                        for o in a.objectives.split(","))
     cfg = dataclasses.replace(PRETRAIN_PRESETS["mini"], model=model, objectives=objectives, lr=a.lr,
                               warmup_steps=a.warmup, decay=a.decay, max_steps=a.steps, batch_size=a.batch_size,
                               acronym_fraction=a.acronym_fraction, precision=a.precision)
     tok = Tokenizer(a.corpus / "tokenizer.model")
-    trainer = Pretrainer(cfg, tok)
+    trainer = Pretrainer(cfg, tok, device=a.device)
 
     def shards(split):
         return pa.concat_tables([pq.read_table(a.corpus / "shards" / n) for n in manifest["shards"][split]])
@@ -82,30 +90,40 @@ def main(argv=None) -> None:
             yield {k: v[s: s + bs] for k, v in held_out.items()}
 
     print(json.dumps({"config": {k: str(v) for k, v in vars(a).items()}}), flush=True)
+    done = a.steps
     for step in range(a.steps):
         start = (step * bs) % (len(order) - bs)
         m = trainer.train_step(trainer.collate(to_numpy_rows(train.take(order[start: start + bs])), step=step))
         seen.append(m.get("train/pad/accuracy", float("nan")))
-        if (step + 1) % a.eval_every == 0 or step + 1 == a.steps:
+        over = a.budget_s > 0 and time.time() - t0 > a.budget_s
+        if (step + 1) % a.eval_every == 0 or step + 1 == a.steps or over:
             ev = trainer.evaluate(held_out_batches(), max_batches=a.eval_batches)
             print(json.dumps({"step": step + 1, "seconds": round(time.time() - t0),
                               "train_pad_accuracy_recent": round(float(np.nanmean(seen[-a.eval_every:])), 3),
                               **{k: round(v, 3) for k, v in ev.items() if not k.endswith("count")}}), flush=True)
-    pre = Pretrained(Path("."), model, tok.vocab_size, trainer.model.state_dict(), list(trainer.model.heads), tok)
+        if over:
+            done = step + 1
+            break
+    pretrain_seconds = round(time.time() - t0)
+    state = {k: v.cpu() for k, v in trainer.model.state_dict().items()}
+    pre = Pretrained(Path("."), model, tok.vocab_size, state, list(trainer.model.heads), tok)
     data = TaskData.load(a.tasks)
     result = {}
-    for task in ("ad", "ct"):
+    for task, keep in [(t, k) for t in ("ad", "ct") for k in ((False, True) if a.keep_head else (False,))]:
         accs, base = [], []
         for fold, seed in calculations()[: a.calculations]:
-            ft = dataclasses.replace(FINETUNE_PRESETS["mini"], task=task, fold=fold, seed=seed, keep_head=False)
+            ft = dataclasses.replace(FINETUNE_PRESETS["mini"], task=task, fold=fold, seed=seed, keep_head=keep)
             tr, va, te = fel_split(data, task, ft)
-            accs.append(finetune_calculation(pre, ft, tr, te, val=va).row["accuracy"])
-            base.append(context_free_baselines(task, tr, te)["baseline_letters"])
-        result[task] = {"accuracy_pct": round(100 * float(np.mean(accs)), 1),
+            accs.append(finetune_calculation(pre, ft, tr, te, val=va, device=a.device).row["accuracy"])
+            cf = context_free_baselines(task, tr, te)
+            base.append(cf["baseline_best"])
+            best_name = cf["baseline_best_name"]
+        result[task + ("" if not keep else " (heads kept)")] = {"accuracy_pct": round(100 * float(np.mean(accs)), 1),
                         "std_pct": round(100 * float(np.std(accs, ddof=1)), 1) if len(accs) > 1 else 0.0,
-                        "context_free_pct": round(100 * float(np.mean(base)), 1), "calculations": len(accs),
+                        "context_free_pct": round(100 * float(np.mean(base)), 1), "context_free": best_name,
+                        "calculations": len(accs),
                         "selection": "honest"}
-    print("RESULT " + json.dumps({"steps": a.steps, "pretrain_seconds": round(time.time() - t0), **result}),
+    print("RESULT " + json.dumps({"steps": done, "pretrain_seconds": pretrain_seconds, "device": a.device, **result}),
           flush=True)
 
 

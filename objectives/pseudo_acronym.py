@@ -42,7 +42,7 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -250,6 +250,13 @@ class PseudoAcronymConfig:
     "to teach the model spelling" (§3.2): a sampled segmentation often splits a word's first letter off as
     its own word-initial piece ("▁w orld"), the same token the "letters" form gives that letter, which
     gives a small model a first foothold on matching letters to words. 0 turns it off."""
+    chunk_labels: bool = field(default=False, metadata={"omit_at_default": True})
+    """True: the chunk of an acronym example keeps the token labels the other objectives give it (WHP's tags), so a
+    linked row that becomes a PAD example still trains WHP. False (the paper leaves it open; alignlab's behaviour
+    before this field): an acronym example trains PAD alone, and with `PretrainConfig.acronym_fraction` 0.5 WHP sees
+    half of the linked rows. MLM never predicts in an acronym example: a masked word of the span would make the
+    acronym unmatchable and its label wrong. A chunk whose pieces were re-segmented (`subword_alpha`) keeps no
+    labels (they were made for the corpus's pieces)."""
 
     def __post_init__(self) -> None:
         if self.weight < 0 or self.subword_alpha < 0:
@@ -272,6 +279,7 @@ class PseudoAcronym(Objective):
         return [str(k) == "wiki" and int(lab) in (0, 1) for k, lab in zip(rows["kind"], rows["pad_label"])]
 
     def load(self, ex, rows) -> None:
+        ex.acronym_chunk_labels = self.config.chunk_labels
         labels = np.full(len(ex.a), IGNORE, dtype=np.int64)
         for i, f in enumerate(ex.fmt):
             if f == "acronym":

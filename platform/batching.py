@@ -8,7 +8,8 @@ global batch with rank 0's key and each takes its own rows (`take_rows`), so eve
 The example mix: every row becomes exactly one example. When an objective trains on "acronym"
 examples (PAD) and the row comes from a linked source with a PAD pair, the row becomes
 `[CLS] acronym [SEP] chunk [SEP]` with probability `acronym_fraction`; every other row becomes
-`[CLS] chunk [SEP] next-or-random [SEP]` (MLM, NSP, WHP). Both kinds share one encoder pass.
+`[CLS] chunk [SEP] next-or-random [SEP]` (MLM, NSP, WHP). Both kinds share one encoder pass. An acronym
+example's chunk keeps its token labels (WHP's tags) when PAD's `chunk_labels` says so.
 """
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ class Examples:
         self.example_labels: dict[str, np.ndarray] = {}
         self.epoch = 0
         """The pass over the corpus these rows come from (0 = the first)."""
+        self.acronym_chunk_labels = False
+        """Do acronym examples keep their chunk's token labels (`PseudoAcronymConfig.chunk_labels`)?"""
 
     def add_token_labels(self, key: str, a_col: Sequence, b_col: Sequence) -> None:
         a_lab = []
@@ -117,8 +120,15 @@ class Collator:
                 room = L - 3 - len(acr)
                 ids = [cls, *acr, sep, *ex.a[i][:room], sep]
                 seg = [0] * (len(acr) + 2) + [1] * (len(ids) - len(acr) - 2)
+                chunk = ex.a[i][:room]
+                # The chunk's labels hold only for the corpus's own pieces: a chunk cut to whole words
+                # (PAD's fit_to_length) is a prefix of them, a re-segmented one is not.
+                keep = ex.acronym_chunk_labels and chunk == ex.a_orig[i][:len(chunk)]
                 for k in tok_labels:
-                    tok_labels[k].append(np.full(len(ids), IGNORE, dtype=np.int64))
+                    lab = np.full(len(ids), IGNORE, dtype=np.int64)
+                    if keep:
+                        lab[len(acr) + 2: len(acr) + 2 + len(chunk)] = ex.a_labels_orig[k][i][:len(chunk)]
+                    tok_labels[k].append(lab)
             else:
                 b_ids = ex.b[i] or []
                 # When both chunks do not fit (a sequence length shorter than the corpus's), each keeps at least

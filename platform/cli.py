@@ -150,8 +150,10 @@ def _dispatch(args) -> int:
     if args.cmd == "pretrain":
         from alignlab.platform.corpus import build_corpus
         from alignlab.platform.pretrain_ray import pretrain
+        from alignlab.platform.registry import objectives_like
 
-        cfg = dataclasses.replace(PRETRAIN_PRESETS[args.preset], objectives=args.objectives)
+        base = PRETRAIN_PRESETS[args.preset]
+        cfg = dataclasses.replace(base, objectives=objectives_like(args.objectives, base.objectives))
         if args.size:
             if args.size not in MODEL_SIZES:
                 raise ValueError(f"unknown size {args.size!r}: choose one of {', '.join(MODEL_SIZES)}")

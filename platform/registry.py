@@ -47,6 +47,7 @@ import math
 import pkgutil
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -156,6 +157,17 @@ def resolve_objectives(items: Any) -> tuple[Any, ...]:
 
 
 _config.set_objective_resolver(resolve_objectives)
+
+
+def objectives_like(names: Any, like: Sequence[Any] = ()) -> tuple[Any, ...]:
+    """`resolve_objectives(names)`, where an objective given by name that `like` (a preset's configs) also has takes
+    that one's settings: a study's objective subsets of a preset (the ablation's -WHP, -PAD) drop objectives without
+    resetting the settings of the others."""
+    mine = {type(c).name: c for c in like}
+    if isinstance(names, str):
+        names = [s.strip() for s in names.split(",") if s.strip()]
+    items = list(names) or [type(c).name for c in default_objectives()]
+    return resolve_objectives([mine.get(it, it) if isinstance(it, str) else it for it in items])
 
 
 def objective_class(config: Any) -> type:

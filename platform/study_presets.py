@@ -61,8 +61,11 @@ def sized_pretrain(preset: str, hidden: int, num_layers: int, objectives: str = 
     """The preset's pretraining run for a model of this size and objective set."""
     from alignlab.platform.config import PRETRAIN_PRESETS
 
-    return dataclasses.replace(PRETRAIN_PRESETS[preset], model=sized_model(preset, hidden, num_layers),
-                               objectives=objectives)
+    from alignlab.platform.registry import objectives_like
+
+    base = PRETRAIN_PRESETS[preset]
+    return dataclasses.replace(base, model=sized_model(preset, hidden, num_layers),
+                               objectives=objectives_like(objectives, base.objectives))
 
 
 def protocol_points(preset: str) -> list[tuple[int, int]]:

@@ -16,6 +16,7 @@ import dataclasses
 
 from alignlab.platform.config import CORPUS_PRESETS, FINETUNE_PRESETS, PRETRAIN_PRESETS
 from alignlab.platform.protocol import calculations
+from alignlab.platform.registry import objectives_like
 from alignlab.platform.study import CalcSpec, ModelSpec, Study, study_main
 
 OBJECTIVE_SETS = {"all": "mlm,nsp,whp,pad", "-whp": "mlm,nsp,pad", "-pad": "mlm,nsp,whp"}
@@ -36,7 +37,8 @@ def build(preset: str, extra: tuple[str, ...] = ()) -> Study:
         if key in sets or not key:
             raise ValueError(f"--objectives {objs}: that set is already a column ({key or 'all'})")
         sets[key] = objs
-    models = tuple(ModelSpec(key=k, pretrain=dataclasses.replace(base, objectives=objs)) for k, objs in sets.items())
+    models = tuple(ModelSpec(key=k, pretrain=dataclasses.replace(base, objectives=objectives_like(objs, base.objectives)))
+                   for k, objs in sets.items())
     points = calculations()[:2] if preset == "smoke" else calculations()
     calcs = tuple(
         CalcSpec(model=k, row=task.upper(), col=f"{k}*",

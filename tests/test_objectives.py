@@ -325,3 +325,53 @@ def test_labelled_rows_pad_each_head_to_a_multiple_of_32_rows_and_change_no_loss
             assert padded[name][1] == pytest.approx(plain[name][1], rel=1e-5)  # counts, correct, [MASK] counts
         assert len(g1) == len(g32) and all(torch.allclose(a, b, rtol=1e-4, atol=1e-7) for a, b in zip(g1, g32))
     assert "masked_count" in padded["mlm"][1]
+
+
+def _whp_rows(tok, **kw):
+    rows = _rows(tok, n=16, **kw)
+    rows["whp_a"] = np.asarray([[j % 4 for j in range(len(a))] for a in rows["a_ids"]], dtype=object)
+    return rows
+
+
+@pytest.mark.parametrize("max_len", [128, 32])
+def test_an_acronym_example_keeps_its_chunks_whp_tags_only_when_pad_chunk_labels_is_on(tok, max_len):
+    from alignlab.objectives.pseudo_acronym import PseudoAcronymConfig
+
+    # 40-word chunks at 32 tokens are cut to whole words (PAD's fit_to_length): the tags of the words kept stay.
+    rows = _whp_rows(tok, seg_words=12 if max_len == 128 else 40)
+    objs = lambda **pad: [c.build(tok) for c in resolve_objectives(["mlm", "whp", PseudoAcronymConfig(**pad)])]
+    off = Collator(objs(), tok, max_len=max_len, acronym_fraction=1.0)(rows, step=0)
+    on = Collator(objs(chunk_labels=True), tok, max_len=max_len, acronym_fraction=1.0)(rows, step=0)
+    assert (on["row_format"] == 1).all() and torch.equal(on["input_ids"], off["input_ids"])
+    assert (off["whp"] == -100).all(), "off (the paper's reading before the field): PAD alone in its examples"
+    for i in range(16):
+        chunk = (on["segment_ids"][i] == 1) & on["attention_mask"][i]
+        chunk[int(chunk.nonzero()[-1])] = False  # the last [SEP]
+        n = int(chunk.sum())
+        assert on["whp"][i][chunk].tolist() == [j % 4 for j in range(n)]
+        assert (on["whp"][i][~chunk] == -100).all(), "no tag on [CLS], the acronym or a [SEP]"
+    assert (on["mlm"] == -100).all() and torch.equal(on["pad"], off["pad"]), "MLM never predicts in an acronym example"
+
+
+def test_a_pad_chunk_resegmented_by_subword_regularization_keeps_no_tags(tok):
+    from alignlab.objectives.pseudo_acronym import PseudoAcronymConfig
+
+    rows = _whp_rows(tok)
+    pad = PseudoAcronymConfig(chunk_labels=True, subword_alpha=0.1)
+    batch = Collator([c.build(tok) for c in resolve_objectives(["whp", pad])], tok, max_len=128,
+                     acronym_fraction=1.0)(rows, step=3)
+    tagged = []
+    for i in range(16):
+        chunk = batch["input_ids"][i][(batch["segment_ids"][i] == 1) & batch["attention_mask"][i]].tolist()[:-1]
+        tagged.append(bool((batch["whp"][i] != -100).any()))
+        assert tagged[-1] == (chunk == list(rows["a_ids"][i])), i
+    assert not all(tagged), "sampling changed no chunk"
+
+
+def test_pad_chunk_labels_is_left_out_of_the_config_at_its_default_so_earlier_model_ids_hold():
+    from alignlab.objectives.pseudo_acronym import PseudoAcronymConfig
+    from alignlab.platform.config import config_hash, to_dict
+
+    assert "chunk_labels" not in to_dict(PseudoAcronymConfig())
+    assert to_dict(PseudoAcronymConfig(chunk_labels=True))["chunk_labels"] is True
+    assert config_hash(PseudoAcronymConfig()) != config_hash(PseudoAcronymConfig(chunk_labels=True))

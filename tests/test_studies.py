@@ -73,6 +73,27 @@ def test_model_size_at_mini_shares_its_largest_model_with_the_objective_ablation
     assert sizes["128x2"] == ablation["all"] and sizes["-whp"] == ablation["-whp"]
 
 
+def test_a_presets_objective_settings_carry_over_to_the_studys_objective_subsets(monkeypatch):
+    from alignlab.objectives.masked_lm import MaskedLMConfig
+    from alignlab.objectives.pseudo_acronym import PseudoAcronymConfig
+    from alignlab.platform import presets
+    from alignlab.platform.config import PRETRAIN_PRESETS
+    from alignlab.platform.registry import objectives_like, resolve_objectives
+
+    base = dataclasses.replace(PRETRAIN_PRESETS["mini"], objectives=resolve_objectives(
+        ["mlm", "nsp", "whp", PseudoAcronymConfig(chunk_labels=True)]))
+    monkeypatch.setitem(presets.PRETRAIN_PRESETS._get(), "mini", base)
+    models = {m.key: m.pretrain for m in load_script("objective_ablation").build("mini").models}
+    assert models["all"].objectives == base.objectives
+    assert models["-whp"].objectives[-1] == PseudoAcronymConfig(chunk_labels=True)
+    assert models["-pad"].objectives == base.objectives[:3]
+    # Given explicitly, a config is taken as it is; a name the preset lacks gets the registry's defaults.
+    mlm2 = MaskedLMConfig(weight=2.0)
+    assert objectives_like([mlm2, "pad"], base.objectives) == (mlm2, PseudoAcronymConfig(chunk_labels=True))
+    assert objectives_like("mlm,rtd", base.objectives)[1] == resolve_objectives("rtd")[0]
+    assert objectives_like("", base.objectives) == resolve_objectives("")  # nothing named: the default set
+
+
 def test_data_budget_skips_ct_at_1000_and_caps_ad_at_its_pool():
     study = load_script("data_budget").build("paper")
     budgets = {t: sorted({c.finetune.budget for c in study.calcs if c.finetune.task == t}) for t in ("ct", "ad")}
