@@ -9,6 +9,10 @@ drawn in a fixed random order; held-out accuracy comes from the corpus's eval sh
     alignlab data build-tasks --preset mini && alignlab corpus build --preset mini   # or a study built them
     python benchmarks/pad_probe.py --corpus alignlab-storage/corpus/<id> --tasks alignlab-storage/tasks/<id> \\
         --steps 9000 --lr 2e-4 --decay constant --eval-every 1000
+    # on a GPU, the mini recipe's blocks without the distance bias, stopped after ~250 s (benchmarks/README.md,
+    # "Round 13"; --keep-head adds the FEL calculations that keep the pretrained heads):
+    python benchmarks/pad_probe.py --corpus ... --tasks ... --norm pre --dropout 0 --steps 30000 --batch-size 64 \
+        --eval-every 2000 --calculations 2 --keep-head --budget-s 250 --device cuda
 
 Prints one JSON line per evaluation and a final RESULT line (mean accuracy % over the calculations, their
 standard deviation, and the context-free baseline on the same splits).
