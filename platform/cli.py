@@ -71,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     pt.add_argument("--max-steps", type=positive_int, default=None)
     pt.add_argument("--loss-scaling", choices=LOSS_SCALINGS, default=None,
                     help="divide each objective's loss by log(number of classes) (MUPPET §3.2); default none")
+    pt.add_argument("--precision", choices=("auto", "fp32", "bf16"), default=None,
+                    help="matmul precision (default: the preset's, auto: bf16 on a GPU or a CPU with native bf16 "
+                         "matmuls, fp32 elsewhere); part of the model id")
 
     md = sub.add_parser("models", help="list pretrained models")
     md.add_argument("--storage", default=None)
@@ -162,6 +165,8 @@ def _dispatch(args) -> int:
             cfg = dataclasses.replace(cfg, max_steps=args.max_steps)
         if args.loss_scaling:
             cfg = dataclasses.replace(cfg, loss_scaling=args.loss_scaling)
+        if args.precision:
+            cfg = dataclasses.replace(cfg, precision=args.precision)
         if args.corpus and corpus_flags_given(args):
             raise ValueError("--corpus names a built corpus; the corpus flags (--source, --path, ...) describe one "
                              "to build: give one or the other")

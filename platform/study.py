@@ -20,11 +20,13 @@ from alignlab.platform.study_run import (check_budgets, pool_size, pretrain_mode
                                          study_main)
 from alignlab.platform.study_search import run_search, search_examples, search_trial
 from alignlab.platform.study_spec import (DEFAULT_TRIAL_RESOURCES, SEARCH_OBJECTIVE, CalcSpec, ModelSpec, SearchParam,
-                                          SearchSpec, Study, calc_id, planned_calc_ids, with_pretrain_seeds)
+                                          SearchSpec, Study, calc_id, planned_calc_ids, with_precision,
+                                          with_pretrain_seeds)
 
 __all__ = [
     # declaring a study
     "Study", "ModelSpec", "CalcSpec", "SearchSpec", "SearchParam", "calc_id", "planned_calc_ids", "with_pretrain_seeds",
+    "with_precision",
     "DEFAULT_TRIAL_RESOURCES", "SEARCH_OBJECTIVE",
     # the paper's presets
     "SIZE_GRID", "ALIGNED_OBJECTIVES", "WITHOUT_ALIGNED", "SMOKE_TASK_DOCS", "sized_model", "largest_size",

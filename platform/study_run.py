@@ -26,7 +26,7 @@ from alignlab.platform.storage import Storage, as_storage, study_dir, write_json
 from alignlab.platform.study_grid import check_trial_resources, run_trials
 from alignlab.platform.study_search import run_search
 from alignlab.platform.study_spec import (DEFAULT_TRIAL_RESOURCES, SEARCH_OBJECTIVE, CalcSpec, ModelSpec, Study,
-                                          calc_id, with_pretrain_seeds)
+                                          calc_id, with_precision, with_pretrain_seeds)
 
 
 def run_study(study: Study, root: Path | Storage, **kw) -> Path:
@@ -277,6 +277,10 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
                     help="pretrain every model N times (seeds seed..seed+N-1) and test across the runs: the "
                          "pretraining seed becomes a factor, not a constant (default 1; the study then gets its own "
                          "name and report)")
+    ap.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                    help="matmul precision of pretraining (default auto: bf16 on a GPU or a CPU with native bf16 "
+                         "matmuls, fp32 elsewhere); fp32 or bf16 trains the same models on every machine (the study "
+                         "then gets its own name and report)")
     if extra_objective_sets:
         ap.add_argument("--objectives", action="append", default=[], metavar="OBJS",
                         type=name_list(objective_names, "objective"),
@@ -320,7 +324,7 @@ def _run_study_command(build, args, ap) -> Path:
     built = build(check_preset(args.preset), extra=tuple(args.objectives)) if hasattr(args, "objectives") \
         else build(check_preset(args.preset))
     try:
-        built = with_pretrain_seeds(built, args.pretrain_seeds)
+        built = with_pretrain_seeds(with_precision(built, args.precision), args.pretrain_seeds)
     except ValueError as e:
         ap.error(str(e))
     study = dataclasses.replace(built, ct_data=args.ct_data, eval_files=tuple(eval_files))

@@ -247,6 +247,25 @@ def with_pretrain_seeds(study: Study, runs: int) -> Study:
                                title=f"{study.title}, {runs} pretraining runs per model")
 
 
+def with_precision(study: Study, precision: str) -> Study:
+    """The study with every model pretrained at `precision` ("fp32" or "bf16") instead of its preset's ("auto").
+
+    `auto` is resolved on the machine that starts a run (bf16 where the CPU has native bf16 matmuls or on a GPU,
+    fp32 elsewhere), so one command trains other models, with other figures, on other machines. Naming the
+    precision trains the same model ids everywhere, e.g. to compare two machines or to reproduce a result made
+    on the other kind of CPU. A model id names its resolved precision, so `fp32` here reuses the models that
+    `auto` trained on an fp32-only CPU. It is another study (`<name>-<precision>`, its own report), so the
+    report of the default command is never replaced by another precision's."""
+    if precision == "auto":
+        return study
+    if precision not in ("fp32", "bf16"):
+        raise ValueError(f"--precision must be auto, fp32 or bf16, got {precision!r}")
+    models = tuple(dataclasses.replace(m, pretrain=dataclasses.replace(m.pretrain, precision=precision))
+                   for m in study.models)
+    return dataclasses.replace(study, name=f"{study.name}-{precision}", models=models,
+                               title=f"{study.title}, {precision} pretraining")
+
+
 def calc_id(model_id: str, ft: FinetuneConfig, salt: str = "", data: str = "") -> str:
     """A calculation's id: its model, its finetuning config, and (`data`) the task data and extra test
     files it is scored on, so that other data never counts as this calculation done."""

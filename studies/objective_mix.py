@@ -50,10 +50,16 @@ def main(argv=None):
     ap.add_argument("--optuna-storage", default=None, metavar="URL", type=rdb_url,
                     help="RDB URL of the search's Optuna study, e.g. sqlite:///optuna.db (default: "
                          "$ALIGNLAB_OPTUNA_STORAGE, else the journal file search.optuna.journal beside search.json)")
+    ap.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                    help="matmul precision of pretraining (default auto); fp32 or bf16 trains the same models on "
+                         "every machine (the search then gets its own name and report)")
     args = ap.parse_args(argv)
     spec = build(check_preset(args.preset))
     if args.num_samples:
         spec = dataclasses.replace(spec, num_samples=args.num_samples)
+    if args.precision != "auto":  # as the study scripts' --precision (study_spec.with_precision)
+        spec = dataclasses.replace(spec, name=f"{spec.name}-{args.precision}",
+                                   pretrain=dataclasses.replace(spec.pretrain, precision=args.precision))
     done = []  # bad input (e.g. a database that cannot be opened) is one line and exit code 2 (errors.run_guarded)
     code = run_guarded(lambda: done.append(run_objective_search(
         spec, resolve_root(args.storage), max_concurrent=args.max_concurrent, optuna_storage=args.optuna_storage)),

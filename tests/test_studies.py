@@ -236,6 +236,43 @@ def test_finetune_search_at_smoke_runs_end_to_end_on_ray(ray_session, storage_ro
     assert {f.name: f.stat().st_mtime for f in (sdir / "trials").glob("*.json")} == before
 
 
+def test_a_named_precision_trains_the_models_auto_trains_on_that_kind_of_cpu_under_its_own_study(tmp_path,
+                                                                                                 monkeypatch):
+    from alignlab.platform import pretrain, study_run
+    from alignlab.platform.models import model_id
+    from alignlab.platform.study import with_precision
+
+    script = load_script("objective_ablation")
+    study = script.build("mini")
+    assert with_precision(study, "auto") is study
+    fp32 = with_precision(study, "fp32")
+    assert fp32.name == f"{study.name}-fp32" and {m.pretrain.precision for m in fp32.models} == {"fp32"}
+    assert [m.key for m in fp32.models] == [m.key for m in study.models] and fp32.calcs == study.calcs
+    # The id of `--precision fp32` on this machine is the id `auto` names on a CPU without native bf16, and
+    # `--precision bf16` that of `auto` on one with it: a named precision reuses the other kind of CPU's models.
+    for has_bf16, named in ((False, "fp32"), (True, "bf16")):
+        monkeypatch.setattr(pretrain, "cpu_has_bf16", lambda: has_bf16)
+        assert [model_id("c", m.pretrain) for m in study.models] == \
+               [model_id("c", m.pretrain) for m in with_precision(study, named).models]
+    monkeypatch.setattr(pretrain, "cpu_has_bf16", lambda: True)
+    assert model_id("c", study.models[0].pretrain) != model_id("c", fp32.models[0].pretrain)
+    with pytest.raises(ValueError, match="fp16"):
+        with_precision(study, "fp16")
+    # The command line: --precision, with --pretrain-seeds on top.
+    ran = []
+    monkeypatch.setattr(study_run, "run_study", lambda s, root, **kw: ran.append(s) or tmp_path / "r.md")
+    study_run.study_main(script.build, ["--precision", "fp32", "--pretrain-seeds", "2", "--storage", str(tmp_path)],
+                         extra_objective_sets=True)
+    (ran_study,) = ran
+    assert ran_study.name == f"{study.name}-fp32-2pretrain_seeds"
+    assert len(ran_study.models) == 2 * len(study.models) and {m.pretrain.precision for m in ran_study.models} == {"fp32"}
+    # The objective-mixture search, the one study script of its own command line, takes it too.
+    mix, searched = load_script("objective_mix"), []
+    monkeypatch.setattr(mix, "run_objective_search", lambda spec, root, **kw: searched.append(spec) or tmp_path)
+    mix.main(["--precision", "fp32", "--storage", str(tmp_path)])
+    assert searched[0].name == "objective_mix-mini-fp32" and searched[0].pretrain.precision == "fp32"
+
+
 def test_pretrain_seeds_make_the_pretraining_run_a_factor_of_every_cell():
     from alignlab.platform.study import with_pretrain_seeds
 
