@@ -15,7 +15,9 @@ drawn in a fixed random order; held-out accuracy comes from the corpus's eval sh
         --eval-every 2000 --calculations 2 --keep-head --budget-s 250 --device cuda
 
 Prints one JSON line per evaluation and a final RESULT line (mean accuracy % over the calculations, their
-standard deviation, and the context-free baseline on the same splits).
+standard deviation, and the context-free baseline on the same splits). FEL is scored on each calculation's
+validation split by default (refit off, as `fel_settings.py`), so that a probe used to choose anything never
+reads the test set; `--score-on test` scores the test splits (the probes before 2026-11-26 did, as a diagnostic).
 """
 from __future__ import annotations
 
@@ -58,6 +60,8 @@ def main(argv=None) -> None:
     p.add_argument("--acronym-fraction", type=float, default=0.5)
     p.add_argument("--pad-subword-alpha", type=float, default=0.0)
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto")
+    p.add_argument("--score-on", choices=("validation", "test"), default="validation",
+                   help="FEL's scoring split (default validation: the test set stays unseen)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--eval-every", type=int, default=500)
     p.add_argument("--eval-batches", type=int, default=30)
@@ -118,6 +122,8 @@ def main(argv=None) -> None:
         for fold, seed in calculations()[: a.calculations]:
             ft = dataclasses.replace(FINETUNE_PRESETS["mini"], task=task, fold=fold, seed=seed, keep_head=keep)
             tr, va, te = fel_split(data, task, ft)
+            if a.score_on == "validation":  # refit would train on the split that is scored
+                ft, te = dataclasses.replace(ft, refit=False), va
             accs.append(finetune_calculation(pre, ft, tr, te, val=va, device=a.device).row["accuracy"])
             cf = context_free_baselines(task, tr, te)
             base.append(cf["baseline_best"])
@@ -126,7 +132,7 @@ def main(argv=None) -> None:
                         "std_pct": round(100 * float(np.std(accs, ddof=1)), 1) if len(accs) > 1 else 0.0,
                         "context_free_pct": round(100 * float(np.mean(base)), 1), "context_free": best_name,
                         "calculations": len(accs),
-                        "selection": "honest"}
+                        "selection": "honest", "scored_on": a.score_on}
     print("RESULT " + json.dumps({"steps": done, "pretrain_seconds": pretrain_seconds, "device": a.device, **result}),
           flush=True)
 
