@@ -162,6 +162,29 @@ def test_auto_precision_names_the_model_of_the_precision_it_resolves_to(monkeypa
     assert P.resolve_precision(dataclasses.replace(auto, precision="fp32", use_gpu=True)).precision == "fp32"
 
 
+def test_alignlab_pretrain_trains_at_the_precision_its_flag_names(tmp_path, monkeypatch):
+    """`alignlab pretrain --precision fp32` hands the trainer an fp32 config; without the flag, the preset's."""
+    import json
+
+    from alignlab.platform import cli, corpus, pretrain_ray, ray_env
+
+    asked = []
+
+    def fake_pretrain(cdir, cfg, root):  # the engine itself is tested in test_pretrain.py; this is the flag's wiring
+        asked.append(cfg.precision)
+        (tmp_path / "m" / "final").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "m" / "final" / "eval.json").write_text(json.dumps({}))
+        return tmp_path / "m"
+
+    monkeypatch.setattr(pretrain_ray, "pretrain", fake_pretrain)
+    monkeypatch.setattr(pretrain_ray, "check_pretrain_resources", lambda cfg: None)
+    monkeypatch.setattr(ray_env, "ensure_ray", lambda *a, **k: None)
+    monkeypatch.setattr(corpus, "build_corpus", lambda ccfg, root, **kw: tmp_path / "corpus")
+    for flags in (["--precision", "fp32"], ["--precision", "bf16"], []):
+        assert cli.main(["pretrain", "--preset", "smoke", "--storage", str(tmp_path / "st"), *flags]) == 0
+    assert asked == ["fp32", "bf16", C.PRETRAIN_PRESETS["smoke"].precision]
+
+
 def test_the_readme_cost_table_follows_from_the_paper_presets_global_batch(monkeypatch):
     """README "What the presets cost": examples = max_steps x the global batch (500M, not 500M x workers), FLOPs per
     example from the throughput benchmark's formula, hours at the assumed 50 TFLOP/s of an A10G."""
