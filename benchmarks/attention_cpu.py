@@ -26,6 +26,7 @@ import machine_info  # benchmarks/, on sys.path when a benchmark runs as a scrip
 from bench_corpus import load_corpus
 from alignlab.platform.config import PRETRAIN_PRESETS
 from alignlab.platform.model import EncoderLayer
+from alignlab.platform.corpus_embeddings import for_corpus
 from alignlab.platform.pretrain import Pretrainer, resolve_precision, to_numpy_rows
 
 
@@ -52,7 +53,8 @@ def main(argv=None) -> None:
     for prec in precisions:
         for written_out in (False, True):
             torch.manual_seed(0)
-            trainers[prec, written_out] = Pretrainer(dataclasses.replace(mini, precision=prec), tok)
+            c = dataclasses.replace(mini, precision=prec)
+            trainers[prec, written_out] = Pretrainer(c, tok, word_embeddings=for_corpus(corpus, c, tok.vocab_size))
     for length in (64, 128):
         col = trainers[precisions[0], False].collate
         batches[length] = [col(to_numpy_rows(train.take(order[i * bs:(i + 1) * bs])), step=i, max_len=length)

@@ -25,6 +25,7 @@ import torch
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import load_corpus
 from alignlab.platform.config import PRETRAIN_PRESETS
+from alignlab.platform.corpus_embeddings import for_corpus
 from alignlab.platform.pretrain import Pretrainer, resolve_precision, to_numpy_rows
 from alignlab.platform.registry import resolve_objectives
 
@@ -51,7 +52,8 @@ def main(argv=None) -> None:
     eager_ms = {}
     for mode in ("eager", "compiled"):
         torch.manual_seed(0)
-        trainer = Pretrainer(cfg, tok, wrap=torch.compile if mode == "compiled" else None)
+        trainer = Pretrainer(cfg, tok, wrap=torch.compile if mode == "compiled" else None,
+                             word_embeddings=for_corpus(corpus, cfg, tok.vocab_size))
         step = 0
         for length in (64, 128):
             times = []

@@ -38,14 +38,15 @@ def child(a) -> None:
     from bench_corpus import load_corpus
     from alignlab.platform import registry
     from alignlab.platform.config import PRETRAIN_PRESETS
+    from alignlab.platform.corpus_embeddings import for_corpus
     from alignlab.platform.pretrain import Pretrainer, resolve_precision, to_numpy_rows
 
     torch.set_num_threads(a.threads)
     registry.LABELLED_ROW_MULTIPLE = a.multiple
-    _, tok, train, _ = load_corpus(a.storage, a.corpus)
+    corpus, tok, train, _ = load_corpus(a.storage, a.corpus)
     torch.manual_seed(0)
     cfg = resolve_precision(dataclasses.replace(PRETRAIN_PRESETS["mini"], max_steps=a.steps))
-    trainer = Pretrainer(cfg, tok)
+    trainer = Pretrainer(cfg, tok, word_embeddings=for_corpus(corpus, cfg, tok.vocab_size))
     order = np.random.default_rng(0).permutation(train.num_rows)
     bs, t0 = cfg.batch_size, time.perf_counter()
     for step in range(cfg.max_steps):

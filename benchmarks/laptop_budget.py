@@ -53,6 +53,7 @@ import torch
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import load_corpus, only_folder
 from alignlab.platform.batching import Collator
+from alignlab.platform.corpus_embeddings import training_sequences, word_embeddings
 from alignlab.platform.registry import resolve_objectives
 from alignlab.platform.config import FINETUNE_PRESETS, PRETRAIN_PRESETS, ModelConfig, to_dict
 from alignlab.platform.finetune import Pretrained, finetune_calculation
@@ -132,6 +133,11 @@ RECIPES: dict[str, dict] = {
     "cand_w256_short90": {"model": dataclasses.replace(MINI.model, hidden=256, ffn=1024), "short_seq_fraction": 0.9},
     # Round 7: the loss weight of WHP, the objective aligned with CT (with cand_mask30 above: more MLM labels a step)
     "cand_whp_w3": {"weights": {"whp": 3.0}},
+    # Round 14: the word embeddings start from the corpus's co-occurrence statistics (PPMI + SVD, seconds)
+    "cand_corpus_emb0.02": {"corpus_embeddings": 0.02},
+    "cand_corpus_emb0.1": {"corpus_embeddings": 0.1},
+    "cand_corpus_emb0.3": {"corpus_embeddings": 0.3},
+    "cand_corpus_emb1": {"corpus_embeddings": 1.0},
     # the same recipe with other objectives (issue #19): RTD instead of MLM, and RTD added to the four
     "rtd_for_mlm": {"objectives": "rtd,nsp,whp,pad"},
     "plus_rtd": {"objectives": "mlm,nsp,whp,pad,rtd"},
@@ -164,12 +170,20 @@ class Run:
     as if its `max_steps` were exactly the number of steps that fit the budget. So no recipe needs its step time
     guessed in advance, and a load spike on a shared machine shortens every schedule instead of cutting one."""
 
-    def __init__(self, name: str, cfg, tok, train, order: np.ndarray, budget_s: float):
+    def __init__(self, name: str, cfg, tok, train, order: np.ndarray, budget_s: float, shards: list[str]):
         self.name, self.cfg, self.train, self.order, self.budget_s = name, cfg, train, order, budget_s
-        self.trainer = Pretrainer(cfg, tok)
+        t0 = time.perf_counter()
+        table = None
+        if cfg.corpus_embeddings:  # made as the engine makes it, and charged to the recipe's clock
+            table = word_embeddings(training_sequences(shards), tok.vocab_size, cfg.model.hidden,
+                                    cfg.corpus_embeddings, seed=cfg.seed)
+        self.trainer = Pretrainer(cfg, tok, word_embeddings=table)
         self.eval_collate = eval_collator(cfg, tok)
         self.lr_at = lr_lambda(cfg)
         self.step, self.seconds, self.points, self.done = 0, 0.0, [], False
+        if table is not None:
+            self.seconds = time.perf_counter() - t0
+            print(f"[{name}] word embeddings from the corpus in {self.seconds:.1f}s (charged)", flush=True)
 
     def one_step(self) -> float:
         bs, n, cfg = self.cfg.batch_size, len(self.order), self.cfg
@@ -307,6 +321,7 @@ def main(argv=None) -> None:
     corpus, tok, train, held = load_corpus(a.storage, a.corpus)
     tasks = a.tasks or only_folder(a.storage, "tasks")
     held = to_numpy_rows(held)
+    shards = [str(corpus / "shards" / n) for n in json.loads((corpus / "manifest.json").read_text())["shards"]["train"]]
     order = np.random.default_rng(0).permutation(train.num_rows)
     objectives = resolve_objectives(tuple(a.objectives.split(",")))
     command = "python benchmarks/laptop_budget.py " + " ".join(sys.argv[1:] if argv is None else argv)
@@ -320,7 +335,7 @@ def main(argv=None) -> None:
               f"decay {cfg.decay}, seq {cfg.seq_len_at(cfg.max_steps)}"
               + (f" ({cfg.short_seq_len} for the first {cfg.short_seq_fraction:.0%})" if cfg.short_seq_len else ""),
               flush=True)
-        runs.append(Run(name, cfg, tok, train, order, a.budget_s))
+        runs.append(Run(name, cfg, tok, train, order, a.budget_s, shards))
 
     marks = [a.budget_s * (i + 1) / a.points for i in range(a.points)]
     t_all = time.time()

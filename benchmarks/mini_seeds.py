@@ -30,11 +30,14 @@ from alignlab.platform.registry import resolve_objectives
 
 # Absolute settings, not changes to whatever the preset is now, so that an arm names the same model ids later.
 ARMS = {
-    "steps2000": {"max_steps": 2000},  # the mini preset before Round 12
-    "acr25": {"max_steps": 2000, "acronym_fraction": 0.25},  # PAD on a quarter of the linked rows, not half
-    "steps3000": {"max_steps": 3000},  # the mini preset since Round 12
+    "steps2000": {"max_steps": 2000, "corpus_embeddings": 0.0},  # the mini preset before Round 12
+    "acr25": {"max_steps": 2000, "acronym_fraction": 0.25, "corpus_embeddings": 0.0},  # PAD on a quarter of the linked rows, not half
+    "steps3000": {"max_steps": 3000, "corpus_embeddings": 0.0},  # the mini preset of Rounds 12-13
     # PAD's acronym examples keep their chunk's WHP tags (`pad.chunk_labels`): WHP trains on every linked row
-    "pad_chunk_labels": {"max_steps": 3000, "objectives": ["mlm", "nsp", "whp", {"name": "pad", "chunk_labels": True}]},
+    "pad_chunk_labels": {"max_steps": 3000, "corpus_embeddings": 0.0,
+                         "objectives": ["mlm", "nsp", "whp", {"name": "pad", "chunk_labels": True}]},
+    # Round 14: word embeddings that start from the corpus's co-occurrence statistics (PPMI + SVD), std 0.1
+    "corpus_emb": {"max_steps": 3000, "corpus_embeddings": 0.1},
 }
 HELD_OUT = {"mlm": "eval/mlm/accuracy", "mlm_at_mask": "eval/mlm/masked_accuracy", "nsp": "eval/nsp/accuracy",
             "whp": "eval/whp/accuracy", "pad": "eval/pad/accuracy"}
@@ -60,8 +63,8 @@ def main(argv=None) -> None:
     base = dataclasses.replace(PRETRAIN_PRESETS["mini"], objectives=resolve_objectives("mlm,nsp,whp,pad"))
     ensure_ray(2)  # alignlab's Ray: the deterministic row order a model id stands for
     rows = []
-    for arm in arms:
-        for seed in seeds:
+    for seed in seeds:  # seed by seed: a run cut short leaves whole pairs to compare
+        for arm in arms:
             t0 = time.time()
             mdir = pretrain(corpus, dataclasses.replace(base, seed=seed, **ARMS[arm]), a.storage)
             seconds = round(time.time() - t0)  # ~0 when the registry already held the model
@@ -72,11 +75,12 @@ def main(argv=None) -> None:
                          "precision": ev.get("precision"), "step": ev.get("step"),
                          **{k: round(100 * ev[v], 2) for k, v in HELD_OUT.items() if v in ev},
                          "ct_val": fel["val_accuracy"]})
+            print(f"[mini_seeds] {json.dumps(rows[-1])}", flush=True)
     ray.shutdown()
     cols = [*HELD_OUT, "ct_val"]
     print(f"\n# {command}\n| arm | seed | model | steps | precision | pretrain s | "
           + " | ".join(cols) + " |\n|" + "---|" * (6 + len(cols)))
-    for r in rows:
+    for r in sorted(rows, key=lambda r: arms.index(r["arm"])):
         print(f"| {r['arm']} | {r['seed']} | {r['model']} | {r['step']} | {r['precision']} | {r['pretrain_seconds']} | "
               + " | ".join(str(r.get(c, "")) for c in cols) + " |")
     for arm in arms:

@@ -29,6 +29,7 @@ import machine_info  # benchmarks/, on sys.path when a benchmark runs as a scrip
 from bench_corpus import load_corpus
 from alignlab.platform.batching import Collator
 from alignlab.platform.config import PRETRAIN_PRESETS
+from alignlab.platform.corpus_embeddings import for_corpus
 from alignlab.platform.pretrain import Pretrainer, resolve_precision, to_numpy_rows
 from alignlab.platform.registry import resolve_objectives
 
@@ -72,7 +73,7 @@ def main(argv=None) -> None:
     if a.no_short_seq:
         changes.update(short_seq_len=0, short_seq_fraction=0.0)
     cfg = resolve_precision(dataclasses.replace(mini, **changes))
-    trainer = Pretrainer(cfg, tok)
+    trainer = Pretrainer(cfg, tok, word_embeddings=for_corpus(corpus, cfg, tok.vocab_size))
     evals = {}
     for alpha in (0.5, 0.0):  # rare-weighted (the paper's) and uniform held-out masks
         objs = [(dataclasses.replace(o, alpha=alpha, mask_prob=0.15, mask_token_prob=0.8, random_token_prob=0.1)

@@ -35,6 +35,7 @@ import torch
 from alignlab.platform.registry import objective_config
 from alignlab.platform.config import FINETUNE_PRESETS, MODEL_SIZES, PRETRAIN_PRESETS
 from alignlab.platform.finetune import Pretrained, finetune_calculation
+from alignlab.platform.corpus_embeddings import for_corpus
 from alignlab.platform.pretrain import Pretrainer, to_numpy_rows
 from alignlab.platform.protocol import TaskData, calculations, context_free_baselines, fel_split
 from alignlab.platform.tokenizer import Tokenizer
@@ -84,7 +85,7 @@ def main(argv=None) -> None:
                               warmup_steps=a.warmup, decay=a.decay, max_steps=a.steps, batch_size=a.batch_size,
                               acronym_fraction=a.acronym_fraction, precision=a.precision)
     tok = Tokenizer(a.corpus / "tokenizer.model")
-    trainer = Pretrainer(cfg, tok, device=a.device)
+    trainer = Pretrainer(cfg, tok, device=a.device, word_embeddings=for_corpus(a.corpus, cfg, tok.vocab_size))
 
     def shards(split):
         return pa.concat_tables([pq.read_table(a.corpus / "shards" / n) for n in manifest["shards"][split]])

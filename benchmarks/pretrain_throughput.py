@@ -53,6 +53,7 @@ from alignlab.objectives.next_sentence import NextSentenceConfig
 from alignlab.platform.config import MODEL_SIZES, PRETRAIN_PRESETS, PretrainConfig
 from alignlab.platform.corpus import shard_schema
 from alignlab.platform.registry import corpus_labellers
+from alignlab.platform.corpus_embeddings import for_corpus
 from alignlab.platform.pretrain import Pretrainer, to_numpy_rows, train_loop
 from alignlab.platform.tokenizer import Tokenizer, train_tokenizer
 
@@ -301,7 +302,7 @@ def plain_run(cfg: PretrainConfig, tok: Tokenizer, cdir: Path) -> dict:
     batches = [to_numpy_rows(table.slice(i, cfg.batch_size))
                for i in range(0, table.num_rows - cfg.batch_size + 1, cfg.batch_size)]
     torch.set_num_threads(cfg.threads_per_worker)
-    trainer = Pretrainer(cfg, tok)
+    trainer = Pretrainer(cfg, tok, word_embeddings=for_corpus(cdir, cfg, tok.vocab_size))
     points, last = [], {}
 
     def report(metrics: dict, checkpoint_now: bool) -> None:

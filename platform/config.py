@@ -155,9 +155,8 @@ class PretrainConfig:
     """Objective configs (see alignlab.objectives); names and dicts are accepted and expanded to configs (by the
     registry); none means the registry's default objectives."""
     batch_size: int = 256
-    """The global batch: rows per optimizer step over all `num_workers` Train workers together. Each worker trains
-    on `batch_size // num_workers` of them (`worker_batch_size`), so the examples a run sees, and its cost, do not
-    depend on how many workers share it."""
+    """The global batch: rows per optimizer step over all `num_workers` Train workers together; each trains on
+    `worker_batch_size` of them, so the examples a run sees do not depend on how many workers share it."""
     lr: float = 1e-4
     warmup_steps: int = 0
     decay: str = "constant"
@@ -182,11 +181,10 @@ class PretrainConfig:
     4"), the rest with the objectives' own. Held-out evaluation always uses their own. 0 (off) is the paper's."""
     domain_sources: tuple[str, ...] = ()
     domain_fraction: float = 0.0
-    """A domain-adaptive final phase (Gururangan et al. 2020, "Don't stop pretraining"): the last
-    `domain_fraction` of the steps train on the rows of these corpus sources only (names as in `SOURCES`: a row's
-    source is its doc_id's prefix), the steps before it on the corpus's other sources; the learning-rate schedule
-    runs on. Both set or both empty (off). The corpus must hold rows of both kinds (checked when pretraining
-    starts). No preset has one: at mini it did not help CT (benchmarks/README.md, "Round 9")."""
+    """A domain-adaptive final phase (Gururangan et al. 2020): the last `domain_fraction` of the steps train on these
+    sources' rows only (`SOURCES`; a row's source is its doc_id's prefix), the steps before on the other sources,
+    one learning-rate schedule. Both set or both empty (off); the corpus must hold both kinds (checked at the start).
+    No preset has one: at mini it did not help CT (benchmarks/README.md, "Round 9")."""
     grad_clip: float = 1.0
     acronym_fraction: float = 0.25
     """Share of linked rows turned into PAD examples `[CLS] acronym [SEP] chunk [SEP]` when PAD is on;
@@ -194,6 +192,9 @@ class PretrainConfig:
     so every model of a study sees the same number of examples (paper §5.2)."""
     subword_regularization_alpha: float = 0.0
     """>0 re-tokenizes web chunks by sentencepiece sampling at this alpha (paper §3.3); 0 turns it off."""
+    corpus_embeddings: float = field(default=0.0, metadata={"omit_at_default": True})
+    """>0: the word embeddings (and MLM's tied decoder) start from the training split's co-occurrence statistics
+    (PPMI + truncated SVD, `corpus_embeddings.py`), scaled to this per-entry std; 0: random, N(0, 0.02) (BERT)."""
     checkpoint_every: int = 100
     log_every: int = 10
     """Report metrics (Ray, TensorBoard) every this many steps."""
@@ -205,13 +206,11 @@ class PretrainConfig:
     use_gpu: bool = False
     precision: str = "auto"
     """Matmul precision of the forward pass: "fp32", "bf16" (autocast; weights, optimizer state and losses stay
-    fp32), or "auto": bf16 on a GPU and on CPUs with native bf16 matmuls (AVX512-BF16 or AMX: ~1.4x faster
-    steps at the mini size here, 1.5x at 256x1), fp32 elsewhere."""
+    fp32), or "auto": bf16 on a GPU and on CPUs with native bf16 matmuls (AVX512-BF16 or AMX), fp32 elsewhere."""
     loss_scaling: str = "none"
     """How each objective's loss is scaled before the weighted sum: "none", or "log_classes": divided by the log of
-    its number of output classes (MUPPET, Aghajanyan et al. 2021, §3.2), so that a 111K-way MLM and a 2-way NSP
-    start on one scale (a uniform guess costs log C nats, i.e. 1 after scaling). Part of the model id when not
-    "none"."""
+    its number of classes (MUPPET, Aghajanyan et al. 2021, §3.2), so that a 111K-way MLM and a 2-way NSP start on
+    one scale (a uniform guess then costs 1)."""
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -257,8 +256,9 @@ class PretrainConfig:
         _choice(self, "loss_scaling", LOSS_SCALINGS)
         if not 0.0 <= self.acronym_fraction <= 1.0:
             raise ValueError(f"PretrainConfig.acronym_fraction must be in [0, 1], got {self.acronym_fraction}")
-        if self.warmup_steps < 0 or self.grad_clip < 0 or self.subword_regularization_alpha < 0:
-            raise ValueError("PretrainConfig.warmup_steps, grad_clip and subword_regularization_alpha must be >= 0")
+        if min(self.warmup_steps, self.grad_clip, self.subword_regularization_alpha, self.corpus_embeddings) < 0:
+            raise ValueError("PretrainConfig.warmup_steps, grad_clip, subword_regularization_alpha and "
+                             "corpus_embeddings must be >= 0")
 
     @property
     def objective_names(self) -> tuple[str, ...]:

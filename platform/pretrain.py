@@ -146,7 +146,8 @@ class Pretrainer:
 
     def __init__(self, cfg: PretrainConfig, tokenizer, *, rank: int = 0, world: int = 1, device: str = "cpu",
                  wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
-                 reduce_counts: Callable[[torch.Tensor], torch.Tensor] | None = None):
+                 reduce_counts: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 word_embeddings: np.ndarray | None = None):
         if world != cfg.num_workers:
             raise ValueError(f"this run has {world} Train workers but its config says num_workers={cfg.num_workers}")
         self.cfg, self.tok, self.device = cfg, tokenizer, torch.device(device)
@@ -154,6 +155,17 @@ class Pretrainer:
         torch.manual_seed(cfg.seed)
         self.objectives = build_objectives(cfg, tokenizer)
         self.model = AlignModel(cfg.model, tokenizer.vocab_size, self.objectives).to(self.device)
+        if (word_embeddings is not None) != bool(cfg.corpus_embeddings):
+            raise ValueError(f"PretrainConfig.corpus_embeddings={cfg.corpus_embeddings} "
+                             + ("needs the corpus's word_embeddings table (corpus_embeddings.word_embeddings)"
+                                if cfg.corpus_embeddings else "is off, but a word_embeddings table was given"))
+        if word_embeddings is not None:
+            emb = self.model.encoder.tok.weight
+            if tuple(word_embeddings.shape) != tuple(emb.shape):
+                raise ValueError(f"word_embeddings table is {tuple(word_embeddings.shape)}; this model's embeddings "
+                                 f"are {tuple(emb.shape)} (vocabulary x hidden)")
+            with torch.no_grad():
+                emb.copy_(torch.as_tensor(word_embeddings, dtype=emb.dtype))
         if world > 1:  # the same initial weights on every rank, then each rank's own dropout masks
             torch.manual_seed(cfg.seed * 1_000_003 + rank + 1)
         fwd = _Forward(self.model, self.objectives)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from alignlab.platform.config import PretrainConfig, pretrain_from_dict, to_dict
+from alignlab.platform.corpus_embeddings import WORD_EMBEDDINGS, save, training_sequences, word_embeddings
 from alignlab.platform.locks import build_once
 # The registry's names are re-exported: `from alignlab.platform.pretrain_ray import pretrain, model_id, ...` keeps working.
 from alignlab.platform.models import (DIVERGED, FINAL_MARKER, LEGACY_MARKER, RUNTIME_FIELDS,  # noqa: F401
@@ -115,6 +118,17 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
         return sorted(str(p) for p in (cdir / "shards" / split).glob("*.parquet"))  # older manifests
 
     fs = st.ray_filesystem()
+    if cfg.corpus_embeddings and not (mdir / WORD_EMBEDDINGS).is_file():  # made once: a resumed run reuses it
+        from alignlab.platform.tokenizer import Tokenizer
+
+        t0 = time.perf_counter()
+        tok_size = Tokenizer(cdir / "tokenizer.model").vocab_size
+        table = word_embeddings(training_sequences(shard_paths("train"), fs), tok_size, cfg.model.hidden,
+                                cfg.corpus_embeddings, seed=cfg.seed)
+        save(mdir / WORD_EMBEDDINGS, table)
+        st.push_file(f"models/{mid}/{WORD_EMBEDDINGS}")
+        print(f"[pretrain {mid}] word embeddings from the corpus's co-occurrences in {time.perf_counter() - t0:.1f}s",
+              flush=True)
     datasets = {"train": ray.data.read_parquet(shard_paths("train"), filesystem=fs, num_cpus=0.25)}
     if cfg.domain_sources:  # the domain phase's rows, and the other rows for the steps before it
         datasets["domain"] = datasets["train"].map_batches(
@@ -227,8 +241,13 @@ def _train_fn(config: dict, storage_uri: str) -> None:
     device = "cuda" if cfg.use_gpu and torch.cuda.is_available() else "cpu"
     tok = Tokenizer(cdir / "tokenizer.model")
     wrap = (lambda m: prepare_model(m, move_to_device=False)) if world > 1 else None
+    table = None
+    if cfg.corpus_embeddings:  # written by the driver before the workers started
+        if st.remote:
+            st.pull_file(f"models/{mid}/{WORD_EMBEDDINGS}")
+        table = np.load(mdir / WORD_EMBEDDINGS)
     trainer = Pretrainer(cfg, tok, rank=rank, world=world, device=device, wrap=wrap,
-                         reduce_counts=_all_reduce_sum if world > 1 else None)
+                         reduce_counts=_all_reduce_sum if world > 1 else None, word_embeddings=table)
     ck = ray.train.get_checkpoint()
     if ck:
         with ck.as_directory() as d:

@@ -1,0 +1,98 @@
+"""Word embeddings that start from the corpus's co-occurrence statistics (`PretrainConfig.corpus_embeddings`):
+the table itself, the Pretrainer that starts from it, and a real Ray Train run that makes and uses it."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from alignlab.platform.config import PRETRAIN_PRESETS, to_dict
+from alignlab.platform.corpus_embeddings import WORD_EMBEDDINGS, cooccurrence, word_embeddings
+from alignlab.platform.pretrain import Pretrainer
+from alignlab.platform.tokenizer import Tokenizer
+
+SMOKE = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", precision="fp32")
+
+
+def _two_topics(n=400, seed=0):
+    """Sequences that each draw their pieces from one of two disjoint sets: 10-19 or 20-29 (0-9 never occur)."""
+    rng = np.random.default_rng(seed)
+    return [rng.integers(10, 20, size=12) if i % 2 else rng.integers(20, 30, size=12) for i in range(n)]
+
+
+def _cos(a, b):
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def test_pieces_that_occur_together_start_closer_than_pieces_that_never_do():
+    table = word_embeddings(_two_topics(), vocab_size=40, dim=8, std=0.1)
+    same = np.mean([_cos(table[i], table[j]) for i in range(10, 20) for j in range(10, 20) if i != j])
+    other = np.mean([_cos(table[i], table[j]) for i in range(10, 20) for j in range(20, 30)])
+    assert same > 0.5 and other < 0.1, (same, other)
+
+
+def test_the_table_has_the_configured_scale_and_uncounted_pieces_get_berts_random_rows():
+    table = word_embeddings(_two_topics(), vocab_size=40, dim=8, std=0.1, seed=3)
+    assert table.shape == (40, 8) and table.dtype == np.float32
+    assert table[10:30].std() == pytest.approx(0.1, rel=1e-4)
+    unseen = table[list(range(10)) + list(range(30, 40))]
+    assert np.all(unseen != 0) and unseen.std() == pytest.approx(0.02, rel=0.3)
+    assert np.array_equal(table, word_embeddings(_two_topics(), vocab_size=40, dim=8, std=0.1, seed=3))
+
+
+def test_only_pieces_within_the_window_of_one_sequence_count_as_co_occurring():
+    counts = cooccurrence([np.array([1, 2, 3, 4]), np.array([5, 6])], vocab_size=8, window=2).toarray()
+    assert counts[1, 2] == counts[2, 1] == 1 and counts[1, 3] == 1 and counts[1, 4] == 0  # 3 apart: out
+    assert counts[4, 5] == 0  # across the boundary of two sequences
+    with pytest.raises(ValueError, match="outside the vocabulary of 8 pieces"):
+        cooccurrence([np.array([1, 9])], vocab_size=8)
+
+
+def test_a_pretrainer_starts_its_word_embeddings_and_mlms_tied_decoder_from_the_table(smoke_corpus):
+    tok = Tokenizer(smoke_corpus / "tokenizer.model")
+    cfg = dataclasses.replace(SMOKE, corpus_embeddings=0.1)
+    table = np.random.default_rng(0).normal(0, 0.1, size=(tok.vocab_size, cfg.model.hidden)).astype(np.float32)
+    tr = Pretrainer(cfg, tok, word_embeddings=table)
+    assert torch.equal(tr.model.encoder.tok.weight.detach(), torch.from_numpy(table))
+    assert tr.model.heads["mlm"].tok_embedding.weight is tr.model.encoder.tok.weight  # MLM decodes with the table
+    # The rest of the model is the one random init of its seed.
+    plain = Pretrainer(SMOKE, tok)
+    assert torch.equal(plain.model.encoder.layers[0].qkv.weight, tr.model.encoder.layers[0].qkv.weight)
+
+    with pytest.raises(ValueError, match="needs the corpus's word_embeddings table"):
+        Pretrainer(cfg, tok)
+    with pytest.raises(ValueError, match="is off, but a word_embeddings table was given"):
+        Pretrainer(SMOKE, tok, word_embeddings=table)
+    with pytest.raises(ValueError, match=r"this model.s embeddings are \(\d+, 32\)"):
+        Pretrainer(cfg, tok, word_embeddings=table[:, :10])
+    with pytest.raises(ValueError, match="corpus_embeddings must be >= 0"):
+        dataclasses.replace(cfg, corpus_embeddings=-1.0)
+
+
+def test_corpus_embeddings_are_in_the_model_id_only_when_on():
+    from alignlab.platform.models import model_id
+
+    assert "corpus_embeddings" not in to_dict(SMOKE)  # every model from before the field keeps its id
+    on = dataclasses.replace(SMOKE, corpus_embeddings=0.1)
+    assert to_dict(on)["corpus_embeddings"] == 0.1
+    assert len({model_id("c", SMOKE), model_id("c", on), model_id("c", dataclasses.replace(on, corpus_embeddings=0.3))}) == 3
+
+
+@pytest.mark.ray
+def test_pretraining_under_ray_train_writes_the_table_once_and_its_workers_start_from_it(smoke_corpus, tmp_path):
+    from alignlab.platform.pretrain_ray import pretrain
+
+    cfg = dataclasses.replace(SMOKE, corpus_embeddings=0.1, max_steps=2, checkpoint_every=2)
+    mdir = pretrain(smoke_corpus, cfg, tmp_path)
+    table = np.load(mdir / WORD_EMBEDDINGS)
+    tok = Tokenizer(smoke_corpus / "tokenizer.model")
+    assert table.shape == (tok.vocab_size, cfg.model.hidden)
+    assert not list(mdir.glob("*.tmp*"))
+    trained = torch.load(mdir / "final" / "model.pt", weights_only=True)["encoder.tok.weight"].numpy()
+    # Two steps at lr 1e-3 move each entry by ~1e-3: the trained embeddings are still the table's, a random
+    # init (std 0.02, unrelated) would correlate ~0.
+    assert np.corrcoef(trained.ravel(), table.ravel())[0, 1] > 0.95
+    made = (mdir / WORD_EMBEDDINGS).stat().st_mtime_ns
+    assert pretrain(smoke_corpus, cfg, tmp_path) == mdir and (mdir / WORD_EMBEDDINGS).stat().st_mtime_ns == made
