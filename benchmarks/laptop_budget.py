@@ -63,7 +63,7 @@ from alignlab.platform.protocol import TaskData, calculations, context_free_base
 MINI = PRETRAIN_PRESETS["mini"]
 _OLD_MINI = dict(model=dataclasses.replace(MINI.model, norm="post", dropout=0.1, alibi=0.0), lr=1e-3, warmup_steps=100,
                  decay="linear", batch_size=32, seq_len=0, short_seq_len=0, short_seq_fraction=0.0,
-                 weight_decay=0.0, adam_betas=(0.9, 0.999))
+                 weight_decay=0.0, adam_betas=(0.9, 0.999), corpus_embeddings=0.0)
 """The mini recipe before issue #15 (post-LN BERT, dropout 0.1, lr 1e-3 with 100 warmup steps, linear decay)."""
 
 
@@ -100,6 +100,7 @@ RECIPES: dict[str, dict] = {
     "pnd_mask25": _recipe(_OLD_MINI, model={"norm": "pre", "dropout": 0.0}, mask_prob=0.25),
     # the mini preset as it is now in platform/presets.py
     "candidate": {},
+    "mini_round13": {"corpus_embeddings": 0.0},  # the mini preset before Round 14: random word embeddings
     # one choice at a time on top of the candidate (issue #15, second round)
     "cand_acr25": {"acronym_fraction": 0.25},
     "cand_b64_lr2e-3": {"batch_size": 64, "lr": 2e-3},

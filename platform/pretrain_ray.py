@@ -58,7 +58,7 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     no fault or probe of its own).
     It travels to the workers pickled, so it must be importable there or pickled by value."""
     st = as_storage(root)
-    cdir = Path(cdir)
+    cdir = Path(cdir).resolve()  # the Train workers start in another working directory
     manifest = check_corpus_for(cfg, cdir)
     check_domain_sources(cfg, manifest)
     from alignlab.platform.corpus import warn_if_corpus_repeats  # issue #18: more passes than a few over the corpus

@@ -224,3 +224,17 @@ def test_whp_on_a_web_only_corpus_is_refused_before_training(ray_session, tmp_pa
     with pytest.raises(ValueError, match="'whp' needs linked .*web-only"):
         pretrain(cdir, dataclasses.replace(SMOKE, objectives="mlm,whp"), tmp_path / "root")
     assert not list((tmp_path / "root").glob("models/*"))
+
+
+@pytest.mark.ray
+def test_pretraining_takes_a_corpus_folder_named_relative_to_the_working_directory(smoke_corpus, tmp_path,
+                                                                                   monkeypatch):
+    import os
+
+    from alignlab.platform.pretrain_ray import pretrain
+
+    monkeypatch.chdir(smoke_corpus.parent)
+    relative = os.path.relpath(smoke_corpus)
+    assert not os.path.isabs(relative)
+    mdir = pretrain(relative, dataclasses.replace(SMOKE, max_steps=2, checkpoint_every=2), tmp_path)
+    assert (mdir / "final" / "model.pt").is_file()
