@@ -65,15 +65,23 @@ def ppmi_svd(counts, dim: int, *, seed: int = 0, smoothing: float = 0.75) -> np.
     ctx = np.asarray(counts.sum(axis=0)).ravel() ** smoothing
     pmi = np.log(m.data * ctx.sum() / (row[m.row] * ctx[m.col]))
     keep = pmi > 0
-    values = torch.from_numpy(pmi[keep].astype(np.float32))
+    values = torch.from_numpy(pmi[keep])
     index = torch.from_numpy(np.stack([m.row[keep], m.col[keep]]).astype(np.int64))
     ppmi = torch.sparse_coo_tensor(index, values, counts.shape, check_invariants=True).coalesce()
     q = min(dim, min(counts.shape) - 1)
+    # One model id must mean one table: in float64 on one thread (a thread count changes the order of the sums, and
+    # near-equal singular values turn rounding into other vectors), and each vector's sign fixed (an SVD's is free).
+    threads = torch.get_num_threads()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        u, s, _ = torch.svd_lowrank(ppmi, q=q, niter=4)
+        torch.set_num_threads(1)
+        try:
+            u, s, _ = torch.svd_lowrank(ppmi, q=q, niter=4)
+        finally:
+            torch.set_num_threads(threads)
+    u = u * torch.sign(u.gather(0, u.abs().argmax(dim=0, keepdim=True)))
     out = np.zeros((counts.shape[0], dim), dtype=np.float32)
-    out[:, :q] = (u * s.sqrt()).numpy()
+    out[:, :q] = (u * s.sqrt()).numpy().astype(np.float32)
     return out
 
 

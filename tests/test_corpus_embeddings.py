@@ -42,6 +42,20 @@ def test_the_table_has_the_configured_scale_and_uncounted_pieces_get_berts_rando
     assert np.array_equal(table, word_embeddings(_two_topics(), vocab_size=40, dim=8, std=0.1, seed=3))
 
 
+def test_the_table_is_the_same_whatever_the_callers_torch_threads():
+    seqs = [np.random.default_rng(i).integers(5, 400, size=60) for i in range(300)]
+    threads = torch.get_num_threads()
+    try:
+        tables = []
+        for n in (1, 2, 1):
+            torch.set_num_threads(n)
+            tables.append(word_embeddings(seqs, vocab_size=400, dim=16, std=0.1))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.get_num_threads() == threads
+    assert all(np.array_equal(tables[0], t) for t in tables[1:])
+
+
 def test_only_pieces_within_the_window_of_one_sequence_count_as_co_occurring():
     counts = cooccurrence([np.array([1, 2, 3, 4]), np.array([5, 6])], vocab_size=8, window=2).toarray()
     assert counts[1, 2] == counts[2, 1] == 1 and counts[1, 3] == 1 and counts[1, 4] == 0  # 3 apart: out
