@@ -43,13 +43,14 @@ def test_the_table_has_the_configured_scale_and_uncounted_pieces_get_berts_rando
 
 
 def test_the_table_is_the_same_whatever_the_callers_torch_threads():
-    seqs = [np.random.default_rng(i).integers(5, 400, size=60) for i in range(300)]
+    # Big enough that float32 sums on 1 and 2 threads gave two tables here (the first version's bug; 400 pieces did not)
+    seqs = [np.random.default_rng(i).integers(5, 2000, size=60) for i in range(2000)]
     threads = torch.get_num_threads()
     try:
         tables = []
         for n in (1, 2, 1):
             torch.set_num_threads(n)
-            tables.append(word_embeddings(seqs, vocab_size=400, dim=16, std=0.1))
+            tables.append(word_embeddings(seqs, vocab_size=2000, dim=64, std=0.1))
     finally:
         torch.set_num_threads(threads)
     assert torch.get_num_threads() == threads
