@@ -176,8 +176,8 @@ class Run:
         t0 = time.perf_counter()
         table = None
         if cfg.corpus_embeddings:  # made as the engine makes it, and charged to the recipe's clock
-            table = word_embeddings(training_sequences(shards), tok.vocab_size, cfg.model.hidden,
-                                    cfg.corpus_embeddings, seed=cfg.seed)
+            table = word_embeddings(training_sequences(shards, vocab_size=tok.vocab_size), tok.vocab_size,
+                                    cfg.model.hidden, cfg.corpus_embeddings, seed=cfg.seed)
         self.trainer = Pretrainer(cfg, tok, word_embeddings=table)
         self.eval_collate = eval_collator(cfg, tok)
         self.lr_at = lr_lambda(cfg)

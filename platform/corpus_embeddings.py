@@ -99,14 +99,22 @@ def word_embeddings(seqs: Iterable[np.ndarray], vocab_size: int, dim: int, std: 
     return table
 
 
-def training_sequences(shard_paths: Iterable[str], filesystem=None) -> Iterable[np.ndarray]:
-    """The token ids of every chunk of the training shards, in the manifest's order."""
+def training_sequences(shard_paths: Iterable[str], filesystem=None,
+                       vocab_size: int | None = None) -> Iterable[np.ndarray]:
+    """The token ids of every chunk of the training shards, in the manifest's order. With `vocab_size`, a chunk
+    with an id outside the vocabulary (a shard from another tokenizer, a damaged file) is refused, naming the
+    shard, its row and column."""
     for path in shard_paths:
         table = pq.read_table(path, columns=list(TOKEN_COLUMNS), filesystem=filesystem)
         for name in TOKEN_COLUMNS:
-            for ids in table.column(name).to_numpy(zero_copy_only=False):
-                if len(ids):
-                    yield ids
+            for row, ids in enumerate(table.column(name).to_numpy(zero_copy_only=False)):
+                if not len(ids):
+                    continue
+                if vocab_size is not None and (ids.min() < 0 or ids.max() >= vocab_size):
+                    bad = ids[(ids < 0) | (ids >= vocab_size)][0]
+                    raise ValueError(f"{path}: row {row}, column {name!r}: token id {int(bad)} is outside the "
+                                     f"vocabulary of {vocab_size} pieces (was the shard made with another tokenizer?)")
+                yield ids
 
 
 def save(path: Path, table: np.ndarray) -> None:
@@ -126,5 +134,5 @@ def for_corpus(cdir: Path, cfg, vocab_size: int) -> np.ndarray | None:
     from alignlab.platform.corpus import load_manifest
 
     paths = [str(Path(cdir) / "shards" / name) for name in load_manifest(Path(cdir))["shards"]["train"]]
-    return word_embeddings(training_sequences(paths), vocab_size, cfg.model.hidden, cfg.corpus_embeddings,
-                           seed=cfg.seed)
+    return word_embeddings(training_sequences(paths, vocab_size=vocab_size), vocab_size, cfg.model.hidden,
+                           cfg.corpus_embeddings, seed=cfg.seed)

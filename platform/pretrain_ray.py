@@ -123,7 +123,7 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
 
         t0 = time.perf_counter()
         tok_size = Tokenizer(cdir / "tokenizer.model").vocab_size
-        table = word_embeddings(training_sequences(shard_paths("train"), fs), tok_size, cfg.model.hidden,
+        table = word_embeddings(training_sequences(shard_paths("train"), fs, tok_size), tok_size, cfg.model.hidden,
                                 cfg.corpus_embeddings, seed=cfg.seed)
         save(mdir / WORD_EMBEDDINGS, table)
         st.push_file(f"models/{mid}/{WORD_EMBEDDINGS}")

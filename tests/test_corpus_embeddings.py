@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from alignlab.platform.config import PRETRAIN_PRESETS, to_dict
-from alignlab.platform.corpus_embeddings import WORD_EMBEDDINGS, cooccurrence, word_embeddings
+from alignlab.platform.corpus_embeddings import WORD_EMBEDDINGS, cooccurrence, training_sequences, word_embeddings
 from alignlab.platform.pretrain import Pretrainer
 from alignlab.platform.tokenizer import Tokenizer
 
@@ -63,6 +63,18 @@ def test_only_pieces_within_the_window_of_one_sequence_count_as_co_occurring():
     assert counts[4, 5] == 0  # across the boundary of two sequences
     with pytest.raises(ValueError, match="outside the vocabulary of 8 pieces"):
         cooccurrence([np.array([1, 9])], vocab_size=8)
+
+
+def test_a_shard_with_a_token_id_outside_the_vocabulary_is_refused_naming_the_shard_its_row_and_column(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "train-00000.parquet"
+    pq.write_table(pa.table({"a_ids": [[1, 2], [3, 4]], "b_ids": [[5, 6], [7, 12]]}), path)
+    assert len(list(training_sequences([str(path)], vocab_size=13))) == 4
+    with pytest.raises(ValueError, match=r"train-00000\.parquet: row 1, column 'b_ids': token id 12 is outside the "
+                                         r"vocabulary of 8 pieces"):
+        list(training_sequences([str(path)], vocab_size=8))
 
 
 def test_a_pretrainer_starts_its_word_embeddings_and_mlms_tied_decoder_from_the_table(smoke_corpus):
