@@ -183,6 +183,15 @@ def load_manifest(cdir: Path) -> dict:
     return read_json(m)
 
 
+def shard_names(cdir: Path, manifest: dict, split: str) -> list[str]:
+    """A split's shards, relative to the corpus's `shards/` folder, in the manifest's order: the one order every
+    reader of a split uses (pretraining's row stream, `corpus_embeddings`' counts). Corpora built before the
+    manifest listed its shards: the split's folder, sorted."""
+    if "shards" in manifest:
+        return list(manifest["shards"][split])
+    return sorted(f"{split}/{p.name}" for p in (Path(cdir) / "shards" / split).glob("*.parquet"))
+
+
 def corpus_sources(manifest: dict) -> set[str] | None:
     """The sources a finished corpus holds documents of (its manifest's stats); None for a corpus built before
     they were counted."""

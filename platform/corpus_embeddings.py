@@ -131,8 +131,8 @@ def for_corpus(cdir: Path, cfg, vocab_size: int) -> np.ndarray | None:
     scripts that train without the engine (benchmarks/)."""
     if not cfg.corpus_embeddings:
         return None
-    from alignlab.platform.corpus import load_manifest
+    from alignlab.platform.corpus import load_manifest, shard_names
 
-    paths = [str(Path(cdir) / "shards" / name) for name in load_manifest(Path(cdir))["shards"]["train"]]
+    paths = [str(Path(cdir) / "shards" / name) for name in shard_names(cdir, load_manifest(Path(cdir)), "train")]
     return word_embeddings(training_sequences(paths, vocab_size=vocab_size), vocab_size, cfg.model.hidden,
                            cfg.corpus_embeddings, seed=cfg.seed)

@@ -108,14 +108,14 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
                                       "precision": cfg.precision, "requested_precision": requested,
                                       "global_batch_size": cfg.batch_size, "pretrain": to_dict(cfg)})
     st.push_file(f"models/{mid}/config.json")
+    from alignlab.platform.corpus import shard_names
+
     # Shards are read where they are -- the local corpus folder, or the remote root (never copied to a node) --
     # in the manifest's order, so the row stream is the same on every run.
     base = st.ray_path(f"corpus/{cid}/shards") if st.remote else str(cdir / "shards")
 
     def shard_paths(split: str) -> list[str]:
-        if "shards" in manifest:
-            return [f"{base}/{name}" for name in manifest["shards"][split]]
-        return sorted(str(p) for p in (cdir / "shards" / split).glob("*.parquet"))  # older manifests
+        return [f"{base}/{name}" for name in shard_names(cdir, manifest, split)]
 
     fs = st.ray_filesystem()
     if cfg.corpus_embeddings and not (mdir / WORD_EMBEDDINGS).is_file():  # made once: a resumed run reuses it

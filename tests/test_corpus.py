@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from alignlab.platform.config import CORPUS_PRESETS, CorpusConfig
-from alignlab.platform.corpus import MANIFEST, chunk_document, load_manifest
+from alignlab.platform.corpus import MANIFEST, chunk_document, load_manifest, shard_names
 from alignlab.platform.documents import CorpusInputError, Document, Link
 from alignlab.platform.tokenizer import Tokenizer, train_tokenizer
 
@@ -141,3 +141,12 @@ def test_the_cli_exits_non_zero_with_the_file_named_for_a_missing_path(tmp_path)
                        capture_output=True, text=True)
     assert p.returncode == 2
     assert "missing.jsonl" in p.stderr and "error" in p.stderr
+
+
+def test_a_splits_shards_come_in_the_manifests_order_and_an_older_corpus_falls_back_to_its_sorted_folder(tmp_path):
+    listed = {"shards": {"train": ["train/b.parquet", "train/a.parquet"], "eval": ["eval/c.parquet"]}}
+    assert shard_names(tmp_path, listed, "train") == ["train/b.parquet", "train/a.parquet"]  # not re-sorted
+    (tmp_path / "shards" / "train").mkdir(parents=True)
+    for name in ("b.parquet", "a.parquet", "notes.txt"):
+        (tmp_path / "shards" / "train" / name).write_text("")
+    assert shard_names(tmp_path, {}, "train") == ["train/a.parquet", "train/b.parquet"]
