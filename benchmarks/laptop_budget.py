@@ -53,7 +53,7 @@ import torch
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import load_corpus, only_folder
 from alignlab.platform.batching import Collator
-from alignlab.platform.corpus_embeddings import training_sequences, word_embeddings
+from alignlab.platform.corpus_embeddings import for_corpus
 from alignlab.platform.registry import resolve_objectives
 from alignlab.platform.config import FINETUNE_PRESETS, PRETRAIN_PRESETS, ModelConfig, to_dict
 from alignlab.platform.finetune import Pretrained, finetune_calculation
@@ -171,13 +171,10 @@ class Run:
     as if its `max_steps` were exactly the number of steps that fit the budget. So no recipe needs its step time
     guessed in advance, and a load spike on a shared machine shortens every schedule instead of cutting one."""
 
-    def __init__(self, name: str, cfg, tok, train, order: np.ndarray, budget_s: float, shards: list[str]):
+    def __init__(self, name: str, cfg, tok, train, order: np.ndarray, budget_s: float, corpus: Path):
         self.name, self.cfg, self.train, self.order, self.budget_s = name, cfg, train, order, budget_s
         t0 = time.perf_counter()
-        table = None
-        if cfg.corpus_embeddings:  # made as the engine makes it, and charged to the recipe's clock
-            table = word_embeddings(training_sequences(shards, vocab_size=tok.vocab_size), tok.vocab_size,
-                                    cfg.model.hidden, cfg.corpus_embeddings, seed=cfg.seed)
+        table = for_corpus(corpus, cfg, tok.vocab_size)  # made as the engine makes it, charged to the recipe's clock
         self.trainer = Pretrainer(cfg, tok, word_embeddings=table)
         self.eval_collate = eval_collator(cfg, tok)
         self.lr_at = lr_lambda(cfg)
@@ -322,7 +319,6 @@ def main(argv=None) -> None:
     corpus, tok, train, held = load_corpus(a.storage, a.corpus)
     tasks = a.tasks or only_folder(a.storage, "tasks")
     held = to_numpy_rows(held)
-    shards = [str(corpus / "shards" / n) for n in json.loads((corpus / "manifest.json").read_text())["shards"]["train"]]
     order = np.random.default_rng(0).permutation(train.num_rows)
     objectives = resolve_objectives(tuple(a.objectives.split(",")))
     command = "python benchmarks/laptop_budget.py " + " ".join(sys.argv[1:] if argv is None else argv)
@@ -336,7 +332,7 @@ def main(argv=None) -> None:
               f"decay {cfg.decay}, seq {cfg.seq_len_at(cfg.max_steps)}"
               + (f" ({cfg.short_seq_len} for the first {cfg.short_seq_fraction:.0%})" if cfg.short_seq_len else ""),
               flush=True)
-        runs.append(Run(name, cfg, tok, train, order, a.budget_s, shards))
+        runs.append(Run(name, cfg, tok, train, order, a.budget_s, corpus))
 
     marks = [a.budget_s * (i + 1) / a.points for i in range(a.points)]
     t_all = time.time()
