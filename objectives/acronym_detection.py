@@ -25,6 +25,7 @@ import math
 
 import torch
 
+from alignlab.platform.holdout import HeldOutText
 from alignlab.platform.task import BuiltData, SequenceTask, register_task
 
 from alignlab.objectives.ad_data import (AD_BUILDER_VERSION, AD_FORMAT, build_ad_dataset, defining_doc_ids,
@@ -113,6 +114,13 @@ class AcronymDetection(SequenceTask):
     def extra_tests(self, data):
         ood = data.files.get("ad_ood", [])  # optional: older task folders have none
         return {"ood": ood} if ood else {}
+
+    def heldout_text(self, data):
+        # Every snippet (a pair's test or pool text, in-domain or npm), and every positive's acronym with the
+        # long form it stands for: a corpus sentence defining it gives the pair's answer away.
+        examples = list(data.ad) + list(data.files.get("ad_ood", []))
+        return HeldOutText(tuple(sorted({e.snippet for e in examples})),
+                           tuple(sorted({(e.acronym, e.long_form) for e in examples if e.label == 1 and e.long_form})))
 
     def baseline_scores(self, train, test, *, titles=()):
         return {"majority": majority_baseline([e.label for e in train], [e.label for e in test]),

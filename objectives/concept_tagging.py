@@ -14,6 +14,7 @@ import torch
 
 from alignlab.objectives.hyperlink import TAGS as WHP_TAGS
 from alignlab.platform.batching import IGNORE
+from alignlab.platform.holdout import HeldOutText
 from alignlab.platform.task import BuiltData, TokenTask, register_task
 from alignlab.platform.tokenizer import _split_at_word_starts
 
@@ -142,6 +143,10 @@ class ConceptTagging(TokenTask):
 
     def pool_and_test(self, data, fold):
         return list(data.ct_pool), list(data.ct_test)
+
+    def heldout_text(self, data):
+        # The npm texts are not bundled corpus text, but a software or web source may hold them word for word.
+        return HeldOutText(tuple(sorted({" ".join(e.tokens) for e in (*data.ct_pool, *data.ct_test)})))
 
     def search_pool_key(self, fold):
         return "pool"

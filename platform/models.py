@@ -37,7 +37,19 @@ ADDED_PRETRAIN_FIELDS = {"curriculum_fraction": 0.0, "domain_sources": [], "doma
 """The same for PretrainConfig fields."""
 
 
+PRETRAIN_CODE_VERSION = 1
+"""The version of the code that turns a corpus and a PretrainConfig into weights (the model, the objectives'
+heads and losses, collation, the data order, the optimizer and schedule). Bump it in any change that alters
+trained weights for the same corpus and config: it is in every model id, so no cache serves the old weights.
+tests/test_versions.py holds a golden hash of a smoke model's weights and fails when they change without a bump
+(docs/ids.md says how to regenerate it)."""
+
+
 def model_id(corpus_id: str, cfg: PretrainConfig) -> str:
+    """Objectives, then a hash of: the corpus id (which carries the corpus code version and the holdout), every
+    PretrainConfig field but RUNTIME_FIELDS (precision as resolved), PRETRAIN_CODE_VERSION, and the device kind
+    ("cuda" or "cpu": the same fp32 request gives other digits on a GPU, whose kernels sum in another order and
+    may use TF32). The table is in docs/ids.md."""
     d = to_dict(resolve_precision(cfg))
     for f in RUNTIME_FIELDS:
         d.pop(f)
@@ -45,7 +57,8 @@ def model_id(corpus_id: str, cfg: PretrainConfig) -> str:
         for f, default in added.items():
             if fields.get(f) == default:
                 fields.pop(f)
-    return f"{cfg.model.label}-{'+'.join(cfg.objective_names)}-{config_hash(corpus_id, d)}"
+    code = {"code": PRETRAIN_CODE_VERSION, "device": "cuda" if cfg.use_gpu else "cpu"}
+    return f"{cfg.model.label}-{'+'.join(cfg.objective_names)}-{config_hash(corpus_id, d, code)}"
 
 
 

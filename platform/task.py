@@ -26,6 +26,7 @@ import torch
 from alignlab.platform import task_files
 from alignlab.platform.batching import IGNORE
 from alignlab.platform.config import set_task_registry
+from alignlab.platform.holdout import HeldOutText
 from alignlab.platform.task_files import TaskFormat
 from alignlab.platform.model import SequenceHead, TokenHead
 
@@ -230,6 +231,11 @@ class Task:
 
     def extra_tests(self, data) -> dict[str, list]:
         return {}
+
+    def heldout_text(self, data) -> HeldOutText:
+        """What no corpus may hold (`holdout`): this task's test and pool texts, and the short forms its
+        positives define. Default: nothing."""
+        return HeldOutText()
 
     def baseline_scores(self, train: list, test: list, *, titles=()) -> dict[str, float]:
         """{baseline name: accuracy} of this task's context-free baselines."""
