@@ -43,7 +43,7 @@ _PAREN = re.compile(r"\(\s*([^\W_]+)\s*\)")
 
 
 def normal_words(text: str) -> list[str]:
-    return [w.casefold() for w in _WORD.findall(unicodedata.normalize("NFKC", text))]
+    return _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
 
 
 @dataclass(frozen=True)
