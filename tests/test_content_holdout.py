@@ -128,3 +128,22 @@ def test_a_study_refuses_a_corpus_without_a_holdout_record_with_a_clear_error():
         require_holdout({"corpus_id": "old-1", "heldout": {"documents": 3}}, "npm-1")
     with pytest.raises(ValueError, match="under holdout rule 0"):
         require_holdout({"corpus_id": "c", "holdout": {"rule_version": 0, "task_dirs": ["npm-1"]}}, "npm-1")
+
+
+@pytest.mark.ray
+def test_a_study_stops_before_pretraining_on_a_corpus_built_before_the_rule(ray_session, tmp_path, monkeypatch):
+    import json
+
+    from test_studies import load_script
+
+    import alignlab.platform.corpus as corpus
+    from alignlab.platform.study_run import run_study
+
+    old = tmp_path / "root" / "corpus" / "bundled-old"
+    old.mkdir(parents=True)
+    # A corpus as the code before the rule wrote it: held-out ids, no content-holdout record.
+    (old / "manifest.json").write_text(json.dumps({"corpus_id": "bundled-old", "heldout": {"documents": 14}}))
+    monkeypatch.setattr(corpus, "build_corpus", lambda *a, **k: old)  # a storage root that already holds it
+    with pytest.raises(ValueError, match="corpus bundled-old has no content-holdout record"):
+        run_study(load_script("objective_ablation").build("smoke"), tmp_path / "root", progress=False)
+    assert not (tmp_path / "root" / "models").exists()
