@@ -207,9 +207,10 @@ def corpus_sources(manifest: dict) -> set[str] | None:
 def build_corpus(cfg: CorpusConfig, root: Path | Storage, *, docs: Iterable[Document] | None = None,
                  num_workers: int = 1, progress: bool = True, task_dir: Path | None = None) -> Path:
     """Build (or find) the corpus for `cfg` under `root`; returns its (local) folder. `docs` overrides the
-    source. Every document, whatever its source, is checked against the task texts of `cfg`'s task folder and of
-    `task_dir` (a study's own) by the content holdout rule (`holdout`); the manifest records it. With a remote root the folder holds everything but the shards, which stay at the root. A corpus
-    whose vocabulary fell short of `cfg.vocab_size` is refused unless `cfg.allow_smaller_vocab`, whether it
+    source. Every document, whatever its source, is checked against the task texts of `cfg`'s task folder and
+    of `task_dir` (a study's own) by the content holdout rule (`holdout`); the manifest records it. With a
+    remote root the folder holds everything but the shards, which stay at the root. A corpus whose vocabulary
+    fell short of `cfg.vocab_size` is refused unless `cfg.allow_smaller_vocab`, whether it
     was just built (then before it is labelled; nothing is left behind) or found."""
     if docs is not None and (cfg.sources or cfg.tokenizer_sources):
         raise ValueError("build_corpus: `docs` replaces the config's sources, so its source options (sources, "

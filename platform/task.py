@@ -12,6 +12,7 @@ The engine (finetune, protocol, inference, CLI) looks tasks up by the name a con
              files of the task folder; `data_files` (TaskData field -> file), `pool_and_test(data, fold)`,
              `search_groups(points)`, `search_pool_key(fold)`, `extra_tests(data)`; `multitask_partner` is
              the task whose data the multitask scheme trains on alongside.
+- holdout:   `heldout_text(data)`: the texts and acronym definitions no corpus may hold (`holdout`).
 - baselines: `baselines` (names) and `baseline_scores(train, test, titles=...)`.
 - serving:   `serving_verbs` (Predictor methods it adds) and the `predict` CLI hooks.
 The two head shapes the paper's tasks use (token tagging, [CLS] classification) are the base classes below.
