@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -152,8 +153,24 @@ def _sample(pool: list, task: str, cfg: FinetuneConfig, key: str) -> tuple[list,
     sample = random.Random(key).sample(pool, cfg.budget)
     if cfg.selection == "paper":
         return sample, []
-    n_val = max(2, round(cfg.val_fraction * cfg.budget))
-    return sample[n_val:], sample[:n_val]
+    return validation_split(sample, task, max(2, round(cfg.val_fraction * cfg.budget)))
+
+
+def validation_split(sample: list, task: str, n_val: int) -> tuple[list, list]:
+    """(train, val) of a sampled budget: whole test units (`Task.test_unit`) go to validation in the order they
+    first appear until it holds at least `n_val` examples. A unit cut in two (AD: a snippet's positive in
+    training, its negative in validation) would flatter validation and the epochs selected on it. Where every
+    example is its own unit (CT) this is the first `n_val` examples, as before."""
+    units = [task_named(task).test_unit(ex) for ex in sample]
+    size = Counter(units)
+    val_units, n = set(), 0
+    for u in dict.fromkeys(units):
+        if n >= n_val:
+            break
+        val_units.add(u)
+        n += size[u]
+    return ([ex for ex, u in zip(sample, units) if u not in val_units],
+            [ex for ex, u in zip(sample, units) if u in val_units])
 
 
 def fel_split(data: TaskData, task: str, cfg: FinetuneConfig) -> tuple[list, list, list]:
