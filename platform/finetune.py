@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from alignlab.platform.config import FinetuneConfig, ModelConfig, config_hash, finetune_from_dict, to_dict
+from alignlab.platform.finetune_schemes import MULTITASK, trainable_parameters
 from alignlab.platform.head_input import LAST_LAYER_FIRST_PIECE, HeadInput, reads_of, task_head, widened
 from alignlab.platform.model import AlignModel
 from alignlab.platform.storage import MARKER, folder_finished, publish_dir, read_json, write_json, write_marker
@@ -52,7 +53,6 @@ from alignlab.platform.task_scoring import (encode_examples, evaluate_examples, 
 from alignlab.platform.tokenizer import Tokenizer, check_model_vocabulary
 
 make_head = head_for  # the old name; benchmarks/inference_latency.py calls it
-MULTITASK = "mt:pred+trm"
 
 
 # ---------------------------------------------------------------- loading a pretrained model
@@ -103,20 +103,6 @@ class NonFiniteError(ValueError):
 
 
 # ---------------------------------------------------------------- the calculation
-
-
-def trainable_parameters(model: AlignModel, scheme: str, tasks: tuple[str, ...]) -> list[torch.nn.Parameter]:
-    for p in model.parameters():
-        p.requires_grad_(False)
-    groups = [model.heads[t] for t in tasks]
-    if scheme in ("pred+trm", MULTITASK, "pred+trm+emb"):
-        groups.append(model.encoder.layers)
-    if scheme == "pred+trm+emb":
-        groups += [model.encoder.tok, model.encoder.pos, model.encoder.seg, model.encoder.ln]
-    params = [p for g in groups for p in g.parameters()]
-    for p in params:
-        p.requires_grad_(True)
-    return params
 
 
 class _Features:
