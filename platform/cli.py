@@ -303,7 +303,7 @@ def _finetune(args, root: Path) -> int:
             root.push(f"finetuned/{saved.name}", last=(MARKER,))
         rows.append(res)
         print(json.dumps({"fold": fold, "seed": seed, **{k: (round(v, 4) if isinstance(v, float) else v)
-                                                          for k, v in res.items()}}))
+                                                          for k, v in res.items() if not isinstance(v, list)}}))
         if saved:
             print(f"Finetuned model: {saved.name}\nFolder: {saved}")
     if args.cmd == "fel":

@@ -230,13 +230,16 @@ def context_free_baselines(task: str, train: list, test: list, *, titles=()) -> 
 def extra_test_scores(model, tok, cfg: FinetuneConfig, tests: dict[str, list], budget: list, *, titles=()) -> dict:
     """The selected model's accuracy on each extra test set (out-of-domain AD, a user's --eval-file), with
     the context-free baselines trained on the same budget and scored on that set:
-    {"eval_<name>_accuracy", "eval_<name>_perplexity", "eval_<name>_baseline_<b>", ...}."""
+    {"eval_<name>_accuracy", "eval_<name>_perplexity", "eval_<name>_baseline_<b>", ...}, and the per-test-unit
+    scores the report resamples ("eval_<name>_unit_correct", ...: `task_scoring.scores_per_test_unit`)."""
     from alignlab.platform.finetune import evaluate_examples
+    from alignlab.platform.task_scoring import UNIT_SCORES
 
     out: dict = {}
     for name, examples in tests.items():
-        m = evaluate_examples(model, cfg.task, examples, tok, acronym_form=cfg.acronym_form)
+        m = evaluate_examples(model, cfg.task, examples, tok, acronym_form=cfg.acronym_form, per_unit=True)
         out[f"eval_{name}_accuracy"], out[f"eval_{name}_perplexity"] = m["accuracy"], m["perplexity"]
+        out.update({f"eval_{name}_{k}": m[k] for k in UNIT_SCORES})
         out[f"eval_{name}_num_test"] = len(examples)
         for k, v in context_free_baselines(cfg.task, budget, examples, titles=titles).items():
             out[f"eval_{name}_{k}"] = v
