@@ -97,8 +97,9 @@ def bootstrap_ci(data: tuple[np.ndarray, ...], statistic, *, seed: int = SEED,
 
 def permutation_p(a: np.ndarray, b: np.ndarray, *, seed: int = SEED, n_resamples: int = NUM_RESAMPLES) -> float:
     """Two-sided p of the paired difference sum(a - b): each unit's two scores swapped at random (sign flips;
-    `scipy.stats.permutation_test`, exact when 2^units <= `n_resamples`). Every difference 0: p = 1."""
-    if len(a) == 0:
+    `scipy.stats.permutation_test`, exact when 2^units <= `n_resamples`). Every difference 0: p = 1; fewer
+    than two units: nan."""
+    if len(a) < 2:  # one unit: two sign flips, never evidence
         return math.nan
     res = sps.permutation_test((a, b), lambda x, y, axis=-1: (x - y).sum(axis=axis), permutation_type="samples",
                                vectorized=True, n_resamples=n_resamples, rng=np.random.default_rng(seed))
