@@ -152,7 +152,7 @@ def _unit_names(df: pd.DataFrame) -> str:
     """What the test units of the report's tasks are ("texts for ct, snippets for ad")."""
     from alignlab.platform.task import task as task_named
 
-    tasks = list(dict.fromkeys(df["task"])) if "task" in df.columns else []
+    tasks = list(dict.fromkeys(df["ft_task"].dropna())) if "ft_task" in df.columns else []
     return ", ".join(f"{task_named(t).test_units} for {t.upper()}" for t in tasks) or "test units"
 
 

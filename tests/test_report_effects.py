@@ -24,7 +24,7 @@ def _study(tmp_path) -> tuple[str, object]:
                     correct = [int(x) for x in rng.binomial(per, right, len(keys))]
                     acc = sum(correct) / (per * len(keys))
                     cid = f"{row}-{col}-{fold}-{seed}"
-                    r = {"calc_id": cid, "row": row, "col": col, "task": row.lower(), "model_key": col,
+                    r = {"calc_id": cid, "row": row, "col": col, "ft_task": row.lower(), "model_key": col,
                          "model_id": col, "node": "local", "ft_fold": fold, "ft_seed": seed, "ft_budget": 200,
                          "selection": "honest", "accuracy": acc, "perplexity": 2.0, "best_accuracy": acc,
                          "perplexity_at_best_accuracy": 2.0, "epochs": 3, "baseline_majority": 0.5,
