@@ -308,7 +308,8 @@ def _finetune(args, root: Path) -> int:
             print(f"Finetuned model: {saved.name}\nFolder: {saved}")
     if args.cmd == "fel":
         keys = ["accuracy", "perplexity", "best_accuracy", "epochs"] + sorted(
-            k for k in rows[0] if k.startswith(("baseline_", "eval_")) and not k.endswith("_name"))
+            k for k, v in rows[0].items() if k.startswith(("baseline_", "eval_")) and not k.endswith("_name")
+            and not isinstance(v, list))  # per-unit scores are for a study's report, not this summary
         for k in keys:
             v = np.array([r[k] for r in rows], dtype=float)
             print(f"{k}: {v.mean():.4f} ± {v.std(ddof=1):.4f}  ({cfg.selection} selection, n={len(v)})")

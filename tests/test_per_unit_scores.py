@@ -11,9 +11,11 @@ from tiny_model import tiny_pretrained
 
 from alignlab.objectives.ad_data import ADExample
 from alignlab.objectives.ct_data import CTExample
+from alignlab.platform.cli import main
 from alignlab.platform.config import FinetuneConfig
 from alignlab.platform.finetune import finetune_calculation, load_pretrained
 from alignlab.platform.protocol import extra_test_scores
+from alignlab.platform.task_files import write_jsonl
 from alignlab.platform.task_scoring import scores_per_test_unit
 
 CONCEPTS = ["paris", "super mario", "alan turing", "new york city", "red river", "tokyo", "black sea"]
@@ -40,8 +42,13 @@ DATA = {"ct": (_ct(0, 16), _ct(16, 6), _ct(30, 9)), "ad": (_ad(0, 8), _ad(8, 3),
 
 
 @pytest.fixture(scope="module")
-def pre(tmp_path_factory):
-    return load_pretrained(tiny_pretrained(tmp_path_factory.mktemp("units")))
+def model_dir(tmp_path_factory):
+    return tiny_pretrained(tmp_path_factory.mktemp("units"))
+
+
+@pytest.fixture(scope="module")
+def pre(model_dir):
+    return load_pretrained(model_dir)
 
 
 def scores_per_test_unit_sum_a_units_scored_words_and_hits_by_hand():
@@ -78,3 +85,15 @@ def test_extra_test_sets_are_scored_per_unit_too(pre):
     out = extra_test_scores(calc.model, pre.tok, dataclasses.replace(cfg), {"other": _ad(40, 4)}, train + val)
     assert out["eval_other_unit_count"] == [2, 2, 2, 2]
     assert sum(out["eval_other_unit_correct"]) / 8 == pytest.approx(out["eval_other_accuracy"])
+
+
+def test_the_fel_command_summarises_its_numbers_and_leaves_the_per_unit_lists_out(model_dir, tmp_path, capsys):
+    tdir = tmp_path / "tasks"
+    write_jsonl(tdir / "ad.jsonl", _ad(0, 20))
+    write_jsonl(tdir / "ad_ood.jsonl", _ad(40, 4))
+    write_jsonl(tdir / "ct_pool.jsonl", DATA["ct"][0])
+    write_jsonl(tdir / "ct_test.jsonl", DATA["ct"][2])
+    assert main(["fel", "--preset", "smoke", "--model", model_dir.name, "--task", "ad", "--budget", "10",
+                 "--scheme", "pred", "--tasks-dir", str(tdir), "--storage", str(model_dir.parent.parent)]) == 0
+    out = capsys.readouterr().out
+    assert "eval_ood_accuracy: " in out and "unit_" not in out
