@@ -96,8 +96,12 @@ def effect_plot(pdir: Path, tables: dict[str, dict]) -> Path:
     pdir.mkdir(parents=True, exist_ok=True)
     panels = [(m, c) for m, c in tables.items() if c]
     height = max(len(c) for _, c in panels)
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 1.6 + 0.45 * height), squeeze=False)
-    for ax, (metric, comparisons) in zip(axes[0], panels):
+    ncols = min(3, len(panels))  # wrapped, so a report with many extra test sets stays readable
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.5 * ncols, (1.6 + 0.45 * height) * nrows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (metric, comparisons) in zip(axes.flat, panels):
         labels = [f"{r}: {c}" for r, c in comparisons]
         for y, cmp in enumerate(comparisons.values()):
             diff = 100 * cmp.diff
