@@ -3,19 +3,14 @@ baseline with its interval), decides on test units resampled, corrects over the 
 table resting on one pretraining run holds its models fixed."""
 from __future__ import annotations
 
-import json
-
 import numpy as np
-
-from alignlab.platform.report import collect_results, write_report
+from toy_study import write_toy_study
 
 
 def _study(tmp_path) -> tuple[str, object]:
-    sdir = tmp_path / "studies" / "fx"
-    (sdir / "trials").mkdir(parents=True)
     rng = np.random.default_rng(1)
     ct_keys = [f"text{i}" for i in range(60)]  # CT: one test set, every fold
-    ids, cells = [], {}
+    trials = []
     for col, right in (("all*", 0.9), ("-whp*", 0.6), ("same*", 0.6)):
         for fold in range(5):
             ad_keys = [f"snip{fold}-{i}" for i in range(30)]  # AD: each fold its own snippets
@@ -23,23 +18,15 @@ def _study(tmp_path) -> tuple[str, object]:
                 for row, keys, per in (("CT", ct_keys, 3), ("AD", ad_keys, 2)):
                     correct = [int(x) for x in rng.binomial(per, right, len(keys))]
                     acc = sum(correct) / (per * len(keys))
-                    cid = f"{row}-{col}-{fold}-{seed}"
-                    r = {"calc_id": cid, "row": row, "col": col, "ft_task": row.lower(), "model_key": col,
-                         "model_id": col, "node": "local", "ft_fold": fold, "ft_seed": seed, "ft_budget": 200,
-                         "selection": "honest", "accuracy": acc, "perplexity": 2.0, "best_accuracy": acc,
-                         "perplexity_at_best_accuracy": 2.0, "epochs": 3, "baseline_majority": 0.5,
-                         "baseline_best": 0.5, "baseline_best_name": "majority", "unit_keys": keys,
-                         "unit_count": [per] * len(keys), "unit_correct": correct,
-                         "unit_correct_at_best_accuracy": correct}
-                    (sdir / "trials" / f"{cid}.json").write_text(json.dumps(r))
-                    ids.append(cid)
-                    cells[cid] = {"row": row, "col": col, "group": row}
-    (sdir / "study.json").write_text(json.dumps({
-        "name": "fx", "title": "Effects", "baseline_col": "-whp*", "baseline_cells": [], "plots": ["bars"],
-        "notes": "", "corpus_dir": str(tmp_path / "corpus" / "c"), "task_dir": "", "models": {},
-        "calculations": ids, "cells": cells, "searches": []}))
-    collect_results(sdir)
-    return write_report(sdir).read_text(), sdir
+                    trials.append({
+                        "calc_id": f"{row}-{col}-{fold}-{seed}", "row": row, "col": col, "ft_task": row.lower(),
+                        "model_key": col, "model_id": col, "node": "local", "ft_fold": fold, "ft_seed": seed,
+                        "ft_budget": 200, "selection": "honest", "accuracy": acc, "perplexity": 2.0,
+                        "best_accuracy": acc, "perplexity_at_best_accuracy": 2.0, "epochs": 3,
+                        "baseline_majority": 0.5, "baseline_best": 0.5, "baseline_best_name": "majority",
+                        "unit_keys": keys, "unit_count": [per] * len(keys), "unit_correct": correct,
+                        "unit_correct_at_best_accuracy": correct})
+    return write_toy_study(tmp_path, "fx", "Effects", trials)
 
 
 def test_the_report_leads_with_the_effect_plot_and_decides_over_test_units_with_holm(tmp_path):
