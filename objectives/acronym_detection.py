@@ -63,6 +63,7 @@ class AcronymDetection(SequenceTask):
     multitask_partner = "ct"
     head_rank = 1
     unit = "pairs"
+    test_units = "snippets"
     num_classes = 2
     baselines = ("majority", "letters", "span_matcher")
     data_files = {"ad": ("ad.jsonl", True), "ad_ood": ("ad_ood.jsonl", False)}
@@ -73,6 +74,9 @@ class AcronymDetection(SequenceTask):
     }
     build_options = {"target_snippets": 600}
     serving_verbs = ("acronym_score", "acronym_scores")
+
+    def test_unit(self, ex):
+        return ex.snippet  # its positive and negative pair share the snippet: one unit, as in the folds
 
     def example_input(self, ex, tok, max_len, acronym_form):
         ids, seg = pair_input(tok, ex.acronym, ex.snippet, max_len, acronym_form)

@@ -96,11 +96,15 @@ class ConceptTagging(TokenTask):
     multitask_partner = "ad"
     head_rank = 0
     unit = "words"
+    test_units = "texts"
     num_classes = len(WHP_TAGS)
     baselines = ("majority", "lexicon", "run_rule", "gazetteer")
     data_files = {"ct_pool": ("ct_pool.jsonl", True), "ct_test": ("ct_test.jsonl", True)}
     build_options = {"ct_data": "npm"}
     serving_verbs = ("tag", "bracket")
+
+    def test_unit(self, ex):
+        return " ".join(ex.tokens)  # one query text; its words are tagged together, so they are one unit
 
     def example_input(self, ex, tok, max_len, acronym_form):
         ids, first = query_input(tok, ex.tokens, max_len)

@@ -14,6 +14,8 @@ The engine (finetune, protocol, inference, CLI) looks tasks up by the name a con
              the task whose data the multitask scheme trains on alongside.
 - holdout:   `heldout_text(data)`: the texts and acronym definitions no corpus may hold (`holdout`).
 - baselines: `baselines` (names) and `baseline_scores(train, test, titles=...)`.
+- evidence:  `test_unit(example)`, what one independent test unit is (`test_units` names it: "texts", "snippets"):
+             the report resamples these, and honest validation splits never cut one.
 - serving:   `serving_verbs` (Predictor methods it adds) and the `predict` CLI hooks.
 The two head shapes the paper's tasks use (token tagging, [CLS] classification) are the base classes below.
 """
@@ -186,6 +188,15 @@ class Task:
     def units(self, hidden: torch.Tensor, enc: Encoded, pooling: str = "first") -> tuple[torch.Tensor, torch.Tensor]:
         """Hidden vectors of the scored units and their labels (`pooling`: `head_input.HeadInput.pooling`)."""
         raise NotImplementedError
+
+    test_units: ClassVar[str] = "examples"
+    """What one test unit is, in words for the report ("texts", "snippets")."""
+
+    def test_unit(self, ex) -> str:
+        """The test unit `ex` belongs to. Examples of one unit are not independent evidence (AD: a snippet's
+        positive and negative pair), so they are resampled together by the report's bootstrap and never fall on
+        both sides of a train/validation split. Default: each example is a unit of its own."""
+        return repr(ex)
 
     def unit_rows(self, enc: Encoded) -> torch.Tensor:
         """The row of each scored unit (in `units` order)."""
