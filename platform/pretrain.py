@@ -136,6 +136,21 @@ class TrainState:
     history: list = field(default_factory=list)
 
 
+def prepare_batch(batch: dict[str, torch.Tensor], labelled_keys: tuple[str, ...], *, pin: bool) -> dict:
+    """The host's part of a step, done before it: whether the batch has padding (`has_padding`, a Python bool), the
+    labelled positions of the objectives' `labelled_keys` (`registry.labelled`), and with `pin` (for a GPU) the
+    tensors in pinned memory, so that the copy to the device is asynchronous. Each answers on the host what the
+    step would otherwise ask the device, waiting for it."""
+    out = dict(batch)
+    out["has_padding"] = not bool(batch["attention_mask"].all())
+    for key in labelled_keys:
+        if key in out:
+            out[f"{key}.rows"], out[f"{key}.targets"] = _registry.labelled_rows(out[key].reshape(-1))
+    if pin:
+        out = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+    return out
+
+
 class Pretrainer:
     """Model + objectives + optimizer + collator for one worker.
 
@@ -227,18 +242,8 @@ class Pretrainer:
         return take_rows(batch, self.rank * b, (self.rank + 1) * b), ids[self.rank * b:(self.rank + 1) * b]
 
     def prepare(self, batch: dict[str, torch.Tensor]) -> dict:
-        """The host's part of a step, done before it (off the training thread when prefetching): whether the batch
-        has padding (`has_padding`, a Python bool), the labelled positions of the objectives' `labelled_keys`
-        (`registry.labelled`), and on a GPU the tensors in pinned memory, so that the copy is asynchronous. Each
-        answers on the host what the step would otherwise ask the device, waiting for it."""
-        out = dict(batch)
-        out["has_padding"] = not bool(batch["attention_mask"].all())
-        for key in self.labelled_keys:
-            if key in out:
-                out[f"{key}.rows"], out[f"{key}.targets"] = _registry.labelled_rows(out[key].reshape(-1))
-        if self.device.type == "cuda":
-            out = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
-        return out
+        """`prepare_batch` for this trainer's objectives and device (off the training thread when prefetching)."""
+        return prepare_batch(batch, self.labelled_keys, pin=self.device.type == "cuda")
 
     def collator_at(self, step: int) -> Collator:
         """The collator of optimizer step `step`: the objectives' curriculum configs early
