@@ -222,3 +222,20 @@ def test_a_cuda_training_step_never_synchronizes_with_the_host(tok):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert np.isfinite(trainer.read_metrics()["train/loss"])
+
+
+@pytest.mark.slow
+def test_a_compiled_smoke_step_matches_the_eager_step(tok):
+    """`PretrainConfig.compile`: the same batch (padded to the full length either way) gives the eager step's
+    losses and weights within float tolerance. Slow: inductor compiles C++ kernels on CPU (over a minute here)."""
+    cfg = dataclasses.replace(SMOKE, objectives="mlm,nsp,whp", precision="fp32",
+                              model=dataclasses.replace(SMOKE.model, dropout=0.0))
+    eager, compiled = Pretrainer(cfg, tok), Pretrainer(dataclasses.replace(cfg, compile=True), tok)
+    assert compiled.collate.pad_to_max_len and not eager.collate.pad_to_max_len
+    for step, rows in enumerate(batches(tok, num=2)):
+        batch = compiled.collate(rows, step=step)
+        a, b = eager.train_step(batch), compiled.train_step(batch)
+        for k in ("train/loss", "train/mlm/loss", "train/nsp/loss", "train/whp/loss"):
+            assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-5), k
+    for k, v in eager.model.state_dict().items():
+        assert torch.allclose(v, compiled.model.state_dict()[k], rtol=1e-4, atol=1e-5), k
