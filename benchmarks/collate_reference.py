@@ -1,9 +1,10 @@
 """The input path as it was before issue #42 (main at 95c4c1f): the per-row Python collation that
 `platform/batching.py` replaced with array operations over the batch.
 
-Kept verbatim (names aside) as the yardstick of two things: tests/test_collate_equal.py checks that the new
-collation gives exactly these batches for the same rows and step, and benchmarks/feed_rate.py times both side by
-side. Benchmark code, not engine code: it names the objectives whose batch-time verbs changed (NSP's pairing,
+Kept verbatim (names aside) as the yardstick of two things: tests/test_input_path.py checks that the new collation
+gives exactly these batches for the same rows and step, and benchmarks/feed_rate.py times both side by side. The
+example view `Examples` is shared with the new path: it is unchanged but for a faster conversion of label lists,
+which makes the old path here a little faster than it was. Benchmark code, not engine code: it names the objectives whose batch-time verbs changed (NSP's pairing,
 MLM's draw).
 """
 from __future__ import annotations
@@ -11,46 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from alignlab.platform.batching import FORMAT_IDS, IGNORE
+from alignlab.platform.batching import FORMAT_IDS, IGNORE, Examples, _flat
 from alignlab.platform.registry import lock_inputs
-
-
-class Examples:
-    """A batch as Python lists, the view objectives edit before tensors are made."""
-
-    def __init__(self, rows: dict, fmt: list[str], a: list[list[int]], b: list[list[int] | None], max_len: int):
-        n = len(fmt)
-        self.rows, self.fmt, self.a, self.b, self.max_len = rows, fmt, a, b, max_len
-        self.a_orig = list(a)
-        self.doc_id = [str(x) for x in rows["doc_id"]]
-        self.kind = [str(x) for x in rows["kind"]]
-        self.acronym: list[list[int] | None] = [None] * n
-        self.a_labels: dict[str, list[np.ndarray]] = {}
-        self.b_labels: dict[str, list[np.ndarray | None]] = {}
-        self.a_labels_orig: dict[str, list[np.ndarray]] = {}
-        self.example_labels: dict[str, np.ndarray] = {}
-        self.epoch = 0
-        """The pass over the corpus these rows come from (0 = the first)."""
-        self.acronym_chunk_labels = False
-        """Do acronym examples keep their chunk's token labels (`PseudoAcronymConfig.chunk_labels`)?"""
-
-    def add_token_labels(self, key: str, a_col: Sequence, b_col: Sequence) -> None:
-        a_lab = []
-        b_lab = []
-        for i in range(len(self.fmt)):
-            a_lab.append(_labels_or_ignore(a_col[i], len(self.a[i])))
-            b_lab.append(None if self.b[i] is None else _labels_or_ignore(b_col[i], len(self.b[i])))
-        self.a_labels[key], self.b_labels[key], self.a_labels_orig[key] = a_lab, b_lab, list(a_lab)
-
-
-def _labels_or_ignore(col, n: int) -> np.ndarray:
-    if col is None or len(col) != n:  # absent, or tokens re-sampled by subword regularization
-        return np.full(n, IGNORE, dtype=np.int64)
-    return np.asarray(col, dtype=np.int64)
-
-
-def _flat(pieces: list[list[int]]) -> list[int]:
-    return [t for p in pieces for t in p]
 
 
 def reference_nsp_corrupt(nsp, ex, rng: np.random.Generator) -> None:
