@@ -22,7 +22,7 @@ import pyarrow as pa
 import torch
 
 from alignlab.platform.model import TokenHead
-from alignlab.platform.registry import CorpusLabels, Objective, classification_sums, labelled_rows, register
+from alignlab.platform.registry import CorpusLabels, Objective, classification_sums, labelled, register
 
 TAGS = ("N", "S", "E", "SE")
 N, S, E, SE = 0, 1, 2, 3
@@ -105,6 +105,7 @@ class Hyperlink(Objective):
     corpus_labels = HyperlinkLabels
     corpus_columns = HyperlinkLabels.token_columns
     linked_only = True
+    labelled_keys = ("whp",)
 
     def load(self, ex, rows) -> None:
         ex.add_token_labels("whp", rows["whp_a"], rows["whp_b"])
@@ -117,6 +118,6 @@ class Hyperlink(Objective):
         return TokenHead(model_cfg.hidden, NUM_TAGS, model_cfg.dropout)
 
     def loss_and_sums(self, head, hidden_BTH, batch):
-        pos, target = labelled_rows(batch["whp"].reshape(-1))  # padded to a few shapes; padded rows are IGNORE
+        pos, target = labelled(batch, "whp")  # padded to a few shapes; padded rows are IGNORE
         h = hidden_BTH.reshape(-1, hidden_BTH.shape[-1]).index_select(0, pos)
         return classification_sums(head(h), target)

@@ -17,7 +17,7 @@ import torch
 
 from alignlab.platform.batching import IGNORE
 from alignlab.platform.model import MaskedLMHead
-from alignlab.platform.registry import (Objective, classification_metrics, classification_sums, labelled_rows,
+from alignlab.platform.registry import (Objective, classification_metrics, classification_sums, labelled,
                                         lock_inputs, register)
 
 
@@ -53,6 +53,7 @@ class MaskedLMConfig:
 
 class MaskedLM(Objective):
     name = "mlm"
+    labelled_keys = ("mlm",)
 
     def __init__(self, config: MaskedLMConfig, tokenizer):
         super().__init__(config, tokenizer)
@@ -66,14 +67,15 @@ class MaskedLM(Objective):
     def add_labels(self, batch: dict, ex, rng: np.random.Generator) -> None:
         ids = batch["input_ids"]  # numpy [B, T], edited in place
         B, T = ids.shape
-        cand = np.isfinite(self.log_weight[ids]) & (batch["row_format"] == 0)[:, None]
+        log_w = self.log_weight[ids]
+        cand = np.isfinite(log_w) & (batch["row_format"] == 0)[:, None]
         n_pred = np.where(cand.any(1), np.maximum(1, np.rint(self.config.mask_prob * cand.sum(1))), 0).astype(int)
-        # Weighted sampling without replacement per row by the Gumbel-top-k trick.
-        keys = np.where(cand, self.log_weight[ids] + rng.gumbel(size=(B, T)), -np.inf)
-        order = np.argsort(-keys, axis=1)
-        rank = np.empty_like(order)
-        np.put_along_axis(rank, order, np.arange(T)[None].repeat(B, 0), axis=1)
-        chosen = (rank < n_pred[:, None]) & cand
+        # Weighted sampling without replacement per row by the Gumbel-top-k trick: a row's n_pred largest keys,
+        # found as those at or above its n_pred-th largest (a sort, not an argsort and its inverse; the keys are
+        # continuous, so ties between candidates have probability zero).
+        keys = np.where(cand, log_w + rng.gumbel(size=(B, T)), -np.inf)
+        kth = -np.sort(-keys, axis=1)[np.arange(B), np.maximum(n_pred - 1, 0)]
+        chosen = cand & (keys >= kth[:, None]) & (n_pred > 0)[:, None]
         pos = np.flatnonzero(chosen)
         labels = ids.reshape(-1)[pos].copy()
         u = rng.random(pos.size)
@@ -99,7 +101,7 @@ class MaskedLM(Objective):
     def loss_and_sums(self, head, hidden_BTH, batch):
         # The decoder runs only on the predicted positions (sparse prediction), in row-major order, padded to a few
         # shapes (labelled_rows: padded rows are labelled IGNORE and count nowhere).
-        pos, target = labelled_rows(batch["mlm"].reshape(-1))
+        pos, target = labelled(batch, "mlm")
         h = hidden_BTH.reshape(-1, hidden_BTH.shape[-1]).index_select(0, pos)
         logits = head(h)
         loss, sums = classification_sums(logits, target)

@@ -40,16 +40,25 @@ class NextSentence(Objective):
     def corrupt(self, ex, rng: np.random.Generator) -> None:
         n = len(ex.a)
         labels = np.full(n, IGNORE, dtype=np.int64)
-        pair_rows = [i for i in range(n) if ex.fmt[i] == "pair"]
-        for i in pair_rows:
+        # Draws one row at a time, in row order (a partner's draw depends on the coin before it), so that the
+        # stream of randomness keyed by (seed, step) gives every batch its pairs. The partner is the k-th row of
+        # another document, found from the (few, ascending) rows of the row's own document, not a scan of the batch.
+        rows_of: dict[str, list[int]] = {}
+        for i, d in enumerate(ex.doc_id):
+            rows_of.setdefault(d, []).append(i)
+        for i in (i for i in range(n) if ex.fmt[i] == "pair"):
             if ex.b[i] is not None and rng.random() < self.config.next_prob:
                 labels[i] = 1
                 continue
-            others = [j for j in range(n) if ex.doc_id[j] != ex.doc_id[i]]
-            if not others:
+            mine = rows_of[ex.doc_id[i]]
+            if len(mine) == n:
                 labels[i] = 1 if ex.b[i] is not None else IGNORE
                 continue
-            j = others[int(rng.integers(len(others)))]
+            j = int(rng.integers(n - len(mine)))
+            for t in mine:
+                if t > j:
+                    break
+                j += 1
             ex.b[i] = ex.a_orig[j]
             for key in ex.b_labels:
                 ex.b_labels[key][i] = ex.a_labels_orig[key][j]

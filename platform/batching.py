@@ -14,6 +14,7 @@ example's chunk keeps its token labels (WHP's tags) when PAD's `chunk_labels` sa
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 
 import numpy as np
 import torch
@@ -55,13 +56,16 @@ class Examples:
 def _labels_or_ignore(col, n: int) -> np.ndarray:
     if col is None or len(col) != n:  # absent, or tokens re-sampled by subword regularization
         return np.full(n, IGNORE, dtype=np.int64)
-    return np.asarray(col, dtype=np.int64)
+    return col.astype(np.int64) if isinstance(col, np.ndarray) else np.fromiter(col, dtype=np.int64, count=n)
 
 
 class Collator:
     def __init__(self, objectives: Sequence, tokenizer, *, max_len: int, acronym_fraction: float = 0.25,
-                 subword_alpha: float = 0.0, seed: int = 0, rank: int = 0):
+                 subword_alpha: float = 0.0, seed: int = 0, rank: int = 0, pad_to_max_len: bool = False):
+        """`pad_to_max_len`: every batch is the step's full length wide, not its longest example's (static shapes
+        for `torch.compile`)."""
         self.objectives, self.tok, self.max_len = list(objectives), tokenizer, max_len
+        self.pad_to_max_len = pad_to_max_len
         self.acronym_fraction, self.subword_alpha = acronym_fraction, subword_alpha
         self.seed, self.rank = seed, rank
 
@@ -76,16 +80,18 @@ class Collator:
         n = len(rows["doc_id"])
         kind = [str(k) for k in rows["kind"]]
         # A row may become an "acronym" example when an objective of that format says it can (PAD: a linked row
-        # with a pair); the draw is made only for such rows.
-        can = [False] * n
+        # with a pair); the draw is made only for such rows, in row order: `rng.random(k)` gives the numbers k
+        # calls of `rng.random()` give, so the batch is the one the per-row draws made.
+        can = np.zeros(n, dtype=bool)
         for o in self.objectives:
             if o.example_format == "acronym":
-                can = [c or bool(ok) for c, ok in zip(can, o.example_rows(rows))]
-        fmt = []
-        for i in range(n):
-            fmt.append("acronym" if can[i] and rng.random() < self.acronym_fraction else "pair")
-        a = [list(map(int, x)) for x in rows["a_ids"]]
-        b = [list(map(int, x)) if bool(h) else None for x, h in zip(rows["b_ids"], rows["has_next"])]
+                can |= np.asarray(o.example_rows(rows), dtype=bool).reshape(n)
+        drawn = np.zeros(n, dtype=bool)
+        where = np.flatnonzero(can)
+        drawn[where] = rng.random(where.size) < self.acronym_fraction
+        fmt = ["acronym" if d else "pair" for d in drawn.tolist()]
+        a = [_ints(x) for x in rows["a_ids"]]
+        b = [_ints(x) if bool(h) else None for x, h in zip(rows["b_ids"], rows["has_next"])]
         if self.subword_alpha > 0:
             self._resample_web(rows, kind, a, b, rng)
         ex = Examples(rows, fmt, a, b, L)
@@ -112,23 +118,25 @@ class Collator:
                                                    seed=int(rng.integers(1, 2**31))))[:limit]
 
     def tensorize(self, ex: Examples) -> dict[str, np.ndarray]:
+        """The examples as [B, T] arrays. The per-row work is only list slicing (which tokens fit); the arrays are
+        filled in one scatter per array, from flat token and label buffers."""
         cls, sep, L = self.tok.cls_id, self.tok.sep_id, ex.max_len
-        seqs, segs, tok_labels = [], [], {k: [] for k in ex.a_labels}
+        B = len(ex.fmt)
+        seqs, first = [], np.empty(B, dtype=np.int64)
+        # Token-label spans: (row, first position, label array) of the parts of a row that carry labels.
+        spans: dict[str, list] = {k: [] for k in ex.a_labels}
         for i, f in enumerate(ex.fmt):
             if f == "acronym":
                 acr = (ex.acronym[i] or [])[: L - 4]
                 room = L - 3 - len(acr)
-                ids = [cls, *acr, sep, *ex.a[i][:room], sep]
-                seg = [0] * (len(acr) + 2) + [1] * (len(ids) - len(acr) - 2)
                 chunk = ex.a[i][:room]
+                ids = [cls, *acr, sep, *chunk, sep]
+                first[i] = len(acr) + 2
                 # The chunk's labels hold only for the corpus's own pieces: a chunk cut to whole words
                 # (PAD's fit_to_length) is a prefix of them, a re-segmented one is not.
-                keep = ex.acronym_chunk_labels and chunk == ex.a_orig[i][:len(chunk)]
-                for k in tok_labels:
-                    lab = np.full(len(ids), IGNORE, dtype=np.int64)
-                    if keep:
-                        lab[len(acr) + 2: len(acr) + 2 + len(chunk)] = ex.a_labels_orig[k][i][:len(chunk)]
-                    tok_labels[k].append(lab)
+                if ex.acronym_chunk_labels and chunk == ex.a_orig[i][:len(chunk)]:
+                    for k, sp in spans.items():
+                        sp.append((i, len(acr) + 2, ex.a_labels_orig[k][i][:len(chunk)]))
             else:
                 b_ids = ex.b[i] or []
                 # When both chunks do not fit (a sequence length shorter than the corpus's), each keeps at least
@@ -137,36 +145,52 @@ class Collator:
                 a_ids = ex.a[i][:a_room]
                 room = max(0, L - 3 - len(a_ids))
                 b_ids = b_ids[:room]
-                ids = [cls, *a_ids, sep] + ([*b_ids, sep] if b_ids else [])
-                seg = [0] * (len(a_ids) + 2) + [1] * (len(ids) - len(a_ids) - 2)
-                for k in tok_labels:
-                    parts = [[IGNORE], ex.a_labels[k][i][: len(a_ids)], [IGNORE]]
-                    if b_ids:
-                        bl = ex.b_labels[k][i]
-                        parts += [bl[: len(b_ids)] if bl is not None else np.full(len(b_ids), IGNORE), [IGNORE]]
-                    tok_labels[k].append(np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]))
+                ids = [cls, *a_ids, sep, *b_ids, sep] if b_ids else [cls, *a_ids, sep]
+                first[i] = len(a_ids) + 2
+                for k, sp in spans.items():
+                    sp.append((i, 1, ex.a_labels[k][i][: len(a_ids)]))
+                    bl = ex.b_labels[k][i]
+                    if b_ids and bl is not None:
+                        sp.append((i, len(a_ids) + 2, bl[: len(b_ids)]))
             seqs.append(ids)
-            segs.append(seg)
-        T = max(len(s) for s in seqs)
-        B = len(seqs)
+        lens = np.fromiter(map(len, seqs), dtype=np.int64, count=B)
+        T = L if self.pad_to_max_len else int(lens.max())
+        pos = np.arange(T)
+        valid = pos < lens[:, None]
+        input_ids = np.full((B, T), self.tok.pad_id, dtype=np.int64)
+        input_ids[valid] = np.fromiter(chain.from_iterable(seqs), dtype=np.int64, count=int(lens.sum()))
         out = {
-            "input_ids": np.full((B, T), self.tok.pad_id, dtype=np.int64),
-            "segment_ids": np.zeros((B, T), dtype=np.int64),
-            "attention_mask": np.zeros((B, T), dtype=bool),
+            "input_ids": input_ids,
+            "segment_ids": ((pos >= first[:, None]) & valid).astype(np.int64),
+            "attention_mask": valid,
             "row_format": np.array([FORMAT_IDS[f] for f in ex.fmt], dtype=np.int64),
         }
-        for i, (s, g) in enumerate(zip(seqs, segs)):
-            out["input_ids"][i, : len(s)] = s
-            out["segment_ids"][i, : len(g)] = g
-            out["attention_mask"][i, : len(s)] = True
-        for k, rows_lab in tok_labels.items():
-            arr = np.full((B, T), IGNORE, dtype=np.int64)
-            for i, lab in enumerate(rows_lab):
-                arr[i, : len(lab)] = lab
-            out[k] = arr
+        for k, sp in spans.items():
+            out[k] = _scatter_spans(sp, B, T)
         for k, v in ex.example_labels.items():
             out[k] = np.asarray(v, dtype=np.int64)
         return out
+
+
+def _ints(x) -> list[int]:
+    """A row's token ids as a list of Python ints (an array from Ray Data, a list from pyarrow's `to_pylist`)."""
+    return x.tolist() if isinstance(x, np.ndarray) else list(x) if isinstance(x, list) else [int(t) for t in x]
+
+
+def _scatter_spans(spans: list, B: int, T: int) -> np.ndarray:
+    """A [B, T] label array, IGNORE but for the spans (row, start, labels), written in one fancy-index store."""
+    out = np.full((B, T), IGNORE, dtype=np.int64)
+    if not spans:
+        return out
+    rows, starts, labs = zip(*spans)
+    lengths = np.fromiter(map(len, labs), dtype=np.int64, count=len(labs))
+    total = int(lengths.sum())
+    if total:
+        base = np.asarray(rows, dtype=np.int64) * T + np.asarray(starts, dtype=np.int64)
+        offset = np.cumsum(lengths) - lengths
+        idx = np.arange(total) + np.repeat(base - offset, lengths)
+        out.reshape(-1)[idx] = np.concatenate(labs)
+    return out
 
 
 def _flat(pieces: list[list[int]]) -> list[int]:

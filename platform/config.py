@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import json
 import math
 from collections.abc import Callable
@@ -28,9 +29,8 @@ POSITIONS = ("learned", "sinusoidal")
 DECAYS = ("constant", "linear", "cosine")
 
 
-# Objective names become config objects in the registry (alignlab.platform.registry), which sits above this module:
-# it hands its resolver in here when it is imported (every objective module imports it), so that a PretrainConfig
-# takes names without this module importing the registry.
+# Objective names become config objects in the registry (alignlab.platform.registry, above this module): it hands
+# its resolver in here on import (every objective module imports it), so a PretrainConfig takes names without it.
 _objective_resolver: Callable[[Any], tuple] | None = None
 
 
@@ -39,7 +39,7 @@ def set_objective_resolver(resolve: Callable[[Any], tuple]) -> None:
     _objective_resolver = resolve
 
 
-# Task names likewise: the task registry (alignlab.platform.task) hands in (the default task, the task names).
+# Task names likewise: the task registry (platform/task.py) hands in (the default task, the task names).
 _task_registry: tuple[Callable[[], str], Callable[[], tuple[str, ...]]] | None = None
 
 
@@ -141,9 +141,8 @@ class ModelConfig:
 
 
 # The paper's nine sizes, plus small ones for tests and the laptop demo.
-MODEL_SIZES: dict[str, ModelConfig] = {
-    f"{h}x{n}": ModelConfig(hidden=h, num_layers=n) for h in (256, 512, 768) for n in (1, 2, 3)
-}
+MODEL_SIZES: dict[str, ModelConfig] = {f"{h}x{n}": ModelConfig(hidden=h, num_layers=n) for h in (256, 512, 768)
+                                        for n in (1, 2, 3)}
 MODEL_SIZES["tiny"] = ModelConfig(hidden=32, num_layers=1, head_dim=16, ffn=64, max_len=64, dropout=0.1)
 MODEL_SIZES["128x2"] = ModelConfig(hidden=128, num_layers=2, head_dim=64, ffn=512, max_len=128)
 
@@ -203,6 +202,10 @@ class PretrainConfig:
     cpus_per_worker: float = 1.0
     threads_per_worker: int = 0
     """torch threads per worker; 0 means max(1, int(cpus_per_worker))."""
+    prefetch_batches: int = field(default=2, metadata={"omit_at_default": True})
+    """Batches collated ahead on a background thread (in pinned memory for a GPU); 0: on the training thread."""
+    compile: bool = field(default=False, metadata={"omit_at_default": True})
+    """`torch.compile` the forward pass, with every batch padded to the full sequence length (static shapes)."""
     use_gpu: bool = False
     precision: str = "auto"
     """Matmul precision of the forward pass: "fp32", "bf16" (autocast; weights, optimizer state and losses stay
@@ -256,9 +259,10 @@ class PretrainConfig:
         _choice(self, "loss_scaling", LOSS_SCALINGS)
         if not 0.0 <= self.acronym_fraction <= 1.0:
             raise ValueError(f"PretrainConfig.acronym_fraction must be in [0, 1], got {self.acronym_fraction}")
-        if min(self.warmup_steps, self.grad_clip, self.subword_regularization_alpha, self.corpus_embeddings) < 0:
-            raise ValueError("PretrainConfig.warmup_steps, grad_clip, subword_regularization_alpha and "
-                             "corpus_embeddings must be >= 0")
+        if min(self.warmup_steps, self.grad_clip, self.subword_regularization_alpha, self.corpus_embeddings,
+               self.prefetch_batches) < 0:
+            raise ValueError("PretrainConfig.warmup_steps, grad_clip, subword_regularization_alpha, corpus_embeddings "
+                             "and prefetch_batches must be >= 0")
 
     @property
     def objective_names(self) -> tuple[str, ...]:
@@ -350,8 +354,8 @@ class FinetuneConfig:
 def to_dict(cfg: Any) -> Any:
     """A config as plain JSON-able data; objective configs carry their registered name."""
     if dataclasses.is_dataclass(cfg):
-        # A field added after ids were first made, with "omit_at_default", is left out at its default: every
-        # config from before it keeps its dict, hence its hash and every id made from it.
+        # A field added after ids were first made, with "omit_at_default", is left out at its default: every config
+        # from before it keeps its dict, its hash and every id made from it.
         out = {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
                if not (f.metadata.get("omit_at_default") and getattr(cfg, f.name) == f.default)}
         name = getattr(type(cfg), "name", None)
@@ -387,14 +391,10 @@ def config_hash(*parts: Any, length: int = 12) -> str:
 
 
 def __getattr__(name: str):
-    # The presets live in presets.py, which imports this module; reached here lazily, so either may load first.
-    if name in ("CORPUS_PRESETS", "PRETRAIN_PRESETS", "FINETUNE_PRESETS"):
-        from alignlab.platform import presets
-
-        return getattr(presets, name)
-    # So does the corpus config (corpus_config.py: its sources took it past this module's size).
-    if name in ("CorpusConfig", "SourceSpec", "corpus_from_dict"):
-        from alignlab.platform import corpus_config
-
-        return getattr(corpus_config, name)
+    # The presets (presets.py) and the corpus config (corpus_config.py: its sources took it past this module's
+    # size) import this module; reached here lazily, so either may load first.
+    for module, names in (("presets", ("CORPUS_PRESETS", "PRETRAIN_PRESETS", "FINETUNE_PRESETS")),
+                          ("corpus_config", ("CorpusConfig", "SourceSpec", "corpus_from_dict"))):
+        if name in names:
+            return getattr(importlib.import_module(f"alignlab.platform.{module}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

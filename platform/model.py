@@ -123,7 +123,9 @@ class Encoder(nn.Module):
         weights), the last as the heads see it."""
         x = self.embed(input_ids, segment_ids)
         mask = None
-        if attention_mask is not None and not bool(attention_mask.all()):
+        # An all-ones mask is dropped where asking costs nothing (on the host); on a device the question would make
+        # the host wait, so a given mask is used there (the pretraining step passes none for an unpadded batch).
+        if attention_mask is not None and (attention_mask.device.type != "cpu" or not bool(attention_mask.all())):
             mask = attention_mask[:, None, None, :]
         if self.cfg.alibi > 0:
             mask = self.distance_bias(input_ids.shape[1], x.dtype, x.device, mask)

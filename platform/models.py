@@ -21,9 +21,11 @@ from alignlab.platform.pretrain import resolve_precision
 from alignlab.platform.registry import objective_class
 from alignlab.platform.storage import MARKER, Storage, as_storage, folder_finished, model_dir, read_json
 
-RUNTIME_FIELDS = ("checkpoint_every", "log_every", "eval_batches", "cpus_per_worker", "threads_per_worker")
+RUNTIME_FIELDS = ("checkpoint_every", "log_every", "eval_batches", "cpus_per_worker", "threads_per_worker",
+                  "prefetch_batches")
 """PretrainConfig fields that change how a run is executed, not what the model learns: checkpoint and report
-frequency, how many held-out batches the final evaluation reads, and the resources and threads of a worker.
+frequency, how many held-out batches the final evaluation reads, the resources and threads of a worker, and how
+many batches are collated ahead.
 Every other field is in the id: in particular `num_workers`: `batch_size` is the global batch whatever the
 workers, but N workers round their gradient sums otherwise than one and draw their own dropout masks, so their
 weights differ in the digits; `precision`, "auto" resolved to what it picks (resolve_precision); and `use_gpu`,
@@ -52,7 +54,7 @@ def model_id(corpus_id: str, cfg: PretrainConfig) -> str:
     PRETRAIN_CODE_VERSION. The table is in docs/ids.md."""
     d = to_dict(resolve_precision(cfg))
     for f in RUNTIME_FIELDS:
-        d.pop(f)
+        d.pop(f, None)  # fields added later with "omit_at_default" are absent at their defaults
     for fields, added in ((d["model"], ADDED_MODEL_FIELDS), (d, ADDED_PRETRAIN_FIELDS)):
         for f, default in added.items():
             if fields.get(f) == default:

@@ -1,7 +1,6 @@
-"""Multi-objective pretraining: the plain-PyTorch step, loop, evaluation and checkpoint state.
+"""Multi-objective pretraining: the plain-PyTorch step, evaluation and checkpoint state (the loop: loop.py).
 
-No Ray here (STYLE.md): `train_loop` takes an iterator of row batches, a `report` callable and a
-`save` callable; the Ray Train driver (`pretrain_ray.py`) and the tests supply them. The total loss
+No Ray here (STYLE.md): the Ray Train driver (`pretrain_ray.py`) and the tests drive it. The total loss
 is the weighted sum of the enabled objectives' losses (each optionally divided by the log of its
 number of classes, `PretrainConfig.loss_scaling`); each unscaled term is logged as
 `train/<objective>/loss`.
@@ -10,8 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,7 +18,9 @@ import torch
 from alignlab.platform import registry as _registry  # noqa: F401 -- objective names resolve through it
 from alignlab.platform.batching import Collator, take_rows
 from alignlab.platform.config import PretrainConfig
+from alignlab.platform.loop import NonFiniteLossError, train_loop  # noqa: F401 -- imported from here
 from alignlab.platform.model import AlignModel
+from alignlab.platform.progress import ProgressLine  # noqa: F401 -- its home before progress.py
 
 
 EVAL_STEP_BASE = 1 << 40
@@ -51,7 +51,10 @@ def forward_objectives(model: AlignModel, objectives: dict, batch: dict[str, tor
     Module-level so DDP wraps one call."""
     for name, obj in objectives.items():
         batch = obj.edit_input(model.heads[name], batch)
-    hidden = model.encoder(batch["input_ids"], batch["segment_ids"], batch["attention_mask"])
+    # A batch the host found unpadded (`Pretrainer.prepare`) attends without a mask: SDPA may then choose its
+    # flash or memory-efficient kernel, and the device is never asked whether the mask is all ones.
+    mask = batch["attention_mask"] if batch.get("has_padding", True) else None
+    hidden = model.encoder(batch["input_ids"], batch["segment_ids"], mask)
     return {name: obj.loss_and_sums(model.heads[name], hidden, batch) for name, obj in objectives.items()}
 
 
@@ -133,6 +136,21 @@ class TrainState:
     history: list = field(default_factory=list)
 
 
+def prepare_batch(batch: dict[str, torch.Tensor], labelled_keys: tuple[str, ...], *, pin: bool) -> dict:
+    """The host's part of a step, done before it: whether the batch has padding (`has_padding`, a Python bool), the
+    labelled positions of the objectives' `labelled_keys` (`registry.labelled`), and with `pin` (for a GPU) the
+    tensors in pinned memory, so that the copy to the device is asynchronous. Each answers on the host what the
+    step would otherwise ask the device, waiting for it."""
+    out = dict(batch)
+    out["has_padding"] = not bool(batch["attention_mask"].all())
+    for key in labelled_keys:
+        if key in out:
+            out[f"{key}.rows"], out[f"{key}.targets"] = _registry.labelled_rows(out[key].reshape(-1))
+    if pin:
+        out = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+    return out
+
+
 class Pretrainer:
     """Model + objectives + optimizer + collator for one worker.
 
@@ -170,13 +188,15 @@ class Pretrainer:
             torch.manual_seed(cfg.seed * 1_000_003 + rank + 1)
         fwd = _Forward(self.model, self.objectives)
         self.forward = wrap(fwd) if wrap else fwd
+        if cfg.compile:  # batches are then padded to the step's full length, so the shapes repeat
+            self.forward = torch.compile(self.forward)
         self.optimizer = make_optimizer(self.model, cfg)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
         # Rank 0's stream of randomness for every rank: all of them collate the same global batch alike.
         def collator(objectives) -> Collator:
             return Collator(objectives, tokenizer, max_len=cfg.seq_len or cfg.model.max_len,
                             acronym_fraction=cfg.acronym_fraction, subword_alpha=cfg.subword_regularization_alpha,
-                            seed=cfg.seed, rank=0)
+                            seed=cfg.seed, rank=0, pad_to_max_len=cfg.compile)
 
         self.collate = collator(list(self.objectives.values()))
         # The curriculum's early batches: the same collator with each objective's `curriculum()` config where it has
@@ -193,23 +213,37 @@ class Pretrainer:
         self.precision = "bf16" if self.autocast else "fp32"
         """The matmul precision this trainer actually uses (recorded in the model's eval.json)."""
         self.coefficients = loss_coefficients(cfg, self.objectives)
+        self.labelled_keys = tuple(k for o in self.objectives.values() for k in o.labelled_keys)
+        self._sums: torch.Tensor | None = None
+        """Per step since the last `read_metrics`, summed on the device: total loss, then each objective's loss,
+        count and correct."""
+        self._summed_steps = 0
 
-    def to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+    def to_device(self, batch: dict) -> dict:
+        return {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+                for k, v in batch.items()}
 
     def batch(self, rows: dict, *, step: int, epoch: int = 0, max_len: int | None = None) -> dict[str, torch.Tensor]:
         """This rank's training batch at `step`: the global batch `rows` collated whole, then this rank's slice."""
+        batch, self.last_row_ids = self.rank_batch(rows, step=step, epoch=epoch, max_len=max_len)
+        return batch
+
+    def rank_batch(self, rows: dict, *, step: int, epoch: int = 0,
+                   max_len: int | None = None) -> tuple[dict[str, torch.Tensor], list[str]]:
+        """`batch` and the ids of its rows, changing no state of the trainer (the prefetch thread calls it)."""
         batch = self.collator_at(step)(rows, step=step, max_len=max_len, epoch=epoch)
         ids = [f"{d}#{c}" for d, c in zip(rows["doc_id"], rows.get("chunk_index", range(len(rows["doc_id"]))))]
         if self.world == 1:
-            self.last_row_ids = ids
-            return batch
+            return batch, ids
         n = len(batch["input_ids"])
         if n != self.cfg.batch_size:
             raise ValueError(f"a data-parallel step needs the global batch of {self.cfg.batch_size} rows, got {n}")
         b = self.cfg.worker_batch_size
-        self.last_row_ids = ids[self.rank * b:(self.rank + 1) * b]
-        return take_rows(batch, self.rank * b, (self.rank + 1) * b)
+        return take_rows(batch, self.rank * b, (self.rank + 1) * b), ids[self.rank * b:(self.rank + 1) * b]
+
+    def prepare(self, batch: dict[str, torch.Tensor]) -> dict:
+        """`prepare_batch` for this trainer's objectives and device (off the training thread when prefetching)."""
+        return prepare_batch(batch, self.labelled_keys, pin=self.device.type == "cuda")
 
     def collator_at(self, step: int) -> Collator:
         """The collator of optimizer step `step`: the objectives' curriculum configs early
@@ -227,6 +261,15 @@ class Pretrainer:
         return dict(zip(out, share))
 
     def train_step(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """One step and its metrics (a host sync: the loop calls `step`, and `read_metrics` every log_every)."""
+        self.step(batch)
+        return self.read_metrics()
+
+    def step(self, batch: dict) -> None:
+        """One optimizer step on a collated (or `prepare`d) batch, without waiting for the device: its loss and
+        counts are added to sums kept on the device, read by `read_metrics`."""
+        if "has_padding" not in batch:
+            batch = self.prepare(batch)
         self.forward.train()
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
             out = self.forward(self.to_device(batch))
@@ -239,12 +282,24 @@ class Pretrainer:
         self.optimizer.step()
         self.scheduler.step()
         self.state.step += 1
-        metrics = {"train/loss": float(total.detach()), "lr": self.scheduler.get_last_lr()[0]}
-        for name, (loss, sums) in out.items():
-            metrics[f"train/{name}/loss"] = float(loss.detach())
-            n = float(sums["count"])
+        parts = [total] + [x for loss, sums in out.values() for x in (loss, sums["count"], sums["correct"])]
+        v = torch.stack([x.detach().float().reshape(()) for x in parts])
+        self._sums = v if self._sums is None else self._sums + v
+        self._summed_steps += 1
+
+    def read_metrics(self) -> dict[str, float]:
+        """The steps since the last read: mean total and per-objective loss, accuracy over their counts, and the
+        learning rate now. One host sync."""
+        if self._sums is None:
+            raise ValueError("read_metrics before any step since the last read")
+        v, k = self._sums.tolist(), self._summed_steps
+        self._sums, self._summed_steps = None, 0
+        metrics = {"train/loss": v[0] / k, "lr": self.scheduler.get_last_lr()[0]}
+        for i, name in enumerate(self.objectives):
+            loss, n, correct = v[1 + 3 * i: 4 + 3 * i]
+            metrics[f"train/{name}/loss"] = loss / k
             if n:
-                metrics[f"train/{name}/accuracy"] = float(sums["correct"]) / n
+                metrics[f"train/{name}/accuracy"] = correct / n
         return metrics
 
     @torch.no_grad()
@@ -288,101 +343,9 @@ class Pretrainer:
         torch.set_rng_state(sd["torch_rng"])
 
 
-class ProgressLine:
-    """What a person watching a long pretraining run needs: `[pretrain NAME] step 1200/2000 (60%), loss 5.31,
-    4.12 steps/s, ETA 3m20s`. Printed at most every `every_s` seconds and always at the last step, so a
-    2,000-step run prints a few dozen lines, not 2,000. The rate (and so the ETA) counts only the steps this
-    process ran: a resumed run does not claim the steps of its previous life."""
-
-    def __init__(self, name: str, max_steps: int, start_step: int, every_s: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic):
-        self.name, self.max_steps, self.start_step, self.every_s, self.clock = name, max_steps, start_step, every_s, clock
-        self.t0 = self.last = clock()
-
-    def update(self, step: int, loss: float) -> str | None:
-        now = self.clock()
-        if step < self.max_steps and now - self.last < self.every_s:
-            return None
-        self.last = now
-        ran, el = step - self.start_step, now - self.t0
-        rate = ran / el if el > 0 else 0.0
-        eta = (self.max_steps - step) / rate if rate > 0 else float("nan")
-        return (f"[pretrain {self.name}] step {step}/{self.max_steps} ({100 * step / self.max_steps:.0f}%), "
-                f"loss {loss:.3f}, {rate:.2f} steps/s, ETA {_duration(eta)}")
-
-
-def _duration(s: float) -> str:
-    if not math.isfinite(s):
-        return "?"
-    s = round(s)
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
-class NonFiniteLossError(ValueError):
-    """A pretraining run whose loss went NaN or infinite: it stops, and its model is never exported."""
-
-
-def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict]], *,
-               report: Callable[[dict, bool], None], log_every: int = 10,
-               all_finite: Callable[[bool], bool] = lambda ok: ok,
-               domain_batches: Callable[[int], Iterator[dict]] | None = None) -> TrainState:
-    """Run until `max_steps`. `epoch_batches(epoch)` yields row batches of one pass over the data;
-    `report(metrics, checkpoint_now)` is called every `log_every` steps and at every checkpoint step.
-    A resumed trainer skips the batches its last checkpoint had consumed (exact data position).
-    With a domain phase (`PretrainConfig.domain_fraction`), the steps from `cfg.domain_start_step` on take their
-    rows from `domain_batches(epoch)` instead, its passes counted from 0 (`TrainState.phase`).
-
-    `all_finite(ok)`: whether every rank's loss of this step is finite, given this rank's (data-parallel
-    workers pass an all-reduce), so that all ranks stop at the same step and none waits in a collective."""
-    cfg, st = trainer.cfg, trainer.state
-    if cfg.domain_fraction and domain_batches is None:
-        raise ValueError(f"PretrainConfig.domain_sources {'+'.join(cfg.domain_sources)}: train_loop needs "
-                         "domain_batches for the domain phase")
-    waited = 0.0
-    t_start = time.perf_counter()
-    while st.step < cfg.max_steps:
-        if st.phase == 0 and st.step >= cfg.domain_start_step:
-            st.phase, st.epoch, st.batches_in_epoch = 1, 0, 0
-        stop_at, batches = (cfg.domain_start_step, epoch_batches) if st.phase == 0 else (cfg.max_steps, domain_batches)
-        skip = st.batches_in_epoch
-        it = iter(batches(st.epoch))
-        consumed = 0
-        while st.step < stop_at:
-            t0 = time.perf_counter()
-            try:
-                rows = next(it)
-            except StopIteration:
-                break
-            waited += time.perf_counter() - t0
-            consumed += 1
-            if consumed <= skip:
-                continue
-            st.batches_in_epoch = consumed
-            metrics = trainer.train_step(trainer.batch(rows, step=st.step, epoch=st.epoch, max_len=cfg.seq_len_at(st.step)))
-            if not all_finite(math.isfinite(metrics["train/loss"])):
-                # Stop before reporting or checkpointing it: a diverged model must never be exported as finished.
-                bad = {k: v for k, v in metrics.items() if k.endswith("/loss") and not math.isfinite(v)}
-                raise NonFiniteLossError(
-                    f"the training loss became non-finite at step {st.step} ({', '.join(f'{k} = {v}' for k, v in bad.items())},"
-                    f" lr {metrics.get('lr', float('nan')):.3g}); lower the learning rate")
-            ckpt = st.step % cfg.checkpoint_every == 0 or st.step == cfg.max_steps
-            if ckpt or st.step % log_every == 0:
-                wall = time.perf_counter() - t_start
-                metrics.update({"step": st.step, "epoch": st.epoch, "phase": st.phase,
-                                "data_wait_fraction": waited / max(wall, 1e-9)})
-                report(metrics, ckpt)
-        else:
-            continue  # this phase's last step is done: the next pass starts the domain phase, or the loop ends
-        if consumed == 0:
-            what = "the domain phase's rows" if st.phase else "the training shard"
-            raise ValueError(f"{what} yielded no batches: the corpus is empty or smaller than one batch")
-        st.epoch += 1
-        st.batches_in_epoch = 0
-    return st
-
-
 def to_numpy_rows(table) -> dict:
     """A pyarrow table / pandas frame → the dict-of-columns rows `Collator` takes (tests, benchmarks)."""
     if hasattr(table, "to_pydict"):
         return {k: np.asarray(v, dtype=object) for k, v in table.to_pydict().items()}
     return {k: table[k].to_numpy() for k in table.columns}
+

@@ -246,6 +246,9 @@ class Objective:
     corpus_columns: ClassVar[tuple[str, ...]] = ()
     linked_only: ClassVar[bool] = False
     """True for objectives whose labels exist only for linked (Wikipedia) chunks."""
+    labelled_keys: ClassVar[tuple[str, ...]] = ()
+    """Its [B, T] label arrays whose labelled positions its loss gathers with `labelled(batch, key)`: the engine finds
+    them on the host before the step, where `nonzero` costs no wait for the device."""
     bert_pooler: ClassVar[bool] = False
     """True when this objective's head starts with BERT's pooler (a `pool` layer: dense + tanh on [CLS], as
     BERT's NSP head): `alignlab export` writes that layer as BertModel's pooler."""
@@ -301,16 +304,15 @@ def classification_sums(logits_NC: torch.Tensor, labels_N: torch.Tensor) -> tupl
     """Mean cross-entropy over rows whose label is not IGNORE, and additive sums for metrics."""
     valid = labels_N != IGNORE
     n = valid.sum()
-    if n == 0:
-        zero = logits_NC.sum() * 0.0
-        return zero, {"count": zero.detach(), "correct": zero.detach(), "nll": zero.detach()}
+    # No branch on n: a batch without labels sums no terms, and 0 / max(n, 1) is a zero loss with zero gradients
+    # (asking the device whether n == 0 would make the host wait for it every step).
     # ignore_index rather than selecting the valid rows: a boolean index copies the logits (for MLM a
     # [masked, vocab] matrix) and its backward scatters them back, ~40% of the loss's cost.
     lg = logits_NC.float()
     nll = torch.nn.functional.cross_entropy(lg, labels_N, reduction="sum", ignore_index=IGNORE)
     with torch.no_grad():
         correct = ((lg.argmax(-1) == labels_N) & valid).sum()
-    return nll / n, {"count": n.detach().float(), "correct": correct.float(), "nll": nll.detach()}
+    return nll / n.clamp_min(1), {"count": n.detach().float(), "correct": correct.float(), "nll": nll.detach()}
 
 
 LABELLED_ROW_MULTIPLE = 32
@@ -333,6 +335,15 @@ def labelled_rows(labels_N: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if pad:
         target[-pad:] = IGNORE
     return pos, target
+
+
+def labelled(batch: dict, key: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """`labelled_rows` of `batch[key]`, as the engine made them on the host (`Objective.labelled_keys`;
+    `batch[key + ".rows"]`, `batch[key + ".targets"]`) or, for a batch made elsewhere, here."""
+    rows = batch.get(f"{key}.rows")
+    if rows is not None:
+        return rows, batch[f"{key}.targets"]
+    return labelled_rows(batch[key].reshape(-1))
 
 
 def classification_metrics(sums: dict[str, float]) -> dict[str, float]:

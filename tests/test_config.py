@@ -102,12 +102,12 @@ _OTHER_VALUE = {
     "decay": "linear", "max_steps": 13, "grad_clip": 0.5, "acronym_fraction": 0.5, "subword_regularization_alpha": 0.1,
     "num_workers": 2, "precision": "fp32", "seed": 1, "loss_scaling": "log_classes",
     "adam_betas": (0.9, 0.98), "adam_eps": 1e-6, "weight_decay": 0.01, "seq_len": 32, "curriculum_fraction": 0.5,
-    "corpus_embeddings": 0.1,
+    "corpus_embeddings": 0.1, "compile": True,
     # set together: each is changed with its companion at a fixed value (see _COMPANION)
     "short_seq_len": 32, "short_seq_fraction": 0.5, "domain_sources": ("web",), "domain_fraction": 0.5,
     # runtime-only
     "checkpoint_every": 7, "log_every": 3, "eval_batches": 9, "cpus_per_worker": 2.0, "threads_per_worker": 2,
-    "use_gpu": True,
+    "use_gpu": True, "prefetch_batches": 5,
 }
 
 

@@ -1,0 +1,241 @@
+"""The input path of issue #42: the collation as array operations gives exactly the per-row collation's batches, the
+prefetching thread changes nothing a run learns, and the training step asks the device nothing."""
+from __future__ import annotations
+
+import dataclasses
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from collate_reference import ReferenceCollator  # noqa: E402
+from tiny_model import batches, tiny_tokenizer  # noqa: E402
+
+from alignlab.platform.batching import Collator  # noqa: E402
+from alignlab.platform.config import PRETRAIN_PRESETS  # noqa: E402
+from alignlab.platform.prefetch import Prefetcher  # noqa: E402
+from alignlab.platform.pretrain import Pretrainer, build_objectives, train_loop  # noqa: E402
+
+SMOKE = PRETRAIN_PRESETS["smoke"]
+VARIANTS = {
+    "plain": ("mlm,nsp,whp,pad", {}),
+    "pad labels and subwords": ("mlm,nsp,whp,pad", {"pad": {"chunk_labels": True, "subword_alpha": 0.2}}),
+    "rtd": ("mlm,rtd,nsp", {}),
+}
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    return tiny_tokenizer(tmp_path_factory.mktemp("tok"))
+
+
+def _objectives(tok, names: str, overrides: dict) -> list:
+    cfg = dataclasses.replace(SMOKE, objectives=[{"name": n, **overrides.get(n, {})} for n in names.split(",")])
+    return list(build_objectives(cfg, tok).values())
+
+
+def _assert_same_batches(old: ReferenceCollator, new: Collator, row_batches: list[dict], lengths) -> None:
+    for length in lengths:
+        for step, rows in enumerate(row_batches):
+            for epoch in (0, 1):  # PAD draws its pairs afresh after the first pass
+                a = old(rows, step=step, max_len=length, epoch=epoch)
+                b = new(rows, step=step, max_len=length, epoch=epoch)
+                assert a.keys() == b.keys()
+                for k in a:
+                    assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), (k, length, step, epoch)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_the_array_collation_makes_exactly_the_batches_of_the_per_row_collation(tok, variant):
+    names, overrides = VARIANTS[variant]
+    objs = _objectives(tok, names, overrides)
+    kw = dict(max_len=64, acronym_fraction=0.5, subword_alpha=0.1 if variant != "plain" else 0.0, seed=3)
+    _assert_same_batches(ReferenceCollator(objs, tok, **kw), Collator(objs, tok, **kw), batches(tok), (64, 32, 20))
+
+
+@pytest.mark.ray
+def test_the_array_collation_makes_exactly_the_batches_of_the_per_row_collation_on_the_smoke_corpus(smoke_corpus):
+    import json
+
+    import pyarrow.parquet as pq
+
+    from alignlab.platform.tokenizer import Tokenizer
+
+    corpus_tok = Tokenizer(smoke_corpus / "tokenizer.model")
+    names = json.loads((smoke_corpus / "manifest.json").read_text())["shards"]["train"]
+    row_batches = []
+    for name in names:  # numpy columns, as Ray Data's batches are
+        for rb in pq.ParquetFile(smoke_corpus / "shards" / name).iter_batches(batch_size=16):
+            row_batches.append({c: rb.column(c).to_numpy(zero_copy_only=False) for c in rb.schema.names})
+    objs = _objectives(corpus_tok, "mlm,nsp,whp,pad", {})
+    kw = dict(max_len=64, acronym_fraction=0.5)
+    _assert_same_batches(ReferenceCollator(objs, corpus_tok, **kw), Collator(objs, corpus_tok, **kw), row_batches[:12],
+                         (64, 32))
+
+
+def test_padding_to_the_full_length_changes_only_the_padding(tok):
+    # (not MLM: its draws are one per position of the batch's width, so a wider batch draws other masks)
+    objs = _objectives(tok, "nsp,whp,pad", {})
+    rows = batches(tok)[0]
+    short = Collator(objs, tok, max_len=64)(rows, step=2)
+    full = Collator(objs, tok, max_len=64, pad_to_max_len=True)(rows, step=2)
+    T = short["input_ids"].shape[1]
+    assert full["input_ids"].shape[1] == 64 > T
+    for k, v in short.items():
+        if v.dim() == 2:
+            assert torch.equal(full[k][:, :T], v) and not full["attention_mask"][:, T:].any()
+        else:
+            assert torch.equal(full[k], v)
+
+
+def test_the_prefetcher_keeps_order_raises_a_sources_error_at_its_item_and_stops_its_thread():
+    assert list(Prefetcher(iter(range(50)), depth=3)) == list(range(50))
+    assert list(Prefetcher(iter(range(5)), depth=0)) == list(range(5))
+
+    def failing():
+        yield 1
+        yield 2
+        raise ValueError("record 3 is bad")
+
+    got = []
+    with pytest.raises(ValueError, match="record 3 is bad"):
+        for x in Prefetcher(failing(), depth=2):
+            got.append(x)
+    assert got == [1, 2]
+    with Prefetcher(iter(range(10**9)), depth=2) as p:  # left early: closing stops the thread
+        next(p)
+        thread = p._thread
+    assert thread is not None and not thread.is_alive()
+    assert not any(t.name == "alignlab-prefetch" and t.is_alive() for t in threading.enumerate())
+
+
+def _run(tok, cfg, *, steps_from: dict | None = None):
+    trainer = Pretrainer(cfg, tok)
+    if steps_from is not None:
+        trainer.load_state_dict(steps_from)
+    reported, rows_seen = [], []
+
+    def report(m, ckpt):
+        reported.append(m)
+        rows_seen.append(list(trainer.last_row_ids))
+
+    train_loop(trainer, lambda epoch: iter(batches(tok, num=3)), report=report, log_every=1)
+    return trainer, reported, rows_seen
+
+
+def test_collating_on_a_prefetch_thread_trains_the_same_weights_on_the_same_rows_and_resumes_exactly(tok):
+    cfg = dataclasses.replace(SMOKE, objectives="mlm,nsp,whp,pad", max_steps=7, checkpoint_every=3, precision="fp32",
+                              prefetch_batches=0)
+    plain, plain_metrics, plain_rows = _run(tok, cfg)
+    ahead, ahead_metrics, ahead_rows = _run(tok, dataclasses.replace(cfg, prefetch_batches=3))
+    assert ahead_rows == plain_rows and len(plain_rows) == 7
+    drop = ("data_wait_fraction",)
+    assert [{k: v for k, v in m.items() if k not in drop} for m in ahead_metrics] == \
+           [{k: v for k, v in m.items() if k not in drop} for m in plain_metrics]
+    for k, v in plain.model.state_dict().items():
+        assert torch.equal(v, ahead.model.state_dict()[k]), k
+    # Stopped at step 4 (the second pass's first batch), then resumed on the prefetch thread: the same weights.
+    first = Pretrainer(dataclasses.replace(cfg, max_steps=7), tok)
+    part = dataclasses.replace(cfg, max_steps=4, prefetch_batches=2)
+    stopped = Pretrainer(part, tok)
+    train_loop(stopped, lambda epoch: iter(batches(tok, num=3)), report=lambda m, c: None, log_every=1)
+    assert (stopped.state.step, stopped.state.epoch, stopped.state.batches_in_epoch) == (4, 1, 1)
+    del first
+    resumed, _, resumed_rows = _run(tok, dataclasses.replace(cfg, prefetch_batches=2),
+                                    steps_from=stopped.state_dict())
+    assert resumed_rows == plain_rows[4:]
+    for k, v in plain.model.state_dict().items():
+        assert torch.equal(v, resumed.model.state_dict()[k]), k
+
+
+def test_metrics_read_every_few_steps_are_the_means_of_the_steps_read_one_by_one(tok):
+    cfg = dataclasses.replace(SMOKE, objectives="mlm,nsp", precision="fp32", model=dataclasses.replace(
+        SMOKE.model, dropout=0.0))
+    rows = batches(tok, num=3)
+    one, three = Pretrainer(cfg, tok), Pretrainer(cfg, tok)
+    each = [one.train_step(one.collate(r, step=i)) for i, r in enumerate(rows)]
+    for i, r in enumerate(rows):
+        three.step(three.collate(r, step=i))
+    mean = three.read_metrics()
+    assert mean["train/loss"] == pytest.approx(np.mean([m["train/loss"] for m in each]), rel=1e-6)
+    assert mean["train/nsp/loss"] == pytest.approx(np.mean([m["train/nsp/loss"] for m in each]), rel=1e-6)
+    assert 0.0 <= mean["train/mlm/accuracy"] <= 1.0 and mean["lr"] == each[-1]["lr"]
+    with pytest.raises(ValueError, match="before any step"):
+        three.read_metrics()
+
+
+class _NoDeviceReads:
+    """Fails on every way a tensor's value reaches Python, and on `nonzero` (whose output size is a value)."""
+
+    METHODS = ("__bool__", "__float__", "__int__", "item", "tolist", "nonzero")
+
+    def __init__(self, monkeypatch):
+        self.mp = monkeypatch
+
+    def __enter__(self):
+        for name in self.METHODS:
+            def refuse(*a, _name=name, **k):
+                raise AssertionError(f"the step read a tensor's value ({_name})")
+            self.mp.setattr(torch.Tensor, name, refuse)
+        self.mp.setattr(torch, "nonzero", lambda *a, **k: (_ for _ in ()).throw(AssertionError("torch.nonzero")))
+        return self
+
+    def __exit__(self, *exc):
+        self.mp.undo()
+
+
+@pytest.mark.parametrize("alibi", [0.0, 4.0])
+def test_the_forward_and_loss_of_a_prepared_unpadded_batch_read_no_tensor_value(tok, monkeypatch, alibi):
+    cfg = dataclasses.replace(SMOKE, objectives="mlm,nsp,whp,pad", precision="fp32",
+                              model=dataclasses.replace(SMOKE.model, alibi=alibi, dropout=0.0))
+    trainer = Pretrainer(cfg, tok)
+    col = Collator(list(trainer.objectives.values()), tok, max_len=64, pad_to_max_len=True, acronym_fraction=0.5)
+    rows = batches(tok)[0]
+    batch = col(rows, step=0)
+    batch["attention_mask"][:] = True  # every row as long as the batch (as a packed batch would be)
+    prepared = trainer.prepare(batch)
+    assert prepared["has_padding"] is False
+    expected = trainer.forward(trainer.to_device(dict(prepared, has_padding=True)))
+    with _NoDeviceReads(monkeypatch):
+        out = trainer.forward(trainer.to_device(prepared))
+        total = sum(loss for loss, _ in out.values())
+        total.backward()
+    for name, (loss, sums) in out.items():  # no mask gives the all-ones mask's numbers (alibi's bias kept)
+        assert torch.allclose(loss, expected[name][0], rtol=1e-5, atol=1e-6), name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_training_step_never_synchronizes_with_the_host(tok):
+    cfg = dataclasses.replace(SMOKE, objectives="mlm,nsp,whp,pad", use_gpu=True)
+    trainer = Pretrainer(cfg, tok, device="cuda")
+    batch = trainer.prepare(trainer.collate(batches(tok)[0], step=0))
+    trainer.step(batch)  # warm: lazy initialisation may synchronize once
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        trainer.step(trainer.prepare(trainer.collate(batches(tok)[1], step=1)))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert np.isfinite(trainer.read_metrics()["train/loss"])
+
+
+@pytest.mark.slow
+def test_a_compiled_smoke_step_matches_the_eager_step(tok):
+    """`PretrainConfig.compile`: the same batch (padded to the full length either way) gives the eager step's
+    losses and weights within float tolerance. Slow: inductor compiles C++ kernels on CPU (over a minute here)."""
+    cfg = dataclasses.replace(SMOKE, objectives="mlm,nsp,whp", precision="fp32",
+                              model=dataclasses.replace(SMOKE.model, dropout=0.0))
+    eager, compiled = Pretrainer(cfg, tok), Pretrainer(dataclasses.replace(cfg, compile=True), tok)
+    assert compiled.collate.pad_to_max_len and not eager.collate.pad_to_max_len
+    for step, rows in enumerate(batches(tok, num=2)):
+        batch = compiled.collate(rows, step=step)
+        a, b = eager.train_step(batch), compiled.train_step(batch)
+        for k in ("train/loss", "train/mlm/loss", "train/nsp/loss", "train/whp/loss"):
+            assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-5), k
+    for k, v in eager.model.state_dict().items():
+        assert torch.allclose(v, compiled.model.state_dict()[k], rtol=1e-4, atol=1e-5), k
