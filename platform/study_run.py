@@ -25,6 +25,7 @@ from alignlab.platform.locks import artifact_lock
 from alignlab.platform.storage import Storage, as_storage, study_dir, write_json
 from alignlab.platform.study_grid import check_trial_resources, run_trials
 from alignlab.platform.study_search import run_search
+from alignlab.platform.trial_files import finished_calculations
 from alignlab.platform.study_spec import (DEFAULT_TRIAL_RESOURCES, SEARCH_OBJECTIVE, CalcSpec, ModelSpec, Study,
                                           calc_id, with_precision, with_pretrain_seeds)
 
@@ -116,7 +117,8 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
         "searches": list(searches.values()),
     })
     st.push_file(f"{srel}/study.json")
-    finished = {f[: -len(".json")] for f in st.list(f"{srel}/trials") if f.endswith(".json")}
+    # A zero-length or cut-short trial file, or a calculation that ran out of memory, is not finished (trial_files).
+    finished = finished_calculations(st, srel)
     pending = [c for c in calcs if c["calc_id"] not in finished]
     say(f"[study {study.name}] {len(calcs) - len(pending)} of {len(calcs)} calculations already done; "
         f"running {len(pending)}")
@@ -156,7 +158,7 @@ def stage_eval_files(study: Study, sdir: Path) -> dict[str, tuple[str, str]]:
 
 def check_budgets(study: Study, tdir: Path) -> None:
     """Fail before any pretraining when a calculation asks for more examples than its task pool holds."""
-    from alignlab.platform.protocol import TaskData
+    from alignlab.platform.protocol import TaskData, check_honest_budget
 
     data = TaskData.load(tdir)
     bad = set()
@@ -164,6 +166,10 @@ def check_budgets(study: Study, tdir: Path) -> None:
         n = pool_size(data, c.finetune.task, c.finetune.fold)
         if c.finetune.budget > n:
             bad.add(f"{c.row}/{c.col}: {c.finetune.task.upper()} budget {c.finetune.budget} > {n} available")
+        try:
+            check_honest_budget(c.finetune)
+        except ValueError as e:
+            bad.add(f"{c.row}/{c.col}: {e}")
     for s in (n for declared in study.searches for n in declared.nested()):
         for fold in {s.search_fold, *(f for f, _ in s.points())}:
             n = pool_size(data, s.base.task, fold)

@@ -101,3 +101,21 @@ def assert_ctrl_c_raises_keyboard_interrupt() -> None:
     with pytest.raises(KeyboardInterrupt):
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(5)  # Python raises at its next bytecode; a swallowed signal ends here and fails the test
+
+
+class OutOfMemoryAt:
+    """Rank `rank` raises CUDA's out-of-memory error (constructible on a CPU) when it has finished `step`, as a
+    real allocation failure in the step would, and appends the step to `out/raised` each time it does."""
+
+    def __init__(self, step: int, out: str, rank: int = 0):
+        self.step, self.out, self.rank = step, out, rank
+
+    def __call__(self, *, rank, step, **_) -> None:
+        from pathlib import Path
+
+        import torch
+
+        if rank == self.rank and step == self.step:
+            with open(Path(self.out) / "raised", "a") as f:
+                f.write(f"{step}\n")
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected by a test)")
