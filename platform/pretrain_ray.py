@@ -21,6 +21,7 @@ from alignlab.platform.models import (DIVERGED, FINAL_MARKER, LEGACY_MARKER, RUN
                                       keep_checkpoints_default, list_models, model_finished, model_id,
                                       prune_checkpoints)
 from alignlab.platform import out_of_memory
+from alignlab.platform.disk_space import checkpoint_disk_full, no_space_left
 from alignlab.platform.pretrain import NonFiniteLossError, resolve_precision
 from alignlab.platform.ray_env import own_sigint
 from alignlab.platform.storage import (MARKER, Storage, as_storage, corpus_dir, model_dir, publish_dir, resolve_root,
@@ -167,6 +168,9 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
         if (reason := diverged_reason(st, mid)) is not None:  # one line, not Ray's nested worker traceback
             raise NonFiniteLossError(f"pretraining of {mid} stopped: {reason}") from e
         _raise_if_out_of_memory(st, mid)
+        if no_space_left(e):  # one line naming the folder, not the worker group's nested traceback
+            raise checkpoint_disk_full(st.url(f"models/{mid}/ray/{name}"),
+                                       None if st.remote else mdir / "ray" / name) from e
         raise
     _raise_if_out_of_memory(st, mid)
     if (reason := diverged_reason(st, mid)) is not None:  # the workers stopped at a non-finite loss
