@@ -20,7 +20,7 @@ from alignlab.platform.models import (DIVERGED, FINAL_MARKER, LEGACY_MARKER, RUN
                                       check_corpus_for, diverged_reason, fetch_model, final_finished, is_finished,
                                       keep_checkpoints_default, list_models, model_finished, model_id,
                                       prune_checkpoints)
-from alignlab.platform import out_of_memory
+from alignlab.platform import out_of_memory, run_snapshot
 from alignlab.platform.disk_space import checkpoint_disk_full, no_space_left
 from alignlab.platform.pretrain import NonFiniteLossError, resolve_precision
 from alignlab.platform.ray_env import own_sigint
@@ -161,6 +161,8 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
         dataset_config=DataConfig(datasets_to_split=[]),
     )
     out_of_memory.clear(st, mid)  # this attempt's own: an earlier one may have had a smaller device or more workers
+    if note := run_snapshot.repair(st, mid, name):  # a disk that filled during the last attempt
+        print(f"[pretrain {mid}] {note}", flush=True)
     try:
         with own_sigint():
             trainer.fit()

@@ -75,3 +75,102 @@ def test_pretraining_finishes_on_another_node_from_the_last_checkpoint_when_its_
         stop.set()
         ray.shutdown()
         cluster.shutdown()
+
+
+def _remove_a_node_that_ran_a_calculation(sdir: Path, cluster, removed: list, stop: threading.Event) -> None:
+    """Once two calculations are finished, remove the node the latest ran on: its trial actor is reused for the
+    next calculation there (`reuse_actors`), so that one is cut off mid-way. Records {calc_id: started_at} of the
+    calculations finished by then."""
+    import json
+
+    while not stop.is_set():
+        files = sorted((sdir / "trials").glob("*.json"), key=lambda p: p.stat().st_mtime) \
+            if (sdir / "trials").exists() else []
+        if len(files) >= 2:
+            rows = [json.loads(p.read_text()) for p in files]
+            node = next(n for n in cluster.worker_nodes if n.node_id == rows[-1]["node"])
+            cluster.remove_node(node, allow_graceful=False)
+            removed.append(({r["calc_id"]: r["started_at"] for r in rows}, node.node_id))
+            return
+        time.sleep(0.2)
+
+
+@pytest.mark.ray
+@pytest.mark.cluster
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_a_node_lost_mid_study_runs_no_finished_calculation_again_and_the_results_are_the_same(tmp_path):
+    """Six FEL calculations on two worker nodes of 1 CPU (trials run there only: the head has none). One run
+    undisturbed; another loses a node once two calculations are finished. The calculations cut off are run
+    again (by Tune's retry, or else by a rerun of the pending ones, as `run_study` does), the finished ones are
+    not (their trial files are untouched), and every calculation's numbers equal the undisturbed run's."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from tiny_model import tiny_pretrained
+
+    from alignlab.platform.config import FinetuneConfig, to_dict
+    from alignlab.platform.protocol import build_tasks
+    from alignlab.platform.report import collect_results
+    from alignlab.platform.storage import as_storage, read_json, study_dir
+    from alignlab.platform.study import calc_id, run_trials
+    from alignlab.platform.trial_files import finished_calculations
+
+    root = tmp_path / "root"
+    mdir = tiny_pretrained(root)
+    tdir = build_tasks(root, langs=("en",), max_docs_per_lang=300, target_snippets=60)
+    st = as_storage(root)
+    fts = [FinetuneConfig(task="ct", budget=10, max_epochs=3, patience=1, batch_size=8, lr=1e-3, selection="honest",
+                          seed=s) for s in range(6)]
+
+    def calcs(name: str) -> list[dict]:
+        return [{"calc_id": calc_id(mdir.name, ft), "model_key": "m", "model_id": mdir.name, "model_dir": str(mdir),
+                 "task_dir": str(tdir), "row": "seed", "col": str(ft.seed), "group": "seed", "finetune": to_dict(ft),
+                 "study_dir": str(study_dir(root, name)), "storage": st.uri, "task_id": tdir.name, "study_name": name,
+                 "eval_sets": {}} for ft in fts]
+
+    def study_json(name: str) -> None:
+        from alignlab.platform.storage import write_json
+
+        cs = calcs(name)
+        write_json(study_dir(root, name) / "study.json", {
+            "name": name, "title": name, "baseline_col": "0", "baseline_cells": [], "plots": [], "notes": "",
+            "models": {}, "calculations": [c["calc_id"] for c in cs],
+            "cells": {c["calc_id"]: {"row": c["row"], "col": c["col"], "group": c["group"]} for c in cs},
+            "searches": []})
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    stop = threading.Event()
+    try:
+        for _ in range(2):
+            cluster.add_node(num_cpus=1)
+        ray.init(address=cluster.address, log_to_driver=False)
+        run_trials(calcs("whole"), study_dir(root, "whole"), progress=False, storage=st)
+        sdir, removed = study_dir(root, "lost"), []
+        remover = threading.Thread(target=_remove_a_node_that_ran_a_calculation, args=(sdir, cluster, removed, stop),
+                                   daemon=True)
+        remover.start()
+        try:
+            run_trials(calcs("lost"), sdir, progress=False, storage=st)
+        except RuntimeError:  # Tune gave the cut-off trial up: the rerun below runs it, as a study's rerun would
+            pass
+        remover.join(timeout=60)
+        assert removed, "no node was removed: the calculations finished before two of them were"
+        finished_then, node_id = removed[0]
+        assert node_id not in {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        pending = [c for c in calcs("lost") if c["calc_id"] not in finished_calculations(st, "studies/lost")]
+        if pending:
+            run_trials(pending, sdir, progress=False, storage=st)
+        for cid, started in finished_then.items():  # never run again
+            assert read_json(sdir / "trials" / f"{cid}.json")["started_at"] == started, cid
+        study_json("whole")
+        study_json("lost")
+        metrics = ["calc_id", "accuracy", "perplexity", "best_accuracy", "epochs"]
+        a = collect_results(study_dir(root, "whole"))[metrics].sort_values("calc_id").reset_index(drop=True)
+        b = collect_results(sdir)[metrics].sort_values("calc_id").reset_index(drop=True)
+        assert len(a) == len(b) == 6
+        assert a.equals(b), (a, b)
+    finally:
+        stop.set()
+        ray.shutdown()
+        cluster.shutdown()

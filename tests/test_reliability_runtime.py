@@ -122,3 +122,30 @@ def test_a_disk_that_fills_while_a_checkpoint_is_written_names_the_folder_and_th
     assert is_finished(mdir)
     steps = [json.loads(l)["step"] for l in (probe / "rank0.jsonl").read_text().splitlines()]
     assert steps == [3, 4, 5, 6], steps  # resumed from the step-2 checkpoint, not from scratch
+
+
+def test_an_empty_run_snapshot_is_rebuilt_from_the_whole_checkpoints_leaving_out_one_cut_short(tmp_path):
+    """What a full disk leaves in a Train run folder: the snapshot emptied, the newest checkpoint's state.pt cut
+    short. The rebuilt snapshot lists the whole checkpoints only, the newest of them as the one to resume from."""
+    import json
+
+    import torch
+
+    from alignlab.platform.run_snapshot import SNAPSHOT, repair
+    from alignlab.platform.storage import as_storage
+
+    run = tmp_path / "models" / "m" / "ray" / "train"
+    names = ["checkpoint_2026-01-01_00-00-01.000000", "checkpoint_2026-01-01_00-00-02.000000",
+             "checkpoint_2026-01-01_00-00-03.000000"]
+    for n in names:
+        (run / n).mkdir(parents=True)
+        torch.save({"w": torch.arange(1000.0)}, run / n / "state.pt")
+    cut = run / names[2] / "state.pt"
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    (run / SNAPSHOT).write_text("")
+    st = as_storage(tmp_path)
+    assert "resuming from " + names[1] in repair(st, "m", "train")
+    snap = json.loads((run / SNAPSHOT).read_text())
+    assert [r["checkpoint_dir_name"] for r in snap["checkpoint_results"]] == names[:2]
+    assert snap["latest_checkpoint_result"]["checkpoint_dir_name"] == names[1]
+    assert repair(st, "m", "train") is None  # a whole snapshot is left alone
