@@ -15,15 +15,27 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 
-def _remove_the_node_named_in(marker: Path, cluster, removed: list, stop: threading.Event) -> None:
-    while not stop.is_set():
-        if marker.exists() and marker.read_text():
-            node_id = marker.read_text()
-            (node,) = [n for n in cluster.worker_nodes if n.node_id == node_id]
-            cluster.remove_node(node, allow_graceful=False)
-            removed.append(node_id)
-            return
-        time.sleep(0.5)
+def _in_background(step, stop: threading.Event) -> threading.Thread:
+    """Call `step()` every 0.2 s until it returns True or `stop` is set."""
+    def loop() -> None:
+        while not stop.is_set() and not step():
+            time.sleep(0.2)
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    return t
+
+
+def _remove_the_node_named_in(marker: Path, cluster, removed: list):
+    def step() -> bool:
+        if not (marker.exists() and marker.read_text()):
+            return False
+        (node,) = [n for n in cluster.worker_nodes if n.node_id == marker.read_text()]
+        cluster.remove_node(node, allow_graceful=False)
+        removed.append(node.node_id)
+        return True
+
+    return step
 
 
 @pytest.mark.ray
@@ -58,8 +70,7 @@ def test_pretraining_finishes_on_another_node_from_the_last_checkpoint_when_its_
         cdir = build_corpus(CORPUS_PRESETS["smoke"], tmp_path / "corpus-root", progress=False)
         whole = pretrain(cdir, cfg, tmp_path / "uninterrupted")
         marker, removed = tmp_path / "node-of-rank0", []
-        remover = threading.Thread(target=_remove_the_node_named_in, args=(marker, cluster, removed, stop), daemon=True)
-        remover.start()
+        _in_background(_remove_the_node_named_in(marker, cluster, removed), stop)
         mdir = pretrain(cdir, cfg, tmp_path / "lost", max_failures=2,
                         after_step=registered(WaitToBeRemovedAt(5, str(marker))))
         assert removed and removed[0] not in {n["NodeID"] for n in ray.nodes() if n["Alive"]}  # it really went
@@ -77,22 +88,24 @@ def test_pretraining_finishes_on_another_node_from_the_last_checkpoint_when_its_
         cluster.shutdown()
 
 
-def _remove_a_node_that_ran_a_calculation(sdir: Path, cluster, removed: list, stop: threading.Event) -> None:
+def _remove_a_node_that_ran_a_calculation(sdir: Path, cluster, removed: list):
     """Once two calculations are finished, remove the node the latest ran on: its trial actor is reused for the
     next calculation there (`reuse_actors`), so that one is cut off mid-way. Records {calc_id: started_at} of the
-    calculations finished by then."""
+    calculations finished by then, and the node."""
     import json
 
-    while not stop.is_set():
+    def step() -> bool:
         files = sorted((sdir / "trials").glob("*.json"), key=lambda p: p.stat().st_mtime) \
             if (sdir / "trials").exists() else []
-        if len(files) >= 2:
-            rows = [json.loads(p.read_text()) for p in files]
-            node = next(n for n in cluster.worker_nodes if n.node_id == rows[-1]["node"])
-            cluster.remove_node(node, allow_graceful=False)
-            removed.append(({r["calc_id"]: r["started_at"] for r in rows}, node.node_id))
-            return
-        time.sleep(0.2)
+        if len(files) < 2:
+            return False
+        rows = [json.loads(p.read_text()) for p in files]
+        node = next(n for n in cluster.worker_nodes if n.node_id == rows[-1]["node"])
+        cluster.remove_node(node, allow_graceful=False)
+        removed.append(({r["calc_id"]: r["started_at"] for r in rows}, node.node_id))
+        return True
+
+    return step
 
 
 @pytest.mark.ray
@@ -147,9 +160,7 @@ def test_a_node_lost_mid_study_runs_no_finished_calculation_again_and_the_result
         ray.init(address=cluster.address, log_to_driver=False)
         run_trials(calcs("whole"), study_dir(root, "whole"), progress=False, storage=st)
         sdir, removed = study_dir(root, "lost"), []
-        remover = threading.Thread(target=_remove_a_node_that_ran_a_calculation, args=(sdir, cluster, removed, stop),
-                                   daemon=True)
-        remover.start()
+        remover = _in_background(_remove_a_node_that_ran_a_calculation(sdir, cluster, removed), stop)
         try:
             run_trials(calcs("lost"), sdir, progress=False, storage=st)
         except RuntimeError:  # Tune gave the cut-off trial up: the rerun below runs it, as a study's rerun would

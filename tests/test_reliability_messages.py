@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from test_faults_runtime import _ft, tiny_root  # noqa: E402,F401 -- the same tiny model and task data
 
 ALIGNLAB = [sys.executable, "-m", "alignlab.platform.cli"]
 
@@ -20,26 +21,6 @@ def _run(cmd: list[str], cwd: Path, timeout: float = 180) -> tuple[int, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("ALIGNLAB_DEBUG", "RAY_ADDRESS")}
     p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     return p.returncode, p.stdout + p.stderr
-
-
-@pytest.fixture(scope="module")
-def tiny_root(tmp_path_factory):
-    """A storage root with one tiny pretrained model and small task data (seconds, no Ray)."""
-    from tiny_model import tiny_pretrained
-
-    from alignlab.platform.protocol import build_tasks
-
-    root = tmp_path_factory.mktemp("messages-root")
-    mdir = tiny_pretrained(root)
-    tdir = build_tasks(root, langs=("en",), max_docs_per_lang=300, target_snippets=60)
-    return root, mdir, tdir
-
-
-def _ft(**kw):
-    from alignlab.platform.config import FinetuneConfig
-
-    return FinetuneConfig(**{**dict(task="ct", budget=10, max_epochs=2, patience=1, batch_size=8, lr=1e-3,
-                                    selection="honest"), **kw})
 
 
 # ---------------------------------------------------------------- a budget the validation split takes whole
