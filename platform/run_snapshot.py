@@ -23,7 +23,7 @@ def _whole(fs, path: str) -> bool:
     try:
         with fs.open_input_file(path) as f, zipfile.ZipFile(f) as z:
             return z.testzip() is None
-    except (OSError, zipfile.BadZipFile, EOFError):
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError):  # pyarrow's ArrowInvalid (a short file) is a ValueError
         return False
 
 

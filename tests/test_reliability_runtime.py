@@ -142,6 +142,8 @@ def test_an_empty_run_snapshot_is_rebuilt_from_the_whole_checkpoints_leaving_out
         torch.save({"w": torch.arange(1000.0)}, run / n / "state.pt")
     cut = run / names[2] / "state.pt"
     cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    (run / "checkpoint_2026-01-01_00-00-04.000000").mkdir()
+    (run / "checkpoint_2026-01-01_00-00-04.000000" / "state.pt").write_bytes(b"")  # a copy the full disk stopped at once
     (run / SNAPSHOT).write_text("")
     st = as_storage(tmp_path)
     assert "resuming from " + names[1] in repair(st, "m", "train")
