@@ -214,11 +214,17 @@ def list_models(root: Path | Storage) -> list[dict]:
                     st.pull_file(f"models/{f}")
     for cfg_file in sorted((st.local / "models").glob("*/config.json")):
         mdir = cfg_file.parent
-        info = read_json(cfg_file)
-        pre = info["pretrain"]
-        row = {"model_id": info["model_id"], "size": f"{pre['model']['hidden']}x{pre['model']['num_layers']}",
-               "objectives": "+".join(o["name"] for o in pre["objectives"]), "max_steps": pre["max_steps"],
-               "precision": info.get("precision", pre.get("precision")), "finished": mdir.name in finished_at_root if st.remote else is_finished(mdir)}
+        try:
+            info = read_json(cfg_file)
+            pre = info["pretrain"]
+            row = {"model_id": info["model_id"], "size": f"{pre['model']['hidden']}x{pre['model']['num_layers']}",
+                   "objectives": "+".join(o["name"] for o in pre["objectives"]), "max_steps": pre["max_steps"],
+                   "precision": info.get("precision", pre.get("precision")),
+                   "finished": mdir.name in finished_at_root if st.remote else is_finished(mdir)}
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            # One damaged entry (a hand edit, a copy cut short) must not hide the others: listed as broken.
+            out.append({"model_id": mdir.name, "broken": f"{cfg_file}: {_config_problem(e)}"})
+            continue
         if (mdir / DIVERGED).exists():
             row["diverged"] = read_json(mdir / DIVERGED).get("error")
         if row["finished"]:
@@ -226,3 +232,11 @@ def list_models(root: Path | Storage) -> list[dict]:
             row.update({k: v for k, v in ev.items() if k.endswith(("accuracy", "perplexity"))})
         out.append(row)
     return out
+
+
+def _config_problem(e: Exception) -> str:
+    if isinstance(e, KeyError):
+        return f"no {e.args[0]!r} field (not a model's config.json, or cut short)"
+    if isinstance(e, ValueError):
+        return f"not JSON ({e})"
+    return f"not a model's config.json ({type(e).__name__}: {e})"

@@ -20,6 +20,8 @@ from alignlab.platform.models import (DIVERGED, FINAL_MARKER, LEGACY_MARKER, RUN
                                       check_corpus_for, diverged_reason, fetch_model, final_finished, is_finished,
                                       keep_checkpoints_default, list_models, model_finished, model_id,
                                       prune_checkpoints)
+from alignlab.platform import out_of_memory, run_snapshot
+from alignlab.platform.disk_space import checkpoint_disk_full, no_space_left
 from alignlab.platform.pretrain import NonFiniteLossError, resolve_precision
 from alignlab.platform.ray_env import own_sigint
 from alignlab.platform.storage import (MARKER, Storage, as_storage, corpus_dir, model_dir, publish_dir, resolve_root,
@@ -159,19 +161,33 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
         # worker reads and collates the whole stream (cheap next to a GPU step; README "Running on a cluster").
         dataset_config=DataConfig(datasets_to_split=[]),
     )
+    out_of_memory.clear(st, mid)  # this attempt's own: an earlier one may have had a smaller device or more workers
+    if note := run_snapshot.repair(st, mid, name):  # a disk that filled during the last attempt
+        print(f"[pretrain {mid}] {note}", flush=True)
     try:
         with own_sigint():
             trainer.fit()
     except Exception as e:
         if (reason := diverged_reason(st, mid)) is not None:  # one line, not Ray's nested worker traceback
             raise NonFiniteLossError(f"pretraining of {mid} stopped: {reason}") from e
+        _raise_if_out_of_memory(st, mid)
+        if no_space_left(e):  # one line naming the folder, not the worker group's nested traceback
+            raise checkpoint_disk_full(st.url(f"models/{mid}/ray/{name}"),
+                                       None if st.remote else mdir / "ray" / name) from e
         raise
+    _raise_if_out_of_memory(st, mid)
     if (reason := diverged_reason(st, mid)) is not None:  # the workers stopped at a non-finite loss
         raise NonFiniteLossError(f"pretraining of {mid} stopped: {reason}")
     if not model_finished(st, mid):
         raise RuntimeError(f"pretraining of {mid} ended without writing {st.url(f'models/{mid}/final')}")
     if pruned := prune_checkpoints(st, mid, name, keep):
         print(f"[pretrain {mid}] finished; deleted {len(pruned)} older checkpoint(s), kept the last {keep}", flush=True)
+
+
+def _raise_if_out_of_memory(st: Storage, mid: str) -> None:
+    if (line := out_of_memory.recorded(st, mid)) is not None:
+        out_of_memory.clear(st, mid)
+        raise out_of_memory.OutOfMemory(f"pretraining of {mid} stopped: {line}")
 
 
 def check_domain_sources(cfg: PretrainConfig, manifest: dict) -> None:
@@ -235,6 +251,8 @@ def _train_fn(config: dict, storage_uri: str) -> None:
     mdir = model_dir(st.local, mid)
     if (reason := diverged_reason(st, mid)) is not None:  # a retry after divergence: the same data diverges again
         raise NonFiniteLossError(reason)
+    if out_of_memory.recorded(st, mid) is not None:  # the restart after a rank ran out of memory: stop at once
+        return
     # Ray sets OMP_NUM_THREADS from the worker's CPUs (1 for fractions); set torch's threads explicitly.
     torch.set_num_threads(cfg.threads_per_worker or max(1, int(cfg.cpus_per_worker)))
     ctx = ray.train.get_context()
@@ -311,6 +329,14 @@ def _train_fn(config: dict, storage_uri: str) -> None:
                 # same data diverges again. Every rank stopped at this step (all_finite); the driver reads
                 # diverged.json and raises the one-line error.
                 return
+            except out_of_memory.ERRORS:
+                # The same batch runs out of memory again: record the line and stop, not retry. A lone worker
+                # returns; among several the others wait in a collective, so this one raises, and the restarted
+                # group stops at once on the record (above).
+                out_of_memory.record(st, mid, mdir, out_of_memory.pretrain_message(cfg, device, trainer.state.step))
+                if world == 1:
+                    return
+                raise
         if rank == 0:
             eval_metrics = {}
             try:

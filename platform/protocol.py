@@ -150,10 +150,11 @@ def _sample(pool: list, task: str, cfg: FinetuneConfig, key: str) -> tuple[list,
     """(train, val) of a budget drawn from `pool` by `key`; val is empty in "paper" selection."""
     if cfg.budget > len(pool):
         raise ValueError(f"budget {cfg.budget} exceeds the {len(pool)} {task.upper()} training examples available")
+    check_honest_budget(cfg)
     sample = random.Random(key).sample(pool, cfg.budget)
     if cfg.selection == "paper":
         return sample, []
-    return validation_split(sample, task, max(2, round(cfg.val_fraction * cfg.budget)))
+    return validation_split(sample, task, validation_size(cfg.budget, cfg.val_fraction))
 
 
 def validation_split(sample: list, task: str, n_val: int) -> tuple[list, list]:
@@ -171,6 +172,24 @@ def validation_split(sample: list, task: str, n_val: int) -> tuple[list, list]:
         n += size[u]
     return ([ex for ex, u in zip(sample, units) if u not in val_units],
             [ex for ex, u in zip(sample, units) if u in val_units])
+
+
+def validation_size(budget: int, val_fraction: float) -> int:
+    """Examples of an honest calculation's budget held out for selection: at least 2, so a perplexity exists."""
+    return max(2, round(val_fraction * budget))
+
+
+def check_honest_budget(cfg: FinetuneConfig) -> None:
+    """Refuse an honest calculation whose validation split would take its whole budget (no training example
+    left), naming the smallest budget that leaves one."""
+    if cfg.selection == "paper" or cfg.budget > validation_size(cfg.budget, cfg.val_fraction):
+        return
+    smallest = next(b for b in range(cfg.budget + 1, 10 * cfg.budget + 100)
+                    if b > validation_size(b, cfg.val_fraction))
+    raise ValueError(f"{cfg.task.upper()} budget {cfg.budget} in {cfg.selection} selection: the validation split "
+                     f"({validation_size(cfg.budget, cfg.val_fraction)} examples, val_fraction {cfg.val_fraction}, "
+                     f"at least 2) takes the whole budget and leaves no training example; use --budget "
+                     f"{smallest} or more, or --selection paper")
 
 
 def fel_split(data: TaskData, task: str, cfg: FinetuneConfig) -> tuple[list, list, list]:

@@ -21,6 +21,7 @@ import pandas as pd
 from alignlab.platform.significance import (P_VALUE, RUN_KEY, Comparison, correct_family, significance_section,
                                             significant_gain)
 from alignlab.platform.storage import read_json, write_text
+from alignlab.platform.trial_files import read_trial
 
 
 def collect_results(sdir: Path) -> pd.DataFrame:
@@ -31,7 +32,7 @@ def collect_results(sdir: Path) -> pd.DataFrame:
     for cid in study["calculations"]:
         f = sdir / "trials" / f"{cid}.json"
         if f.exists():
-            row = read_json(f)
+            row = read_trial(f)
             # The study's current labels win over those a trial file was written with.
             row.update(cells.get(cid, {}))
             row.setdefault("group", row["row"])
@@ -225,7 +226,8 @@ def write_report(sdir: Path) -> Path:
     if len(failed):
         out += ["", "## Failed calculations", "",
                 "Recorded as failed, with no result: they are left out of every table above. A rerun does not repeat "
-                "them; delete a calculation's `trials/<calc-id>.json` to run it again.", "",
+                "them, except those that ran out of memory; delete a calculation's `trials/<calc-id>.json` to run it "
+                "again.", "",
                 "| row | column | fold | seed | calculation | reason |", "|---|---|---|---|---|---|"]
         for _, r in failed.iterrows():
             reason = str(r.get("error", "")).replace("|", "/").replace("\n", " ")

@@ -151,14 +151,14 @@ class Storage:
         sizes = self.sizes(rel)
         try:
             if MARKER in sizes:
-                return not marker_problems(self._read_json(f"{rel}/{MARKER}"), sizes)
+                return not marker_problems(self.read_json(f"{rel}/{MARKER}"), sizes)
             if not legacy or legacy not in sizes:
                 return False
-            return not (announce and announce in sizes and announces_marker(self._read_json(f"{rel}/{announce}")))
+            return not (announce and announce in sizes and announces_marker(self.read_json(f"{rel}/{announce}")))
         except ValueError:  # a marker that is not (whole) JSON: not finished
             return False
 
-    def _read_json(self, rel: str) -> Any:
+    def read_json(self, rel: str) -> Any:
         if not self.remote:
             return read_json(self.local / rel)
         fs, _ = self.filesystem()

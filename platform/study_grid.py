@@ -141,7 +141,11 @@ def run_one(calc: dict, device: str = "cpu") -> dict:
     how many trials ran at once can be read from the results."""
     from torch.utils.tensorboard import SummaryWriter
 
+    import torch
+
+    from alignlab.platform import out_of_memory
     from alignlab.platform.finetune import NonFiniteError, finetune_calculation, load_pretrained
+    from alignlab.platform.trial_files import RETRY
     from alignlab.platform.protocol import TaskData, context_free_baselines, extra_test_scores, fel_split
     from alignlab.platform.task import task
 
@@ -162,6 +166,13 @@ def run_one(calc: dict, device: str = "cpu") -> dict:
         except NonFiniteError as e:
             # Recorded as failed, with its reason: the study goes on, the report lists it, a rerun keeps it.
             return _write_trial(calc, sdir, tb_dir, {"status": "failed", "error": str(e)}, started)
+        except out_of_memory.ERRORS:
+            # Failed too, but not for good: the GPU may have been shared by other trials, or the user lowers the
+            # batch; a rerun of the study runs it again (`trial_files.RETRY`).
+            if device.startswith("cuda"):
+                torch.cuda.empty_cache()  # the actor is reused for the next calculation (reuse_actors)
+            line = out_of_memory.finetune_message(ft, pre.model_cfg.label, device)
+            return _write_trial(calc, sdir, tb_dir, {"status": "failed", "error": line, RETRY: True}, started)
         tests = {**data.extra_tests(ft.task), **{name: task(ft.task).load_examples(sdir / "eval" / f)
                                                  for name, f in calc.get("eval_sets", {}).items()}}
         res = dict(done.row)

@@ -25,6 +25,7 @@ from alignlab.platform.locks import artifact_lock
 from alignlab.platform.storage import Storage, as_storage, study_dir, write_json
 from alignlab.platform.study_grid import check_trial_resources, run_trials
 from alignlab.platform.study_search import run_search
+from alignlab.platform.trial_files import finished_calculations
 from alignlab.platform.study_spec import (DEFAULT_TRIAL_RESOURCES, SEARCH_OBJECTIVE, CalcSpec, ModelSpec, Study,
                                           calc_id, with_precision, with_pretrain_seeds)
 
@@ -118,15 +119,17 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
         "searches": list(searches.values()),
     })
     st.push_file(f"{srel}/study.json")
-    finished = {f[: -len(".json")] for f in st.list(f"{srel}/trials") if f.endswith(".json")}
+    # A zero-length or cut-short trial file, or a calculation that ran out of memory, is not finished (trial_files).
+    finished = finished_calculations(st, srel)
     pending = [c for c in calcs if c["calc_id"] not in finished]
     say(f"[study {study.name}] {len(calcs) - len(pending)} of {len(calcs)} calculations already done; "
         f"running {len(pending)}")
     if pending:
         run_trials(pending, sdir, max_concurrent=max_concurrent, progress=progress, resources=resources, storage=st)
     if st.remote:  # trials finished on other nodes wrote to the root: bring their result files over
-        for f in st.list(f"{srel}/trials"):
-            if not (sdir / "trials" / f).exists():
+        for f, size in st.sizes(f"{srel}/trials").items():
+            here = sdir / "trials" / f
+            if not here.exists() or here.stat().st_size != size:  # a rerun's result beside a damaged old copy
                 st.pull_file(f"{srel}/trials/{f}")
     collect_results(sdir)
     report = write_report(sdir)
@@ -158,7 +161,7 @@ def stage_eval_files(study: Study, sdir: Path) -> dict[str, tuple[str, str]]:
 
 def check_budgets(study: Study, tdir: Path) -> None:
     """Fail before any pretraining when a calculation asks for more examples than its task pool holds."""
-    from alignlab.platform.protocol import TaskData
+    from alignlab.platform.protocol import TaskData, check_honest_budget
 
     data = TaskData.load(tdir)
     bad = set()
@@ -166,6 +169,10 @@ def check_budgets(study: Study, tdir: Path) -> None:
         n = pool_size(data, c.finetune.task, c.finetune.fold)
         if c.finetune.budget > n:
             bad.add(f"{c.row}/{c.col}: {c.finetune.task.upper()} budget {c.finetune.budget} > {n} available")
+        try:
+            check_honest_budget(c.finetune)
+        except ValueError as e:
+            bad.add(f"{c.row}/{c.col}: {e}")
     for s in (n for declared in study.searches for n in declared.nested()):
         for fold in {s.search_fold, *(f for f, _ in s.points())}:
             n = pool_size(data, s.base.task, fold)

@@ -101,3 +101,69 @@ def assert_ctrl_c_raises_keyboard_interrupt() -> None:
     with pytest.raises(KeyboardInterrupt):
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(5)  # Python raises at its next bytecode; a swallowed signal ends here and fails the test
+
+
+class OutOfMemoryAt:
+    """Rank `rank` raises CUDA's out-of-memory error (constructible on a CPU) when it has finished `step`, as a
+    real allocation failure in the step would, and appends the step to `out/raised` each time it does."""
+
+    def __init__(self, step: int, out: str, rank: int = 0):
+        self.step, self.out, self.rank = step, out, rank
+
+    def __call__(self, *, rank, step, **_) -> None:
+        from pathlib import Path
+
+        import torch
+
+        if rank == self.rank and step == self.step:
+            with open(Path(self.out) / "raised", "a") as f:
+                f.write(f"{step}\n")
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected by a test)")
+
+
+class FillDiskAt:
+    """Rank 0 fills the filesystem of `path` (one file, written until the disk refuses more) when it has finished
+    `step`, before that step's checkpoint is written; once (a marker file `marker`, kept on another disk)."""
+
+    def __init__(self, step: int, path: str, marker: str):
+        self.step, self.path, self.marker = step, path, marker
+
+    def __call__(self, *, rank, step, **_) -> None:
+        from pathlib import Path
+
+        if rank != 0 or step != self.step or Path(self.marker).exists():
+            return
+        Path(self.marker).touch()
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:
+                os.write(fd, b"\0" * 2**20)
+        except OSError:  # ENOSPC: full
+            pass
+        finally:
+            os.close(fd)
+
+
+class WaitToBeRemovedAt:
+    """Rank 0 writes the id of its Ray node to `marker` when it has finished `step` (after that step's
+    checkpoint, if any, is registered), then waits there: the test removes that node. Once only (the marker).
+    Every step rank 0 finishes is appended to `<marker>.steps`."""
+
+    def __init__(self, step: int, marker: str):
+        self.step, self.marker = step, marker
+
+    def __call__(self, *, rank, step, flush, **_) -> None:
+        from pathlib import Path
+
+        import ray
+
+        if rank != 0:
+            return
+        with open(f"{self.marker}.steps", "a") as f:
+            f.write(f"{step}\n")
+        if step != self.step or Path(self.marker).exists():
+            return
+        flush()
+        time.sleep(3)  # let the controller register the previous checkpoint, as a real later loss would
+        Path(self.marker).write_text(ray.get_runtime_context().get_node_id())
+        time.sleep(600)  # the node goes away under it
