@@ -15,7 +15,7 @@ import torch
 from alignlab.objectives.hyperlink import TAGS as WHP_TAGS
 from alignlab.platform.batching import IGNORE
 from alignlab.platform.task import BuiltData, TokenTask, register_task
-from alignlab.platform.tokenizer import _split_at_word_starts
+from alignlab.platform.task_kinds import query_input, word_pieces  # noqa: F401 -- their old home
 
 from alignlab.objectives.ct_data import (CT_FORMAT, build_ct_dataset, concepts_from_documents, gazetteer_ct_baseline,
                                          lexicon_ct_baseline, run_rule_ct_baseline, tag_fractions, title_words)
@@ -26,37 +26,6 @@ CT_DATA = ("npm", "templated")
 """CT datasets a study can use (`ct_data`): "npm" (default), the hand-labelled npm package summaries shipped in
 objectives/task_data/npm/ (real text, guideline and agreement beside it); "templated", titles of the
 bundled corpus placed in templates (gold tags by construction: fast, but a context-free rule solves it)."""
-
-
-def word_pieces(tok, words) -> list[list[int]]:
-    """The pieces of each word, as `tok.encode_words(words)` gives them, from one encode of the joined text.
-
-    One string is ~10x faster than a list (sentencepiece starts its thread pool for a list), and equal,
-    because pieces never cross whitespace: the tokenizer's own word-start split cuts it into words; where
-    that does not give one start per word (a word normalised away), `encode_words` encodes them one by one.
-    """
-    # Note: this is encode_words' alpha>0 path taken at alpha=0; encode_words itself could take it too (left as is).
-    words = list(words)
-    if not words:
-        return []
-    return _split_at_word_starts(tok, tok.sp.encode(" ".join(words)), len(words)) or tok.encode_words(words)
-
-
-def query_input(tok, words, max_len: int) -> tuple[list[int], list[int]]:
-    """`[CLS] pieces.. [SEP]` of a query and the position of each word's first piece.
-
-    A word with no pieces becomes `<unk>`; words that would not fit are dropped (and not scored).
-    Shared by training, evaluation and the predictor, so all three see the same inputs.
-    """
-    ids, first = [tok.cls_id], []
-    for p in word_pieces(tok, words):
-        p = p or [tok.unk_id]
-        if len(ids) + len(p) > max_len - 1:
-            break
-        first.append(len(ids))
-        ids += p
-    ids.append(tok.sep_id)
-    return ids, first
 
 
 def tags_to_brackets(words: Sequence[str], tags: Sequence[str]) -> str:

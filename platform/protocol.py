@@ -210,6 +210,22 @@ def context_free_baselines(task: str, train: list, test: list, *, titles=()) -> 
     return {**out, "baseline_best": out[best], "baseline_best_name": best[len("baseline_"):]}
 
 
+UNIT_COUNTS = ("accuracy", "perplexity", "count", "num_examples")
+
+
+def test_unit_metrics(model, tok, cfg: FinetuneConfig, test: list) -> dict:
+    """The selected model's task-specific metrics on its test set (`Task.unit_metrics`: a tagging task's span F1),
+    scored only for a task that has some."""
+    from alignlab.platform.task import Task
+
+    if type(task_named(cfg.task)).unit_metrics is Task.unit_metrics:
+        return {}
+    from alignlab.platform.finetune import evaluate_examples
+
+    m = evaluate_examples(model, cfg.task, test, tok, acronym_form=cfg.acronym_form)
+    return {k: v for k, v in m.items() if k not in UNIT_COUNTS}
+
+
 def extra_test_scores(model, tok, cfg: FinetuneConfig, tests: dict[str, list], budget: list, *, titles=()) -> dict:
     """The selected model's accuracy on each extra test set (out-of-domain AD, a user's --eval-file), with
     the context-free baselines trained on the same budget and scored on that set:
@@ -220,6 +236,7 @@ def extra_test_scores(model, tok, cfg: FinetuneConfig, tests: dict[str, list], b
     for name, examples in tests.items():
         m = evaluate_examples(model, cfg.task, examples, tok, acronym_form=cfg.acronym_form)
         out[f"eval_{name}_accuracy"], out[f"eval_{name}_perplexity"] = m["accuracy"], m["perplexity"]
+        out.update({f"eval_{name}_{k}": v for k, v in m.items() if k not in UNIT_COUNTS})
         out[f"eval_{name}_num_test"] = len(examples)
         for k, v in context_free_baselines(cfg.task, budget, examples, titles=titles).items():
             out[f"eval_{name}_{k}"] = v

@@ -54,6 +54,7 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
     from alignlab.platform.protocol import build_tasks
     from alignlab.platform.ray_env import ensure_ray
     from alignlab.platform.report import collect_results, write_report
+    from alignlab.platform.task_kinds import declarations
 
     t0 = time.time()
     st = as_storage(root)
@@ -82,6 +83,7 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
     say(f"[study {study.name}] building corpus ({corpus_cfg.source})")
     cdir = build_corpus(corpus_cfg, st, progress=progress)
     mdirs = pretrain_models(study, cdir, st, max_parallel=max_parallel_pretrain, say=say)
+    declared = declarations()  # tasks declared from files: every trial registers them in its own process
 
     def calc_dict(c: CalcSpec, salt: str = "") -> dict:
         mid = mdirs[c.model].name
@@ -89,7 +91,8 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
                 "model_dir": str(mdirs[c.model]), "task_dir": str(tdir), "row": c.row, "col": c.col,
                 "group": c.group or c.row, "finetune": to_dict(c.finetune), "study_dir": str(sdir),
                 "storage": st.uri, "task_id": tdir.name, "study_name": study.name,
-                "eval_sets": {n: f for n, (task, f) in eval_sets.items() if task == c.finetune.task}}
+                "eval_sets": {n: f for n, (task, f) in eval_sets.items() if task == c.finetune.task},
+                "declared_tasks": declared}
 
     calcs = [calc_dict(c) for c in study.calcs]
     searches: dict[str, dict] = {}
@@ -241,6 +244,7 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
     from alignlab.platform.cli import objective_names
     from alignlab.platform.config import PRESETS
     from alignlab.platform.corpus_flags import add_corpus_arguments
+    from alignlab.platform.study_tasks import add_task_arguments
     from alignlab.platform.errors import Parser, name_list, nonneg_float, positive_float, positive_int, run_guarded
     from alignlab.platform.optuna_study import rdb_url
 
@@ -287,6 +291,7 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
                         help="also pretrain and compare a model with this objective set, e.g. mlm,nsp,whp,pad,rtd "
                              "(repeatable; the study then gets its own name and report)")
     add_corpus_arguments(ap)
+    add_task_arguments(ap)
     args = ap.parse_args(argv)
     done: list[Path] = []
     code = run_guarded(lambda: done.append(_run_study_command(build, args, ap)), argv)
@@ -299,8 +304,10 @@ def _run_study_command(build, args, ap) -> Path:
     from alignlab.platform.config import check_preset
     from alignlab.platform.corpus_flags import corpus_from_args, fit_domain_phase
     from alignlab.platform.storage import resolve_root
+    from alignlab.platform.study_tasks import declare_specs, with_tasks
     from alignlab.platform.task import task_names
 
+    declared = declare_specs(args.declare_tasks)  # TaskDataError names every FILE:LINE: problem
     eval_files = []
     for spec in args.eval_file:
         task, sep, path = spec.partition("=")
@@ -327,7 +334,8 @@ def _run_study_command(build, args, ap) -> Path:
         built = with_pretrain_seeds(with_precision(built, args.precision), args.pretrain_seeds)
     except ValueError as e:
         ap.error(str(e))
-    study = dataclasses.replace(built, ct_data=args.ct_data, eval_files=tuple(eval_files))
+    study = dataclasses.replace(with_tasks(built, declared, args.only_tasks and args.only_tasks.split(",")),
+                                ct_data=args.ct_data, eval_files=tuple(eval_files))
     corpus = corpus_from_args(built.corpus, args)
     if corpus != built.corpus:  # its own folder and report, as with extra objective sets
         name = f"{built.name}-{corpus.source}-{config_hash(corpus, length=8)}"

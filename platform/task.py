@@ -50,10 +50,22 @@ def register_task(cls: type) -> type:
     return cls
 
 
+def register_instance(obj: "Task") -> "Task":
+    """Register a task object (a task declared from files, `task_kinds.declare_task`)."""
+    if obj.name in task_names():
+        raise ValueError(f"task name {obj.name!r} registered twice")
+    _TASKS[obj.name] = obj
+    return obj
+
+
+def unregister(name: str) -> None:
+    _TASKS.pop(name, None)
+
+
 def _discover() -> None:
     from alignlab.platform.registry import registered
 
-    registered()  # imports every module of objectives/, task modules included
+    registered()  # imports every module of objectives/ and of installed plugins, task modules included
 
 
 def registered_tasks() -> tuple["Task", ...]:
@@ -234,6 +246,11 @@ class Task:
     def baseline_scores(self, train: list, test: list, *, titles=()) -> dict[str, float]:
         """{baseline name: accuracy} of this task's context-free baselines."""
         raise NotImplementedError
+
+    def unit_metrics(self, preds: list[int], rows: list[int], examples) -> dict[str, float]:
+        """Metrics beyond accuracy from the predicted class of every scored unit and its example's index in
+        `examples` (a tagging task's entity span F1); none by default."""
+        return {}
 
     # ---- the command line
     def add_data_commands(self, data_subparsers) -> None:

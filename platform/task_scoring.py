@@ -59,7 +59,7 @@ def evaluate_examples(model: AlignModel, task: str, examples, tok: Tokenizer, *,
         raise ValueError(f"no {task.upper()} examples to evaluate")
     model.eval()
     device = next(model.parameters()).device  # a calculation's kept model is where it was trained
-    nll, correct, count = 0.0, 0, 0
+    nll, correct, count, preds, rows = 0.0, 0, 0, [], []
     with torch.inference_mode():
         for start in range(0, len(examples), batch_size):
             enc = encode_examples(task, examples[start: start + batch_size], tok, model.cfg.max_len, acronym_form)
@@ -68,7 +68,9 @@ def evaluate_examples(model: AlignModel, task: str, examples, tok: Tokenizer, *,
             nll += F.cross_entropy(logits.float(), labels, reduction="sum").item()
             correct += int((logits.argmax(-1) == labels).sum())
             count += labels.numel()
+            preds += logits.argmax(-1).tolist()
+            rows += (task_named(task).unit_rows(enc) + start).tolist()
     if count == 0:
         return {"accuracy": float("nan"), "perplexity": float("nan"), "count": 0, "num_examples": len(examples)}
     return {"accuracy": correct / count, "perplexity": math.exp(nll / count), "count": count,
-            "num_examples": len(examples)}
+            "num_examples": len(examples), **task_named(task).unit_metrics(preds, rows, examples)}

@@ -1,0 +1,411 @@
+"""Tasks from files: three generic task kinds a user declares with a name and JSONL files, without code.
+
+- "tagging":  `{"tokens": [...], "tags": [...]}`, one tag per word (BIO NER, POS, any tag set); input
+  `[CLS] pieces [SEP]`, scored at each word's first piece; baselines majority tag and per-word lexicon;
+  metrics accuracy and, when every tag is BIO/BIOES (`O`, `B-X`, `I-X`, `E-X`, `S-X`), entity span F1 (seqeval).
+- "sequence": `{"text": ..., "label": ...}`; input `[CLS] text [SEP]`, scored from [CLS]; baselines majority and
+  bag-of-words logistic regression.
+- "pair":     `{"text_a": ..., "text_b": ..., "label": ...}`; input `[CLS] a [SEP] b [SEP]` (segments 0/1), scored
+  from [CLS]; baselines majority and a logistic regression on lexical overlap.
+The head is made from the data: as many classes as the tag/label set of the pool and test files. The protocol is
+a fixed pool and test set (like a shipped pool/test task): five samples of the budget from the pool x two seeds,
+honest selection and refit as configured. The declared aligned objective's pretrained head initialises the
+task head in a kept-head column when the shapes match (same head type and class count).
+
+A declared task lives in two forms: in the driver, with its source files (`declare_task`), which `build_data`
+copies into the task folder; and in Ray workers, from its portable `declaration` (a small dict carried in calc
+dicts), reading its examples from the task folder only.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from alignlab.platform import task_files
+from alignlab.platform.batching import IGNORE
+from alignlab.platform.task import BuiltData, SequenceTask, TokenTask, register_instance, unregister
+from alignlab.platform.task_files import TaskDataError, TaskFormat, majority_baseline
+from alignlab.platform.tokenizer import _split_at_word_starts
+
+KINDS = ("tagging", "sequence", "pair")
+SPAN_PREFIXES = ("B-", "I-", "E-", "S-")
+
+
+def word_pieces(tok, words) -> list[list[int]]:
+    """The pieces of each word, as `tok.encode_words(words)` gives them, from one encode of the joined text.
+
+    One string is ~10x faster than a list (sentencepiece starts its thread pool for a list), and equal,
+    because pieces never cross whitespace: the tokenizer's own word-start split cuts it into words; where
+    that does not give one start per word (a word normalised away), `encode_words` encodes them one by one.
+    """
+    words = list(words)
+    if not words:
+        return []
+    return _split_at_word_starts(tok, tok.sp.encode(" ".join(words)), len(words)) or tok.encode_words(words)
+
+
+def query_input(tok, words, max_len: int) -> tuple[list[int], list[int]]:
+    """`[CLS] pieces.. [SEP]` of a word sequence and the position of each word's first piece.
+
+    A word with no pieces becomes `<unk>`; words that would not fit are dropped (and not scored).
+    Shared by training, evaluation and the predictor, so all three see the same inputs.
+    """
+    ids, first = [tok.cls_id], []
+    for p in word_pieces(tok, words):
+        p = p or [tok.unk_id]
+        if len(ids) + len(p) > max_len - 1:
+            break
+        first.append(len(ids))
+        ids += p
+    ids.append(tok.sep_id)
+    return ids, first
+
+
+# ---------------------------------------------------------------- examples and line formats
+
+
+@dataclass(frozen=True)
+class TaggedExample:
+    tokens: tuple[str, ...]
+    tags: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {"tokens": list(self.tokens), "tags": list(self.tags)}
+
+
+@dataclass(frozen=True)
+class TextExample:
+    text: str
+    label: str
+
+    def to_json(self) -> dict:
+        return {"text": self.text, "label": self.label}
+
+
+@dataclass(frozen=True)
+class PairExample:
+    text_a: str
+    text_b: str
+    label: str
+
+    def to_json(self) -> dict:
+        return {"text_a": self.text_a, "text_b": self.text_b, "label": self.label}
+
+
+def _text_problem(obj: dict, key: str) -> list[str]:
+    v = obj.get(key)
+    if not isinstance(v, str) or not v.split():
+        return [f'"{key}" must be a non-empty string, got {json.dumps(v)[:60]}']
+    return []
+
+
+def _label_problem(obj: dict) -> list[str]:
+    v = obj.get("label")
+    if isinstance(v, bool) or not isinstance(v, (str, int)) or (isinstance(v, str) and not v.strip()):
+        return [f'"label" must be a non-empty string or an integer, got {json.dumps(v)[:60]}']
+    return []
+
+
+def _tagging_problems(obj: dict) -> list[str]:
+    tokens, tags = obj.get("tokens"), obj.get("tags")
+    if not isinstance(tokens, list) or not tokens:
+        return ['"tokens" must be a non-empty list of words']
+    if not isinstance(tags, list):
+        return ['"tags" must be a list of tags, one per token']
+    out = []
+    bad = [i for i, t in enumerate(tokens) if not isinstance(t, str) or not t or t.split() != [t]]
+    if bad:
+        out.append(f'"tokens"[{bad[0]}] is not a word (a non-empty string without whitespace)')
+    bad = [i for i, t in enumerate(tags) if not isinstance(t, str) or not t.strip()]
+    if bad:
+        out.append(f'"tags"[{bad[0]}] is not a non-empty string')
+    if len(tags) != len(tokens):
+        out.append(f"{len(tags)} tags for {len(tokens)} tokens")
+    return out
+
+
+FORMATS = {
+    "tagging": TaskFormat(problems=_tagging_problems,
+                          parse=lambda o: TaggedExample(tuple(o["tokens"]), tuple(o["tags"])),
+                          key=lambda o: tuple(o["tokens"]) if isinstance(o.get("tokens"), list) and "tags" in o else None),
+    "sequence": TaskFormat(problems=lambda o: _text_problem(o, "text") + _label_problem(o),
+                           parse=lambda o: TextExample(o["text"], str(o["label"])),
+                           key=lambda o: o["text"] if isinstance(o.get("text"), str) and "label" in o else None),
+    "pair": TaskFormat(problems=lambda o: _text_problem(o, "text_a") + _text_problem(o, "text_b") + _label_problem(o),
+                       parse=lambda o: PairExample(o["text_a"], o["text_b"], str(o["label"])),
+                       key=lambda o: ((o["text_a"], o["text_b"]) if isinstance(o.get("text_a"), str)
+                                      and isinstance(o.get("text_b"), str) else None)),
+}
+
+
+def labels_of(kind: str, examples) -> list[str]:
+    """Every label (tagging: tag) of the examples, with repeats, in order."""
+    return [t for ex in examples for t in ex.tags] if kind == "tagging" else [ex.label for ex in examples]
+
+
+# ---------------------------------------------------------------- context-free baselines
+
+
+def lexicon_baseline(train, test) -> float:
+    """Tag accuracy of tagging each word with its most frequent train tag (unknown words: the majority tag)."""
+    counts: dict[str, Counter] = {}
+    for ex in train:
+        for w, t in zip(ex.tokens, ex.tags):
+            counts.setdefault(w.lower(), Counter())[t] += 1
+    overall = Counter(t for ex in train for t in ex.tags)
+    default = min(overall, key=lambda t: (-overall[t], t))
+    lexicon = {w: min(c, key=lambda t: (-c[t], t)) for w, c in counts.items()}
+    pairs = [(lexicon.get(w.lower(), default), t) for ex in test for w, t in zip(ex.tokens, ex.tags)]
+    return sum(p == g for p, g in pairs) / len(pairs)
+
+
+def _logistic_accuracy(x_train, y_train, x_test, y_test) -> float:
+    """Test accuracy of a logistic regression fitted on train (a one-class train predicts that class)."""
+    from sklearn.linear_model import LogisticRegression
+
+    if len(set(y_train)) < 2:
+        return majority_baseline(y_train, y_test)
+    model = LogisticRegression(max_iter=1000).fit(x_train, y_train)
+    return float((model.predict(x_test) == y_test).mean())
+
+
+def bag_of_words_baseline(train, test) -> float:
+    """Accuracy of a logistic regression on lowercased word counts of the text."""
+    import numpy as np
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    vec = CountVectorizer(lowercase=True, token_pattern=r"\S+")
+    x_train = vec.fit_transform([ex.text for ex in train])
+    return _logistic_accuracy(x_train, np.array([ex.label for ex in train]), vec.transform([ex.text for ex in test]),
+                              np.array([ex.label for ex in test]))
+
+
+def _overlap_features(ex: PairExample) -> list[float]:
+    a, b = set(ex.text_a.lower().split()), set(ex.text_b.lower().split())
+    shared = len(a & b)
+    return [shared / max(1, len(a | b)), shared / max(1, len(a)), shared / max(1, len(b)), float(shared),
+            float(len(a)), float(len(b))]
+
+
+def overlap_baseline(train, test) -> float:
+    """Accuracy of a logistic regression on word-overlap features of the two texts (Jaccard, shares, counts)."""
+    import numpy as np
+
+    return _logistic_accuracy(np.array([_overlap_features(e) for e in train]), np.array([e.label for e in train]),
+                              np.array([_overlap_features(e) for e in test]), np.array([e.label for e in test]))
+
+
+def is_span_scheme(tags) -> bool:
+    """Whether every tag is `O` or a BIO/BIOES tag with a type (`B-PER`): then entity span F1 is meaningful."""
+    tags = set(tags)
+    return bool(tags - {"O"}) and all(t == "O" or (t[:2] in SPAN_PREFIXES and len(t) > 2) for t in tags)
+
+
+# ---------------------------------------------------------------- the task kinds
+
+
+class _FileTask:
+    """What the three kinds share: a declared name, labels from the data, a fixed pool and test set."""
+
+    kind: str
+    head_rank = 100  # after every built-in task: their heads' random init does not move when a file task is declared
+    default = False
+
+    def _setup(self, declaration: dict, sources: dict | None) -> None:
+        self.declaration = declaration
+        self.name = declaration["name"]
+        self.labels = tuple(declaration["labels"])
+        self.num_classes = len(self.labels)
+        self.aligned_objective = declaration.get("aligned_objective") or ""
+        self.multitask_partner = self.name
+        self.format = FORMATS[self.kind]
+        self.sources = sources or {}
+        extra = tuple(declaration.get("extra_tests", ()))
+        self.data_files = {f"{self.name}_pool": (f"{self.name}_pool.jsonl", True),
+                           f"{self.name}_test": (f"{self.name}_test.jsonl", True),
+                           **{f"{self.name}_{x}": (f"{self.name}_{x}.jsonl", False) for x in extra}}
+        self.extra_test_notes = {x: f"{self.name}: the declared extra test file {x!r}" for x in extra}
+
+    def label_id(self, label: str) -> int:
+        return self.labels.index(label)
+
+    def build_key(self, options: dict) -> dict:
+        return {f"declared:{self.name}": self.declaration["digest"]}
+
+    def folder_tag(self, options: dict) -> str:
+        return self.name
+
+    def build_data(self, docs, *, seed, options) -> BuiltData:
+        if not self.sources:
+            raise RuntimeError(f"task {self.name!r} was declared without its files (a worker's copy)")
+        files = {self.data_files[k][0]: self.load_examples(p) for k, p in self.sources.items()}
+        stats = {"kind": self.kind, "labels": list(self.labels),
+                 **{k: len(v) for k, v in zip(self.sources, files.values())}}
+        return BuiltData(files, {self.name: stats}, set())
+
+    def pool_and_test(self, data, fold):
+        return list(data.files[f"{self.name}_pool"]), list(data.files[f"{self.name}_test"])
+
+    def search_pool_key(self, fold):
+        return "pool"
+
+    def search_groups(self, points):
+        return {None: points}  # one fixed test set: one search on the pool serves every sample
+
+    def extra_tests(self, data):
+        return {x: data.files[f"{self.name}_{x}"] for x in self.declaration.get("extra_tests", ())
+                if data.files.get(f"{self.name}_{x}")}
+
+
+class TaggingTask(_FileTask, TokenTask):
+    kind = "tagging"
+    unit = "words"
+    baselines = ("majority", "lexicon")
+
+    def example_input(self, ex, tok, max_len, acronym_form):
+        ids, first = query_input(tok, ex.tokens, max_len)
+        lab = [IGNORE] * len(ids)
+        for pos, tag in zip(first, ex.tags):
+            lab[pos] = self.label_id(tag)
+        return ids, [0] * len(ids), lab
+
+    def baseline_scores(self, train, test, *, titles=()):
+        return {"majority": majority_baseline(labels_of("tagging", train), labels_of("tagging", test)),
+                "lexicon": lexicon_baseline(train, test)}
+
+    def unit_metrics(self, preds: list[int], rows: list[int], examples) -> dict[str, float]:
+        """Entity span F1 (seqeval, strict to the tags' scheme) when the tags are BIO/BIOES; words past the
+        model's max length (never scored) count as `O`."""
+        if not is_span_scheme(self.labels):
+            return {}
+        from seqeval.metrics import f1_score
+
+        pred = [["O"] * len(ex.tags) for ex in examples]
+        seen = Counter()
+        for p, r in zip(preds, rows):
+            pred[r][seen[r]] = self.labels[p]
+            seen[r] += 1
+        return {"span_f1": float(f1_score([list(ex.tags) for ex in examples], pred))}
+
+
+class SequenceClassificationTask(_FileTask, SequenceTask):
+    kind = "sequence"
+    unit = "texts"
+    baselines = ("majority", "bag_of_words")
+
+    def example_input(self, ex, tok, max_len, acronym_form):
+        ids = [tok.cls_id, *tok.sp.encode(" ".join(ex.text.split()))[: max_len - 2], tok.sep_id]
+        return ids, [0] * len(ids), self.label_id(ex.label)
+
+    def baseline_scores(self, train, test, *, titles=()):
+        return {"majority": majority_baseline(labels_of("sequence", train), labels_of("sequence", test)),
+                "bag_of_words": bag_of_words_baseline(train, test)}
+
+
+class PairClassificationTask(_FileTask, SequenceTask):
+    kind = "pair"
+    unit = "pairs"
+    baselines = ("majority", "overlap")
+
+    def example_input(self, ex, tok, max_len, acronym_form):
+        a = tok.sp.encode(" ".join(ex.text_a.split()))[: (max_len - 3) // 2]
+        b = tok.sp.encode(" ".join(ex.text_b.split()))[: max_len - 3 - len(a)]
+        ids = [tok.cls_id, *a, tok.sep_id, *b, tok.sep_id]
+        return ids, [0] * (len(a) + 2) + [1] * (len(b) + 1), self.label_id(ex.label)
+
+    def baseline_scores(self, train, test, *, titles=()):
+        return {"majority": majority_baseline(labels_of("pair", train), labels_of("pair", test)),
+                "overlap": overlap_baseline(train, test)}
+
+
+KIND_CLASSES = {c.kind: c for c in (TaggingTask, SequenceClassificationTask, PairClassificationTask)}
+
+
+# ---------------------------------------------------------------- declaring
+
+
+def declare_task(name: str, kind: str, pool, test, *, extra_tests: dict | None = None,
+                 aligned_objective: str = "") -> _FileTask:
+    """Register a task from its files (the Python API; `--task` on the command line). Every file is validated
+    (`TaskDataError` lists every FILE:LINE: problem), the label set of pool and test makes the head, and an
+    extra test file may only use those labels. Declaring the same name with the same files again is a no-op."""
+    from alignlab.platform.task import task_names
+
+    if kind not in KINDS:
+        raise ValueError(f"task {name!r}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if not name.isidentifier() or not name.islower():
+        raise ValueError(f"task name {name!r} must be a lowercase identifier (it names files and columns)")
+    if aligned_objective:
+        from alignlab.platform.registry import registered
+
+        if aligned_objective not in registered():
+            raise ValueError(f"task {name!r}: aligned objective {aligned_objective!r} is not one of "
+                             f"{', '.join(registered())}")
+    extra_tests = dict(extra_tests or {})
+    sources = {f"{name}_pool": Path(pool), f"{name}_test": Path(test),
+               **{f"{name}_{x}": Path(p) for x, p in extra_tests.items()}}
+    fmt, loaded, problems = FORMATS[kind], {}, []
+    for key, path in sources.items():
+        if not path.is_file():
+            problems.append(f"{path}: no such file (task {name!r})")
+            continue
+        file_problems, examples = task_files.validate(fmt, path)
+        problems += file_problems
+        loaded[key] = examples
+    if problems:
+        raise TaskDataError(problems)
+    labels = sorted(set(labels_of(kind, loaded[f"{name}_pool"])) | set(labels_of(kind, loaded[f"{name}_test"])))
+    if len(labels) < 2:
+        raise TaskDataError([f"{sources[f'{name}_pool']}: task {name!r} needs at least two labels, got {labels}"])
+    for x in extra_tests:
+        path = sources[f"{name}_{x}"]
+        for line_no, obj, _ in task_files.read_lines(path):
+            unknown = sorted(set(labels_of(kind, [fmt.parse(obj)])) - set(labels))
+            if unknown:
+                problems.append(f"{path}:{line_no}: label(s) {unknown} not in the pool and test files' {labels}")
+    if problems:
+        raise TaskDataError(problems)
+    digest = hashlib.sha256(json.dumps([kind, labels, aligned_objective, sorted(extra_tests)]).encode())
+    for path in sources.values():
+        digest.update(path.read_bytes())
+    declaration = {"name": name, "kind": kind, "labels": labels, "aligned_objective": aligned_objective,
+                   "extra_tests": sorted(extra_tests), "digest": digest.hexdigest()[:16]}
+    if name in task_names():
+        from alignlab.platform.task import task
+
+        old = getattr(task(name), "declaration", None)
+        if old != declaration:
+            raise ValueError(f"task name {name!r} is already registered" + (" with other files" if old else ""))
+        return task(name)
+    return _make(declaration, sources)
+
+
+def _make(declaration: dict, sources: dict | None) -> _FileTask:
+    t = KIND_CLASSES[declaration["kind"]]()
+    t._setup(declaration, sources)
+    register_instance(t)
+    return t
+
+
+def declarations() -> list[dict]:
+    """The portable declarations of every declared task (what a Ray worker needs to register them too)."""
+    from alignlab.platform.task import registered_tasks
+
+    return [t.declaration for t in registered_tasks() if isinstance(t, _FileTask)]
+
+
+def declare_all(decls) -> None:
+    """Register declared tasks in this process from their portable declarations (a Ray worker's side)."""
+    from alignlab.platform.task import task_names
+
+    for d in decls or ():
+        if d["name"] not in task_names():
+            _make(d, None)
+
+
+def undeclare(name: str) -> None:
+    """Forget a declared task (tests; a session declaring other files under the same name)."""
+    unregister(name)
