@@ -67,6 +67,8 @@ def with_tasks(study, names, only=None):
     if not names and not only:
         return study
     in_study = list(dict.fromkeys(c.finetune.task for c in study.calcs))
+    # A task named in `only` that the study lacks (a plugin's) gets rows as a declared one does.
+    names = [*names, *(n for n in (only or ()) if n not in in_study and n not in names)]
     calcs, searches, cells = list(study.calcs), list(study.searches), list(study.baseline_cells)
     for name in names:
         t = task(name)
@@ -97,8 +99,8 @@ def with_tasks(study, names, only=None):
     baseline_col = study.baseline_col if study.baseline_col in cols else sorted(cols)[0]
     from alignlab.platform.task_kinds import declarations
 
-    key = config_hash({"declared": [d for d in declarations() if d["name"] in names], "only": sorted(only or ())},
-                      length=8)
+    key = config_hash({"declared": [d for d in declarations() if d["name"] in names], "added": sorted(names),
+                       "only": sorted(only or ())}, length=8)
     return dataclasses.replace(study, name=f"{study.name}-tasks-{key}", calcs=tuple(calcs), searches=tuple(searches),
                                baseline_cells=tuple(cells), baseline_col=baseline_col,
                                models=tuple(m for m in study.models if m.key in used))

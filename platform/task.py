@@ -45,7 +45,9 @@ def register_task(cls: type) -> type:
     if not isinstance(name, str):
         raise TypeError(f"{cls.__name__} needs a class attribute `name`")
     if name in _TASKS and type(_TASKS[name]) is not cls:
-        raise ValueError(f"task name {name!r} registered twice")
+        from alignlab.platform.registry import clash
+
+        raise clash("task", name, origin(_TASKS[name]), cls.__module__)
     _TASKS[name] = cls()
     return cls
 
@@ -53,9 +55,16 @@ def register_task(cls: type) -> type:
 def register_instance(obj: "Task") -> "Task":
     """Register a task object (a task declared from files, `task_kinds.declare_task`)."""
     if obj.name in task_names():
-        raise ValueError(f"task name {obj.name!r} registered twice")
+        from alignlab.platform.registry import clash
+
+        raise clash("task", obj.name, origin(task(obj.name)), origin(obj))
     _TASKS[obj.name] = obj
     return obj
+
+
+def origin(t: "Task") -> str:
+    """The module a task comes from: its class's, or the one that declared it from files."""
+    return getattr(t, "declared_by", None) or type(t).__module__
 
 
 def unregister(name: str) -> None:

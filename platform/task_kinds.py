@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 
 from alignlab.platform import task_files
 from alignlab.platform.batching import IGNORE
-from alignlab.platform.task import BuiltData, SequenceTask, TokenTask, register_instance, unregister
+from alignlab.platform.task import BuiltData, SequenceTask, TokenTask, origin, register_instance, unregister
 from alignlab.platform.task_files import TaskDataError, majority_baseline
 from alignlab.platform.task_kind_data import (FORMATS, bag_of_words_baseline, is_span_scheme,  # noqa: F401
                                               labels_of, lexicon_baseline, overlap_baseline)
@@ -238,9 +239,18 @@ def declare_task(name: str, kind: str, pool, test, *, extra_tests: dict | None =
 
         old = getattr(task(name), "declaration", None)
         if old != declaration:
-            raise ValueError(f"task name {name!r} is already registered" + (" with other files" if old else ""))
+            from alignlab.platform.registry import clash
+
+            raise clash("task", name, origin(task(name)), _caller())
         return task(name)
-    return _make(declaration, sources)
+    t = _make(declaration, sources)
+    t.declared_by = _caller()
+    return t
+
+
+def _caller() -> str:
+    """The module that called `declare_task` (a plugin's), for a clash message naming its package."""
+    return sys._getframe(2).f_globals.get("__name__", "?")
 
 
 def _make(declaration: dict, sources: dict | None) -> _FileTask:

@@ -134,9 +134,9 @@ def test_a_worker_registers_the_same_task_from_its_portable_declaration(declared
 def test_a_name_taken_by_other_files_is_refused(declared, tmp_path):
     declared("swner", "tagging", EXAMPLE / "pool.jsonl", EXAMPLE / "test.jsonl")
     assert declared("swner", "tagging", EXAMPLE / "pool.jsonl", EXAMPLE / "test.jsonl") is task("swner")
-    with pytest.raises(ValueError, match="already registered"):
+    with pytest.raises(ValueError, match="registered twice"):
         declared("swner", "tagging", EXAMPLE / "test.jsonl", EXAMPLE / "pool.jsonl")
-    with pytest.raises(ValueError, match="already registered"):
+    with pytest.raises(ValueError, match=r"task name 'ct' registered twice: by alignlab \(alignlab.objectives"):
         declare_task("ct", "tagging", EXAMPLE / "pool.jsonl", EXAMPLE / "test.jsonl")
 
 
