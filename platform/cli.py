@@ -49,6 +49,13 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from alignlab.platform.study_tasks import add_declare_argument, declare_specs, specs_in
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Declared before the parser is built: `--task NAME` of fel/finetune/evaluate/validate accepts their names.
+    code = run_guarded(lambda: declare_specs(specs_in(argv)), argv)
+    if code:
+        return code
     ap = Parser(prog="alignlab", description="Objective-aligned pretraining and FEL studies on Ray.")
     ap.add_argument("--debug", action="store_true", help="show the traceback of an error (or set ALIGNLAB_DEBUG=1)")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -88,12 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     dv = data.add_parser("validate", help="check a CT/AD JSONL file (and a test file for overlap)")
     dv.add_argument("--task", required=True, choices=task_names())
     dv.add_argument("files", nargs="+")
+    add_declare_argument(dv)
 
     for name in ("finetune", "fel"):
         f = sub.add_parser(name, help="one FEL calculation" if name == "finetune" else "the ten FEL calculations")
         _common(f)
         f.add_argument("--model", required=True, help="pretrained model id (see `alignlab models`)")
         f.add_argument("--task", required=True, choices=task_names())
+        add_declare_argument(f)
         f.add_argument("--budget", type=positive_int)
         f.add_argument("--scheme", choices=SCHEMES)
         f.add_argument("--lr", type=positive_float)
@@ -114,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     ev = sub.add_parser("evaluate", help="score a saved finetuned model on a CT/AD JSONL file")
     ev.add_argument("--model", required=True, help="finetuned model id (printed by `alignlab finetune --save`)")
     ev.add_argument("--task", required=True, choices=task_names())
+    add_declare_argument(ev)
     ev.add_argument("file")
     ev.add_argument("--json", default=None, help="also write the metrics to this JSON file")
     ev.add_argument("--storage", default=None)

@@ -49,8 +49,30 @@ def declare_specs(specs) -> list[str]:
     return names
 
 
+DECLARE_FLAG = "--declare-task"
+
+
+def specs_in(argv) -> list[str]:
+    """The values of every `--declare-task SPEC` / `--declare-task=SPEC` of a command line (read before the
+    parser is built, so that the declared names are among `--task`'s choices)."""
+    out = []
+    for i, a in enumerate(argv):
+        if a == DECLARE_FLAG and i + 1 < len(argv):
+            out.append(argv[i + 1])
+        elif a.startswith(DECLARE_FLAG + "="):
+            out.append(a[len(DECLARE_FLAG) + 1:])
+    return out
+
+
+def add_declare_argument(ap) -> None:
+    """`--declare-task SPEC` of `alignlab fel`/`finetune`/`evaluate`/`data validate` (declared in `cli.main`)."""
+    ap.add_argument(DECLARE_FLAG, action="append", default=[], metavar="SPEC", help=SPEC_HELP.replace(
+        "; the study gets rows for it", "; then name it with --task"))
+
+
 def add_task_arguments(ap) -> None:
-    ap.add_argument("--task", action="append", default=[], metavar="SPEC", dest="declare_tasks", help=SPEC_HELP)
+    ap.add_argument("--task", DECLARE_FLAG, action="append", default=[], metavar="SPEC", dest="declare_tasks",
+                    help=SPEC_HELP)
     ap.add_argument("--only-tasks", default=None, metavar="NAMES",
                     help="keep only these tasks' rows (comma-separated), e.g. only your declared task")
 
