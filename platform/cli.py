@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
 
     pt = sub.add_parser("pretrain", help="pretrain a model on a corpus (Ray Train TorchTrainer)")
     _common(pt)
-    pt.add_argument("--objectives", default="mlm,nsp,whp,pad", type=name_list(objective_names, "objective"))
+    pt.add_argument("--objectives", default=None, type=name_list(objective_names, "objective"),
+                    help="comma-separated objectives (default: the objectives' declared default set)")
     pt.add_argument("--size", default=None, help=f"model size: {', '.join(MODEL_SIZES)}")
     pt.add_argument("--corpus", default=None, help="corpus folder (default: build the corpus of the corpus flags, "
                     "or the preset's corpus)")
@@ -166,7 +167,7 @@ def _dispatch(args) -> int:
         from alignlab.platform.registry import objectives_like
 
         base = PRETRAIN_PRESETS[args.preset]
-        cfg = dataclasses.replace(base, objectives=objectives_like(args.objectives, base.objectives))
+        cfg = dataclasses.replace(base, objectives=objectives_like(args.objectives or default_set(), base.objectives))
         if args.size:
             if args.size not in MODEL_SIZES:
                 raise ValueError(f"unknown size {args.size!r}: choose one of {', '.join(MODEL_SIZES)}")

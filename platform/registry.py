@@ -164,6 +164,14 @@ def default_objectives() -> tuple[Any, ...]:
     return tuple(cls() for cls in registered().values() if getattr(cls, "default_on", False))
 
 
+def default_set() -> str:
+    """The objective set the CLI and the study presets pretrain when told none ("mlm,nsp,whp,pad" with the bundled
+    objectives): every objective whose config declares a `default_set_rank`, in that order."""
+    ranked = sorted((cls.default_set_rank, name) for name, cls in registered().items()
+                    if getattr(cls, "default_set_rank", None) is not None)
+    return ",".join(name for _, name in ranked)
+
+
 def resolve_objectives(items: Any) -> tuple[Any, ...]:
     """Names ("mlm,nsp" or ("mlm", "nsp")), dicts (`to_dict`'s form) or config objects → a tuple of configs
     with unique names; nothing → `default_objectives()`."""
