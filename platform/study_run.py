@@ -73,7 +73,8 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
     say = print if progress else (lambda *a, **k: None)
     say(f"[study {study.name}] building task datasets")
     tdir = build_tasks(st, langs=study.task_langs, max_docs_per_lang=study.task_max_docs_per_lang,
-                       target_snippets=study.task_snippets, seed=study.corpus.seed, ct_data=study.ct_data)
+                       target_snippets=study.task_snippets, seed=study.corpus.seed,
+                       **dict(study.task_options))
     check_budgets(study, tdir)
     eval_sets = stage_eval_files(study, sdir)
     if eval_sets:
@@ -269,8 +270,10 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
                     help="Ray CPUs per Train worker (default: the preset's), e.g. to fit a worker to a node type")
     ap.add_argument("--parallel-pretrain", type=positive_int, default=1,
                     help="independent pretraining runs side by side (default 1; >1 is for clusters)")
-    ap.add_argument("--ct-data", choices=["npm", "templated"], default="npm",
-                    help="CT data: the shipped hand-labelled npm summaries (default) or templated bundled titles")
+    from alignlab.platform.task import registered_tasks
+
+    for t in registered_tasks():  # each task's own data-builder flags
+        t.add_build_arguments(ap)
     ap.add_argument("--eval-file", action="append", default=[], metavar="TASK=PATH",
                     help="also score every finetuned calculation of TASK (ct or ad) on this JSONL test file; "
                          "repeatable, e.g. --eval-file ct=my_ct.jsonl --eval-file ad=my_ad.jsonl")
@@ -298,6 +301,14 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
     if code:
         raise SystemExit(code)
     return done[0]
+
+
+def task_options(args) -> tuple:
+    """The tasks' build options given on the command line (`Task.add_build_arguments`: dest = the option name)."""
+    from alignlab.platform.task import registered_tasks
+
+    return tuple(sorted((k, getattr(args, k)) for t in registered_tasks() for k in t.build_options
+                        if getattr(args, k, None) is not None))
 
 
 def _run_study_command(build, args, ap) -> Path:
@@ -335,7 +346,7 @@ def _run_study_command(build, args, ap) -> Path:
     except ValueError as e:
         ap.error(str(e))
     study = dataclasses.replace(with_tasks(built, declared, args.only_tasks and args.only_tasks.split(",")),
-                                ct_data=args.ct_data, eval_files=tuple(eval_files))
+                                task_options=task_options(args), eval_files=tuple(eval_files))
     corpus = corpus_from_args(built.corpus, args)
     if corpus != built.corpus:  # its own folder and report, as with extra objective sets
         name = f"{built.name}-{corpus.source}-{config_hash(corpus, length=8)}"
