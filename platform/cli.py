@@ -164,7 +164,7 @@ def _dispatch(args) -> int:
     if args.cmd == "pretrain":
         from alignlab.platform.corpus import build_corpus
         from alignlab.platform.pretrain_ray import pretrain
-        from alignlab.platform.registry import objectives_like
+        from alignlab.platform.registry import default_set, objectives_like
 
         base = PRETRAIN_PRESETS[args.preset]
         cfg = dataclasses.replace(base, objectives=objectives_like(args.objectives or default_set(), base.objectives))
