@@ -66,6 +66,9 @@ class ConceptTagging(TokenTask):
     unit = "words"
     num_classes = len(WHP_TAGS)
     baselines = ("majority", "lexicon", "run_rule", "gazetteer")
+    baseline_notes = ("CT: lexicon (each word's most frequent training tag), run rule (a word tagged N in training is N; "
+                      "each run of other words is one concept), gazetteer (longest match of a bundled-corpus article "
+                      "title is a concept).")
     data_files = {"ct_pool": ("ct_pool.jsonl", True), "ct_test": ("ct_test.jsonl", True)}
     build_options = {"ct_data": "npm"}
     serving_verbs = ("tag", "bracket")
@@ -118,6 +121,12 @@ class ConceptTagging(TokenTask):
     def search_groups(self, points):
         # The test set is the same for every calculation, so one search on the pool serves every sample.
         return {None: points}
+
+    def baseline_context(self, data):
+        # Article titles of the bundled corpus (titles.txt of the task folder), as word tuples: the gazetteer's.
+        path = data.tdir / "titles.txt"
+        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+        return {"titles": [tuple(ln.split()) for ln in lines]}
 
     def baseline_scores(self, train, test, *, titles=()):
         out = {"majority": majority_baseline([t for e in train for t in e.tags], [t for e in test for t in e.tags]),

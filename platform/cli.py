@@ -306,9 +306,8 @@ def _finetune(args, root: Path) -> int:
         other = multitask_train(data, c) if c.scheme == MULTITASK else None
         calc = finetune_calculation(pre, c, train, test, val=val, other_task_train=other)
         res = calc.row
-        res.update(context_free_baselines(c.task, train + val, test, titles=data.titles))
-        res.update(extra_test_scores(calc.model, pre.tok, c, data.extra_tests(c.task), train + val,
-                                     titles=data.titles))
+        res.update(context_free_baselines(c.task, train + val, test, data=data))
+        res.update(extra_test_scores(calc.model, pre.tok, c, data.extra_tests(c.task), train + val, data=data))
         saved = save_finetuned(root.local, pre, c, calc) if getattr(args, "save", False) else None
         if saved is not None:
             root.push(f"finetuned/{saved.name}", last=(MARKER,))

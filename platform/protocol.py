@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from alignlab.platform.config import FinetuneConfig, config_hash
@@ -50,8 +50,6 @@ class TaskData:
     files: dict[str, list]
     """Every registered task's examples by its `Task.data_files` names, also readable as attributes
     (`data.<name>`): a new task brings its own files without a change here."""
-    titles: list = field(default_factory=list)
-    """Article titles of the bundled corpus as word tuples, for the CT gazetteer baseline."""
 
     def __getattr__(self, name: str) -> list:
         files = self.__dict__.get("files") or {}
@@ -68,10 +66,7 @@ class TaskData:
             for field_name, (fname, required) in t.data_files.items():
                 path = tdir / fname
                 fields[field_name] = t.load_examples(path) if required or path.exists() else []
-        titles = tdir / "titles.txt"
-        words = ([tuple(ln.split()) for ln in titles.read_text(encoding="utf-8").splitlines()]
-                 if titles.exists() else [])
-        return cls(tdir, fields, words)
+        return cls(tdir, fields)
 
     def extra_tests(self, task: str) -> dict[str, list]:
         """Test sets every calculation of `task` is also scored on, besides its protocol test set."""
@@ -201,11 +196,15 @@ def baseline_names() -> tuple[str, ...]:
     return tuple(dict.fromkeys(b for t in registered_tasks() for b in t.baselines))
 
 
-def context_free_baselines(task: str, train: list, test: list, *, titles=()) -> dict[str, float]:
+def context_free_baselines(task: str, train: list, test: list, *, data: TaskData | None = None,
+                           **context) -> dict[str, float]:
     """Every context-free baseline of `task` (`Task.baseline_scores`), trained on `train` (the calculation's
     budget) and scored on `test`, as {"baseline_<name>": accuracy}, plus "baseline_best" and
     "baseline_best_name" (the strongest; a model's effect only counts above it)."""
-    out = {f"baseline_{k}": v for k, v in task_named(task).baseline_scores(train, test, titles=titles).items()}
+    t = task_named(task)
+    # What a task's baselines read from its task folder besides the examples (`Task.baseline_context`), unless given.
+    context = {**(t.baseline_context(data) if data is not None else {}), **context}
+    out = {f"baseline_{k}": v for k, v in t.baseline_scores(train, test, **context).items()}
     best = max(out, key=lambda k: out[k])
     return {**out, "baseline_best": out[best], "baseline_best_name": best[len("baseline_"):]}
 
@@ -226,7 +225,8 @@ def test_unit_metrics(model, tok, cfg: FinetuneConfig, test: list) -> dict:
     return {k: v for k, v in m.items() if k not in UNIT_COUNTS}
 
 
-def extra_test_scores(model, tok, cfg: FinetuneConfig, tests: dict[str, list], budget: list, *, titles=()) -> dict:
+def extra_test_scores(model, tok, cfg: FinetuneConfig, tests: dict[str, list], budget: list, *,
+                      data: TaskData | None = None) -> dict:
     """The selected model's accuracy on each extra test set (out-of-domain AD, a user's --eval-file), with
     the context-free baselines trained on the same budget and scored on that set:
     {"eval_<name>_accuracy", "eval_<name>_perplexity", "eval_<name>_baseline_<b>", ...}."""
@@ -238,6 +238,6 @@ def extra_test_scores(model, tok, cfg: FinetuneConfig, tests: dict[str, list], b
         out[f"eval_{name}_accuracy"], out[f"eval_{name}_perplexity"] = m["accuracy"], m["perplexity"]
         out.update({f"eval_{name}_{k}": v for k, v in m.items() if k not in UNIT_COUNTS})
         out[f"eval_{name}_num_test"] = len(examples)
-        for k, v in context_free_baselines(cfg.task, budget, examples, titles=titles).items():
+        for k, v in context_free_baselines(cfg.task, budget, examples, data=data).items():
             out[f"eval_{name}_{k}"] = v
     return out

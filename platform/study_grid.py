@@ -169,9 +169,9 @@ def run_one(calc: dict, device: str = "cpu") -> dict:
                                                  for name, f in calc.get("eval_sets", {}).items()}}
         res = dict(done.row)
         res.update(test_unit_metrics(done.model, pre.tok, ft, test))
-        res.update(extra_test_scores(done.model, pre.tok, ft, tests, train + val, titles=data.titles))
+        res.update(extra_test_scores(done.model, pre.tok, ft, tests, train + val, data=data))
         # Baselines learn from the whole budget the model had (its training and validation examples).
-        res.update(context_free_baselines(ft.task, train + val, test, titles=data.titles))
+        res.update(context_free_baselines(ft.task, train + val, test, data=data))
         hp = {f"ft/{k}": v for k, v in calc["finetune"].items()}
         hp.update({"model": calc["model_key"], "model_id": calc["model_id"], "row": calc["row"], "col": calc["col"]})
         writer.add_hparams(hp, {f"result/{k}": res[k] for k in ("accuracy", "perplexity", "best_accuracy", "epochs")},

@@ -12,7 +12,8 @@ The engine (finetune, protocol, inference, CLI) looks tasks up by the name a con
              files of the task folder; `data_files` (TaskData field -> file), `pool_and_test(data, fold)`,
              `search_groups(points)`, `search_pool_key(fold)`, `extra_tests(data)`; `multitask_partner` is
              the task whose data the multitask scheme trains on alongside.
-- baselines: `baselines` (names) and `baseline_scores(train, test, titles=...)`.
+- baselines: `baselines` (names), `baseline_context(data)` (what they read from the task folder besides the
+             examples, e.g. a gazetteer) and `baseline_scores(train, test, **context)`.
 - serving:   `serving_verbs` (Predictor methods it adds) and the `predict` CLI hooks.
 The two head shapes the paper's tasks use (token tagging, [CLS] classification) are the base classes below.
 """
@@ -167,6 +168,8 @@ class Task:
     data_files: ClassVar[dict[str, tuple[str, bool]]]
     """TaskData field -> (file name in the task folder, required)."""
     serving_verbs: ClassVar[tuple[str, ...]] = ()
+    baseline_notes: ClassVar[str] = ""
+    """What its context-free baselines (other than majority) are, for the report."""
     extra_test_notes: ClassVar[dict[str, str]] = {}
     """What each built-in extra test set (`extra_tests`) is, for the report."""
     default: ClassVar[bool] = False
@@ -252,7 +255,11 @@ class Task:
     def extra_tests(self, data) -> dict[str, list]:
         return {}
 
-    def baseline_scores(self, train: list, test: list, *, titles=()) -> dict[str, float]:
+    def baseline_context(self, data) -> dict:
+        """Keyword arguments of `baseline_scores` read from the task folder (`protocol.TaskData`); none by default."""
+        return {}
+
+    def baseline_scores(self, train: list, test: list, **context) -> dict[str, float]:
         """{baseline name: accuracy} of this task's context-free baselines."""
         raise NotImplementedError
 

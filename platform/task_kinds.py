@@ -89,6 +89,7 @@ class _FileTask:
                            f"{self.name}_test": (f"{self.name}_test.jsonl", True),
                            **{f"{self.name}_{x}": (f"{self.name}_{x}.jsonl", False) for x in extra}}
         self.extra_test_notes = {x: f"{self.name}: the declared extra test file {x!r}" for x in extra}
+        self.baseline_notes = f"{self.name.upper()}: {self.baseline_text}"
 
     def label_id(self, label: str) -> int:
         return self.labels.index(label)
@@ -125,6 +126,7 @@ class TaggingTask(_FileTask, TokenTask):
     kind = "tagging"
     unit = "words"
     baselines = ("majority", "lexicon")
+    baseline_text = "lexicon (each word's most frequent training tag, unknown words the majority tag)."
 
     def example_input(self, ex, tok, max_len, acronym_form):
         ids, first = query_input(tok, ex.tokens, max_len)
@@ -133,7 +135,7 @@ class TaggingTask(_FileTask, TokenTask):
             lab[pos] = self.label_id(tag)
         return ids, [0] * len(ids), lab
 
-    def baseline_scores(self, train, test, *, titles=()):
+    def baseline_scores(self, train, test, **context):
         return {"majority": majority_baseline(labels_of("tagging", train), labels_of("tagging", test)),
                 "lexicon": lexicon_baseline(train, test)}
 
@@ -156,12 +158,13 @@ class SequenceClassificationTask(_FileTask, SequenceTask):
     kind = "sequence"
     unit = "texts"
     baselines = ("majority", "bag_of_words")
+    baseline_text = "bag of words (logistic regression on the text's lowercased word counts)."
 
     def example_input(self, ex, tok, max_len, acronym_form):
         ids = [tok.cls_id, *tok.sp.encode(" ".join(ex.text.split()))[: max_len - 2], tok.sep_id]
         return ids, [0] * len(ids), self.label_id(ex.label)
 
-    def baseline_scores(self, train, test, *, titles=()):
+    def baseline_scores(self, train, test, **context):
         return {"majority": majority_baseline(labels_of("sequence", train), labels_of("sequence", test)),
                 "bag_of_words": bag_of_words_baseline(train, test)}
 
@@ -170,6 +173,7 @@ class PairClassificationTask(_FileTask, SequenceTask):
     kind = "pair"
     unit = "pairs"
     baselines = ("majority", "overlap")
+    baseline_text = "overlap (logistic regression on the two texts' word overlap: Jaccard, shares, counts)."
 
     def example_input(self, ex, tok, max_len, acronym_form):
         a = tok.sp.encode(" ".join(ex.text_a.split()))[: (max_len - 3) // 2]
@@ -177,7 +181,7 @@ class PairClassificationTask(_FileTask, SequenceTask):
         ids = [tok.cls_id, *a, tok.sep_id, *b, tok.sep_id]
         return ids, [0] * (len(a) + 2) + [1] * (len(b) + 1), self.label_id(ex.label)
 
-    def baseline_scores(self, train, test, *, titles=()):
+    def baseline_scores(self, train, test, **context):
         return {"majority": majority_baseline(labels_of("pair", train), labels_of("pair", test)),
                 "overlap": overlap_baseline(train, test)}
 
