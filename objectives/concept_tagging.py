@@ -13,9 +13,8 @@ from collections.abc import Sequence
 import torch
 
 from alignlab.objectives.hyperlink import TAGS as WHP_TAGS
-from alignlab.platform.batching import IGNORE
 from alignlab.platform.task import BuiltData, TokenTask, register_task
-from alignlab.platform.task_kinds import query_input, word_pieces  # noqa: F401 -- their old home
+from alignlab.platform.task_kinds import query_input, tagged_input, word_pieces  # noqa: F401 -- their old home
 
 from alignlab.objectives.ct_data import (CT_FORMAT, build_ct_dataset, concepts_from_documents, gazetteer_ct_baseline,
                                          lexicon_ct_baseline, run_rule_ct_baseline, tag_fractions, title_words)
@@ -74,11 +73,7 @@ class ConceptTagging(TokenTask):
     serving_verbs = ("tag", "bracket")
 
     def example_input(self, ex, tok, max_len, acronym_form):
-        ids, first = query_input(tok, ex.tokens, max_len)
-        lab = [IGNORE] * len(ids)
-        for pos, tag in zip(first, ex.tags):
-            lab[pos] = WHP_TAGS.index(tag)
-        return ids, [0] * len(ids), lab
+        return tagged_input(tok, ex.tokens, [WHP_TAGS.index(t) for t in ex.tags], max_len)
 
     # ---- data: one pool, one test set for every fold
     def add_build_arguments(self, parser):

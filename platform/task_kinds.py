@@ -65,6 +65,16 @@ def query_input(tok, words, max_len: int) -> tuple[list[int], list[int]]:
     return ids, first
 
 
+def tagged_input(tok, words, tag_ids, max_len: int) -> tuple[list[int], list[int], list[int]]:
+    """(ids, segment ids, per-position labels) of a tagged word sequence: each word's tag id at its first piece,
+    IGNORE elsewhere (`query_input`'s layout)."""
+    ids, first = query_input(tok, words, max_len)
+    lab = [IGNORE] * len(ids)
+    for pos, tag in zip(first, tag_ids):
+        lab[pos] = tag
+    return ids, [0] * len(ids), lab
+
+
 # ---------------------------------------------------------------- the task kinds
 
 
@@ -121,23 +131,21 @@ class _FileTask:
         return {x: data.files[f"{self.name}_{x}"] for x in self.declaration.get("extra_tests", ())
                 if data.files.get(f"{self.name}_{x}")}
 
+    def baseline_scores(self, train, test, **context):
+        """Majority, and the kind's own baseline (`baselines[1]`, fitted by `fit_and_score`)."""
+        return {"majority": majority_baseline(labels_of(self.kind, train), labels_of(self.kind, test)),
+                self.baselines[1]: type(self).fit_and_score(train, test)}
+
 
 class TaggingTask(_FileTask, TokenTask):
     kind = "tagging"
     unit = "words"
     baselines = ("majority", "lexicon")
     baseline_text = "lexicon (each word's most frequent training tag, unknown words the majority tag)."
+    fit_and_score = staticmethod(lexicon_baseline)
 
     def example_input(self, ex, tok, max_len, acronym_form):
-        ids, first = query_input(tok, ex.tokens, max_len)
-        lab = [IGNORE] * len(ids)
-        for pos, tag in zip(first, ex.tags):
-            lab[pos] = self.label_id(tag)
-        return ids, [0] * len(ids), lab
-
-    def baseline_scores(self, train, test, **context):
-        return {"majority": majority_baseline(labels_of("tagging", train), labels_of("tagging", test)),
-                "lexicon": lexicon_baseline(train, test)}
+        return tagged_input(tok, ex.tokens, [self.label_id(t) for t in ex.tags], max_len)
 
     def unit_metrics(self, preds: list[int], rows: list[int], examples) -> dict[str, float]:
         """Entity span F1 (seqeval, strict to the tags' scheme) when the tags are BIO/BIOES; words past the
@@ -159,14 +167,11 @@ class SequenceClassificationTask(_FileTask, SequenceTask):
     unit = "texts"
     baselines = ("majority", "bag_of_words")
     baseline_text = "bag of words (logistic regression on the text's lowercased word counts)."
+    fit_and_score = staticmethod(bag_of_words_baseline)
 
     def example_input(self, ex, tok, max_len, acronym_form):
         ids = [tok.cls_id, *tok.sp.encode(" ".join(ex.text.split()))[: max_len - 2], tok.sep_id]
         return ids, [0] * len(ids), self.label_id(ex.label)
-
-    def baseline_scores(self, train, test, **context):
-        return {"majority": majority_baseline(labels_of("sequence", train), labels_of("sequence", test)),
-                "bag_of_words": bag_of_words_baseline(train, test)}
 
 
 class PairClassificationTask(_FileTask, SequenceTask):
@@ -174,16 +179,13 @@ class PairClassificationTask(_FileTask, SequenceTask):
     unit = "pairs"
     baselines = ("majority", "overlap")
     baseline_text = "overlap (logistic regression on the two texts' word overlap: Jaccard, shares, counts)."
+    fit_and_score = staticmethod(overlap_baseline)
 
     def example_input(self, ex, tok, max_len, acronym_form):
         a = tok.sp.encode(" ".join(ex.text_a.split()))[: (max_len - 3) // 2]
         b = tok.sp.encode(" ".join(ex.text_b.split()))[: max_len - 3 - len(a)]
         ids = [tok.cls_id, *a, tok.sep_id, *b, tok.sep_id]
         return ids, [0] * (len(a) + 2) + [1] * (len(b) + 1), self.label_id(ex.label)
-
-    def baseline_scores(self, train, test, **context):
-        return {"majority": majority_baseline(labels_of("pair", train), labels_of("pair", test)),
-                "overlap": overlap_baseline(train, test)}
 
 
 KIND_CLASSES = {c.kind: c for c in (TaggingTask, SequenceClassificationTask, PairClassificationTask)}
