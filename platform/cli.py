@@ -285,7 +285,7 @@ def _finetune(args, root: Path) -> int:
     from alignlab.platform.finetune import load_pretrained, save_finetuned
     from alignlab.platform.finetune import MULTITASK, finetune_calculation
     from alignlab.platform.protocol import (TaskData, build_tasks, calculations, context_free_baselines,
-                                            extra_test_scores, fel_split, multitask_train)
+                                            extra_test_scores, fel_split, multitask_train, test_unit_metrics)
 
     from alignlab.platform.pretrain_ray import fetch_model
 
@@ -306,6 +306,7 @@ def _finetune(args, root: Path) -> int:
         other = multitask_train(data, c) if c.scheme == MULTITASK else None
         calc = finetune_calculation(pre, c, train, test, val=val, other_task_train=other)
         res = calc.row
+        res.update(test_unit_metrics(calc.model, pre.tok, c, test))
         res.update(context_free_baselines(c.task, train + val, test, data=data))
         res.update(extra_test_scores(calc.model, pre.tok, c, data.extra_tests(c.task), train + val, data=data))
         saved = save_finetuned(root.local, pre, c, calc) if getattr(args, "save", False) else None

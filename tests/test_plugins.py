@@ -95,7 +95,10 @@ def _install(tmp_path: Path, dist: str, objective: str, task: str, start: int = 
 
 
 def _env(*paths: Path) -> dict:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, paths), os.environ.get("PYTHONPATH", "")])}
+    """The environment of a user's run with these folders on PYTHONPATH; RAY_ADDRESS=local: a Ray instance of its
+    own even when another cluster was started on this machine (`ray start`), which ray.init would join."""
+    return {**os.environ, "RAY_ADDRESS": "local",
+            "PYTHONPATH": os.pathsep.join([*map(str, paths), os.environ.get("PYTHONPATH", "")])}
 
 
 LIST = ("from alignlab.platform.registry import registered; from alignlab.platform.task import task_names; "

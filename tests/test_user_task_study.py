@@ -27,7 +27,7 @@ def test_a_declared_tagging_task_gets_its_own_rows_baselines_and_span_f1_in_the_
     spec = f"name=swner,kind=tagging,pool={EXAMPLE / 'pool.jsonl'},test={EXAMPLE / 'test.jsonl'},aligned=whp"
     cmd = [sys.executable, str(REPO / "studies" / "objective_ablation.py"), "--preset", "smoke",
            "--storage", str(storage), "--task", spec, "--only-tasks", "swner"]
-    run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500)
+    run = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=1500)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     [sdir] = [p for p in (storage / "studies").iterdir() if p.name.startswith("objective_ablation-smoke-tasks-")]
     results = pd.read_parquet(sdir / "results.parquet")
