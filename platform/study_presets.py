@@ -39,14 +39,18 @@ def largest_size(preset: str) -> tuple[int, int]:
 
 def without_aligned() -> dict[str, tuple[str, str]]:
     """Per task, the model pretrained without the objective aligned to it (the paper's "768-"): its key
-    ("-" + the objective) and objectives (ALIGNED_OBJECTIVES less that one), in the tasks' order."""
+    ("-" + the objective) and objectives (ALIGNED_OBJECTIVES less that one), in the tasks' order. One model per
+    objective: a task aligned with an objective an earlier task has (a declared task; `study_tasks.with_tasks`
+    gives it that task's cells), or with none of the default set, gets no entry."""
     from alignlab.platform.registry import default_set
     from alignlab.platform.task import registered_tasks
 
-    out = {}
+    out, objectives = {}, default_set().split(",")
     for t in registered_tasks():
-        rest = [o for o in default_set().split(",") if o != t.aligned_objective]
-        out[t.name] = (f"-{t.aligned_objective}", ",".join(rest))
+        key = f"-{t.aligned_objective}"
+        if t.aligned_objective not in objectives or any(k == key for k, _ in out.values()):
+            continue
+        out[t.name] = (key, ",".join(o for o in objectives if o != t.aligned_objective))
     return out
 
 

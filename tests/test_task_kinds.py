@@ -165,3 +165,41 @@ def test_a_calculation_of_each_kind_runs_on_a_tiny_model_and_keeps_the_aligned_h
     model = build_task_model(pre, t.name, keep_head=True, dropout=0.0, seed=0)
     w, pretrained = model.heads[t.name].out.weight, pre.state[f"heads.{aligned}.out.weight"]
     assert (w.shape == pretrained.shape and torch.equal(w, pretrained)) == (kind != "pair")
+
+
+def _study_script(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "studies" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_declared_task_gets_rows_like_the_study_task_aligned_with_the_same_objective(declared):
+    from alignlab.platform.study_tasks import with_tasks
+
+    declared("swner", "tagging", EXAMPLE / "pool.jsonl", EXAMPLE / "test.jsonl", aligned_objective="whp")
+    base = _study_script("data_budget").build("smoke")
+    study = with_tasks(base, ["swner"])
+    ct_rows = sorted(c.row for c in base.calcs if c.finetune.task == "ct")
+    mine = [c for c in study.calcs if c.finetune.task == "swner"]
+    assert sorted(c.row for c in mine) == [r.replace("CT", "SWNER", 1) for r in ct_rows]
+    assert {c.group for c in mine} == {"SWNER"} and len(study.calcs) == len(base.calcs) + len(mine)
+    assert [c for c in study.baseline_cells if c[0].startswith("SWNER")] == \
+        [(r.replace("CT", "SWNER", 1), col) for r, col in base.baseline_cells if r.startswith("CT")]
+    assert study.name.startswith(base.name + "-tasks-") and study.name != with_tasks(base, ["swner"], ["swner"]).name
+    only = with_tasks(_study_script("objective_ablation").build("smoke"), ["swner"], ["swner"])
+    assert {c.finetune.task for c in only.calcs} == {"swner"} and only.baseline_cells == (("SWNER", "-whp*"),)
+    with pytest.raises(ValueError, match="task must be one of"):
+        with_tasks(base, [], ["nosuch"])
+
+
+@pytest.mark.parametrize("spec, message", [("name=a,kind=tagging,pool=p", "missing test"),
+                                           ("name=a,kind=tagging,pool=p,test=t,colour=red", "unknown key 'colour'"),
+                                           ("name=a,kind", "'kind' is not KEY=VALUE")])
+def test_a_bad_task_spec_says_what_is_wrong(spec, message):
+    from alignlab.platform.study_tasks import parse_task_spec
+
+    with pytest.raises(ValueError, match=message):
+        parse_task_spec(spec)
