@@ -4,8 +4,8 @@ Source: platform/corpus_data/software_summaries.txt (PyPI package summaries ship
 `name<TAB>summary` a line). Labels: silver, not hand-made -- each summary word sequence matching an entry of
 the lists below is tagged B-/I-LANG (a programming or markup language) or B-/I-TECH (a framework, service or
 tool); case-insensitive, trailing punctuation ignored; everything else is O. A summary is kept when it has 4 to
-25 words; 240 with at least one entity and 60 without, drawn with a fixed seed; the first 200 are the pool, the
-other 100 the test set. Rerun to rebuild the two files bit for bit:
+25 words; 400 with at least one entity and 100 without, drawn with a fixed seed; the first 400 are the pool
+(the mini preset's budget of 200 is sampled from it), the other 100 the test set. Rerun to rebuild the two files bit for bit:
 
     python examples/software_ner/make_dataset.py
 """
@@ -58,9 +58,9 @@ def main() -> None:
         tags = tag(tokens)
         (with_ent if any(t != "O" for t in tags) else without).append({"tokens": tokens, "tags": tags})
     rng = random.Random(44)
-    examples = rng.sample(with_ent, 240) + rng.sample(without, 60)
+    examples = rng.sample(with_ent, 400) + rng.sample(without, 100)
     rng.shuffle(examples)
-    for name, part in (("pool.jsonl", examples[:200]), ("test.jsonl", examples[200:])):
+    for name, part in (("pool.jsonl", examples[:400]), ("test.jsonl", examples[400:])):
         with open(HERE / name, "w", encoding="utf-8") as f:
             f.writelines(json.dumps(ex, ensure_ascii=False) + "\n" for ex in part)
         print(f"{HERE / name}: {len(part)} examples")
