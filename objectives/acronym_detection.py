@@ -25,6 +25,7 @@ import math
 
 import torch
 
+from alignlab.platform.holdout import HeldOutText
 from alignlab.platform.task import BuiltData, SequenceTask, register_task
 
 from alignlab.objectives.ad_data import (AD_BUILDER_VERSION, AD_FORMAT, build_ad_dataset, defining_doc_ids,
@@ -62,6 +63,7 @@ class AcronymDetection(SequenceTask):
     multitask_partner = "ct"
     head_rank = 1
     unit = "pairs"
+    test_units = "snippets"
     num_classes = 2
     baselines = ("majority", "letters", "span_matcher")
     baseline_notes = ("AD: letters (logistic regression on the acronym alone), span matcher (positive iff the acronym "
@@ -74,6 +76,9 @@ class AcronymDetection(SequenceTask):
     }
     build_options = {"target_snippets": 600}
     serving_verbs = ("acronym_score", "acronym_scores")
+
+    def test_unit(self, ex):
+        return ex.snippet  # its positive and negative pair share the snippet: one unit, as in the folds
 
     def example_input(self, ex, tok, max_len, acronym_form):
         ids, seg = pair_input(tok, ex.acronym, ex.snippet, max_len, acronym_form)
@@ -115,6 +120,13 @@ class AcronymDetection(SequenceTask):
     def extra_tests(self, data):
         ood = data.files.get("ad_ood", [])  # optional: older task folders have none
         return {"ood": ood} if ood else {}
+
+    def heldout_text(self, data):
+        # Every snippet (a pair's test or pool text, in-domain or npm), and every positive's acronym with the
+        # long form it stands for: a corpus sentence defining it gives the pair's answer away.
+        examples = list(data.ad) + list(data.files.get("ad_ood", []))
+        return HeldOutText(tuple(sorted({e.snippet for e in examples})),
+                           tuple(sorted({(e.acronym, e.long_form) for e in examples if e.label == 1 and e.long_form})))
 
     def baseline_scores(self, train, test, **context):
         return {"majority": majority_baseline([e.label for e in train], [e.label for e in test]),

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import torch
 
 from alignlab.objectives.hyperlink import TAGS as WHP_TAGS
+from alignlab.platform.holdout import HeldOutText
 from alignlab.platform.task import BuiltData, TokenTask, register_task
 from alignlab.platform.task_kinds import query_input, tagged_input, word_pieces  # noqa: F401 -- their old home
 
@@ -63,6 +64,7 @@ class ConceptTagging(TokenTask):
     multitask_partner = "ad"
     head_rank = 0
     unit = "words"
+    test_units = "texts"
     num_classes = len(WHP_TAGS)
     baselines = ("majority", "lexicon", "run_rule", "gazetteer")
     baseline_notes = ("CT: lexicon (each word's most frequent training tag), run rule (a word tagged N in training is N; "
@@ -71,6 +73,9 @@ class ConceptTagging(TokenTask):
     data_files = {"ct_pool": ("ct_pool.jsonl", True), "ct_test": ("ct_test.jsonl", True)}
     build_options = {"ct_data": "npm"}
     serving_verbs = ("tag", "bracket")
+
+    def test_unit(self, ex):
+        return " ".join(ex.tokens)  # one query text; its words are tagged together, so they are one unit
 
     def example_input(self, ex, tok, max_len, acronym_form):
         return tagged_input(tok, ex.tokens, [WHP_TAGS.index(t) for t in ex.tags], max_len)
@@ -109,6 +114,10 @@ class ConceptTagging(TokenTask):
 
     def pool_and_test(self, data, fold):
         return list(data.ct_pool), list(data.ct_test)
+
+    def heldout_text(self, data):
+        # The npm texts are not bundled corpus text, but a software or web source may hold them word for word.
+        return HeldOutText(tuple(sorted({" ".join(e.tokens) for e in (*data.ct_pool, *data.ct_test)})))
 
     def search_pool_key(self, fold):
         return "pool"

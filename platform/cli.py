@@ -314,12 +314,13 @@ def _finetune(args, root: Path) -> int:
             root.push(f"finetuned/{saved.name}", last=(MARKER,))
         rows.append(res)
         print(json.dumps({"fold": fold, "seed": seed, **{k: (round(v, 4) if isinstance(v, float) else v)
-                                                          for k, v in res.items()}}))
+                                                          for k, v in res.items() if not isinstance(v, list)}}))
         if saved:
             print(f"Finetuned model: {saved.name}\nFolder: {saved}")
     if args.cmd == "fel":
         keys = ["accuracy", "perplexity", "best_accuracy", "epochs"] + sorted(
-            k for k in rows[0] if k.startswith(("baseline_", "eval_")) and not k.endswith("_name"))
+            k for k, v in rows[0].items() if k.startswith(("baseline_", "eval_")) and not k.endswith("_name")
+            and not isinstance(v, list))  # per-unit scores are for a study's report, not this summary
         for k in keys:
             v = np.array([r[k] for r in rows], dtype=float)
             print(f"{k}: {v.mean():.4f} ± {v.std(ddof=1):.4f}  ({cfg.selection} selection, n={len(v)})")

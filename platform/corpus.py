@@ -27,10 +27,12 @@ import pyarrow.parquet as pq
 
 from alignlab.platform.batching import IGNORE
 from alignlab.platform.config import CorpusConfig, PretrainConfig, to_dict
-from alignlab.platform.corpus_identity import HELDOUT_FILE, corpus_id, heldout_doc_ids, source_fingerprint
+from alignlab.platform.corpus_identity import (HELDOUT_FILE, content_holdout, corpus_id, heldout_doc_ids,
+                                              source_fingerprint)
 # Staging is called through this module's name `_stage_documents` (benchmarks/corpus_throughput.py times it).
 from alignlab.platform.corpus_sources import documents_from_columns, iter_sources, stage_documents as _stage_documents
 from alignlab.platform.documents import CorpusInputError, Document
+from alignlab.platform.holdout import holdout_record
 from alignlab.platform.locks import build_once
 from alignlab.platform.registry import CorpusLabels, corpus_labellers
 from alignlab.platform.storage import (MARKER, Storage, as_storage, corpus_dir, publish_dir, read_json, resolve_root,
@@ -203,21 +205,26 @@ def corpus_sources(manifest: dict) -> set[str] | None:
 
 
 def build_corpus(cfg: CorpusConfig, root: Path | Storage, *, docs: Iterable[Document] | None = None,
-                 num_workers: int = 1, progress: bool = True) -> Path:
+                 num_workers: int = 1, progress: bool = True, task_dir: Path | None = None) -> Path:
     """Build (or find) the corpus for `cfg` under `root`; returns its (local) folder. `docs` overrides the
-    source. With a remote root the folder holds everything but the shards, which stay at the root. A corpus
-    whose vocabulary fell short of `cfg.vocab_size` is refused unless `cfg.allow_smaller_vocab`, whether it
+    source. Every document, whatever its source, is checked against the task texts of `cfg`'s task folder and
+    of `task_dir` (a study's own) by the content holdout rule (`holdout`); the manifest records it. With a
+    remote root the folder holds everything but the shards, which stay at the root. A corpus whose vocabulary
+    fell short of `cfg.vocab_size` is refused unless `cfg.allow_smaller_vocab`, whether it
     was just built (then before it is labelled; nothing is left behind) or found."""
     if docs is not None and (cfg.sources or cfg.tokenizer_sources):
         raise ValueError("build_corpus: `docs` replaces the config's sources, so its source options (sources, "
                          "tokenizer_sources) cannot apply; leave them unset")
     st = as_storage(root)
-    heldout, task_dir = heldout_doc_ids(cfg, st)
+    heldout, cfg_tasks = heldout_doc_ids(cfg, st)
+    tdirs = sorted({Path(p) for p in (cfg_tasks and st.local / "tasks" / cfg_tasks, task_dir) if p})
+    content = content_holdout(tdirs)
     labellers = corpus_labellers()
-    cid = corpus_id(cfg, heldout, custom=docs is not None, labellers=labellers)
+    cid = corpus_id(cfg, heldout, custom=docs is not None, labellers=labellers, content=content)
     final = corpus_dir(st.local, cid)
+    held = (heldout, cfg_tasks, content, [p.name for p in tdirs])
     build_once(st, f"corpus-{cid}", lambda: corpus_finished(st, cid),
-               lambda: _build(cfg, st, cid, final, heldout, task_dir, labellers, docs, num_workers, progress),
+               lambda: _build(cfg, st, cid, final, held, labellers, docs, num_workers, progress),
                label=f"[corpus {cid}]", progress=progress, leftovers=(f"corpus/{cid}.tmp-*",))
     stats = load_manifest(final)["stats"]
     check_vocab_size(cfg.vocab_size, stats["vocab_size"], allow_smaller=cfg.allow_smaller_vocab,
@@ -225,13 +232,15 @@ def build_corpus(cfg: CorpusConfig, root: Path | Storage, *, docs: Iterable[Docu
     return final
 
 
-def _build(cfg: CorpusConfig, st: Storage, cid: str, final: Path, heldout: list[str], task_dir, labellers: list,
+def _build(cfg: CorpusConfig, st: Storage, cid: str, final: Path, held: tuple, labellers: list,
            docs: Iterable[Document] | None, num_workers: int, progress: bool) -> None:
-    """Build the corpus `cid` under a temporary name and publish it at `final` (its lock held)."""
+    """Build the corpus `cid` under a temporary name and publish it at `final` (its lock held); `held`: the
+    held-out ids, the config's task folder, the content rule and the task folders it applies."""
     import ray
 
     from alignlab.platform.ray_env import ensure_ray
 
+    heldout, task_dir, content, content_dirs = held
     started = time.time()
     tmp = final.with_name(f"{cid}.tmp-{os.getpid()}")
     if tmp.exists():
@@ -244,7 +253,7 @@ def _build(cfg: CorpusConfig, st: Storage, cid: str, final: Path, heldout: list[
         source = iter_sources(cfg) if docs is None else ((None, d) for d in docs)
         phase = {}
         t = time.time()
-        staged = _stage_documents(source, tmp / "docs", cfg, holdout, progress)
+        staged = _stage_documents(source, tmp / "docs", cfg, holdout, progress, content=content)
         if staged["documents"] == 0:
             raise CorpusInputError(",".join(p for s in cfg.source_specs for p in s.paths) or cfg.source,
                                    "empty corpus: no documents with text")
@@ -311,6 +320,7 @@ def _build(cfg: CorpusConfig, st: Storage, cid: str, final: Path, heldout: list[
         write_json(tmp / MANIFEST, {"corpus_id": cid, "config": to_dict(cfg), "fingerprint": source_fingerprint(cfg)
                                     if docs is None else {}, "columns": shard_schema(labellers).names, "shards": shards, "stats": stats,
                                     "heldout": {"documents": len(heldout), "task_dir": task_dir, "file": HELDOUT_FILE},
+                                    "holdout": holdout_record(content, content_dirs, staged["documents_per_source"]),
                                     "vocab": {"requested": cfg.vocab_size, "reached": stats["vocab_size"]},
                                     "marker": MARKER})
         # The size marker, last: a shard or file cut short (a full disk, an interrupted upload) is unfinished.

@@ -1,7 +1,9 @@
 """A corpus's identity: which documents it holds out, and the id that names its folder.
 
-The id hashes the config, the input's fingerprint and the held-out document ids (plus the names of plugin
-objectives that label it), so the same request finds the same corpus whichever command built it.
+The id hashes the config, the input's fingerprint, the held-out document ids, the content holdout (its rule
+version and the task data it was applied against, `holdout`), the labelling code's version
+(CORPUS_CODE_VERSION) and the names of plugin objectives that label it, so the same request finds the same
+corpus whichever command built it, and changed code or task data never finds a stale one (docs/ids.md).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 
 from alignlab.platform.config import CorpusConfig, config_hash, to_dict
 from alignlab.platform.corpus_config import SourceSpec
+from alignlab.platform.holdout import HOLDOUT_RULE_VERSION, ContentHoldout, task_heldout_text
 from alignlab.platform.registry import CorpusLabels
 from alignlab.platform.text_files import SOFTWARE_FILE
 from alignlab.platform.storage import Storage, as_storage
@@ -49,6 +52,18 @@ def _read_ids(path: Path) -> set[str]:
     return {ln.strip() for ln in Path(path).read_text().splitlines() if ln.strip()}
 
 
+CORPUS_CODE_VERSION = 1
+"""The version of the code that turns documents into labelled shards (staging, chunking, the bundled objectives'
+labels, the tokenizer's training). Bump it in any change that alters a shard's rows for the same config and
+input: it is in every corpus id, so no cache serves the old shards. tests/test_versions.py holds golden hashes
+of a smoke corpus's rows and fails when they change without a bump (docs/ids.md says how to regenerate them)."""
+
+
+def content_holdout(task_dirs: list[Path]) -> ContentHoldout | None:
+    """The content rule against the task folders `task_dirs` (None: no task folder, no task text to hold out)."""
+    return ContentHoldout(task_heldout_text(task_dirs)) if task_dirs else None
+
+
 def heldout_doc_ids(cfg: CorpusConfig, root: Path | Storage) -> tuple[list[str], str | None]:
     """The corpus-holdout rule: the sorted ids of the documents a corpus of `cfg` under `root` keeps out, and
     the name of the task folder they come from (None with `hold_out_tasks` off).
@@ -73,15 +88,18 @@ def heldout_doc_ids(cfg: CorpusConfig, root: Path | Storage) -> tuple[list[str],
 
 
 def corpus_id(cfg: CorpusConfig, heldout: list[str], *, custom: bool = False,
-              labellers: list[CorpusLabels] = ()) -> str:
+              labellers: list[CorpusLabels] = (), content: ContentHoldout | None = None) -> str:
     """Source, then a hash of the config, the input's fingerprint and the held-out ids. The ids count by
     content, not by how they were chosen or where their file lies (a cache folder differs per machine), so
     one set of held-out documents is one corpus. The labels of the bundled objectives are part of the code
-    (as the chunking is); a plugin objective's labels add its name, so a corpus labelled with it is another."""
+    (as the chunking is); a plugin objective's labels add its name, so a corpus labelled with it is another.
+    `content` (the content holdout, None without task text) adds its rule's version and task data's digest."""
     ident = identity_dict(cfg)
     digest = hashlib.sha256("".join(i + "\n" for i in heldout).encode()).hexdigest()
     plugins = sorted(lab.name for lab in labellers if lab.plugin)
     extra = (plugins,) if plugins else ()
+    extra += ({"code": CORPUS_CODE_VERSION, "holdout_rule": HOLDOUT_RULE_VERSION,
+               "holdout_tasks": content.digest() if content else None},)
     if custom:
         return f"custom-{config_hash(ident, digest, *extra)}"
     return f"{cfg.source}-{config_hash(ident, source_fingerprint(cfg), digest, *extra)}"

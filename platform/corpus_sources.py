@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from alignlab.platform.corpus_config import CorpusConfig, SourceSpec
 from alignlab.platform.documents import CorpusInputError, Document, Link, words_in_links
+from alignlab.platform.holdout import REASONS, ContentHoldout
 from alignlab.platform.sources import check_paths_exist, iter_documents
 
 DOC_SCHEMA = pa.schema([
@@ -171,8 +172,11 @@ def shuffle_parts(folder: Path) -> None:
 
 
 def stage_documents(source: Iterable[tuple[int | None, Document]], out: Path, cfg: CorpusConfig, holdout: set[str],
-                    progress: bool) -> dict:
+                    progress: bool, content: ContentHoldout | None = None) -> dict:
     """Write documents to `out/{train,eval}` parts in bounded batches; return the samples and the counts.
+
+    A document is held out when its id is in `holdout` or the content rule `content` gives a reason; each
+    source's entry of "documents_per_source" counts them by reason ("held_out").
 
     "sample" is the tokenizer's: a uniform sample of `tokenizer_sample_docs` documents of the sources that
     `cfg.tokenizer_sources` names (all when empty); "fit_sample" the objectives' (`CorpusLabels.fit`), of every
@@ -190,12 +194,15 @@ def stage_documents(source: Iterable[tuple[int | None, Document]], out: Path, cf
     per_lang: Counter = Counter()
     per_kind: Counter = Counter()
     per_source: Counter = Counter()
+    held_out: dict = {}
     t0 = time.time()
     for i, doc in source:
-        if doc.doc_id in holdout:
-            n_held += 1
-            continue
         if not doc.text.strip():
+            continue
+        why = "doc_id" if doc.doc_id in holdout else content.reason(doc.text) if content else None
+        if why:
+            n_held += 1
+            held_out.setdefault(i, Counter())[why] += 1
             continue
         n_docs += 1
         per_lang[doc.lang] += 1
@@ -221,8 +228,9 @@ def stage_documents(source: Iterable[tuple[int | None, Document]], out: Path, cf
         raise ValueError(f"CorpusConfig.tokenizer_sources {list(cfg.tokenizer_sources)}: those sources gave no "
                          "documents to train the vocabulary on")
     sources = [{"source": GIVEN if i is None else specs[i].label, "documents": per_source[i],
+                "held_out": {r: held_out.get(i, {}).get(r, 0) for r in REASONS},
                 **({"non_english_dropped": dropped[i]} if i in dropped else {})}
-               for i in ([None] if None in per_source else range(len(specs)))]
+               for i in ([None] if None in per_source or None in held_out else range(len(specs)))]
     return {"sample": sample.texts, "fit_sample": fit_sample.texts,
             "link_density": round(words_linked / words_total, 4) if words_total else 0.0, "documents": n_docs,
             "linked_documents": n_linked, "held_out_documents": n_held, "documents_per_lang": dict(per_lang),

@@ -42,17 +42,18 @@ import torch
 import torch.nn.functional as F
 
 from alignlab.platform.config import FinetuneConfig, ModelConfig, config_hash, finetune_from_dict, to_dict
+from alignlab.platform.finetune_schemes import MULTITASK, trainable_parameters
 from alignlab.platform.head_input import LAST_LAYER_FIRST_PIECE, HeadInput, fits, reads_of, task_head, widened
 from alignlab.platform.model import AlignModel
 from alignlab.platform.storage import MARKER, folder_finished, publish_dir, read_json, write_json, write_marker
 from alignlab.platform.task import Encoded, head_for, registered_tasks, task as task_named
 # Encoding and metrics live in task_scoring; `from alignlab.platform.finetune import evaluate_examples` keeps working.
 from alignlab.platform.task_scoring import (encode_examples, evaluate_examples, logits_and_labels,  # noqa: F401
-                                            metrics_from_logits, on_device, unit_vectors)
+                                            UNIT_SCORES, metrics_from_logits, on_device, scores_per_test_unit,
+                                            unit_vectors)
 from alignlab.platform.tokenizer import Tokenizer, check_model_vocabulary
 
 make_head = head_for  # the old name; benchmarks/inference_latency.py calls it
-MULTITASK = "mt:pred+trm"
 
 
 # ---------------------------------------------------------------- loading a pretrained model
@@ -106,20 +107,6 @@ class NonFiniteError(ValueError):
 
 
 # ---------------------------------------------------------------- the calculation
-
-
-def trainable_parameters(model: AlignModel, scheme: str, tasks: tuple[str, ...]) -> list[torch.nn.Parameter]:
-    for p in model.parameters():
-        p.requires_grad_(False)
-    groups = [model.heads[t] for t in tasks]
-    if scheme in ("pred+trm", MULTITASK, "pred+trm+emb"):
-        groups.append(model.encoder.layers)
-    if scheme == "pred+trm+emb":
-        groups += [model.encoder.tok, model.encoder.pos, model.encoder.seg, model.encoder.ln]
-    params = [p for g in groups for p in g.parameters()]
-    for p in params:
-        p.requires_grad_(True)
-    return params
 
 
 class _Features:
@@ -209,15 +196,17 @@ def finetune_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, v
     best_ppl = best_acc = (None, None)  # (snapshot, selection metrics) at the selected epoch
     for epoch in range(1, cfg.max_epochs + 1):
         fit.epoch()
-        m = fit.evaluate(enc_sel, f_sel)
+        # "paper" selects on the test set: its per-unit scores are taken with the selection numbers, not again.
+        m = fit.evaluate(enc_sel, f_sel, test if enc_sel is enc_test else None)
+        units = {k: m.pop(k) for k in UNIT_SCORES if k in m}
         history.append({"epoch": epoch, **m})
         if on_epoch:
             on_epoch(epoch, m)
         new_ppl, new_acc = selector.update(epoch, m)
         if new_ppl:
-            best_ppl = (fit.snapshot(), m)
+            best_ppl = (fit.snapshot(), {**m, **units})
         if new_acc:
-            best_acc = (fit.snapshot(), m)
+            best_acc = (fit.snapshot(), {**m, **units})
         if selector.done(epoch):
             break
     if best_ppl[0] is None or best_acc[0] is None:
@@ -237,11 +226,11 @@ def finetune_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, v
         best_ppl, best_acc = (at[selector.ppl_epoch], best_ppl[1]), (at[selector.acc_epoch], best_acc[1])
     if cfg.selection == "paper":
         at_ppl, at_acc = best_ppl[1], best_acc[1]
-    else:  # the test set is touched once per selected epoch, after all selection is done
+    else:  # the test set is touched once per selected epoch, after all selection is done; scored per test unit
         fit.restore(best_ppl[0])
-        at_ppl = fit.evaluate(enc_test, f_test)
+        at_ppl = fit.evaluate(enc_test, f_test, test)
         fit.restore(best_acc[0])
-        at_acc = fit.evaluate(enc_test, f_test)
+        at_acc = fit.evaluate(enc_test, f_test, test)
     fit.restore(best_ppl[0])  # the kept model is the best-perplexity one (the paper's choice)
     return Calculation({
         "accuracy": at_ppl["accuracy"], "perplexity": at_ppl["perplexity"],
@@ -250,6 +239,8 @@ def finetune_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, v
         "selection": cfg.selection, "refit": cfg.refit, "head_input": f"{cfg.feature_layers}:{cfg.word_pooling}",
         "num_train": len(train) + (len(val) if cfg.refit else 0), "num_val": len(val or []), "num_test": len(test),
         "seconds": round(time.time() - t0, 3), "device": str(device),
+        "unit_keys": at_ppl["unit_keys"], "unit_count": at_ppl["unit_count"], "unit_correct": at_ppl["unit_correct"],
+        "unit_correct_at_best_accuracy": at_acc["unit_correct"],
     }, fit.model)
 
 
@@ -286,12 +277,19 @@ class _Fit:
             loss.backward()
             self.opt.step()
 
-    def evaluate(self, enc: Encoded, feats: _Features | None = None) -> dict[str, float]:
+    def evaluate(self, enc: Encoded, feats: _Features | None = None, examples=None) -> dict:
+        """Accuracy and perplexity on `enc`; with its `examples`, the per-test-unit scores too."""
         self.model.eval()
         with torch.no_grad():
             if feats is not None:
-                return metrics_from_logits(self.head(feats.x), feats.y)
-            return metrics_from_logits(*logits_and_labels(self.model, self.task, enc))
+                logits, labels, rows = self.head(feats.x), feats.y, feats.row_of_unit
+            else:
+                (logits, labels), rows = logits_and_labels(self.model, self.task, enc), None
+        m = metrics_from_logits(logits, labels)
+        if examples is not None:
+            rows = task_named(self.task).unit_rows(enc) if rows is None else rows
+            m.update(scores_per_test_unit(self.task, examples, logits.argmax(-1) == labels, rows))
+        return m
 
     def snapshot(self):
         return copy.deepcopy(self.head.state_dict()) if self.frozen else copy.deepcopy(self.model.state_dict())

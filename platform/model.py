@@ -106,6 +106,10 @@ class Encoder(nn.Module):
                 self.pos.weight.copy_(sinusoids(cfg.max_len, cfg.hidden) * float(self.tok.weight.std()) * 2**0.5)
             self.pos.weight.requires_grad_(False)
 
+    def fixed_parameters(self) -> list[nn.Parameter]:
+        """Parameters no training may change: the sinusoidal position table (`ModelConfig.position`)."""
+        return [self.pos.weight] if self.cfg.position == "sinusoidal" else []
+
     def embed(self, input_ids: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
         T = input_ids.shape[1]
         pos = torch.arange(T, device=input_ids.device)

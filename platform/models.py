@@ -21,13 +21,14 @@ from alignlab.platform.pretrain import resolve_precision
 from alignlab.platform.registry import objective_class
 from alignlab.platform.storage import MARKER, Storage, as_storage, folder_finished, model_dir, read_json
 
-RUNTIME_FIELDS = ("checkpoint_every", "log_every", "eval_batches", "cpus_per_worker", "threads_per_worker", "use_gpu")
+RUNTIME_FIELDS = ("checkpoint_every", "log_every", "eval_batches", "cpus_per_worker", "threads_per_worker")
 """PretrainConfig fields that change how a run is executed, not what the model learns: checkpoint and report
-frequency, how many held-out batches the final evaluation reads, the resources and threads of a worker, and
-the device (what it changes, the precision, is in the id as resolved). Every other field is in the id: in
-particular `num_workers`: `batch_size` is the global batch whatever the workers, but N workers round their
-gradient sums otherwise than one and draw their own dropout masks, so their weights differ in the digits; and
-`precision`, "auto" resolved to what it picks (resolve_precision)."""
+frequency, how many held-out batches the final evaluation reads, and the resources and threads of a worker.
+Every other field is in the id: in particular `num_workers`: `batch_size` is the global batch whatever the
+workers, but N workers round their gradient sums otherwise than one and draw their own dropout masks, so their
+weights differ in the digits; `precision`, "auto" resolved to what it picks (resolve_precision); and `use_gpu`,
+the device kind: a GPU's kernels sum in another order (and may use TF32), so even an fp32 model trained there
+has other digits than one trained on a CPU."""
 
 
 ADDED_MODEL_FIELDS = {"position": "learned", "alibi": 0.0}
@@ -37,7 +38,18 @@ ADDED_PRETRAIN_FIELDS = {"curriculum_fraction": 0.0, "domain_sources": [], "doma
 """The same for PretrainConfig fields."""
 
 
+PRETRAIN_CODE_VERSION = 1
+"""The version of the code that turns a corpus and a PretrainConfig into weights (the model, the objectives'
+heads and losses, collation, the data order, the optimizer and schedule). Bump it in any change that alters
+trained weights for the same corpus and config: it is in every model id, so no cache serves the old weights.
+tests/test_versions.py holds a golden hash of a smoke model's weights and fails when they change without a bump
+(docs/ids.md says how to regenerate it)."""
+
+
 def model_id(corpus_id: str, cfg: PretrainConfig) -> str:
+    """Objectives, then a hash of: the corpus id (which carries the corpus code version and the holdout), every
+    PretrainConfig field but RUNTIME_FIELDS (precision as resolved; `use_gpu`, the device kind, included), and
+    PRETRAIN_CODE_VERSION. The table is in docs/ids.md."""
     d = to_dict(resolve_precision(cfg))
     for f in RUNTIME_FIELDS:
         d.pop(f)
@@ -45,7 +57,7 @@ def model_id(corpus_id: str, cfg: PretrainConfig) -> str:
         for f, default in added.items():
             if fields.get(f) == default:
                 fields.pop(f)
-    return f"{cfg.model.label}-{'+'.join(cfg.objective_names)}-{config_hash(corpus_id, d)}"
+    return f"{cfg.model.label}-{'+'.join(cfg.objective_names)}-{config_hash(corpus_id, d, {'code': PRETRAIN_CODE_VERSION})}"
 
 
 

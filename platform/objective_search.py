@@ -183,7 +183,8 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
     its pretraining resumes from the run's last Train checkpoint (the model registry)."""
     from ray import tune
 
-    from alignlab.platform.corpus import build_corpus
+    from alignlab.platform.corpus import build_corpus, load_manifest
+    from alignlab.platform.holdout import require_holdout
     from alignlab.platform.optuna_study import JOURNAL_SUFFIX, finished_trials, open_study, study_place, trial_counts
     from alignlab.platform.protocol import build_tasks
     from alignlab.platform.ray_env import ensure_ray
@@ -197,7 +198,8 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
     ensure_ray()
     tdir = build_tasks(st, max_docs_per_lang=spec.task_max_docs_per_lang, seed=spec.corpus.seed)
     cdir = build_corpus(dataclasses.replace(spec.corpus, holdout_ids_file=str(tdir / "heldout_doc_ids.txt")), st,
-                        progress=progress)
+                        progress=progress, task_dir=tdir)
+    require_holdout(load_manifest(cdir), tdir.name)
     name = f"objective-search-{config_hash(spec.name, spec.pretrain, spec.finetune, list(spec.candidates), list(spec.weights), [list(p) for p in spec.points], spec.seed, tdir.name)}"
     out_file = sdir / "search.json"
     if out_file.exists() and read_json(out_file).get("tune_name") == name and \

@@ -64,9 +64,10 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     from alignlab.platform.corpus import warn_if_corpus_repeats  # issue #18: more passes than a few over the corpus
     warn_if_corpus_repeats(manifest, cfg)
     cid = manifest["corpus_id"]
-    if "heldout" not in manifest:
-        print(f"[pretrain] warning: corpus {cid} records no held-out task documents (built before the corpus-holdout "
-              "rule): its models may have read the AD test snippets; rebuild it with `alignlab corpus build`", flush=True)
+    if not manifest.get("holdout"):  # a study refuses such a corpus (holdout.require_holdout); a lone run is warned
+        print(f"[pretrain] warning: corpus {cid} records no content holdout (built before the rule, or with "
+              "hold_out_tasks off): its models may have read task test text; rebuild it with `alignlab corpus build` "
+              "(docs/holdout.md)", flush=True)
     requested = cfg.precision
     cfg = resolve_precision(cfg)  # the workers train at the precision the id names, wherever they run
     mid = model_id(cid, cfg)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import random
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,8 +148,24 @@ def _sample(pool: list, task: str, cfg: FinetuneConfig, key: str) -> tuple[list,
     sample = random.Random(key).sample(pool, cfg.budget)
     if cfg.selection == "paper":
         return sample, []
-    n_val = max(2, round(cfg.val_fraction * cfg.budget))
-    return sample[n_val:], sample[:n_val]
+    return validation_split(sample, task, max(2, round(cfg.val_fraction * cfg.budget)))
+
+
+def validation_split(sample: list, task: str, n_val: int) -> tuple[list, list]:
+    """(train, val) of a sampled budget: whole test units (`Task.test_unit`) go to validation in the order they
+    first appear until it holds at least `n_val` examples. A unit cut in two (AD: a snippet's positive in
+    training, its negative in validation) would flatter validation and the epochs selected on it. Where every
+    example is its own unit (CT) this is the first `n_val` examples, as before."""
+    units = [task_named(task).test_unit(ex) for ex in sample]
+    size = Counter(units)
+    val_units, n = set(), 0
+    for u in dict.fromkeys(units):
+        if n >= n_val:
+            break
+        val_units.add(u)
+        n += size[u]
+    return ([ex for ex, u in zip(sample, units) if u not in val_units],
+            [ex for ex, u in zip(sample, units) if u in val_units])
 
 
 def fel_split(data: TaskData, task: str, cfg: FinetuneConfig) -> tuple[list, list, list]:
@@ -229,14 +246,17 @@ def extra_test_scores(model, tok, cfg: FinetuneConfig, tests: dict[str, list], b
                       data: TaskData | None = None) -> dict:
     """The selected model's accuracy on each extra test set (out-of-domain AD, a user's --eval-file), with
     the context-free baselines trained on the same budget and scored on that set:
-    {"eval_<name>_accuracy", "eval_<name>_perplexity", "eval_<name>_baseline_<b>", ...}."""
+    {"eval_<name>_accuracy", "eval_<name>_perplexity", "eval_<name>_baseline_<b>", ...}, and the per-test-unit
+    scores the report resamples ("eval_<name>_unit_correct", ...: `task_scoring.scores_per_test_unit`)."""
     from alignlab.platform.finetune import evaluate_examples
+    from alignlab.platform.task_scoring import UNIT_SCORES
 
     out: dict = {}
     for name, examples in tests.items():
-        m = evaluate_examples(model, cfg.task, examples, tok, acronym_form=cfg.acronym_form)
+        m = evaluate_examples(model, cfg.task, examples, tok, acronym_form=cfg.acronym_form, per_unit=True)
         out[f"eval_{name}_accuracy"], out[f"eval_{name}_perplexity"] = m["accuracy"], m["perplexity"]
-        out.update({f"eval_{name}_{k}": v for k, v in m.items() if k not in UNIT_COUNTS})
+        out.update({f"eval_{name}_{k}": m[k] for k in UNIT_SCORES})
+        out.update({f"eval_{name}_{k}": v for k, v in m.items() if k not in UNIT_COUNTS + UNIT_SCORES})
         out[f"eval_{name}_num_test"] = len(examples)
         for k, v in context_free_baselines(cfg.task, budget, examples, data=data).items():
             out[f"eval_{name}_{k}"] = v

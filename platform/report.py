@@ -2,9 +2,10 @@
 significance against the study's baseline), PNG plots, and pointers to the TensorBoard runs.
 
 Cells read "acc ± std / ppl ± std" (accuracy in %, mean ± one standard deviation over the ten
-calculations). A cell is **bold** when its accuracy is significantly higher than its baseline's
-(`significance.significant_gain`: paired over (fold, seed), or over the pretraining runs when a column
-has several) and above the row's strongest context-free baseline; the baseline is underlined. The baseline
+calculations). A cell is **bold** when its accuracy is above its baseline's with a Holm-corrected p < 0.05 over
+every comparison of the report (`significance`: test units resampled, or the pretraining runs when a column has
+several) and its 95% interval is above the row's strongest context-free baseline; the baseline is underlined.
+The report leads with an effect plot (each cell's difference from its baseline, with its interval). The baseline
 is the study's baseline column in the same row, or -- when the study names baseline cells (the
 paper's Tables 1-2) -- the one baseline cell of the row's group (e.g. its task). Searches (Optuna)
 get a section of their own.
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from alignlab.platform.significance import P_VALUE, RUN_KEY, Comparison, significance_section, significant_gain
+from alignlab.platform.significance import (P_VALUE, RUN_KEY, Comparison, correct_family, significance_section,
+                                            significant_gain)
 from alignlab.platform.storage import read_json, write_text
 
 
@@ -91,17 +93,34 @@ def extra_test_sets(df: pd.DataFrame) -> list[str]:
     return sorted(names, key=lambda n: (n not in _extra_test_text(), n))  # built-in sets first
 
 
-def _table(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], acc: str, ppl: str,
-           prefix: str = "") -> tuple[list[str], dict[tuple[str, str], Comparison]]:
-    cols = list(dict.fromkeys(df["col"]))
-    rows = list(dict.fromkeys(df["row"]))
-    lines = ["| | " + " | ".join(cols) + " | strongest context-free |", "|---|" + "---|" * (len(cols) + 1)]
+def compare_cells(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], acc: str,
+                  prefix: str = "") -> dict[tuple[str, str], Comparison]:
+    """Every non-baseline cell against its row's baseline on `acc` (bold for a family of one: `correct_family`)."""
     comparisons = {}
     base_cells = set(baselines.values())
-    for r in rows:
-        cells = []
+    for r in dict.fromkeys(df["row"]):
         br, bc = baselines[r]
         base = df[(df["row"] == br) & (df["col"] == bc)]
+        for c in dict.fromkeys(df["col"]):
+            sub = df[(df["row"] == r) & (df["col"] == c)]
+            if sub.empty or (r, c) in base_cells or base.empty:
+                continue
+            # An effect counts only above what no model is needed for: the strongest context-free baseline.
+            comparisons[(r, c)] = significant_gain(sub, base, acc, floor=strongest_baseline(sub, prefix)[1])
+    return comparisons
+
+
+def _table(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], acc: str, ppl: str, prefix: str = "",
+           comparisons: dict | None = None) -> tuple[list[str], dict[tuple[str, str], Comparison]]:
+    """The table of `acc` / `ppl`, bold by `comparisons` (Holm-corrected over the report; without them, over
+    this table alone)."""
+    if comparisons is None:
+        comparisons = correct_family({acc: compare_cells(df, baselines, acc, prefix)})[acc]
+    cols = list(dict.fromkeys(df["col"]))
+    lines = ["| | " + " | ".join(cols) + " | strongest context-free |", "|---|" + "---|" * (len(cols) + 1)]
+    base_cells = set(baselines.values())
+    for r in dict.fromkeys(df["row"]):
+        cells = []
         for c in cols:
             sub = df[(df["row"] == r) & (df["col"] == c)]
             if sub.empty:
@@ -110,17 +129,31 @@ def _table(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], acc: str, pp
             text = f"{_fmt(sub[acc], 100)} / {_fmt(sub[ppl], 1, 2)} (n={len(sub)})"
             if (r, c) in base_cells:
                 text = f"<u>{text}</u>"
-            elif not base.empty:
-                # An effect counts only above what no model is needed for: the strongest context-free baseline.
-                floor = strongest_baseline(sub, prefix)[1]
-                comparisons[(r, c)] = cmp = significant_gain(sub, base, acc, floor=floor)
-                if cmp.bold:
-                    text = f"**{text}**"
+            elif comparisons.get((r, c)) is not None and comparisons[(r, c)].bold:
+                text = f"**{text}**"
             cells.append(text)
         name, mean = strongest_baseline(df[df["row"] == r], prefix)
         cells.append(f"{100 * mean:.1f} ({name})" if name != "–" else "–")
         lines.append(f"| {r} | " + " | ".join(cells) + " |")
     return lines, comparisons
+
+
+def _all_comparisons(df: pd.DataFrame, baselines: dict[str, tuple[str, str]]) -> dict[str, dict]:
+    """Every comparison of the report (its family for Holm): both tables, then each extra test set."""
+    tables = {"accuracy": compare_cells(df, baselines, "accuracy"),
+              "best_accuracy": compare_cells(df, baselines, "best_accuracy")}
+    for name in extra_test_sets(df):
+        tables[name] = compare_cells(df[df[f"eval_{name}_accuracy"].notna()], baselines, f"eval_{name}_accuracy",
+                                     prefix=f"eval_{name}_")
+    return correct_family(tables)
+
+
+def _unit_names(df: pd.DataFrame) -> str:
+    """What the test units of the report's tasks are ("texts for ct, snippets for ad")."""
+    from alignlab.platform.task import task as task_named
+
+    tasks = list(dict.fromkeys(df["ft_task"].dropna())) if "ft_task" in df.columns else []
+    return ", ".join(f"{task_named(t).test_units} for {t.upper()}" for t in tasks) or "test units"
 
 
 def write_report(sdir: Path) -> Path:
@@ -156,22 +189,23 @@ def write_report(sdir: Path) -> Path:
            "; `last:first`, the paper's: the last layer at each word's first piece; `all`: the embedding output and "
            "every layer's side by side; `mean`: a word's pieces averaged; AD reads [CLS] either way).",
            "", f"Cells: accuracy % ± std / perplexity ± std over the calculations (n). Baseline: <u>{base}</u>. "
-           f"**Bold**: accuracy significantly above the row's baseline (paired t-test over the calculations "
-           f"paired by (fold, seed), p < {P_VALUE}, and a higher mean; over the pretraining runs when each column "
-           "has several) **and** above the row's strongest context-free baseline (last column); the scope of the "
-           "test and the other p-values in the significance section.", ""]
+           f"**Bold**: above the row's baseline with Holm-corrected p < {P_VALUE} over every comparison of this "
+           "report (test units resampled, seeds averaged within each fold; over the pretraining runs when each "
+           "column has several) **and** the cell's 95% interval above the row's strongest context-free baseline "
+           "(last column); intervals, p-values and the family in the significance section "
+           "(docs/statistics.md).", ""]
     if study.get("notes"):
         out += [study["notes"], ""]
     if df.empty:
         out.append("No finished calculations yet.")
     else:
+        tables = _all_comparisons(df, baselines)
         out += ["## Accuracy at the best-perplexity epoch", ""]
-        lines, at_ppl = _table(df, baselines, "accuracy", "perplexity")
-        out += lines + [""] + _side_by_side(df)
+        out += _table(df, baselines, "accuracy", "perplexity", comparisons=tables["accuracy"])[0] + [""]
+        out += _side_by_side(df)
         out += ["## Best accuracy (and its perplexity)", ""]
-        lines, at_best = _table(df, baselines, "best_accuracy", "perplexity_at_best_accuracy")
-        out += lines + [""]
-        tables = {"accuracy": at_ppl, "best_accuracy": at_best}
+        out += _table(df, baselines, "best_accuracy", "perplexity_at_best_accuracy",
+                      comparisons=tables["best_accuracy"])[0] + [""]
         out += ["## Epochs to convergence (epoch of the best selection perplexity)", "",
                 "| | " + " | ".join(dict.fromkeys(df["col"])) + " |", "|---|" + "---|" * df["col"].nunique()]
         for r in dict.fromkeys(df["row"]):
@@ -183,11 +217,11 @@ def write_report(sdir: Path) -> Path:
             out += ["", f"## Test set `{name}`", "", _extra_test_text().get(name, "A user's own test file "
                     "(--eval-file); the models are those selected above, scored once more."), "",
                     "### Accuracy at the best-perplexity epoch", ""]
-            lines, tables[name] = _table(df[df[f"eval_{name}_accuracy"].notna()], baselines, f"eval_{name}_accuracy",
-                                         f"eval_{name}_perplexity", prefix=f"eval_{name}_")
+            lines, _ = _table(df[df[f"eval_{name}_accuracy"].notna()], baselines, f"eval_{name}_accuracy",
+                              f"eval_{name}_perplexity", prefix=f"eval_{name}_", comparisons=tables[name])
             out += lines + ["", f"### Context-free baselines on `{name}`", ""] + _baseline_section(df, f"eval_{name}_")[2:]
         if any(tables.values()):
-            out += [""] + significance_section(tables, baselines)
+            out += [""] + significance_section(tables, baselines, _unit_names(df))
     if len(failed):
         out += ["", "## Failed calculations", "",
                 "Recorded as failed, with no result: they are left out of every table above. A rerun does not repeat "
@@ -201,11 +235,15 @@ def write_report(sdir: Path) -> Path:
         out += [""] + _search_section(study["searches"], sdir)
     out += ["", "## Pretrained models", "", "Held-out evaluation of each pretrained model (accuracy % / perplexity).", ""]
     out += pretrain_table(study)
-    from alignlab.platform.report_plots import plots as make_plots  # matplotlib only when there are results
+    # matplotlib only when there are results
+    from alignlab.platform.report_plots import EFFECT_CAPTION, effect_plot, plots as make_plots
 
     plots = make_plots(sdir, df, study) if not df.empty else []
     if plots:
         out += ["", "## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in plots]
+    if not df.empty and any(tables.values()):  # the report leads with the effects: differences with intervals
+        effects = effect_plot(sdir / "plots", tables)
+        out[4:4] = ["## Effects", "", f"![effects](plots/{effects.name})", "", EFFECT_CAPTION, ""]
     out += ["", "## Files", "", "- `results.parquet`: one row per calculation (config, metrics, baselines, timings, node).",
             f"- TensorBoard: `tensorboard --logdir {sdir}` (one run per calculation with hparams, plus the "
             "pretraining runs under each model's folder).", ""]

@@ -1,7 +1,9 @@
-"""The PNG plots of a study report (report.py writes the tables): accuracy bars per condition, accuracy
-against the data budget, and the other kinds a study asks for in `study["plots"]`."""
+"""The PNG plots of a study report (report.py writes the tables): the effect plot the report leads with (each
+cell's difference from its baseline with its 95% interval, beside the baselines), accuracy bars per condition,
+accuracy against the data budget, and the other kinds a study asks for in `study["plots"]`."""
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -72,6 +74,50 @@ def plots(sdir: Path, df: pd.DataFrame, study: dict) -> list[Path]:
         fig.tight_layout()
         made.append(save_figure(fig, pdir / "accuracy_by_model_size.png"))
     return made
+
+
+EFFECT_CAPTION = ("Each cell's difference from its row's baseline model in accuracy points, with its 95% interval "
+                  "(test units resampled, or over the pretraining runs; see the significance section). Solid line: "
+                  "the baseline model (0). Dashed marks: the row's strongest context-free baseline, drawn at its "
+                  "distance from the baseline model. Filled markers: bold cells (Holm-corrected p < 0.05 and the "
+                  "cell's interval above the context-free baseline). Differences of a few tenths of a point are "
+                  "visible here; bars from zero would hide them.")
+
+
+def effect_plot(pdir: Path, tables: dict[str, dict]) -> Path:
+    """`effects.png`: one panel per metric or test set of `tables` ({metric: {(row, col): Comparison}}), one line
+    per compared cell: its difference from the baseline with the interval, the baseline model at 0 and the
+    strongest context-free baseline marked where it lies relative to the baseline model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pdir.mkdir(parents=True, exist_ok=True)
+    panels = [(m, c) for m, c in tables.items() if c]
+    height = max(len(c) for _, c in panels)
+    ncols = min(3, len(panels))  # wrapped, so a report with many extra test sets stays readable
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.5 * ncols, (1.6 + 0.45 * height) * nrows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (metric, comparisons) in zip(axes.flat, panels):
+        labels = [f"{r}: {c}" for r, c in comparisons]
+        for y, cmp in enumerate(comparisons.values()):
+            diff = 100 * cmp.diff
+            err = ([[diff - 100 * cmp.ci_low], [100 * cmp.ci_high - diff]] if not math.isnan(cmp.ci_low) else None)
+            ax.errorbar([diff], [y], xerr=err, fmt="o", color="C0", mfc="C0" if cmp.bold else "white", capsize=3)
+            if not math.isnan(cmp.floor):
+                ax.plot([100 * (cmp.floor - cmp.base_mean)] * 2, [y - 0.35, y + 0.35], "k--", lw=1)
+        ax.axvline(0.0, color="k", lw=1, label="baseline model")
+        ax.plot([], [], "k--", lw=1, label="strongest context-free baseline")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2)
+        ax.set_yticks(range(len(labels)), labels)
+        ax.invert_yaxis()
+        ax.set_xlabel("difference from the baseline (accuracy points)")
+        ax.set_title(metric)
+    fig.tight_layout()
+    return save_figure(fig, pdir / "effects.png")
 
 
 def _bars(df: pd.DataFrame, acc: str, prefix: str, path: Path, title: str = "") -> Path:

@@ -50,7 +50,8 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
     for clusters: on a 2-CPU machine two trainers and their Ray Data pipelines starve each other of CPUs
     (RAY_NOTES pitfall 1), so locally the default 1 (one after the other) is the safe choice. `optuna_storage`:
     an RDB URL for the searches' Optuna studies instead of their journal files (`optuna_study`)."""
-    from alignlab.platform.corpus import build_corpus
+    from alignlab.platform.corpus import build_corpus, load_manifest
+    from alignlab.platform.holdout import require_holdout
     from alignlab.platform.protocol import build_tasks
     from alignlab.platform.ray_env import ensure_ray
     from alignlab.platform.report import collect_results, write_report
@@ -82,7 +83,8 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
     data_key = config_hash(tdir.name, eval_sets) if eval_sets else tdir.name
     corpus_cfg = dataclasses.replace(study.corpus, holdout_ids_file=str(tdir / "heldout_doc_ids.txt"))
     say(f"[study {study.name}] building corpus ({corpus_cfg.source})")
-    cdir = build_corpus(corpus_cfg, st, progress=progress)
+    cdir = build_corpus(corpus_cfg, st, progress=progress, task_dir=tdir)
+    require_holdout(load_manifest(cdir), tdir.name)  # a study's evidence needs its test text kept out
     mdirs = pretrain_models(study, cdir, st, max_parallel=max_parallel_pretrain, say=say)
     declared = declarations()  # tasks declared from files: every trial registers them in its own process
 

@@ -176,7 +176,7 @@ class Study:
     models: tuple[ModelSpec, ...]
     calcs: tuple[CalcSpec, ...]
     baseline_col: str
-    """Column of the table that significance is tested against (`significance.significant_gain`: paired t-test), row by row."""
+    """Column of the table that significance is tested against (`significance.significant_gain`), row by row."""
     baseline_cells: tuple[tuple[str, str], ...] = ()
     """(row, col) cells tested against instead, one per group: every row is compared with the baseline cell
     of its group (the paper's Tables 1-2: one underlined cell per task). Empty: `baseline_col`, row by row."""

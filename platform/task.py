@@ -12,8 +12,11 @@ The engine (finetune, protocol, inference, CLI) looks tasks up by the name a con
              files of the task folder; `data_files` (TaskData field -> file), `pool_and_test(data, fold)`,
              `search_groups(points)`, `search_pool_key(fold)`, `extra_tests(data)`; `multitask_partner` is
              the task whose data the multitask scheme trains on alongside.
+- holdout:   `heldout_text(data)`: the texts and acronym definitions no corpus may hold (`holdout`).
 - baselines: `baselines` (names), `baseline_context(data)` (what they read from the task folder besides the
              examples, e.g. a gazetteer) and `baseline_scores(train, test, **context)`.
+- evidence:  `test_unit(example)`, what one independent test unit is (`test_units` names it: "texts", "snippets"):
+             the report resamples these, and honest validation splits never cut one.
 - serving:   `serving_verbs` (Predictor methods it adds) and the `predict` CLI hooks.
 The two head shapes the paper's tasks use (token tagging, [CLS] classification) are the base classes below.
 """
@@ -27,6 +30,7 @@ import torch
 from alignlab.platform import task_files
 from alignlab.platform.batching import IGNORE
 from alignlab.platform.config import set_task_registry
+from alignlab.platform.holdout import HeldOutText
 from alignlab.platform.task_files import TaskFormat
 from alignlab.platform.model import SequenceHead, TokenHead
 
@@ -209,6 +213,15 @@ class Task:
         """Hidden vectors of the scored units and their labels (`pooling`: `head_input.HeadInput.pooling`)."""
         raise NotImplementedError
 
+    test_units: ClassVar[str] = "examples"
+    """What one test unit is, in words for the report ("texts", "snippets")."""
+
+    def test_unit(self, ex) -> str:
+        """The test unit `ex` belongs to. Examples of one unit are not independent evidence (AD: a snippet's
+        positive and negative pair), so they are resampled together by the report's bootstrap and never fall on
+        both sides of a train/validation split. Default: each example is a unit of its own."""
+        return repr(ex)
+
     def unit_rows(self, enc: Encoded) -> torch.Tensor:
         """The row of each scored unit (in `units` order)."""
         raise NotImplementedError
@@ -254,6 +267,11 @@ class Task:
 
     def extra_tests(self, data) -> dict[str, list]:
         return {}
+
+    def heldout_text(self, data) -> HeldOutText:
+        """What no corpus may hold (`holdout`): this task's test and pool texts, and the short forms its
+        positives define. Default: nothing."""
+        return HeldOutText()
 
     def baseline_context(self, data) -> dict:
         """Keyword arguments of `baseline_scores` read from the task folder (`protocol.TaskData`); none by default."""

@@ -89,6 +89,13 @@ FORMATS = {
 }
 
 
+def texts_of(ex) -> tuple[str, ...]:
+    """The texts of one example of any kind (a tagged example's words joined by spaces)."""
+    if isinstance(ex, TaggedExample):
+        return (" ".join(ex.tokens),)
+    return (ex.text,) if isinstance(ex, TextExample) else (ex.text_a, ex.text_b)
+
+
 def labels_of(kind: str, examples) -> list[str]:
     """Every label (tagging: tag) of the examples, with repeats, in order."""
     return [t for ex in examples for t in ex.tags] if kind == "tagging" else [ex.label for ex in examples]

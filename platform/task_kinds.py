@@ -29,7 +29,7 @@ from alignlab.platform.batching import IGNORE
 from alignlab.platform.task import BuiltData, SequenceTask, TokenTask, origin, register_instance, unregister
 from alignlab.platform.task_files import TaskDataError, majority_baseline
 from alignlab.platform.task_kind_data import (FORMATS, bag_of_words_baseline, is_span_scheme,  # noqa: F401
-                                              labels_of, lexicon_baseline, overlap_baseline)
+                                              labels_of, lexicon_baseline, overlap_baseline, texts_of)
 from alignlab.platform.tokenizer import _split_at_word_starts
 
 KINDS = ("tagging", "sequence", "pair")
@@ -130,6 +130,13 @@ class _FileTask:
     def extra_tests(self, data):
         return {x: data.files[f"{self.name}_{x}"] for x in self.declaration.get("extra_tests", ())
                 if data.files.get(f"{self.name}_{x}")}
+
+    def heldout_text(self, data):
+        """Every text of the task's files: no corpus may hold a test (or pool) sentence of a declared task."""
+        from alignlab.platform.holdout import HeldOutText
+
+        examples = [ex for k in self.data_files for ex in data.files.get(k, [])]
+        return HeldOutText(tuple(sorted({t for ex in examples for t in texts_of(ex)})))
 
     def baseline_scores(self, train, test, **context):
         """Majority, and the kind's own baseline (`baselines[1]`, fitted by `fit_and_score`)."""

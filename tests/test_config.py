@@ -158,8 +158,11 @@ def test_auto_precision_names_the_model_of_the_precision_it_resolves_to(monkeypa
     assert P.resolve_precision(auto).precision == "bf16" and model_id("c", auto) == bf16
     monkeypatch.setattr(P, "cpu_has_bf16", lambda: False)
     assert P.resolve_precision(auto).precision == "fp32" and model_id("c", auto) == fp32
-    # GPU workers train in bf16 under "auto", whatever the driver's CPU; explicit precisions stay as asked.
-    assert model_id("c", dataclasses.replace(auto, use_gpu=True)) == bf16
+    # GPU workers train in bf16 under "auto", whatever the driver's CPU; explicit precisions stay as asked. The
+    # device kind is in the id: a GPU's bf16 (or fp32) digits are not a CPU's.
+    gpu = dataclasses.replace(auto, use_gpu=True)
+    assert P.resolve_precision(gpu).precision == "bf16" and model_id("c", gpu) != bf16
+    assert model_id("c", gpu) == model_id("c", dataclasses.replace(gpu, precision="bf16"))
     assert P.resolve_precision(dataclasses.replace(auto, precision="fp32", use_gpu=True)).precision == "fp32"
 
 

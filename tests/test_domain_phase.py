@@ -52,7 +52,7 @@ def test_a_domain_phase_takes_known_sources_with_a_fraction_that_leaves_steps_to
 
 def test_the_domain_phase_is_part_of_the_model_id_and_off_keeps_the_ids_from_before_it_existed():
     from alignlab.platform.config import config_hash, pretrain_from_dict, to_dict
-    from alignlab.platform.models import ADDED_MODEL_FIELDS, RUNTIME_FIELDS, model_id
+    from alignlab.platform.models import ADDED_MODEL_FIELDS, PRETRAIN_CODE_VERSION, RUNTIME_FIELDS, model_id
     from alignlab.platform.pretrain import resolve_precision
 
     assert model_id("c", PHASED) != model_id("c", dataclasses.replace(PHASED, domain_fraction=0.5))
@@ -63,7 +63,8 @@ def test_the_domain_phase_is_part_of_the_model_id_and_off_keeps_the_ids_from_bef
     before = {k: v for k, v in to_dict(resolve_precision(off)).items()
               if k not in (*RUNTIME_FIELDS, "domain_sources", "domain_fraction", "curriculum_fraction")}
     before["model"] = {k: v for k, v in before["model"].items() if ADDED_MODEL_FIELDS.get(k, v) != v or k not in ADDED_MODEL_FIELDS}
-    assert model_id("c", off) == f"{off.model.label}-mlm+nsp+whp+pad-{config_hash('c', before)}"
+    code = {"code": PRETRAIN_CODE_VERSION}
+    assert model_id("c", off) == f"{off.model.label}-mlm+nsp+whp+pad-{config_hash('c', before, code)}"
 
 
 def test_a_presets_domain_phase_is_turned_off_on_a_corpus_without_its_sources(capsys):

@@ -88,7 +88,8 @@ def test_honest_validation_is_carved_from_the_budget_and_disjoint_from_train_and
         cfg = FinetuneConfig(task=task, budget=budget, selection="honest", val_fraction=0.2, fold=fold, seed=seed)
         train, val, test = fel_split(data, task, cfg)
         assert len(train) + len(val) == budget, "validation must come out of the budget, not on top of it"
-        assert len(val) == round(0.2 * budget)
+        # Whole test units go to validation (AD: both pairs of a snippet), so it may hold one unit more.
+        assert round(0.2 * budget) <= len(val) <= round(0.2 * budget) + 1
         assert not _keys(val) & _keys(train)
         assert not _keys(val) & _keys(test)
         paper_train, paper_val, _ = fel_split(data, task, dataclasses.replace(cfg, selection="paper"))

@@ -1,5 +1,6 @@
-"""The report's significance: calculations paired by (fold, seed), bold = paired t-test p < 0.05 and a higher
-mean, Wilcoxon and Welch beside it. Every p-value here is computed by hand (numpy formulas, the t density
+"""The report's significance without per-unit scores (results recorded before them): the two seeds of a fold are
+averaged first, folds pair with the baseline's (n = 5), and the decision is the paired t-test over the fold means
+(Wilcoxon and Welch beside it). Every p-value here is computed by hand (numpy formulas, the t density
 integrated numerically, the signed-rank distribution enumerated), never by the scipy function under test."""
 from __future__ import annotations
 
@@ -27,6 +28,11 @@ NOISE = np.array([0.030, -0.020, 0.010, -0.040, 0.025, -0.015, 0.005, -0.035, 0.
 def _cell(values, points=POINTS) -> pd.DataFrame:
     return pd.DataFrame({"ft_fold": [f for f, _ in points], "ft_seed": [s for _, s in points],
                          "accuracy": list(values)})
+
+
+def _folds(values) -> np.ndarray:
+    """The seed-averaged value of each fold (POINTS run fold by fold, two seeds each)."""
+    return np.asarray(values).reshape(-1, 2).mean(1)
 
 
 def _t_two_sided(t: float, df: float) -> float:
@@ -65,10 +71,10 @@ def _wilcoxon_exact(a, b) -> float:
 def test_a_consistent_gain_is_bold_by_the_paired_test_though_welch_misses_it():
     sub = BASE + GAIN
     cmp = significant_gain(_cell(sub), _cell(BASE))
-    assert cmp.n_pairs == 10
-    assert cmp.p_paired == pytest.approx(_paired_t(sub, BASE), rel=1e-6)
+    assert cmp.n_pairs == 5, "the seeds of a fold are averaged: five observations, not ten"
+    assert cmp.p_paired == pytest.approx(_paired_t(_folds(sub), _folds(BASE)), rel=1e-6)
     assert cmp.p_paired < 1e-3
-    assert cmp.p_wilcoxon == pytest.approx(_wilcoxon_exact(sub, BASE)) == pytest.approx(2 / 2 ** 10)
+    assert cmp.p_wilcoxon == pytest.approx(_wilcoxon_exact(_folds(sub), _folds(BASE))) == pytest.approx(2 / 2 ** 5)
     assert cmp.p_welch == pytest.approx(_welch(sub, BASE), rel=1e-6)
     assert cmp.p_welch > 0.5, "unpaired, the split-to-split variance hides the gain"
     assert cmp.bold and cmp.mean > cmp.base_mean
@@ -77,15 +83,16 @@ def test_a_consistent_gain_is_bold_by_the_paired_test_though_welch_misses_it():
 def test_noise_around_the_baseline_is_not_bold():
     sub = BASE + NOISE
     cmp = significant_gain(_cell(sub), _cell(BASE))
-    assert cmp.p_paired == pytest.approx(_paired_t(sub, BASE), rel=1e-6)
-    assert cmp.p_wilcoxon == pytest.approx(_wilcoxon_exact(sub, BASE))
+    assert cmp.p_paired == pytest.approx(_paired_t(_folds(sub), _folds(BASE)), rel=1e-6)
+    assert cmp.p_wilcoxon == pytest.approx(_wilcoxon_exact(_folds(sub), _folds(BASE)))
     assert cmp.p_welch == pytest.approx(_welch(sub, BASE), rel=1e-6)
     assert cmp.p_paired > 0.5 and not cmp.bold
 
 
 def test_a_significant_loss_is_not_bold():
     cmp = significant_gain(_cell(BASE - GAIN), _cell(BASE))
-    assert cmp.p_paired == pytest.approx(_paired_t(BASE - GAIN, BASE), rel=1e-6) and cmp.p_paired < 1e-3
+    assert cmp.p_paired == pytest.approx(_paired_t(_folds(BASE - GAIN), _folds(BASE)), rel=1e-6)
+    assert cmp.p_paired < 1e-3
     assert not cmp.bold
 
 
@@ -105,11 +112,11 @@ def test_a_deterministic_tie_is_not_significant():
 def test_pairs_are_matched_by_fold_and_seed_not_by_row_order():
     sub = _cell(BASE + GAIN).iloc[::-1]  # the same calculations, finished in another order
     cmp = significant_gain(sub, _cell(BASE))
-    assert cmp.p_paired == pytest.approx(_paired_t(BASE + GAIN, BASE), rel=1e-6)
-    # Only calculations present on both sides pair up.
+    assert cmp.p_paired == pytest.approx(_paired_t(_folds(BASE + GAIN), _folds(BASE)), rel=1e-6)
+    # Only folds present on both sides pair up.
     cmp = significant_gain(_cell((BASE + GAIN)[:6], POINTS[:6]), _cell(BASE))
-    assert cmp.n_pairs == 6
-    assert cmp.p_paired == pytest.approx(_paired_t((BASE + GAIN)[:6], BASE[:6]), rel=1e-6)
+    assert cmp.n_pairs == 3
+    assert cmp.p_paired == pytest.approx(_paired_t(_folds((BASE + GAIN)[:6]), _folds(BASE[:6])), rel=1e-6)
 
 
 def test_the_table_bolds_exactly_the_cells_significant_gain_marks():
@@ -145,7 +152,7 @@ def test_with_several_pretraining_runs_bold_needs_the_gain_to_hold_across_runs_n
     # Two runs gain ~1 point, the third loses a little: 30 pairs look convincing, three runs do not.
     sub, base = _runs([0.010, 0.012, -0.001], jitter)
     cmp = significant_gain(sub, base)
-    assert cmp.n_pairs == 30 and cmp.n_runs == 3
+    assert cmp.n_pairs == 15 and cmp.n_runs == 3 and cmp.method == "pretraining runs"
     assert cmp.p_paired < 0.01, "within the runs the pairs agree"
     assert cmp.p_runs == pytest.approx(_one_sample_t([0.010, 0.012, -0.001]), rel=1e-4)
     assert cmp.p_runs > 0.2 and not cmp.bold, "the decision is the test over the pretraining runs"
@@ -156,11 +163,12 @@ def test_with_several_pretraining_runs_bold_needs_the_gain_to_hold_across_runs_n
     assert cmp.p_runs < 0.01 and cmp.bold
     # Runs pair by seed: a run the baseline lacks pairs with nothing.
     cmp = significant_gain(sub, base[base["pretrain_seed"] < 2])
-    assert cmp.n_runs == 2 and cmp.n_pairs == 20
+    assert cmp.n_runs == 2 and cmp.n_pairs == 10
 
 
 def test_one_pretraining_run_per_column_keeps_the_paired_test_as_the_decision():
     sub, base = _runs([0.0], GAIN)
     cmp = significant_gain(sub, base)
     assert cmp.n_runs == 1 and math.isnan(cmp.p_runs)
-    assert cmp.p_paired == pytest.approx(_paired_t(BASE + GAIN, BASE), rel=1e-6) and cmp.bold
+    assert cmp.p_paired == pytest.approx(_paired_t(_folds(BASE + GAIN), _folds(BASE)), rel=1e-6) and cmp.bold
+    assert cmp.method == "folds" and cmp.p == cmp.p_paired

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import json
 
+from toy_study import write_toy_study
+
 from alignlab.platform.report import collect_results, write_report
 
 
 def _study(tmp_path, ct_floor: float, ad_floor: float):
-    sdir = tmp_path / "studies" / "toy"
-    (sdir / "trials").mkdir(parents=True)
-    ids, cells = [], {}
+    trials = []
     for row, floor in (("CT", ct_floor), ("AD", ad_floor)):
         for col, acc in (("all*", 0.80), ("-whp*", 0.70)):
             for fold in range(5):
                 for seed in range(2):
-                    cid = f"{row}-{col}-{fold}-{seed}"
                     jitter = 0.002 * (fold - 2) + 0.001 * seed
-                    r = {"calc_id": cid, "row": row, "col": col, "model_key": col, "model_id": col, "node": "local",
+                    r = {"calc_id": f"{row}-{col}-{fold}-{seed}", "row": row, "col": col, "model_key": col,
+                         "model_id": col, "node": "local",
                          "ft_fold": fold, "ft_seed": seed, "ft_budget": 200, "selection": "honest",
                          "accuracy": acc + jitter, "perplexity": 2.0, "best_accuracy": acc + jitter,
                          "perplexity_at_best_accuracy": 2.0, "epochs": 3, "baseline_majority": 0.5,
@@ -29,15 +29,8 @@ def _study(tmp_path, ct_floor: float, ad_floor: float):
                                   "eval_ood_accuracy": 0.6, "eval_ood_perplexity": 2.0, "eval_ood_num_test": 8,
                                   "eval_ood_baseline_span_matcher": 0.9, "eval_ood_baseline_majority": 0.5,
                                   "eval_ood_baseline_best": 0.9, "eval_ood_baseline_best_name": "span_matcher"})
-                    (sdir / "trials" / f"{cid}.json").write_text(json.dumps(r))
-                    ids.append(cid)
-                    cells[cid] = {"row": row, "col": col, "group": row}
-    (sdir / "study.json").write_text(json.dumps({
-        "name": "toy", "title": "Toy", "baseline_col": "-whp*", "baseline_cells": [], "plots": ["bars"],
-        "notes": "", "corpus_dir": str(tmp_path / "corpus" / "c"), "task_dir": "", "models": {},
-        "calculations": ids, "cells": cells, "searches": []}))
-    collect_results(sdir)
-    return write_report(sdir).read_text(), sdir
+                    trials.append(r)
+    return write_toy_study(tmp_path, "toy", "Toy", trials)
 
 
 def _row(text: str, section: str, row: str) -> str:
@@ -84,8 +77,10 @@ def test_a_report_names_the_pretraining_runs_its_test_generalises_over(tmp_path)
     text = write_report(sdir).read_text()
     assert "Each column was pretrained 2 times" in text
     sig = text[text.index("## Significance against the baseline"):]
-    line = next(x for x in sig.splitlines() if x.startswith("| accuracy | AD | all* |"))
-    assert line.split(" | ")[-3] == "2", "the pretraining runs the decision is taken over"
+    header = next(x for x in sig.splitlines() if x.startswith("| metric |")).split(" | ")
+    line = next(x for x in sig.splitlines() if x.startswith("| accuracy | AD | all* |")).split(" | ")
+    assert line[header.index("pretraining runs")] == "2", "the pretraining runs the decision is taken over"
+    assert line[header.index("decision over")] == "pretraining runs"
 
 
 def test_the_selection_mode_says_when_the_calculations_were_refit_on_the_whole_budget(tmp_path):
