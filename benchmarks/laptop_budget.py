@@ -283,11 +283,10 @@ def fel(run: Run, tok, data: TaskData, n_calcs: int) -> dict:
             # the validation accuracy at the selected epoch: the figure a choice between recipes may use (the test
             # figure beside it is shown, never selected on)
             val_accs.append(on_val[row["epochs"]]["accuracy"])
-            titles = data.titles if task == "ct" else ()
-            b = context_free_baselines(task, tr, te, titles=titles)
+            b = context_free_baselines(task, tr, te, data=data)
             base.append(b["baseline_best"])
             base_name = b["baseline_best_name"]
-            val_base.append(context_free_baselines(task, tr, va, titles=titles)["baseline_best"])
+            val_base.append(context_free_baselines(task, tr, va, data=data)["baseline_best"])
         pct = lambda v: round(100 * float(np.mean(v)), 2)  # noqa: E731
         out[task] = {"accuracy": pct(accs), "val_accuracy": pct(val_accs), "calculations": len(accs),
                      "strongest_baseline": pct(base), "strongest_baseline_val": pct(val_base), "baseline_name": base_name,

@@ -66,6 +66,8 @@ class AcronymDetection(SequenceTask):
     test_units = "snippets"
     num_classes = 2
     baselines = ("majority", "letters", "span_matcher")
+    baseline_notes = ("AD: letters (logistic regression on the acronym alone), span matcher (positive iff the acronym "
+                      "is the initials of some span of the snippet).")
     data_files = {"ad": ("ad.jsonl", True), "ad_ood": ("ad_ood.jsonl", False)}
     extra_test_notes = {
         "ood": "Out-of-domain AD: 446 snippets of npm package summaries (objectives/task_data/npm/ad_ood.jsonl), "
@@ -126,7 +128,7 @@ class AcronymDetection(SequenceTask):
         return HeldOutText(tuple(sorted({e.snippet for e in examples})),
                            tuple(sorted({(e.acronym, e.long_form) for e in examples if e.label == 1 and e.long_form})))
 
-    def baseline_scores(self, train, test, *, titles=()):
+    def baseline_scores(self, train, test, **context):
         return {"majority": majority_baseline([e.label for e in train], [e.label for e in test]),
                 "letters": letters_only_ad_baseline(train, test),
                 "span_matcher": span_matcher_ad_baseline(test)}

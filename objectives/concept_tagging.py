@@ -13,10 +13,9 @@ from collections.abc import Sequence
 import torch
 
 from alignlab.objectives.hyperlink import TAGS as WHP_TAGS
-from alignlab.platform.batching import IGNORE
 from alignlab.platform.holdout import HeldOutText
 from alignlab.platform.task import BuiltData, TokenTask, register_task
-from alignlab.platform.tokenizer import _split_at_word_starts
+from alignlab.platform.task_kinds import query_input, tagged_input, word_pieces  # noqa: F401 -- their old home
 
 from alignlab.objectives.ct_data import (CT_FORMAT, build_ct_dataset, concepts_from_documents, gazetteer_ct_baseline,
                                          lexicon_ct_baseline, run_rule_ct_baseline, tag_fractions, title_words)
@@ -27,37 +26,6 @@ CT_DATA = ("npm", "templated")
 """CT datasets a study can use (`ct_data`): "npm" (default), the hand-labelled npm package summaries shipped in
 objectives/task_data/npm/ (real text, guideline and agreement beside it); "templated", titles of the
 bundled corpus placed in templates (gold tags by construction: fast, but a context-free rule solves it)."""
-
-
-def word_pieces(tok, words) -> list[list[int]]:
-    """The pieces of each word, as `tok.encode_words(words)` gives them, from one encode of the joined text.
-
-    One string is ~10x faster than a list (sentencepiece starts its thread pool for a list), and equal,
-    because pieces never cross whitespace: the tokenizer's own word-start split cuts it into words; where
-    that does not give one start per word (a word normalised away), `encode_words` encodes them one by one.
-    """
-    # Note: this is encode_words' alpha>0 path taken at alpha=0; encode_words itself could take it too (left as is).
-    words = list(words)
-    if not words:
-        return []
-    return _split_at_word_starts(tok, tok.sp.encode(" ".join(words)), len(words)) or tok.encode_words(words)
-
-
-def query_input(tok, words, max_len: int) -> tuple[list[int], list[int]]:
-    """`[CLS] pieces.. [SEP]` of a query and the position of each word's first piece.
-
-    A word with no pieces becomes `<unk>`; words that would not fit are dropped (and not scored).
-    Shared by training, evaluation and the predictor, so all three see the same inputs.
-    """
-    ids, first = [tok.cls_id], []
-    for p in word_pieces(tok, words):
-        p = p or [tok.unk_id]
-        if len(ids) + len(p) > max_len - 1:
-            break
-        first.append(len(ids))
-        ids += p
-    ids.append(tok.sep_id)
-    return ids, first
 
 
 def tags_to_brackets(words: Sequence[str], tags: Sequence[str]) -> str:
@@ -99,6 +67,9 @@ class ConceptTagging(TokenTask):
     test_units = "texts"
     num_classes = len(WHP_TAGS)
     baselines = ("majority", "lexicon", "run_rule", "gazetteer")
+    baseline_notes = ("CT: lexicon (each word's most frequent training tag), run rule (a word tagged N in training is N; "
+                      "each run of other words is one concept), gazetteer (longest match of a bundled-corpus article "
+                      "title is a concept).")
     data_files = {"ct_pool": ("ct_pool.jsonl", True), "ct_test": ("ct_test.jsonl", True)}
     build_options = {"ct_data": "npm"}
     serving_verbs = ("tag", "bracket")
@@ -107,11 +78,7 @@ class ConceptTagging(TokenTask):
         return " ".join(ex.tokens)  # one query text; its words are tagged together, so they are one unit
 
     def example_input(self, ex, tok, max_len, acronym_form):
-        ids, first = query_input(tok, ex.tokens, max_len)
-        lab = [IGNORE] * len(ids)
-        for pos, tag in zip(first, ex.tags):
-            lab[pos] = WHP_TAGS.index(tag)
-        return ids, [0] * len(ids), lab
+        return tagged_input(tok, ex.tokens, [WHP_TAGS.index(t) for t in ex.tags], max_len)
 
     # ---- data: one pool, one test set for every fold
     def add_build_arguments(self, parser):
@@ -158,6 +125,12 @@ class ConceptTagging(TokenTask):
     def search_groups(self, points):
         # The test set is the same for every calculation, so one search on the pool serves every sample.
         return {None: points}
+
+    def baseline_context(self, data):
+        # Article titles of the bundled corpus (titles.txt of the task folder), as word tuples: the gazetteer's.
+        path = data.tdir / "titles.txt"
+        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+        return {"titles": [tuple(ln.split()) for ln in lines]}
 
     def baseline_scores(self, train, test, *, titles=()):
         out = {"majority": majority_baseline([t for e in train for t in e.tags], [t for e in test for t in e.tags]),

@@ -90,6 +90,7 @@ class HyperlinkLabels(CorpusLabels):
 @dataclass(frozen=True, kw_only=True, slots=True)
 class HyperlinkConfig:
     name: ClassVar[str] = "whp"
+    default_set_rank: ClassVar[int] = 2  # the paper's four, in its order (`registry.default_set`)
     weight: float = 1.0
 
     def __post_init__(self) -> None:

@@ -25,6 +25,7 @@ from alignlab.platform.registry import (Objective, classification_metrics, class
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MaskedLMConfig:
     name: ClassVar[str] = "mlm"
+    default_set_rank: ClassVar[int] = 0  # the paper's four, in its order (`registry.default_set`)
     default_on: ClassVar[bool] = True
     """What a PretrainConfig that names no objective trains (`registry.default_objectives`)."""
     weight: float = 1.0

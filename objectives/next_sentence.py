@@ -22,6 +22,7 @@ from alignlab.platform.registry import Objective, classification_sums, register
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NextSentenceConfig:
     name: ClassVar[str] = "nsp"
+    default_set_rank: ClassVar[int] = 1  # the paper's four, in its order (`registry.default_set`)
     weight: float = 1.0
     next_prob: float = 0.5
 

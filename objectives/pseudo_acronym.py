@@ -241,6 +241,7 @@ class PseudoAcronymLabels(CorpusLabels):
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PseudoAcronymConfig:
     name: ClassVar[str] = "pad"
+    default_set_rank: ClassVar[int] = 3  # the paper's four, in its order (`registry.default_set`)
     weight: float = 1.0
     acronym_form: str = "letters"
     """"letters": one token per letter; "text": sentencepiece pieces of the acronym."""

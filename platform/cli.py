@@ -49,6 +49,13 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from alignlab.platform.study_tasks import add_declare_argument, declare_specs, specs_in
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Declared before the parser is built: `--task NAME` of fel/finetune/evaluate/validate accepts their names.
+    code = run_guarded(lambda: declare_specs(specs_in(argv)), argv)
+    if code:
+        return code
     ap = Parser(prog="alignlab", description="Objective-aligned pretraining and FEL studies on Ray.")
     ap.add_argument("--debug", action="store_true", help="show the traceback of an error (or set ALIGNLAB_DEBUG=1)")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -63,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
 
     pt = sub.add_parser("pretrain", help="pretrain a model on a corpus (Ray Train TorchTrainer)")
     _common(pt)
-    pt.add_argument("--objectives", default="mlm,nsp,whp,pad", type=name_list(objective_names, "objective"))
+    pt.add_argument("--objectives", default=None, type=name_list(objective_names, "objective"),
+                    help="comma-separated objectives (default: the objectives' declared default set)")
     pt.add_argument("--size", default=None, help=f"model size: {', '.join(MODEL_SIZES)}")
     pt.add_argument("--corpus", default=None, help="corpus folder (default: build the corpus of the corpus flags, "
                     "or the preset's corpus)")
@@ -88,12 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     dv = data.add_parser("validate", help="check a CT/AD JSONL file (and a test file for overlap)")
     dv.add_argument("--task", required=True, choices=task_names())
     dv.add_argument("files", nargs="+")
+    add_declare_argument(dv)
 
     for name in ("finetune", "fel"):
         f = sub.add_parser(name, help="one FEL calculation" if name == "finetune" else "the ten FEL calculations")
         _common(f)
         f.add_argument("--model", required=True, help="pretrained model id (see `alignlab models`)")
         f.add_argument("--task", required=True, choices=task_names())
+        add_declare_argument(f)
         f.add_argument("--budget", type=positive_int)
         f.add_argument("--scheme", choices=SCHEMES)
         f.add_argument("--lr", type=positive_float)
@@ -114,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     ev = sub.add_parser("evaluate", help="score a saved finetuned model on a CT/AD JSONL file")
     ev.add_argument("--model", required=True, help="finetuned model id (printed by `alignlab finetune --save`)")
     ev.add_argument("--task", required=True, choices=task_names())
+    add_declare_argument(ev)
     ev.add_argument("file")
     ev.add_argument("--json", default=None, help="also write the metrics to this JSON file")
     ev.add_argument("--storage", default=None)
@@ -153,10 +164,10 @@ def _dispatch(args) -> int:
     if args.cmd == "pretrain":
         from alignlab.platform.corpus import build_corpus
         from alignlab.platform.pretrain_ray import pretrain
-        from alignlab.platform.registry import objectives_like
+        from alignlab.platform.registry import default_set, objectives_like
 
         base = PRETRAIN_PRESETS[args.preset]
-        cfg = dataclasses.replace(base, objectives=objectives_like(args.objectives, base.objectives))
+        cfg = dataclasses.replace(base, objectives=objectives_like(args.objectives or default_set(), base.objectives))
         if args.size:
             if args.size not in MODEL_SIZES:
                 raise ValueError(f"unknown size {args.size!r}: choose one of {', '.join(MODEL_SIZES)}")
@@ -274,7 +285,7 @@ def _finetune(args, root: Path) -> int:
     from alignlab.platform.finetune import load_pretrained, save_finetuned
     from alignlab.platform.finetune import MULTITASK, finetune_calculation
     from alignlab.platform.protocol import (TaskData, build_tasks, calculations, context_free_baselines,
-                                            extra_test_scores, fel_split, multitask_train)
+                                            extra_test_scores, fel_split, multitask_train, test_unit_metrics)
 
     from alignlab.platform.pretrain_ray import fetch_model
 
@@ -295,9 +306,9 @@ def _finetune(args, root: Path) -> int:
         other = multitask_train(data, c) if c.scheme == MULTITASK else None
         calc = finetune_calculation(pre, c, train, test, val=val, other_task_train=other)
         res = calc.row
-        res.update(context_free_baselines(c.task, train + val, test, titles=data.titles))
-        res.update(extra_test_scores(calc.model, pre.tok, c, data.extra_tests(c.task), train + val,
-                                     titles=data.titles))
+        res.update(test_unit_metrics(calc.model, pre.tok, c, test))
+        res.update(context_free_baselines(c.task, train + val, test, data=data))
+        res.update(extra_test_scores(calc.model, pre.tok, c, data.extra_tests(c.task), train + val, data=data))
         saved = save_finetuned(root.local, pre, c, calc) if getattr(args, "save", False) else None
         if saved is not None:
             root.push(f"finetuned/{saved.name}", last=(MARKER,))

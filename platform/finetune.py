@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 from alignlab.platform.config import FinetuneConfig, ModelConfig, config_hash, finetune_from_dict, to_dict
 from alignlab.platform.finetune_schemes import MULTITASK, trainable_parameters
-from alignlab.platform.head_input import LAST_LAYER_FIRST_PIECE, HeadInput, reads_of, task_head, widened
+from alignlab.platform.head_input import LAST_LAYER_FIRST_PIECE, HeadInput, fits, reads_of, task_head, widened
 from alignlab.platform.model import AlignModel
 from alignlab.platform.storage import MARKER, folder_finished, publish_dir, read_json, write_json, write_marker
 from alignlab.platform.task import Encoded, head_for, registered_tasks, task as task_named
@@ -94,7 +94,10 @@ def build_task_model(pre: Pretrained, task: str, *, keep_head: bool, dropout: fl
         if keep_head and t.aligned_objective in pre.heads:
             prefix = f"heads.{t.aligned_objective}."
             kept = {k[len(prefix):]: v for k, v in pre.state.items() if k.startswith(prefix)}
-            head.load_state_dict(widened(kept, head.state_dict()))
+            # A declared task's head may differ from its aligned objective's (another class count): kept only
+            # when it fits, else the task head starts fresh.
+            if fits(kept, head.state_dict()):
+                head.load_state_dict(widened(kept, head.state_dict()))
         model.heads[t.name] = head
     return model
 

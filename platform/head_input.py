@@ -55,6 +55,20 @@ def task_head(t, cfg: ModelConfig, dropout: float, reads: HeadInput) -> torch.nn
     return head
 
 
+def fits(pretrained: dict[str, torch.Tensor], fresh: dict[str, torch.Tensor]) -> bool:
+    """Whether a pretrained head's weights fit a fresh head (`widened` can place them): the same weights, each no
+    larger than the fresh one's and with its class count (a weight's first dimension at the output layer)."""
+    if set(pretrained) != set(fresh):
+        return False
+    for k, v in pretrained.items():
+        f = fresh[k]
+        if f.dim() != v.dim() or f.dim() > 2 or any(a < b for a, b in zip(f.shape, v.shape)):
+            return False
+        if k.startswith("out.") and f.shape[0] != v.shape[0]:
+            return False
+    return True
+
+
 def widened(pretrained: dict[str, torch.Tensor], fresh: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A pretrained head's weights in a head that reads every layer, which starts out computing what the pretrained
     head computed. The last layer's features are the trailing block of the wider input, so each wider weight keeps

@@ -20,7 +20,7 @@ import dataclasses
 import importlib.util
 import random
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from alignlab.platform.config import FinetuneConfig, config_hash
@@ -51,8 +51,6 @@ class TaskData:
     files: dict[str, list]
     """Every registered task's examples by its `Task.data_files` names, also readable as attributes
     (`data.<name>`): a new task brings its own files without a change here."""
-    titles: list = field(default_factory=list)
-    """Article titles of the bundled corpus as word tuples, for the CT gazetteer baseline."""
 
     def __getattr__(self, name: str) -> list:
         files = self.__dict__.get("files") or {}
@@ -69,10 +67,7 @@ class TaskData:
             for field_name, (fname, required) in t.data_files.items():
                 path = tdir / fname
                 fields[field_name] = t.load_examples(path) if required or path.exists() else []
-        titles = tdir / "titles.txt"
-        words = ([tuple(ln.split()) for ln in titles.read_text(encoding="utf-8").splitlines()]
-                 if titles.exists() else [])
-        return cls(tdir, fields, words)
+        return cls(tdir, fields)
 
     def extra_tests(self, task: str) -> dict[str, list]:
         """Test sets every calculation of `task` is also scored on, besides its protocol test set."""
@@ -237,16 +232,37 @@ def baseline_names() -> tuple[str, ...]:
     return tuple(dict.fromkeys(b for t in registered_tasks() for b in t.baselines))
 
 
-def context_free_baselines(task: str, train: list, test: list, *, titles=()) -> dict[str, float]:
+def context_free_baselines(task: str, train: list, test: list, *, data: TaskData | None = None,
+                           **context) -> dict[str, float]:
     """Every context-free baseline of `task` (`Task.baseline_scores`), trained on `train` (the calculation's
     budget) and scored on `test`, as {"baseline_<name>": accuracy}, plus "baseline_best" and
     "baseline_best_name" (the strongest; a model's effect only counts above it)."""
-    out = {f"baseline_{k}": v for k, v in task_named(task).baseline_scores(train, test, titles=titles).items()}
+    t = task_named(task)
+    # What a task's baselines read from its task folder besides the examples (`Task.baseline_context`), unless given.
+    context = {**(t.baseline_context(data) if data is not None else {}), **context}
+    out = {f"baseline_{k}": v for k, v in t.baseline_scores(train, test, **context).items()}
     best = max(out, key=lambda k: out[k])
     return {**out, "baseline_best": out[best], "baseline_best_name": best[len("baseline_"):]}
 
 
-def extra_test_scores(model, tok, cfg: FinetuneConfig, tests: dict[str, list], budget: list, *, titles=()) -> dict:
+UNIT_COUNTS = ("accuracy", "perplexity", "count", "num_examples")
+
+
+def test_unit_metrics(model, tok, cfg: FinetuneConfig, test: list) -> dict:
+    """The selected model's task-specific metrics on its test set (`Task.unit_metrics`: a tagging task's span F1),
+    scored only for a task that has some."""
+    from alignlab.platform.task import Task
+
+    if type(task_named(cfg.task)).unit_metrics is Task.unit_metrics:
+        return {}
+    from alignlab.platform.finetune import evaluate_examples
+
+    m = evaluate_examples(model, cfg.task, test, tok, acronym_form=cfg.acronym_form)
+    return {k: v for k, v in m.items() if k not in UNIT_COUNTS}
+
+
+def extra_test_scores(model, tok, cfg: FinetuneConfig, tests: dict[str, list], budget: list, *,
+                      data: TaskData | None = None) -> dict:
     """The selected model's accuracy on each extra test set (out-of-domain AD, a user's --eval-file), with
     the context-free baselines trained on the same budget and scored on that set:
     {"eval_<name>_accuracy", "eval_<name>_perplexity", "eval_<name>_baseline_<b>", ...}, and the per-test-unit
@@ -259,7 +275,8 @@ def extra_test_scores(model, tok, cfg: FinetuneConfig, tests: dict[str, list], b
         m = evaluate_examples(model, cfg.task, examples, tok, acronym_form=cfg.acronym_form, per_unit=True)
         out[f"eval_{name}_accuracy"], out[f"eval_{name}_perplexity"] = m["accuracy"], m["perplexity"]
         out.update({f"eval_{name}_{k}": m[k] for k in UNIT_SCORES})
+        out.update({f"eval_{name}_{k}": v for k, v in m.items() if k not in UNIT_COUNTS + UNIT_SCORES})
         out[f"eval_{name}_num_test"] = len(examples)
-        for k, v in context_free_baselines(cfg.task, budget, examples, titles=titles).items():
+        for k, v in context_free_baselines(cfg.task, budget, examples, data=data).items():
             out[f"eval_{name}_{k}"] = v
     return out

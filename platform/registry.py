@@ -62,13 +62,31 @@ PACKAGE = "alignlab.objectives"
 _REGISTRY: dict[str, type] = {}
 
 
+PLUGIN_GROUP = "alignlab.plugins"
+"""The entry-point group of installed packages that add objectives and tasks: each entry point names a module,
+imported at discovery, whose `@register` / `@register_task` (or `task_kinds.declare_task`) calls add them."""
+
+
+def provider(module: str) -> str:
+    """The installed distribution(s) a module comes from, and the module, for a message ("mypkg (mypkg.objs)")."""
+    from importlib.metadata import packages_distributions
+
+    dists = packages_distributions().get(module.split(".")[0])
+    return f"{', '.join(sorted(set(dists)))} ({module})" if dists else module
+
+
+def clash(kind: str, name: str, old_module: str, new_module: str) -> ValueError:
+    return ValueError(f"{kind} name {name!r} registered twice: by {provider(old_module)} and by "
+                      f"{provider(new_module)}; uninstall one package or rename one {kind}")
+
+
 def register(config_cls: type) -> type:
     name = getattr(config_cls, "name", None)
     if not isinstance(name, str):
         raise TypeError(f"{config_cls.__name__} needs a class attribute `name`")
     old = _REGISTRY.get(name)
     if old is not None and old is not config_cls and not _same_class(old, config_cls):
-        raise ValueError(f"objective name {name!r} registered twice")
+        raise clash("objective", name, old.__module__, config_cls.__module__)
     config_cls._registered_objective = True
     _REGISTRY[name] = config_cls
     return config_cls
@@ -103,6 +121,14 @@ def _discover() -> None:
         importlib.import_module(f"{PACKAGE}.{mod.name}")
 
 
+def _load_plugins() -> None:
+    """Import the module of every `alignlab.plugins` entry point of the installed packages, in name order."""
+    from importlib.metadata import entry_points
+
+    for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: (e.name, e.value)):
+        ep.load()
+
+
 _DISCOVERED = False
 
 
@@ -113,7 +139,10 @@ def registered() -> dict[str, type]:
     # A flag, not "is the registry empty": importing one objective module directly registers it alone.
     if not _DISCOVERED:
         _discover()
+        # Set before the plugins load: a plugin module that asks the registry (declaring a task aligned with an
+        # objective) sees the bundled objectives instead of starting discovery again.
         _DISCOVERED = True
+        _load_plugins()
     order = sorted(_REGISTRY.items(), key=lambda kv: (is_plugin(kv[1]), kv[1].__module__, kv[0]))
     return dict(order)
 
@@ -133,6 +162,14 @@ def objective_from_dict(d: dict) -> Any:
 def default_objectives() -> tuple[Any, ...]:
     """What a PretrainConfig that names no objective trains: the objectives whose config says `default_on`."""
     return tuple(cls() for cls in registered().values() if getattr(cls, "default_on", False))
+
+
+def default_set() -> str:
+    """The objective set the CLI and the study presets pretrain when told none ("mlm,nsp,whp,pad" with the bundled
+    objectives): every objective whose config declares a `default_set_rank`, in that order."""
+    ranked = sorted((cls.default_set_rank, name) for name, cls in registered().items()
+                    if getattr(cls, "default_set_rank", None) is not None)
+    return ",".join(name for _, name in ranked)
 
 
 def resolve_objectives(items: Any) -> tuple[Any, ...]:

@@ -282,6 +282,13 @@ def _extra_test_text() -> dict[str, str]:
     return {k: v for t in registered_tasks() for k, v in t.extra_test_notes.items()}
 
 
+def _baseline_notes() -> list[str]:
+    """Each task's description of its own context-free baselines (`Task.baseline_notes`), in task order."""
+    from alignlab.platform.task import registered_tasks
+
+    return [t.baseline_notes for t in registered_tasks() if t.baseline_notes]
+
+
 def _baseline_section(df: pd.DataFrame, prefix: str) -> list[str]:
     """Each row's context-free baselines (mean ± std over its calculations) and the strongest one, named."""
     sub_df = df[df[f"{prefix}baseline_best"].notna()] if f"{prefix}baseline_best" in df else df.iloc[0:0]
@@ -290,10 +297,7 @@ def _baseline_section(df: pd.DataFrame, prefix: str) -> list[str]:
         return ["No context-free baselines in these results."]
     out = ["An effect only counts when it beats these; a cell is bold only when it is significantly above its "
            "baseline model **and** above the strongest of them. Majority: the most frequent training label. "
-           "CT: lexicon (each word's most frequent training tag), run rule (a word tagged N in training is N; "
-           "each run of other words is one concept), gazetteer (longest match of a bundled-corpus article title "
-           "is a concept). AD: letters (logistic regression on the acronym alone), span matcher (positive iff "
-           "the acronym is the initials of some span of the snippet).", "",
+           + " ".join(_baseline_notes()), "",
            "| | " + " | ".join(names) + " | strongest |", "|---|" + "---|" * (len(names) + 1)]
     for r in dict.fromkeys(sub_df["row"]):
         sub = sub_df[sub_df["row"] == r]

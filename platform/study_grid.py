@@ -145,11 +145,14 @@ def run_one(calc: dict, device: str = "cpu") -> dict:
 
     from alignlab.platform import out_of_memory
     from alignlab.platform.finetune import NonFiniteError, finetune_calculation, load_pretrained
+    from alignlab.platform.protocol import (TaskData, context_free_baselines, extra_test_scores, fel_split,
+                                            test_unit_metrics)
     from alignlab.platform.trial_files import RETRY
-    from alignlab.platform.protocol import TaskData, context_free_baselines, extra_test_scores, fel_split
     from alignlab.platform.task import task
+    from alignlab.platform.task_kinds import declare_all
 
     started = time.time()
+    declare_all(calc.get("declared_tasks"))
     ft = finetune_from_dict(calc["finetune"])
     calc = localize(calc)
     sdir = Path(calc["study_dir"])
@@ -176,9 +179,10 @@ def run_one(calc: dict, device: str = "cpu") -> dict:
         tests = {**data.extra_tests(ft.task), **{name: task(ft.task).load_examples(sdir / "eval" / f)
                                                  for name, f in calc.get("eval_sets", {}).items()}}
         res = dict(done.row)
-        res.update(extra_test_scores(done.model, pre.tok, ft, tests, train + val, titles=data.titles))
+        res.update(test_unit_metrics(done.model, pre.tok, ft, test))
+        res.update(extra_test_scores(done.model, pre.tok, ft, tests, train + val, data=data))
         # Baselines learn from the whole budget the model had (its training and validation examples).
-        res.update(context_free_baselines(ft.task, train + val, test, titles=data.titles))
+        res.update(context_free_baselines(ft.task, train + val, test, data=data))
         hp = {f"ft/{k}": v for k, v in calc["finetune"].items()}
         hp.update({"model": calc["model_key"], "model_id": calc["model_id"], "row": calc["row"], "col": calc["col"]})
         writer.add_hparams(hp, {f"result/{k}": res[k] for k in ("accuracy", "perplexity", "best_accuracy", "epochs")},

@@ -35,18 +35,22 @@ def largest_size(preset: str) -> tuple[int, int]:
     return max(widths), max(depths)
 
 
-ALIGNED_OBJECTIVES = "mlm,nsp,whp,pad"
 
 
 def without_aligned() -> dict[str, tuple[str, str]]:
     """Per task, the model pretrained without the objective aligned to it (the paper's "768-"): its key
-    ("-" + the objective) and objectives (ALIGNED_OBJECTIVES less that one), in the tasks' order."""
+    ("-" + the objective) and objectives (ALIGNED_OBJECTIVES less that one), in the tasks' order. One model per
+    objective: a task aligned with an objective an earlier task has (a declared task; `study_tasks.with_tasks`
+    gives it that task's cells), or with none of the default set, gets no entry."""
+    from alignlab.platform.registry import default_set
     from alignlab.platform.task import registered_tasks
 
-    out = {}
+    out, objectives = {}, default_set().split(",")
     for t in registered_tasks():
-        rest = [o for o in ALIGNED_OBJECTIVES.split(",") if o != t.aligned_objective]
-        out[t.name] = (f"-{t.aligned_objective}", ",".join(rest))
+        key = f"-{t.aligned_objective}"
+        if t.aligned_objective not in objectives or any(k == key for k, _ in out.values()):
+            continue
+        out[t.name] = (key, ",".join(o for o in objectives if o != t.aligned_objective))
     return out
 
 
@@ -54,14 +58,21 @@ def __getattr__(name: str):
     # WITHOUT_ALIGNED reads the task registry, which imports objectives/: only when a study asks for it.
     if name == "WITHOUT_ALIGNED":
         return without_aligned()
+    if name == "ALIGNED_OBJECTIVES":  # the objectives' declared default set (`registry.default_set`)
+        from alignlab.platform.registry import default_set
+
+        return default_set()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def sized_pretrain(preset: str, hidden: int, num_layers: int, objectives: str = ALIGNED_OBJECTIVES) -> PretrainConfig:
-    """The preset's pretraining run for a model of this size and objective set."""
+def sized_pretrain(preset: str, hidden: int, num_layers: int, objectives: str | None = None) -> PretrainConfig:
+    """The preset's pretraining run for a model of this size and objective set (default: the objectives' declared
+    default set, `registry.default_set`)."""
     from alignlab.platform.config import PRETRAIN_PRESETS
 
-    from alignlab.platform.registry import objectives_like
+    from alignlab.platform.registry import default_set, objectives_like
+
+    objectives = objectives or default_set()
 
     base = PRETRAIN_PRESETS[preset]
     return dataclasses.replace(base, model=sized_model(preset, hidden, num_layers),

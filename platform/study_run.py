@@ -56,6 +56,7 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
     from alignlab.platform.protocol import build_tasks
     from alignlab.platform.ray_env import ensure_ray
     from alignlab.platform.report import collect_results, write_report
+    from alignlab.platform.task_kinds import declarations
 
     t0 = time.time()
     st = as_storage(root)
@@ -74,7 +75,8 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
     say = print if progress else (lambda *a, **k: None)
     say(f"[study {study.name}] building task datasets")
     tdir = build_tasks(st, langs=study.task_langs, max_docs_per_lang=study.task_max_docs_per_lang,
-                       target_snippets=study.task_snippets, seed=study.corpus.seed, ct_data=study.ct_data)
+                       target_snippets=study.task_snippets, seed=study.corpus.seed,
+                       **dict(study.task_options))
     check_budgets(study, tdir)
     eval_sets = stage_eval_files(study, sdir)
     if eval_sets:
@@ -85,6 +87,7 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
     cdir = build_corpus(corpus_cfg, st, progress=progress, task_dir=tdir)
     require_holdout(load_manifest(cdir), tdir.name)  # a study's evidence needs its test text kept out
     mdirs = pretrain_models(study, cdir, st, max_parallel=max_parallel_pretrain, say=say)
+    declared = declarations()  # tasks declared from files: every trial registers them in its own process
 
     def calc_dict(c: CalcSpec, salt: str = "") -> dict:
         mid = mdirs[c.model].name
@@ -92,7 +95,8 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
                 "model_dir": str(mdirs[c.model]), "task_dir": str(tdir), "row": c.row, "col": c.col,
                 "group": c.group or c.row, "finetune": to_dict(c.finetune), "study_dir": str(sdir),
                 "storage": st.uri, "task_id": tdir.name, "study_name": study.name,
-                "eval_sets": {n: f for n, (task, f) in eval_sets.items() if task == c.finetune.task}}
+                "eval_sets": {n: f for n, (task, f) in eval_sets.items() if task == c.finetune.task},
+                "declared_tasks": declared}
 
     calcs = [calc_dict(c) for c in study.calcs]
     searches: dict[str, dict] = {}
@@ -250,6 +254,7 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
     from alignlab.platform.cli import objective_names
     from alignlab.platform.config import PRESETS
     from alignlab.platform.corpus_flags import add_corpus_arguments
+    from alignlab.platform.study_tasks import add_task_arguments
     from alignlab.platform.errors import Parser, name_list, nonneg_float, positive_float, positive_int, run_guarded
     from alignlab.platform.optuna_study import rdb_url
 
@@ -274,8 +279,10 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
                     help="Ray CPUs per Train worker (default: the preset's), e.g. to fit a worker to a node type")
     ap.add_argument("--parallel-pretrain", type=positive_int, default=1,
                     help="independent pretraining runs side by side (default 1; >1 is for clusters)")
-    ap.add_argument("--ct-data", choices=["npm", "templated"], default="npm",
-                    help="CT data: the shipped hand-labelled npm summaries (default) or templated bundled titles")
+    from alignlab.platform.task import registered_tasks
+
+    for t in registered_tasks():  # each task's own data-builder flags
+        t.add_build_arguments(ap)
     ap.add_argument("--eval-file", action="append", default=[], metavar="TASK=PATH",
                     help="also score every finetuned calculation of TASK (ct or ad) on this JSONL test file; "
                          "repeatable, e.g. --eval-file ct=my_ct.jsonl --eval-file ad=my_ad.jsonl")
@@ -296,6 +303,7 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
                         help="also pretrain and compare a model with this objective set, e.g. mlm,nsp,whp,pad,rtd "
                              "(repeatable; the study then gets its own name and report)")
     add_corpus_arguments(ap)
+    add_task_arguments(ap)
     args = ap.parse_args(argv)
     done: list[Path] = []
     code = run_guarded(lambda: done.append(_run_study_command(build, args, ap)), argv)
@@ -304,12 +312,22 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
     return done[0]
 
 
+def task_options(args) -> tuple:
+    """The tasks' build options given on the command line (`Task.add_build_arguments`: dest = the option name)."""
+    from alignlab.platform.task import registered_tasks
+
+    return tuple(sorted((k, getattr(args, k)) for t in registered_tasks() for k in t.build_options
+                        if getattr(args, k, None) is not None))
+
+
 def _run_study_command(build, args, ap) -> Path:
     from alignlab.platform.config import check_preset
     from alignlab.platform.corpus_flags import corpus_from_args, fit_domain_phase
     from alignlab.platform.storage import resolve_root
+    from alignlab.platform.study_tasks import declare_specs, with_tasks
     from alignlab.platform.task import task_names
 
+    declared = declare_specs(args.declare_tasks)  # TaskDataError names every FILE:LINE: problem
     eval_files = []
     for spec in args.eval_file:
         task, sep, path = spec.partition("=")
@@ -336,7 +354,8 @@ def _run_study_command(build, args, ap) -> Path:
         built = with_pretrain_seeds(with_precision(built, args.precision), args.pretrain_seeds)
     except ValueError as e:
         ap.error(str(e))
-    study = dataclasses.replace(built, ct_data=args.ct_data, eval_files=tuple(eval_files))
+    study = dataclasses.replace(with_tasks(built, declared, args.only_tasks and args.only_tasks.split(",")),
+                                task_options=task_options(args), eval_files=tuple(eval_files))
     corpus = corpus_from_args(built.corpus, args)
     if corpus != built.corpus:  # its own folder and report, as with extra objective sets
         name = f"{built.name}-{corpus.source}-{config_hash(corpus, length=8)}"

@@ -132,9 +132,11 @@ def search_trial(config: dict, storage_uri: str | None = None) -> None:
 
     from alignlab.platform.finetune import NonFiniteError, finetune_calculation, load_pretrained
     from alignlab.platform.protocol import TaskData
+    from alignlab.platform.task_kinds import declare_all
 
     torch.set_num_threads(config.get("threads", 1))
     calc = localize(trial_calc(config["calc"], storage_uri))
+    declare_all(calc.get("declared_tasks"))
     params = {k: v for k, v in config.items() if k not in ("calc", "threads")}
     # A trial is scored on its validation split: refit (which trains on it) belongs to the reported calculations.
     ft = dataclasses.replace(finetune_from_dict(calc["finetune"]), **params, refit=False)

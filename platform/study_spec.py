@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from alignlab.platform.config import CorpusConfig, FinetuneConfig, PretrainConfig, config_hash
 
@@ -183,8 +184,10 @@ class Study:
     task_langs: tuple[str, ...] = ("en", "es", "fr")
     task_max_docs_per_lang: int | None = None
     task_snippets: int = 600
-    ct_data: str = "npm"
-    """CT dataset: "npm" (the shipped hand-labelled real-text set) or "templated" (see protocol.CT_DATA)."""
+    task_options: tuple[tuple[str, Any], ...] = ()
+    """(name, value) of the tasks' own data-builder options (`Task.build_options`, e.g. which dataset a task
+    builds); the ones not given keep each task's default. Set on the command line by the flags each task adds
+    (`Task.add_build_arguments`)."""
     eval_files: tuple[tuple[str, str], ...] = ()
     """(task, path) of a user's own test files: every calculation of that task is also scored on each,
     with its own columns (`eval_<file stem>_accuracy`, ...) in results.parquet and the report."""

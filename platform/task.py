@@ -13,7 +13,8 @@ The engine (finetune, protocol, inference, CLI) looks tasks up by the name a con
              `search_groups(points)`, `search_pool_key(fold)`, `extra_tests(data)`; `multitask_partner` is
              the task whose data the multitask scheme trains on alongside.
 - holdout:   `heldout_text(data)`: the texts and acronym definitions no corpus may hold (`holdout`).
-- baselines: `baselines` (names) and `baseline_scores(train, test, titles=...)`.
+- baselines: `baselines` (names), `baseline_context(data)` (what they read from the task folder besides the
+             examples, e.g. a gazetteer) and `baseline_scores(train, test, **context)`.
 - evidence:  `test_unit(example)`, what one independent test unit is (`test_units` names it: "texts", "snippets"):
              the report resamples these, and honest validation splits never cut one.
 - serving:   `serving_verbs` (Predictor methods it adds) and the `predict` CLI hooks.
@@ -49,15 +50,36 @@ def register_task(cls: type) -> type:
     if not isinstance(name, str):
         raise TypeError(f"{cls.__name__} needs a class attribute `name`")
     if name in _TASKS and type(_TASKS[name]) is not cls:
-        raise ValueError(f"task name {name!r} registered twice")
+        from alignlab.platform.registry import clash
+
+        raise clash("task", name, origin(_TASKS[name]), cls.__module__)
     _TASKS[name] = cls()
     return cls
+
+
+def register_instance(obj: "Task") -> "Task":
+    """Register a task object (a task declared from files, `task_kinds.declare_task`)."""
+    if obj.name in task_names():
+        from alignlab.platform.registry import clash
+
+        raise clash("task", obj.name, origin(task(obj.name)), origin(obj))
+    _TASKS[obj.name] = obj
+    return obj
+
+
+def origin(t: "Task") -> str:
+    """The module a task comes from: its class's, or the one that declared it from files."""
+    return getattr(t, "declared_by", None) or type(t).__module__
+
+
+def unregister(name: str) -> None:
+    _TASKS.pop(name, None)
 
 
 def _discover() -> None:
     from alignlab.platform.registry import registered
 
-    registered()  # imports every module of objectives/, task modules included
+    registered()  # imports every module of objectives/ and of installed plugins, task modules included
 
 
 def registered_tasks() -> tuple["Task", ...]:
@@ -150,6 +172,8 @@ class Task:
     data_files: ClassVar[dict[str, tuple[str, bool]]]
     """TaskData field -> (file name in the task folder, required)."""
     serving_verbs: ClassVar[tuple[str, ...]] = ()
+    baseline_notes: ClassVar[str] = ""
+    """What its context-free baselines (other than majority) are, for the report."""
     extra_test_notes: ClassVar[dict[str, str]] = {}
     """What each built-in extra test set (`extra_tests`) is, for the report."""
     default: ClassVar[bool] = False
@@ -249,9 +273,18 @@ class Task:
         positives define. Default: nothing."""
         return HeldOutText()
 
-    def baseline_scores(self, train: list, test: list, *, titles=()) -> dict[str, float]:
+    def baseline_context(self, data) -> dict:
+        """Keyword arguments of `baseline_scores` read from the task folder (`protocol.TaskData`); none by default."""
+        return {}
+
+    def baseline_scores(self, train: list, test: list, **context) -> dict[str, float]:
         """{baseline name: accuracy} of this task's context-free baselines."""
         raise NotImplementedError
+
+    def unit_metrics(self, preds: list[int], rows: list[int], examples) -> dict[str, float]:
+        """Metrics beyond accuracy from the predicted class of every scored unit and its example's index in
+        `examples` (a tagging task's entity span F1); none by default."""
+        return {}
 
     # ---- the command line
     def add_data_commands(self, data_subparsers) -> None:

@@ -80,7 +80,7 @@ def evaluate_examples(model: AlignModel, task: str, examples, tok: Tokenizer, *,
         raise ValueError(f"no {task.upper()} examples to evaluate")
     model.eval()
     device = next(model.parameters()).device  # a calculation's kept model is where it was trained
-    nll, correct, count, hits, rows = 0.0, 0, 0, [], []
+    nll, correct, count, hits, rows, preds, pred_rows = 0.0, 0, 0, [], [], [], []
     with torch.inference_mode():
         for start in range(0, len(examples), batch_size):
             enc = encode_examples(task, examples[start: start + batch_size], tok, model.cfg.max_len, acronym_form)
@@ -93,9 +93,12 @@ def evaluate_examples(model: AlignModel, task: str, examples, tok: Tokenizer, *,
             if per_unit:
                 hits.append(hit.cpu())
                 rows.append(task_named(task).unit_rows(enc).cpu() + start)
+            # Every unit's prediction and example, for a task's own metrics (`Task.unit_metrics`: span F1).
+            preds += logits.argmax(-1).tolist()
+            pred_rows += (task_named(task).unit_rows(enc) + start).tolist()
     units = scores_per_test_unit(task, examples, torch.cat(hits), torch.cat(rows)) if per_unit else {}
     if count == 0:
         return {"accuracy": float("nan"), "perplexity": float("nan"), "count": 0, "num_examples": len(examples),
                 **units}
     return {"accuracy": correct / count, "perplexity": math.exp(nll / count), "count": count,
-            "num_examples": len(examples), **units}
+            "num_examples": len(examples), **units, **task_named(task).unit_metrics(preds, pred_rows, examples)}

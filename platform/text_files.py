@@ -9,7 +9,7 @@ import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from alignlab.platform.documents import CorpusInputError, Document
+from alignlab.platform.documents import CorpusInputError, Document, Link
 from alignlab.platform.wikidump import require_file
 
 
@@ -38,23 +38,30 @@ def read_software(*, max_docs: int | None = None, path: Path = SOFTWARE_FILE) ->
 # Web text
 # --------------------------------------------------------------------------------------------
 
-WEB_SUFFIXES = (".txt", ".jsonl", ".json")
-_WEB_DIR_SUFFIXES = (".txt", ".jsonl")
+WEB_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet")
+_WEB_DIR_SUFFIXES = (".txt", ".jsonl", ".parquet")
 
 
 def read_web(paths: Sequence[str | Path], *, lang: str = "und") -> Iterator[Document]:
-    """Documents from plain-text and JSONL files (a directory means its *.txt and *.jsonl, sorted).
+    """Documents from plain-text, JSONL and parquet files (a directory means its *.txt, *.jsonl and *.parquet,
+    sorted).
 
     - `.txt`: each block of consecutive non-blank lines is one document, in language `lang`; its doc_id
       carries the block's first line number.
     - `.jsonl` / `.json`: one JSON object per non-blank line with a string "text"; optional "lang"
       (default `lang`) and "id" (kept as the document's title). Blank texts are skipped.
+    - `.parquet`: one row per document, the same fields as columns ("text" required), row numbers from 1.
+    - optional "links": `[[start, end, target], ...]` (in parquet: a list of {start, end, target} structs),
+      character spans of the text that link to the page titled target; a document with links is of kind "wiki", so WHP and PAD label it as they label
+      Wikipedia's links. Without links a document is "web" (MLM and NSP).
 
-    doc_id is "web:<file name>:<line number>"; kind is "web"; there are no links.
+    doc_id is "web:<file name>:<line number>".
     """
     for path in _expand_web_paths(_as_paths(paths)):
         if path.suffix == ".txt":
             yield from _read_text_blocks(path, lang)
+        elif path.suffix == ".parquet":
+            yield from _read_parquet(path, lang)
         else:
             yield from _read_jsonl(path, lang)
 
@@ -65,10 +72,10 @@ def _expand_web_paths(paths: list[Path]) -> list[Path]:
         if p.is_dir():
             found = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in _WEB_DIR_SUFFIXES)
             if not found:
-                raise CorpusInputError(p, "directory has no .txt or .jsonl files")
+                raise CorpusInputError(p, "directory has no .txt, .jsonl or .parquet files")
             files.extend(found)
         else:
-            require_file(p, "a .txt, .jsonl or .json file")
+            require_file(p, "a .txt, .jsonl, .json or .parquet file")
             if p.suffix not in WEB_SUFFIXES:
                 raise CorpusInputError(
                     p, f"unknown file extension {p.suffix or '(none)'!r}; expected one of {', '.join(WEB_SUFFIXES)}"
@@ -115,15 +122,56 @@ def _read_jsonl(path: Path, default_lang: str) -> Iterator[Document]:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             raise CorpusInputError(path, f"not valid JSON: {e.msg} (column {e.colno})", where) from None
-        if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+        if not isinstance(obj, dict):
             raise CorpusInputError(path, 'expected a JSON object with a string "text" field', where)
-        lang = obj.get("lang", default_lang)
-        if not isinstance(lang, str) or not lang:
-            raise CorpusInputError(path, f'"lang" must be a non-empty string, got {lang!r}', where)
-        text = obj["text"].strip()
-        if text:
-            title = "" if obj.get("id") is None else str(obj["id"])
-            yield _web_document(path, number, text, lang=lang, title=title)
+        doc = _record_document(path, number, obj, default_lang, where)
+        if doc is not None:
+            yield doc
+
+
+def _read_parquet(path: Path, default_lang: str) -> Iterator[Document]:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as e:  # noqa: BLE001 -- any unreadable file is the user's input problem, named with its cause
+        raise CorpusInputError(path, f"not a readable parquet file ({e})") from None
+    if "text" not in table.column_names:
+        raise CorpusInputError(path, f'no "text" column (columns: {", ".join(table.column_names)})')
+    for number, obj in enumerate(table.to_pylist(), start=1):
+        doc = _record_document(path, number, {k: v for k, v in obj.items() if v is not None}, default_lang,
+                               f"row {number}")
+        if doc is not None:
+            yield doc
+
+
+def _record_document(path: Path, number: int, obj: dict, default_lang: str, where: str) -> Document | None:
+    """The document of one JSONL line or parquet row (None for a blank text)."""
+    if not isinstance(obj.get("text"), str):
+        raise CorpusInputError(path, 'expected a string "text" field', where)
+    lang = obj.get("lang", default_lang)
+    if not isinstance(lang, str) or not lang:
+        raise CorpusInputError(path, f'"lang" must be a non-empty string, got {lang!r}', where)
+    raw = obj["text"]
+    text = raw.strip()
+    if not text:
+        return None
+    shift = len(raw) - len(raw.lstrip())  # link offsets count in the text as given
+    links = []
+    for i, span in enumerate(obj.get("links") or ()):
+        if isinstance(span, dict):  # parquet holds a span as a struct: {"start", "end", "target"}
+            span = [span.get("start"), span.get("end"), span.get("target")]
+        if not (isinstance(span, (list, tuple)) and len(span) == 3 and all(isinstance(x, int) for x in span[:2])
+                and isinstance(span[2], str) and span[2].strip()):
+            raise CorpusInputError(path, f'"links"[{i}] must be [start, end, target title], got {span!r}', where)
+        start, end = span[0] - shift, span[1] - shift
+        if not (0 <= start < end <= len(text)) or (links and start < links[-1].end):
+            raise CorpusInputError(path, f'"links"[{i}] {list(span)} is empty, outside the text or overlaps the '
+                                   "link before it (give them sorted, as character offsets)", where)
+        links.append(Link(start, end, span[2].strip()))
+    title = "" if obj.get("id") is None else str(obj["id"])
+    return Document(doc_id=f"web:{path.name}:{number}", text=text, lang=lang, kind="wiki" if links else "web",
+                    links=tuple(links), title=title)
 
 
 def _web_document(path: Path, line: int, text: str, *, lang: str = "und", title: str = "") -> Document:

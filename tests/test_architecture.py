@@ -5,6 +5,7 @@ These walk `platform/` with `ast`, so they fail the moment someone writes `if ta
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from alignlab.platform.registry import registered
@@ -21,7 +22,10 @@ RAY_EDGES = {
 FOREIGN_KEYS = {
     # Keys of formats alignlab does not own that happen to start with an objective's name.
     "pad_token_id",  # transformers' config.json (export.py)
+    # Padding, not the PAD objective: the tokenizer's padding piece and id, and local `pad` counts of padding.
+    "pad", "pad_id", "pad_token", "pad_piece",
 }
+_JOINED = re.compile(r"[\w-]+(?:[,+][\w-]+)+")
 MAX_LINES = 400
 
 
@@ -55,18 +59,47 @@ def test_the_edge_list_names_only_modules_that_exist():
     assert RAY_EDGES <= {p.name for p in _modules()}
 
 
+def _named(node: ast.AST) -> list[str]:
+    """What a node names: a string constant (and each name of a comma- or plus-joined list like "mlm,nsp" or
+    "mlm+nsp"), an identifier, an attribute, a keyword argument, a parameter, a function or class name."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        v = node.value
+        return [v, *re.split(r"[,+]", v)] if _JOINED.fullmatch(v) else [v]
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Attribute):
+        return [node.attr]
+    if isinstance(node, (ast.keyword, ast.arg)):
+        return [node.arg] if node.arg else []
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    return []
+
+
+def _leaks(source: str, names: set[str], where: str = "") -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        for v in _named(node):
+            if v in FOREIGN_KEYS:
+                continue
+            if v in names or any(v.startswith(f"{n}_") and v.isidentifier() for n in names):
+                out.append(f"{where}:{node.lineno}: {v!r}")
+    return out
+
+
 def test_no_engine_module_names_an_objective_or_a_task():
     names = _names()
-    offenders = []
-    for p in _modules():
-        for node in ast.walk(ast.parse(p.read_text(), str(p))):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                v = node.value
-                if v in FOREIGN_KEYS:
-                    continue
-                if v in names or any(v.startswith(f"{n}_") and v.isidentifier() for n in names):
-                    offenders.append(f"platform/{p.name}:{node.lineno}: {v!r}")
+    offenders = [o for p in _modules() for o in _leaks(p.read_text(), names, f"platform/{p.name}")]
     assert not offenders, "objective/task names belong in objectives/, not in the engine:\n" + "\n".join(offenders)
+
+
+def test_the_guard_sees_names_in_identifiers_keywords_and_joined_strings():
+    names = _names()
+    for source in ('x = "mlm,nsp,whp,pad"', 'x = "mlm+nsp"', "f(ct_data=1)", "study.ct_data", "def f(ad_rows): pass",
+                   "ct_data = 1"):
+        assert _leaks(source, names), source
+    for source in ('x = "a,b"', "tok.pad_id", "pad = 3", 'x = "emulation"', "f(adapter=1)"):
+        assert not _leaks(source, names), source
 
 
 def test_no_engine_module_is_longer_than_a_screenful_of_concerns():

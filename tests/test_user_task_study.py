@@ -1,0 +1,69 @@
+"""End to end, as a user runs it, on a real local Ray, with no file of alignlab changed: the worked example's
+token-tagging task (examples/software_ner, PyPI summaries tagged B-/I-LANG and B-/I-TECH) declared on the command
+line of the objective-ablation study at the smoke preset; then a plugin package's objective and task in the same
+study (sharing the storage root, so the three bundled-objective models are pretrained once)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.test_plugins import _env, _install
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "software_ner"
+
+
+@pytest.fixture(scope="module")
+def storage(tmp_path_factory):
+    return tmp_path_factory.mktemp("shared") / "storage"
+
+
+@pytest.mark.ray
+def test_a_declared_tagging_task_gets_its_own_rows_baselines_and_span_f1_in_the_ablation_study(storage):
+    spec = f"name=swner,kind=tagging,pool={EXAMPLE / 'pool.jsonl'},test={EXAMPLE / 'test.jsonl'},aligned=whp"
+    cmd = [sys.executable, str(REPO / "studies" / "objective_ablation.py"), "--preset", "smoke",
+           "--storage", str(storage), "--task", spec, "--only-tasks", "swner"]
+    run = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=1500)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    [sdir] = [p for p in (storage / "studies").iterdir() if p.name.startswith("objective_ablation-smoke-tasks-")]
+    results = pd.read_parquet(sdir / "results.parquet")
+    assert len(results) == 6 and set(results["row"]) == {"SWNER"}
+    assert set(results["col"]) == {"all*", "-whp*", "-pad*"} and set(results["ft_task"]) == {"swner"}
+    assert set(results["num_test"]) == {100}
+    assert results["span_f1"].between(0, 1).all()
+    assert results["baseline_lexicon"].gt(results["baseline_majority"]).all()
+    text = (sdir / "report.md").read_text()
+    assert "SWNER" in text and "lexicon" in text
+
+
+@pytest.mark.ray
+def test_a_plugins_objective_and_task_run_in_the_smoke_ablation_study_and_reach_the_report(storage, tmp_path):
+    site = _install(tmp_path, "toyplugin", "par", "toytag")
+    cmd = [sys.executable, str(REPO / "studies" / "objective_ablation.py"), "--preset", "smoke",
+           "--storage", str(storage), "--objectives", "mlm,nsp,whp,pad,par", "--only-tasks", "toytag"]
+    run = subprocess.run(cmd, cwd=REPO, env=_env(site), capture_output=True, text=True, timeout=1800)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    [sdir] = [p for p in (storage / "studies").iterdir() if p.name.startswith("objective_ablation-smoke+par-tasks-")]
+    text = (sdir / "report.md").read_text()
+    header = next(line for line in text.splitlines() if line.startswith("| model | objectives | steps |"))
+    assert "| PAR |" in header
+    row = next(line for line in text.splitlines() if "| mlm+nsp+whp+pad+par |" in line)
+    assert row.split("|")[-2].strip() != "/"  # the plugin objective's held-out accuracy / perplexity
+    assert "TOYTAG" in text
+    assert set(pd.read_parquet(sdir / "results.parquet")["ft_task"]) == {"toytag"}
+
+
+def test_bad_task_files_stop_the_study_before_any_work_naming_file_and_line(tmp_path):
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text('{"tokens": ["a", "b"], "tags": ["O", "B-X"]}\n{"tokens": ["a"], "tags": ["O", "O"]}\n')
+    cmd = [sys.executable, str(REPO / "studies" / "objective_ablation.py"), "--preset", "smoke",
+           "--storage", str(tmp_path / "storage"), "--task",
+           f"name=bad,kind=tagging,pool={pool},test={EXAMPLE / 'test.jsonl'}"]
+    run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert f"{pool}:2: 2 tags for 1 tokens" in run.stderr
+    assert not (tmp_path / "storage" / "studies").exists()
