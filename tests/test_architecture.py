@@ -23,7 +23,7 @@ FOREIGN_KEYS = {
     # Keys of formats alignlab does not own that happen to start with an objective's name.
     "pad_token_id",  # transformers' config.json (export.py)
     # Padding, not the PAD objective: the tokenizer's padding piece and id, and local `pad` counts of padding.
-    "pad", "pad_id", "pad_token", "pad_piece",
+    "pad", "pad_id", "pad_token", "pad_piece", "pad_to_max_len",
 }
 _JOINED = re.compile(r"[\w-]+(?:[,+][\w-]+)+")
 MAX_LINES = 400
