@@ -212,3 +212,30 @@ def list_models(root: Path | Storage) -> list[dict]:
             row.update({k: v for k, v in ev.items() if k.endswith(("accuracy", "perplexity"))})
         out.append(row)
     return out
+
+
+def export_final(trainer, tok, mdir: Path, eval_metrics: dict, throughput: dict) -> None:
+    """Write a trained `Pretrainer`'s `final/` (weights, tokenizer, eval.json with the held-out metrics and the run's
+    throughput record, model_config.json), marker last, and publish it in one rename."""
+    import dataclasses
+    import shutil
+    import tempfile
+
+    import torch
+
+    from alignlab.platform.storage import publish_dir, write_json, write_marker
+
+    tmp = Path(tempfile.mkdtemp(prefix="final.", dir=mdir))
+    torch.save(trainer.model.state_dict(), tmp / "model.pt")
+    shutil.copy(tok.model_path, tmp / "tokenizer.model")
+    counts = Path(tok.model_path).with_name("token_counts.npy")
+    if counts.exists():
+        shutil.copy(counts, tmp / "token_counts.npy")
+    write_json(tmp / "eval.json", {"step": trainer.state.step, "precision": trainer.precision, **eval_metrics,
+                                   "throughput": throughput, "marker": MARKER})
+    write_json(tmp / "model_config.json", {"model": dataclasses.asdict(trainer.cfg.model),
+                                           "vocab_size": tok.vocab_size,
+                                           "heads": list(trainer.model.heads.keys()),
+                                           "pretrain": to_dict(trainer.cfg)})
+    write_marker(tmp)  # last: the size of every file above
+    publish_dir(tmp, mdir / "final")

@@ -18,9 +18,11 @@ import numpy as np
 import torch
 
 from alignlab.platform import registry as _registry  # noqa: F401 -- objective names resolve through it
-from alignlab.platform.batching import Collator, take_rows
+from alignlab.platform.batching import Collator
 from alignlab.platform.config import PretrainConfig
 from alignlab.platform.model import AlignModel
+from alignlab.platform.progress import ProgressLine  # noqa: F401 -- re-exported: callers import it from here
+from alignlab.platform.throughput import run_throughput
 
 
 EVAL_STEP_BASE = 1 << 40
@@ -131,18 +133,24 @@ class TrainState:
     phase: int = 0
     """0, or 1 in the domain phase (`PretrainConfig.domain_fraction`), whose passes are counted from epoch 0 again."""
     history: list = field(default_factory=list)
+    num_tokens: int = 0
+    """Real (non-padding) tokens this rank trained on, over all the run's lives (checkpointed)."""
+    num_samples: int = 0
+    """Rows this rank trained on, over all the run's lives."""
+    train_seconds: float = 0.0
+    """Wall time inside `train_loop`, over all the run's lives up to the last checkpoint (start-up excluded)."""
 
 
 class Pretrainer:
     """Model + objectives + optimizer + collator for one worker.
 
-    Data parallelism (`world` > 1): every rank is given the same global batch of rows, collates all of it with
-    the step's randomness (so NSP's random partners, MLM's masks and PAD's pairs are those a single worker would
-    draw) and trains on its own slice of `cfg.worker_batch_size` rows (`batch`). Each objective's mean loss is
-    reweighted by the rank's share of the objective's global count (`reduce_counts`, an all-reduce), so that
-    DDP's average of the ranks' gradients is the gradient of the global batch's mean loss: one step of N workers
-    is one step of one worker on the whole batch, to float rounding (dropout aside: each rank draws its own
-    masks)."""
+    Data parallelism (`world` > 1): each rank is given only its own rows of the step (`cfg.worker_batch_size` of
+    them; the driver splits the stream, `pretrain_ray.data_config`) and collates them with its own key of the
+    step's randomness (seed, rank, step), so no rank reads or collates another's rows. Each objective's mean loss
+    is reweighted by the rank's share of the objective's global count (`reduce_counts`, an all-reduce), so that
+    DDP's average of the ranks' gradients is the gradient of the mean loss over all the ranks' rows. With one
+    worker, rank 0's key and the whole stream: what a single worker always trained on. With W workers the rows of
+    a step and their labels depend on W (determinism is per seed, world size and precision)."""
 
     def __init__(self, cfg: PretrainConfig, tokenizer, *, rank: int = 0, world: int = 1, device: str = "cpu",
                  wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
@@ -172,11 +180,11 @@ class Pretrainer:
         self.forward = wrap(fwd) if wrap else fwd
         self.optimizer = make_optimizer(self.model, cfg)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
-        # Rank 0's stream of randomness for every rank: all of them collate the same global batch alike.
+        # Each rank its own stream of randomness over its own rows (rank 0's alone with one worker).
         def collator(objectives) -> Collator:
             return Collator(objectives, tokenizer, max_len=cfg.seq_len or cfg.model.max_len,
                             acronym_fraction=cfg.acronym_fraction, subword_alpha=cfg.subword_regularization_alpha,
-                            seed=cfg.seed, rank=0)
+                            seed=cfg.seed, rank=rank)
 
         self.collate = collator(list(self.objectives.values()))
         # The curriculum's early batches: the same collator with each objective's `curriculum()` config where it has
@@ -198,18 +206,13 @@ class Pretrainer:
         return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
 
     def batch(self, rows: dict, *, step: int, epoch: int = 0, max_len: int | None = None) -> dict[str, torch.Tensor]:
-        """This rank's training batch at `step`: the global batch `rows` collated whole, then this rank's slice."""
-        batch = self.collator_at(step)(rows, step=step, max_len=max_len, epoch=epoch)
-        ids = [f"{d}#{c}" for d, c in zip(rows["doc_id"], rows.get("chunk_index", range(len(rows["doc_id"]))))]
-        if self.world == 1:
-            self.last_row_ids = ids
-            return batch
-        n = len(batch["input_ids"])
-        if n != self.cfg.batch_size:
-            raise ValueError(f"a data-parallel step needs the global batch of {self.cfg.batch_size} rows, got {n}")
-        b = self.cfg.worker_batch_size
-        self.last_row_ids = ids[self.rank * b:(self.rank + 1) * b]
-        return take_rows(batch, self.rank * b, (self.rank + 1) * b)
+        """This rank's training batch at `step`: its own rows (`cfg.worker_batch_size` of them), collated."""
+        n = len(rows["doc_id"])
+        if self.world > 1 and n != self.cfg.worker_batch_size:
+            raise ValueError(f"rank {self.rank} of {self.world} needs its {self.cfg.worker_batch_size} rows of the "
+                             f"step's global batch of {self.cfg.batch_size}, got {n}")
+        self.last_row_ids = [f"{d}#{c}" for d, c in zip(rows["doc_id"], rows.get("chunk_index", range(n)))]
+        return self.collator_at(step)(rows, step=step, max_len=max_len, epoch=epoch)
 
     def collator_at(self, step: int) -> Collator:
         """The collator of optimizer step `step`: the objectives' curriculum configs early
@@ -277,6 +280,8 @@ class Pretrainer:
             "scheduler": self.scheduler.state_dict(),
             "step": self.state.step, "epoch": self.state.epoch, "batches_in_epoch": self.state.batches_in_epoch,
             "phase": self.state.phase, "torch_rng": torch.get_rng_state(),
+            "num_tokens": self.state.num_tokens, "num_samples": self.state.num_samples,
+            "train_seconds": self.state.train_seconds,
         }
 
     def load_state_dict(self, sd: dict) -> None:
@@ -285,37 +290,9 @@ class Pretrainer:
         self.scheduler.load_state_dict(sd["scheduler"])
         self.state.step, self.state.epoch, self.state.batches_in_epoch = sd["step"], sd["epoch"], sd["batches_in_epoch"]
         self.state.phase = sd.get("phase", 0)  # checkpoints from before the domain phase existed
+        self.state.num_tokens, self.state.num_samples = sd.get("num_tokens", 0), sd.get("num_samples", 0)
+        self.state.train_seconds = sd.get("train_seconds", 0.0)
         torch.set_rng_state(sd["torch_rng"])
-
-
-class ProgressLine:
-    """What a person watching a long pretraining run needs: `[pretrain NAME] step 1200/2000 (60%), loss 5.31,
-    4.12 steps/s, ETA 3m20s`. Printed at most every `every_s` seconds and always at the last step, so a
-    2,000-step run prints a few dozen lines, not 2,000. The rate (and so the ETA) counts only the steps this
-    process ran: a resumed run does not claim the steps of its previous life."""
-
-    def __init__(self, name: str, max_steps: int, start_step: int, every_s: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic):
-        self.name, self.max_steps, self.start_step, self.every_s, self.clock = name, max_steps, start_step, every_s, clock
-        self.t0 = self.last = clock()
-
-    def update(self, step: int, loss: float) -> str | None:
-        now = self.clock()
-        if step < self.max_steps and now - self.last < self.every_s:
-            return None
-        self.last = now
-        ran, el = step - self.start_step, now - self.t0
-        rate = ran / el if el > 0 else 0.0
-        eta = (self.max_steps - step) / rate if rate > 0 else float("nan")
-        return (f"[pretrain {self.name}] step {step}/{self.max_steps} ({100 * step / self.max_steps:.0f}%), "
-                f"loss {loss:.3f}, {rate:.2f} steps/s, ETA {_duration(eta)}")
-
-
-def _duration(s: float) -> str:
-    if not math.isfinite(s):
-        return "?"
-    s = round(s)
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
 class NonFiniteLossError(ValueError):
@@ -340,6 +317,7 @@ def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict
                          "domain_batches for the domain phase")
     waited = 0.0
     t_start = time.perf_counter()
+    seconds_before = st.train_seconds  # earlier lives' training time (a resumed run)
     while st.step < cfg.max_steps:
         if st.phase == 0 and st.step >= cfg.domain_start_step:
             st.phase, st.epoch, st.batches_in_epoch = 1, 0, 0
@@ -358,7 +336,12 @@ def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict
             if consumed <= skip:
                 continue
             st.batches_in_epoch = consumed
-            metrics = trainer.train_step(trainer.batch(rows, step=st.step, epoch=st.epoch, max_len=cfg.seq_len_at(st.step)))
+            batch = trainer.batch(rows, step=st.step, epoch=st.epoch, max_len=cfg.seq_len_at(st.step))
+            # Counted on the host copy of the batch: no device sync.
+            st.num_tokens += int(batch["attention_mask"].sum())
+            st.num_samples += len(batch["attention_mask"])
+            metrics = trainer.train_step(batch)
+            st.train_seconds = seconds_before + time.perf_counter() - t_start
             if not all_finite(math.isfinite(metrics["train/loss"])):
                 # Stop before reporting or checkpointing it: a diverged model must never be exported as finished.
                 bad = {k: v for k, v in metrics.items() if k.endswith("/loss") and not math.isfinite(v)}
@@ -368,8 +351,13 @@ def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict
             ckpt = st.step % cfg.checkpoint_every == 0 or st.step == cfg.max_steps
             if ckpt or st.step % log_every == 0:
                 wall = time.perf_counter() - t_start
+                tp = run_throughput(trainer)
                 metrics.update({"step": st.step, "epoch": st.epoch, "phase": st.phase,
-                                "data_wait_fraction": waited / max(wall, 1e-9)})
+                                "data_wait_fraction": waited / max(wall, 1e-9),
+                                "throughput/tokens_per_s": tp["tokens_per_s"],
+                                "throughput/samples_per_s": tp["samples_per_s"]})
+                if tp["mfu"] is not None:
+                    metrics["throughput/mfu"] = tp["mfu"]
                 report(metrics, ckpt)
         else:
             continue  # this phase's last step is done: the next pass starts the domain phase, or the loop ends
