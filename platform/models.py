@@ -25,8 +25,9 @@ RUNTIME_FIELDS = ("checkpoint_every", "log_every", "eval_batches", "cpus_per_wor
 """PretrainConfig fields that change how a run is executed, not what the model learns: checkpoint and report
 frequency, how many held-out batches the final evaluation reads, the resources and threads of a worker, and
 the device (what it changes, the precision, is in the id as resolved). Every other field is in the id: in
-particular `num_workers`: `batch_size` is the global batch whatever the workers, but N workers round their
-gradient sums otherwise than one and draw their own dropout masks, so their weights differ in the digits; and
+particular `num_workers`: `batch_size` is the global batch whatever the workers, but each of N workers reads
+its own share of the rows and draws its own labels and dropout masks (`pretrain_ray.data_config`), so N workers
+train another model than one; and
 `precision`, "auto" resolved to what it picks (resolve_precision)."""
 
 
