@@ -211,6 +211,8 @@ def list_models(root: Path | Storage) -> list[dict]:
         if row["finished"]:
             ev = read_json(mdir / "final" / "eval.json")
             row.update({k: v for k, v in ev.items() if k.endswith(("accuracy", "perplexity"))})
+            tp = ev.get("throughput") or {}  # what it cost (docs/throughput.md); absent for older models
+            row.update({k: tp[k] for k in ("device", "num_devices", "tokens_per_s", "mfu", "device_hours") if k in tp})
         out.append(row)
     return out
 

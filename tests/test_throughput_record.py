@@ -73,3 +73,23 @@ def test_the_loop_counts_real_tokens_and_rows_and_a_resume_keeps_them(smoke_corp
     again.load_state_dict(t.state_dict())
     assert (again.state.num_tokens, again.state.num_samples, again.state.train_seconds) == \
         (t.state.num_tokens, t.state.num_samples, t.state.train_seconds)
+
+
+def test_the_report_has_a_cost_row_per_pretrained_model_and_the_fel_device_time(tmp_path):
+    import json
+
+    import pandas as pd
+
+    from alignlab.platform.report import cost_table
+
+    rec = summary(num_tokens=3_000_000, num_samples=30_000, seconds=600.0, num_devices=4,
+                  device_name="NVIDIA A10G", precision="bf16", fpt=flops_per_token(768, 3, 3072, 128))
+    final = tmp_path / "models" / "m1" / "final"
+    final.mkdir(parents=True)
+    (final / "eval.json").write_text(json.dumps({"step": 10, "throughput": rec}))
+    study = {"corpus_dir": str(tmp_path / "corpus" / "c1"),
+             "models": {"all": {"model_id": "m1"}, "old": {"model_id": "m0"}}}
+    lines = cost_table(study, pd.DataFrame({"device_seconds": [30.0, 90.0]}))
+    assert lines[2] == (f"| all | 4 x NVIDIA A10G | bf16 | 5,000 | 50.0 | {rec['mfu']:.1%} | 600 | 0.6667 |")
+    assert lines[3].startswith("| old | – x – |")  # a model trained before throughput was recorded
+    assert "2 with a recorded device time, 0.033 device-hours in all (60.0 s each on average)" in lines[-1]
