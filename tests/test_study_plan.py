@@ -80,3 +80,15 @@ def test_a_dry_run_knows_the_trained_model_and_estimates_the_others_from_its_thr
     assert first["model_id"] == mdir.name and first["exists"] and first["device_hours"] == 0
     assert all(not m["exists"] and m["device_hours"] > 0 and "storage root" in m["source"] for m in rest)
     assert mdir.name in out and out.count("to train") == 2 and "FEL calculations: 12, of which 12 to run" in out
+
+
+def test_alignlab_plan_runs_a_study_scripts_dry_run(tmp_path, capsys):
+    from alignlab.platform.cli import main
+
+    root = tmp_path / "root"
+    assert main(["plan", str(STUDIES / "model_size.py"), "--preset", "smoke", "--storage", str(root),
+                 "--device", "A10G"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Plan of study model_size-smoke on A10G (nothing has run):") and not root.exists()
+    assert main(["plan", str(tmp_path / "nope.py")]) != 0
+    assert "nope.py is not a study script" in capsys.readouterr().err
