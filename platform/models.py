@@ -46,6 +46,11 @@ def model_id(corpus_id: str, cfg: PretrainConfig) -> str:
         for f, default in added.items():
             if fields.get(f) == default:
                 fields.pop(f)
+    if cfg.num_workers > 1:
+        # Each rank reads and labels its own rows (pretrain_ray.data_config) since issue #42: other weights than the
+        # earlier every-rank-collates-the-global-batch scheme, and a checkpoint of that scheme must not be resumed.
+        # Hashed only for several workers, so single-worker ids (every preset but paper) stay as they were.
+        d["rank_split"] = 1
     return f"{cfg.model.label}-{'+'.join(cfg.objective_names)}-{config_hash(corpus_id, d)}"
 
 
@@ -217,9 +222,10 @@ def list_models(root: Path | Storage) -> list[dict]:
     return out
 
 
-def export_final(trainer, tok, mdir: Path, eval_metrics: dict, throughput: dict) -> None:
+def export_final(trainer, tok, mdir: Path, eval_metrics: dict, throughput: dict | None = None) -> None:
     """Write a trained `Pretrainer`'s `final/` (weights, tokenizer, eval.json with the held-out metrics and the run's
-    throughput record, model_config.json), marker last, and publish it in one rename."""
+    throughput record -- this rank's, scaled by the world size, when none is given -- model_config.json), marker
+    last, and publish it in one rename."""
     import dataclasses
     import shutil
     import tempfile
@@ -227,6 +233,10 @@ def export_final(trainer, tok, mdir: Path, eval_metrics: dict, throughput: dict)
     import torch
 
     from alignlab.platform.storage import publish_dir, write_json, write_marker
+    from alignlab.platform.throughput import run_throughput
+
+    if throughput is None:
+        throughput = run_throughput(trainer)
 
     tmp = Path(tempfile.mkdtemp(prefix="final.", dir=mdir))
     torch.save(trainer.model.state_dict(), tmp / "model.pt")

@@ -25,6 +25,14 @@ def test_one_worker_streams_the_whole_dataset_and_several_split_only_the_trainin
     assert all(o.preserve_order for o in cfg._user_execution_options.values())
 
 
+def test_the_split_names_other_models_only_for_several_workers():
+    from alignlab.platform.models import model_id
+
+    # The mini preset (1 worker) keeps the id it had before the split; the paper preset (4 workers) moves.
+    assert model_id("bundled-dabc0247e631", PRETRAIN_PRESETS["mini"]) == "128x2-mlm-592a32f7506b"
+    assert model_id("bundled-dabc0247e631", PRETRAIN_PRESETS["paper"]) == "768x3-mlm-dfc70d98d3d5"  # was bd405858331f
+
+
 @pytest.mark.ray
 def test_two_ranks_stream_disjoint_halves_the_same_way_on_every_run(ray_session, tmp_path):
     import ray.data
