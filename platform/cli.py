@@ -136,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
 
     rp = sub.add_parser("report", help="(re)write a study's report from its results")
     rp.add_argument("study_dir")
+    pl = sub.add_parser("plan", help="a study script's models, calculations and estimated device-hours, before "
+                        "anything runs (the script's --dry-run)")
+    pl.add_argument("script", help="a study script, e.g. studies/objective_ablation.py")
+    pl.add_argument("script_args", nargs=argparse.REMAINDER, help="its own flags: --preset, --storage, --device ...")
 
     ex = sub.add_parser("export", help="write a pretrained model as a Hugging Face transformers folder "
                         "(BertModel; RobertaPreLayerNormModel for a pre-LN encoder; custom code, AlignlabEncoderModel, for a "
@@ -223,6 +227,22 @@ def _dispatch(args) -> int:
 
         out = export_model(fetch_model(root, args.model), Path(args.out_dir))
         print(f"Exported: {out}")
+        return 0
+    if args.cmd == "plan":
+        import importlib.util
+        import inspect
+
+        from alignlab.platform.study_run import study_main
+
+        spec = importlib.util.spec_from_file_location("alignlab_study_script", args.script)
+        if spec is None or not Path(args.script).is_file():
+            raise ValueError(f"alignlab plan: {args.script} is not a study script (a .py file with a `build`)")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        if not callable(getattr(mod, "build", None)):
+            raise ValueError(f"alignlab plan: {args.script} defines no build(preset) function")
+        study_main(mod.build, [*args.script_args, "--dry-run"],
+                   extra_objective_sets="extra" in inspect.signature(mod.build).parameters)
         return 0
     if args.cmd == "report":
         from alignlab.platform.report import collect_results, write_report

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from alignlab.platform.prefetch import Prefetcher
+from alignlab.platform.throughput import run_throughput
 
 if TYPE_CHECKING:
     from alignlab.platform.pretrain import Pretrainer, TrainState
@@ -40,6 +41,7 @@ def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict
                          "domain_batches for the domain phase")
     waited = 0.0
     t_start = time.perf_counter()
+    seconds_before = st.train_seconds  # earlier lives' training time (a resumed run)
     while st.step < cfg.max_steps:
         if st.phase == 0 and st.step >= cfg.domain_start_step:
             st.phase, st.epoch, st.batches_in_epoch = 1, 0, 0
@@ -55,7 +57,11 @@ def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict
                     break
                 waited += time.perf_counter() - t0
                 st.batches_in_epoch = position
+                # Counted on the host copy of the batch: no device sync.
+                st.num_tokens += int(batch["attention_mask"].sum())
+                st.num_samples += len(batch["attention_mask"])
                 trainer.step(batch)
+                st.train_seconds = seconds_before + time.perf_counter() - t_start
                 ckpt = st.step % cfg.checkpoint_every == 0 or st.step == cfg.max_steps
                 if not (ckpt or st.step % log_every == 0):
                     continue
@@ -69,8 +75,13 @@ def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict
                         f"report: {', '.join(f'{k} = {v}' for k, v in bad.items())}, lr "
                         f"{metrics.get('lr', float('nan')):.3g}); lower the learning rate")
                 wall = time.perf_counter() - t_start
+                tp = run_throughput(trainer)
                 metrics.update({"step": st.step, "epoch": st.epoch, "phase": st.phase,
-                                "data_wait_fraction": waited / max(wall, 1e-9)})
+                                "data_wait_fraction": waited / max(wall, 1e-9),
+                                "throughput/tokens_per_s": tp["tokens_per_s"],
+                                "throughput/samples_per_s": tp["samples_per_s"]})
+                if tp["mfu"] is not None:
+                    metrics["throughput/mfu"] = tp["mfu"]
                 report(metrics, ckpt)
         if st.step >= stop_at:
             continue  # this phase's last step is done: the next pass starts the domain phase, or the loop ends

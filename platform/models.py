@@ -27,9 +27,9 @@ RUNTIME_FIELDS = ("checkpoint_every", "log_every", "eval_batches", "cpus_per_wor
 frequency, how many held-out batches the final evaluation reads, the resources and threads of a worker, and how
 many batches are collated ahead.
 Every other field is in the id: in particular `num_workers`: `batch_size` is the global batch whatever the
-workers, but N workers round their gradient sums otherwise than one and draw their own dropout masks, so their
-weights differ in the digits; `precision`, "auto" resolved to what it picks (resolve_precision); and `use_gpu`,
-the device kind: a GPU's kernels sum in another order (and may use TF32), so even an fp32 model trained there
+workers, but each of N workers reads its own share of the rows and draws its own labels and dropout masks
+(`pretrain_ray.data_config`), so N workers train another model than one; `precision`, "auto" resolved to what
+it picks (resolve_precision); and `use_gpu`, the device kind: a GPU's kernels sum in another order (and may use TF32), so even an fp32 model trained there
 has other digits than one trained on a CPU."""
 
 
@@ -59,6 +59,11 @@ def model_id(corpus_id: str, cfg: PretrainConfig) -> str:
         for f, default in added.items():
             if fields.get(f) == default:
                 fields.pop(f)
+    if cfg.num_workers > 1:
+        # Each rank reads and labels its own rows (pretrain_ray.data_config) since issue #42: other weights than the
+        # earlier every-rank-collates-the-global-batch scheme, and a checkpoint of that scheme must not be resumed.
+        # Hashed only for several workers, so single-worker ids (every preset but paper) stay as they were.
+        d["rank_split"] = 1
     return f"{cfg.model.label}-{'+'.join(cfg.objective_names)}-{config_hash(corpus_id, d, {'code': PRETRAIN_CODE_VERSION})}"
 
 
@@ -230,6 +235,8 @@ def list_models(root: Path | Storage) -> list[dict]:
         if row["finished"]:
             ev = read_json(mdir / "final" / "eval.json")
             row.update({k: v for k, v in ev.items() if k.endswith(("accuracy", "perplexity"))})
+            tp = ev.get("throughput") or {}  # what it cost (docs/throughput.md); absent for older models
+            row.update({k: tp[k] for k in ("device", "num_devices", "tokens_per_s", "mfu", "device_hours") if k in tp})
         out.append(row)
     return out
 
@@ -240,3 +247,35 @@ def _config_problem(e: Exception) -> str:
     if isinstance(e, ValueError):
         return f"not JSON ({e})"
     return f"not a model's config.json ({type(e).__name__}: {e})"
+
+
+def export_final(trainer, tok, mdir: Path, eval_metrics: dict, throughput: dict | None = None) -> None:
+    """Write a trained `Pretrainer`'s `final/` (weights, tokenizer, eval.json with the held-out metrics and the run's
+    throughput record -- this rank's, scaled by the world size, when none is given -- model_config.json), marker
+    last, and publish it in one rename."""
+    import dataclasses
+    import shutil
+    import tempfile
+
+    import torch
+
+    from alignlab.platform.storage import publish_dir, write_json, write_marker
+    from alignlab.platform.throughput import run_throughput
+
+    if throughput is None:
+        throughput = run_throughput(trainer)
+
+    tmp = Path(tempfile.mkdtemp(prefix="final.", dir=mdir))
+    torch.save(trainer.model.state_dict(), tmp / "model.pt")
+    shutil.copy(tok.model_path, tmp / "tokenizer.model")
+    counts = Path(tok.model_path).with_name("token_counts.npy")
+    if counts.exists():
+        shutil.copy(counts, tmp / "token_counts.npy")
+    write_json(tmp / "eval.json", {"step": trainer.state.step, "precision": trainer.precision, **eval_metrics,
+                                   "throughput": throughput, "marker": MARKER})
+    write_json(tmp / "model_config.json", {"model": dataclasses.asdict(trainer.cfg.model),
+                                           "vocab_size": tok.vocab_size,
+                                           "heads": list(trainer.model.heads.keys()),
+                                           "pretrain": to_dict(trainer.cfg)})
+    write_marker(tmp)  # last: the size of every file above
+    publish_dir(tmp, mdir / "final")

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from alignlab.platform import registry as _registry  # noqa: F401 -- objective names resolve through it
-from alignlab.platform.batching import Collator, take_rows
+from alignlab.platform.batching import Collator
 from alignlab.platform.config import PretrainConfig
 from alignlab.platform.loop import NonFiniteLossError, train_loop  # noqa: F401 -- imported from here
 from alignlab.platform.model import AlignModel
@@ -134,6 +134,12 @@ class TrainState:
     phase: int = 0
     """0, or 1 in the domain phase (`PretrainConfig.domain_fraction`), whose passes are counted from epoch 0 again."""
     history: list = field(default_factory=list)
+    num_tokens: int = 0
+    """Real (non-padding) tokens this rank trained on, over all the run's lives (checkpointed)."""
+    num_samples: int = 0
+    """Rows this rank trained on, over all the run's lives."""
+    train_seconds: float = 0.0
+    """Wall time inside `train_loop`, over all the run's lives up to the last checkpoint (start-up excluded)."""
 
 
 def prepare_batch(batch: dict[str, torch.Tensor], labelled_keys: tuple[str, ...], *, pin: bool) -> dict:
@@ -154,13 +160,13 @@ def prepare_batch(batch: dict[str, torch.Tensor], labelled_keys: tuple[str, ...]
 class Pretrainer:
     """Model + objectives + optimizer + collator for one worker.
 
-    Data parallelism (`world` > 1): every rank is given the same global batch of rows, collates all of it with
-    the step's randomness (so NSP's random partners, MLM's masks and PAD's pairs are those a single worker would
-    draw) and trains on its own slice of `cfg.worker_batch_size` rows (`batch`). Each objective's mean loss is
-    reweighted by the rank's share of the objective's global count (`reduce_counts`, an all-reduce), so that
-    DDP's average of the ranks' gradients is the gradient of the global batch's mean loss: one step of N workers
-    is one step of one worker on the whole batch, to float rounding (dropout aside: each rank draws its own
-    masks)."""
+    Data parallelism (`world` > 1): each rank is given only its own rows of the step (`cfg.worker_batch_size` of
+    them; the driver splits the stream, `pretrain_ray.data_config`) and collates them with its own key of the
+    step's randomness (seed, rank, step), so no rank reads or collates another's rows. Each objective's mean loss
+    is reweighted by the rank's share of the objective's global count (`reduce_counts`, an all-reduce), so that
+    DDP's average of the ranks' gradients is the gradient of the mean loss over all the ranks' rows. With one
+    worker, rank 0's key and the whole stream: what a single worker always trained on. With W workers the rows of
+    a step and their labels depend on W (determinism is per seed, world size and precision)."""
 
     def __init__(self, cfg: PretrainConfig, tokenizer, *, rank: int = 0, world: int = 1, device: str = "cpu",
                  wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
@@ -192,11 +198,11 @@ class Pretrainer:
             self.forward = torch.compile(self.forward)
         self.optimizer = make_optimizer(self.model, cfg)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
-        # Rank 0's stream of randomness for every rank: all of them collate the same global batch alike.
+        # Each rank its own stream of randomness over its own rows (rank 0's alone with one worker).
         def collator(objectives) -> Collator:
             return Collator(objectives, tokenizer, max_len=cfg.seq_len or cfg.model.max_len,
                             acronym_fraction=cfg.acronym_fraction, subword_alpha=cfg.subword_regularization_alpha,
-                            seed=cfg.seed, rank=0, pad_to_max_len=cfg.compile)
+                            seed=cfg.seed, rank=rank, pad_to_max_len=cfg.compile)
 
         self.collate = collator(list(self.objectives.values()))
         # The curriculum's early batches: the same collator with each objective's `curriculum()` config where it has
@@ -224,22 +230,19 @@ class Pretrainer:
                 for k, v in batch.items()}
 
     def batch(self, rows: dict, *, step: int, epoch: int = 0, max_len: int | None = None) -> dict[str, torch.Tensor]:
-        """This rank's training batch at `step`: the global batch `rows` collated whole, then this rank's slice."""
+        """This rank's training batch at `step`: its own rows (`cfg.worker_batch_size` of them), collated."""
         batch, self.last_row_ids = self.rank_batch(rows, step=step, epoch=epoch, max_len=max_len)
         return batch
 
     def rank_batch(self, rows: dict, *, step: int, epoch: int = 0,
                    max_len: int | None = None) -> tuple[dict[str, torch.Tensor], list[str]]:
         """`batch` and the ids of its rows, changing no state of the trainer (the prefetch thread calls it)."""
-        batch = self.collator_at(step)(rows, step=step, max_len=max_len, epoch=epoch)
-        ids = [f"{d}#{c}" for d, c in zip(rows["doc_id"], rows.get("chunk_index", range(len(rows["doc_id"]))))]
-        if self.world == 1:
-            return batch, ids
-        n = len(batch["input_ids"])
-        if n != self.cfg.batch_size:
-            raise ValueError(f"a data-parallel step needs the global batch of {self.cfg.batch_size} rows, got {n}")
-        b = self.cfg.worker_batch_size
-        return take_rows(batch, self.rank * b, (self.rank + 1) * b), ids[self.rank * b:(self.rank + 1) * b]
+        n = len(rows["doc_id"])
+        if self.world > 1 and n != self.cfg.worker_batch_size:
+            raise ValueError(f"rank {self.rank} of {self.world} needs its {self.cfg.worker_batch_size} rows of the "
+                             f"step's global batch of {self.cfg.batch_size}, got {n}")
+        ids = [f"{d}#{c}" for d, c in zip(rows["doc_id"], rows.get("chunk_index", range(n)))]
+        return self.collator_at(step)(rows, step=step, max_len=max_len, epoch=epoch), ids
 
     def prepare(self, batch: dict[str, torch.Tensor]) -> dict:
         """`prepare_batch` for this trainer's objectives and device (off the training thread when prefetching)."""
@@ -332,6 +335,8 @@ class Pretrainer:
             "scheduler": self.scheduler.state_dict(),
             "step": self.state.step, "epoch": self.state.epoch, "batches_in_epoch": self.state.batches_in_epoch,
             "phase": self.state.phase, "torch_rng": torch.get_rng_state(),
+            "num_tokens": self.state.num_tokens, "num_samples": self.state.num_samples,
+            "train_seconds": self.state.train_seconds,
         }
 
     def load_state_dict(self, sd: dict) -> None:
@@ -340,6 +345,8 @@ class Pretrainer:
         self.scheduler.load_state_dict(sd["scheduler"])
         self.state.step, self.state.epoch, self.state.batches_in_epoch = sd["step"], sd["epoch"], sd["batches_in_epoch"]
         self.state.phase = sd.get("phase", 0)  # checkpoints from before the domain phase existed
+        self.state.num_tokens, self.state.num_samples = sd.get("num_tokens", 0), sd.get("num_samples", 0)
+        self.state.train_seconds = sd.get("train_seconds", 0.0)
         torch.set_rng_state(sd["torch_rng"])
 
 

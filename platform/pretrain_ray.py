@@ -2,8 +2,6 @@
 the export of the finished model to `final/`. Ids, markers and the model folder's layout are in `models.py`."""
 from __future__ import annotations
 
-import dataclasses
-import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -17,15 +15,16 @@ from alignlab.platform.corpus_embeddings import WORD_EMBEDDINGS, save, training_
 from alignlab.platform.locks import build_once
 # The registry's names are re-exported: `from alignlab.platform.pretrain_ray import pretrain, model_id, ...` keeps working.
 from alignlab.platform.models import (DIVERGED, FINAL_MARKER, LEGACY_MARKER, RUNTIME_FIELDS,  # noqa: F401
-                                      check_corpus_for, diverged_reason, fetch_model, final_finished, is_finished,
+                                      check_corpus_for, diverged_reason, export_final, fetch_model, final_finished,
+                                      is_finished,
                                       keep_checkpoints_default, list_models, model_finished, model_id,
                                       prune_checkpoints)
 from alignlab.platform import out_of_memory, run_snapshot
 from alignlab.platform.disk_space import checkpoint_disk_full, no_space_left
+from alignlab.platform.domain_phase import check_domain_sources, rows_of_sources
 from alignlab.platform.pretrain import NonFiniteLossError, resolve_precision
 from alignlab.platform.ray_env import own_sigint
-from alignlab.platform.storage import (MARKER, Storage, as_storage, corpus_dir, model_dir, publish_dir, resolve_root,
-                                       write_json, write_marker)
+from alignlab.platform.storage import Storage, as_storage, corpus_dir, model_dir, resolve_root, write_json
 
 
 def worker_resources(cfg: PretrainConfig) -> dict:
@@ -86,7 +85,7 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
     """Train model `mid` (or resume its Train run) and export it; its lock is held."""
     import ray.data
     import ray.train
-    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     from alignlab.platform.ray_env import ensure_ray
@@ -155,11 +154,7 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
             checkpoint_config=CheckpointConfig(num_to_keep=2),
         ),
         datasets=datasets,
-        # Not split: every worker streams all rows, in the same (seeded) order, in global batches, and trains on its
-        # own slice of each (Pretrainer.batch). So the rows and labels of every step are the same for any number of
-        # workers, and a resumed rank skips exactly the batches its checkpoint consumed. The price is that each
-        # worker reads and collates the whole stream (cheap next to a GPU step; README "Running on a cluster").
-        dataset_config=DataConfig(datasets_to_split=[]),
+        dataset_config=data_config(cfg, datasets),
     )
     out_of_memory.clear(st, mid)  # this attempt's own: an earlier one may have had a smaller device or more workers
     if note := run_snapshot.repair(st, mid, name):  # a disk that filled during the last attempt
@@ -190,32 +185,22 @@ def _raise_if_out_of_memory(st: Storage, mid: str) -> None:
         raise out_of_memory.OutOfMemory(f"pretraining of {mid} stopped: {line}")
 
 
-def check_domain_sources(cfg: PretrainConfig, manifest: dict) -> None:
-    """A domain phase needs rows of its sources and of others in the corpus (`PretrainConfig.domain_sources`)."""
-    if not cfg.domain_sources:
-        return
-    from alignlab.platform.corpus import corpus_sources
+def data_config(cfg: PretrainConfig, datasets: dict):
+    """How the row streams reach the workers. One worker: the whole stream, unsplit (the rows and order every
+    single-worker model was trained on). Several: the training streams ("train", and "domain" when there is one)
+    are split by Ray Data's `streaming_split(world, equal=True)`, so each rank reads and collates only its own
+    rows (input bandwidth grows with the workers) and every rank gets the same number of rows, hence of steps.
+    `preserve_order` makes which rows reach which rank, and in what order, the same on every run of the same
+    world size (RAY_NOTES §2), so a resumed rank skips exactly the batches its checkpoint consumed. "eval" stays
+    whole: rank 0 evaluates it alone."""
+    from ray.train import DataConfig
 
-    have, where = corpus_sources(manifest), f"corpus {manifest.get('corpus_id')}"
-    if have is None:
-        raise ValueError(f"PretrainConfig.domain_sources {'+'.join(cfg.domain_sources)}: {where} records no documents "
-                         "per source (built before they were counted); rebuild it with `alignlab corpus build`")
-    if missing := [n for n in cfg.domain_sources if n not in have]:
-        raise ValueError(f"PretrainConfig.domain_sources names {', '.join(missing)}, which {where} has no documents of "
-                         f"(it has {', '.join(sorted(have)) or 'none'}): add the source or leave the domain phase off")
-    if not have - set(cfg.domain_sources):
-        raise ValueError(f"PretrainConfig.domain_sources {'+'.join(cfg.domain_sources)} are all of {where}'s sources: "
-                         "the steps before the domain phase would have no rows")
-
-
-def rows_of_sources(batch, sources: tuple[str, ...], keep: bool):
-    """The rows of a pyarrow batch whose doc_id's source prefix ("software:...") is (`keep`) or is not in `sources`."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    source = pc.list_element(pc.split_pattern(batch["doc_id"], ":", max_splits=1), 0)
-    hit = pc.is_in(source, value_set=pa.array(list(sources), type=pa.string()))
-    return batch.filter(hit if keep else pc.invert(hit))
+    if cfg.num_workers == 1:
+        return DataConfig(datasets_to_split=[])
+    split = [name for name in ("train", "domain") if name in datasets]
+    options = DataConfig.default_ingest_options()
+    options.preserve_order = True
+    return DataConfig(datasets_to_split=split, execution_options={name: options for name in split})
 
 
 def worker_fn(storage_uri: str) -> Callable[[dict], None]:
@@ -236,6 +221,7 @@ def _train_fn(config: dict, storage_uri: str) -> None:
 
     from alignlab.platform.pretrain import Pretrainer, ProgressLine, train_loop
     from alignlab.platform.ray_env import post_progress
+    from alignlab.platform.throughput import run_throughput
     from alignlab.platform.tokenizer import Tokenizer
 
     from alignlab.platform.corpus import CORPUS_SMALL_FILES_ONLY, MANIFEST
@@ -257,7 +243,7 @@ def _train_fn(config: dict, storage_uri: str) -> None:
     torch.set_num_threads(cfg.threads_per_worker or max(1, int(cfg.cpus_per_worker)))
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    device = "cuda" if cfg.use_gpu and torch.cuda.is_available() else "cpu"
+    device = rank_device()
     tok = Tokenizer(cdir / "tokenizer.model")
     wrap = (lambda m: prepare_model(m, move_to_device=False)) if world > 1 else None
     table = None
@@ -265,7 +251,7 @@ def _train_fn(config: dict, storage_uri: str) -> None:
         if st.remote:
             st.pull_file(f"models/{mid}/{WORD_EMBEDDINGS}")
         table = np.load(mdir / WORD_EMBEDDINGS)
-    trainer = Pretrainer(cfg, tok, rank=rank, world=world, device=device, wrap=wrap,
+    trainer = Pretrainer(cfg, tok, rank=rank, world=world, device=str(device), wrap=wrap,
                          reduce_counts=_all_reduce_sum if world > 1 else None, word_embeddings=table)
     ck = ray.train.get_checkpoint()
     if ck:
@@ -282,10 +268,10 @@ def _train_fn(config: dict, storage_uri: str) -> None:
 
     domain = ray.train.get_dataset_shard("domain") if cfg.domain_sources else None
 
-    def epoch_batches(epoch: int, of=shard):
-        return of.iter_batches(batch_size=cfg.batch_size, batch_format="numpy", drop_last=True,
-                               local_shuffle_buffer_size=cfg.batch_size * 4, local_shuffle_seed=cfg.seed + epoch,
-                               prefetch_batches=2)
+    def epoch_batches(epoch: int, of=shard):  # this rank's rows (data_config): batches of its share of the step
+        return of.iter_batches(batch_size=cfg.worker_batch_size, batch_format="numpy", drop_last=True,
+                               local_shuffle_buffer_size=cfg.worker_batch_size * 4,
+                               local_shuffle_seed=cfg.seed + epoch, prefetch_batches=2)
 
     progress = ProgressLine(mid, cfg.max_steps, trainer.state.step) if rank == 0 else None
 
@@ -315,7 +301,7 @@ def _train_fn(config: dict, storage_uri: str) -> None:
                 ckpt = Checkpoint.from_directory(d)
             ray.train.report(metrics, checkpoint=ckpt)
 
-    all_finite = (lambda ok: ok) if world == 1 else _all_ranks(device)
+    all_finite = (lambda ok: ok) if world == 1 else _all_ranks(str(device))
     try:
         if trainer.state.step < cfg.max_steps:
             try:
@@ -337,6 +323,11 @@ def _train_fn(config: dict, storage_uri: str) -> None:
                 if world == 1:
                     return
                 raise
+        # Every rank's counts (all ranks reach this point, or none: they stop at the same step).
+        counts = torch.tensor([trainer.state.num_tokens, trainer.state.num_samples], dtype=torch.int64, device=device)
+        if world > 1:
+            _all_reduce_sum(counts)
+        throughput = run_throughput(trainer, int(counts[0]), int(counts[1]))
         if rank == 0:
             eval_metrics = {}
             try:
@@ -349,13 +340,31 @@ def _train_fn(config: dict, storage_uri: str) -> None:
                     max_batches=cfg.eval_batches)
             for k, v in eval_metrics.items():
                 writer.add_scalar(k, v, trainer.state.step)
+            for k in ("tokens_per_s", "samples_per_s", "mfu", "device_hours"):
+                if throughput[k] is not None:
+                    writer.add_scalar(f"throughput/{k}", throughput[k], trainer.state.step)
             writer.flush()
             st.push(f"models/{mid}/tensorboard")
-            _export(trainer, tok, mdir, eval_metrics)
+            export_final(trainer, tok, mdir, eval_metrics, throughput)
+            print(f"[pretrain {mid}] {throughput['tokens_per_s']:,.0f} tokens/s, {throughput['samples_per_s']:,.1f} "
+                  f"samples/s on {world} x {throughput['device']} ({throughput['precision']}), MFU "
+                  f"{'unknown' if throughput['mfu'] is None else format(throughput['mfu'], '.1%')}, "
+                  f"{throughput['device_hours']:.4f} device-hours", flush=True)
             st.push(f"models/{mid}/final", last=(FINAL_MARKER,))
     finally:
         if writer is not None:
             writer.close()
+
+
+def rank_device() -> torch.device:
+    """The device Ray Train assigned this rank, made current before the model is built. On a multi-GPU node every
+    rank sees all the node's GPUs and a bare "cuda" is GPU 0 for all of them; `get_device` picks the rank's own
+    (the CPU for CPU workers). prepare_model's DDP asks get_device too, so the model and DDP agree."""
+    from ray.train.torch import get_device
+
+    from alignlab.platform.devices import use_device
+
+    return use_device(get_device())
 
 
 def _all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
@@ -376,20 +385,3 @@ def _all_ranks(device: str) -> Callable[[bool], bool]:
         return bool(flag.item())
 
     return all_finite
-
-
-def _export(trainer, tok, mdir: Path, eval_metrics: dict) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="final.", dir=mdir))
-    torch.save(trainer.model.state_dict(), tmp / "model.pt")
-    shutil.copy(tok.model_path, tmp / "tokenizer.model")
-    counts = Path(tok.model_path).with_name("token_counts.npy")
-    if counts.exists():
-        shutil.copy(counts, tmp / "token_counts.npy")
-    write_json(tmp / "eval.json", {"step": trainer.state.step, "precision": trainer.precision, **eval_metrics,
-                                   "marker": MARKER})
-    write_json(tmp / "model_config.json", {"model": dataclasses.asdict(trainer.cfg.model),
-                                           "vocab_size": tok.vocab_size,
-                                           "heads": list(trainer.model.heads.keys()),
-                                           "pretrain": to_dict(trainer.cfg)})
-    write_marker(tmp)  # last: the size of every file above
-    publish_dir(tmp, mdir / "final")

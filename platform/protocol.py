@@ -80,21 +80,29 @@ def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int 
     marks are listed for holdout. `options` are the tasks' own (`Task.build_options`: AD's `target_snippets`,
     CT's `ct_data`), each at its default unless given."""
     tasks = registered_tasks()
+    rel, options = tasks_rel(langs=langs, max_docs_per_lang=max_docs_per_lang, seed=seed, **options)
+    st = as_storage(root)
+    tdir = st.local / rel
+    build_once(st, rel.replace("/", "-"), lambda: tasks_finished(st, rel),
+               lambda: _build_tasks(st, rel, tasks, langs, max_docs_per_lang, seed, options), label=f"[{rel}]",
+               leftovers=(f"{rel}/*.tmp", f"{rel}/.*.tmp-*"))
+    return tdir
+
+
+def tasks_rel(*, langs=("en", "es", "fr"), max_docs_per_lang: int | None = None, seed: int = 0,
+              **options) -> tuple[str, dict]:
+    """The task folder (relative to the root) that `build_tasks` with these arguments builds or finds, and the
+    tasks' options completed with their defaults; nothing is built (`alignlab plan` asks this too)."""
+    tasks = registered_tasks()
     defaults = {k: v for t in tasks for k, v in t.build_options.items()}
     unknown = sorted(set(options) - set(defaults))
     if unknown:
         raise TypeError(f"build_tasks got unknown task options {', '.join(unknown)} (known: {', '.join(defaults)})")
     options = {**defaults, **options}
     parts = [t.build_key(options) for t in tasks]  # validates each task's options first
-    st = as_storage(root)
     key = config_hash({"langs": list(langs), "max_docs": max_docs_per_lang, "seed": seed,
                        "builder": TASK_BUILDER_VERSION, **{k: v for p in parts for k, v in p.items()}})
-    rel = "tasks/" + "-".join([*(tag for t in tasks if (tag := t.folder_tag(options))), key])
-    tdir = st.local / rel
-    build_once(st, rel.replace("/", "-"), lambda: tasks_finished(st, rel),
-               lambda: _build_tasks(st, rel, tasks, langs, max_docs_per_lang, seed, options), label=f"[{rel}]",
-               leftovers=(f"{rel}/*.tmp", f"{rel}/.*.tmp-*"))
-    return tdir
+    return "tasks/" + "-".join([*(tag for t in tasks if (tag := t.folder_tag(options))), key]), options
 
 
 def tasks_finished(st, rel: str) -> bool:

@@ -237,6 +237,8 @@ def write_report(sdir: Path) -> Path:
         out += [""] + _search_section(study["searches"], sdir)
     out += ["", "## Pretrained models", "", "Held-out evaluation of each pretrained model (accuracy % / perplexity).", ""]
     out += pretrain_table(study)
+    out += ["", "What each model's pretraining cost (docs/throughput.md: real tokens, MFU against the device's peak; "
+            "– where unknown or recorded before throughput was).", ""] + cost_table(study, df)
     # matplotlib only when there are results
     from alignlab.platform.report_plots import EFFECT_CAPTION, effect_plot, plots as make_plots
 
@@ -366,4 +368,26 @@ def pretrain_table(study: dict) -> list[str]:
             a, p = ev.get(f"eval/{m}/accuracy"), ev.get(f"eval/{m}/perplexity")
             cells.append(f"{100 * a:.1f} / {p:.2f}" if a is not None and not math.isnan(a) else "/")
         lines.append(f"| {key} | {objs} | {ev.get('step', '?')} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def cost_table(study: dict, df: pd.DataFrame) -> list[str]:
+    """Each pretrained model's throughput record (its eval.json's "throughput"), and the FEL trials' device time."""
+    root_models = Path(study["corpus_dir"]).parent.parent / "models"
+    lines = ["| model | device | precision | tokens/s | samples/s | MFU | training s | device-hours |",
+             "|---|---|---|---|---|---|---|---|"]
+    for key, info in study.get("models", {}).items():
+        ev_file = root_models / info["model_id"] / "final" / "eval.json"
+        tp = (read_json(ev_file) if ev_file.exists() else {}).get("throughput") or {}
+
+        def cell(k, fmt):
+            return "–" if tp.get(k) is None else format(tp[k], fmt)
+
+        lines.append(f"| {key} | {tp.get('num_devices', '–')} x {tp.get('device', '–')} | {tp.get('precision', '–')} | "
+                     f"{cell('tokens_per_s', ',.0f')} | {cell('samples_per_s', ',.1f')} | {cell('mfu', '.1%')} | "
+                     f"{cell('train_seconds', ',.0f')} | {cell('device_hours', '.4f')} |")
+    if "device_seconds" in df:
+        secs = df["device_seconds"].dropna()
+        lines += ["", f"FEL calculations: {len(secs)} with a recorded device time, {secs.sum() / 3600:.3f} "
+                      f"device-hours in all ({secs.mean():.1f} s each on average)." if len(secs) else ""]
     return lines

@@ -55,13 +55,16 @@ def threads_per_trial(resources: dict) -> int:
 
 
 def trial_device() -> str:
-    """Where this trial's calculation runs: "cuda" when Ray gave the trial a GPU (`--gpus-per-trial`; Ray sets
-    CUDA_VISIBLE_DEVICES to it, so "cuda" is that GPU, shared when the request is a fraction) and this node's
-    torch can use it; else "cpu", as Train workers do (`pretrain_ray`). The trial's row records it."""
+    """Where this trial's calculation runs: the GPU Ray gave the trial (`--gpus-per-trial`), made the current CUDA
+    device, when this node's torch can use it; else "cpu", as Train workers without GPUs do. Ray normally sets a
+    trial's CUDA_VISIBLE_DEVICES to its own GPU ("cuda:0"); where the node shows the trial more GPUs than its
+    own, `devices.device_for_worker` finds its one (shared when the request is a fraction). The trial's row
+    records it."""
     import ray
-    import torch
 
-    return "cuda" if ray.get_gpu_ids() and torch.cuda.is_available() else "cpu"
+    from alignlab.platform.devices import ray_worker_device
+
+    return str(ray_worker_device(ray.get_gpu_ids()))
 
 
 def tune_storage(st: Storage | None, sdir: Path) -> dict:
@@ -203,6 +206,12 @@ def _write_trial(calc: dict, sdir: Path, tb_dir: Path, res: dict, started: float
            "row": calc["row"], "col": calc["col"], "group": calc.get("group", calc["row"]), "node": node,
            **{f"ft_{k}": v for k, v in calc["finetune"].items()}, **res,
            "started_at": round(started, 3), "finished_at": round(time.time(), 3)}
+    # What the trial cost on its device, loading and scoring included (a fractional GPU counts whole).
+    row["device_seconds"] = round(row["finished_at"] - row["started_at"], 3)
+    if "device" in res:
+        from alignlab.platform.devices import device_name
+
+        row["device_name"] = device_name(res["device"])
     write_json(sdir / "trials" / f"{calc['calc_id']}.json", row)
     if calc.get("storage"):
         st = as_storage(calc["storage"])

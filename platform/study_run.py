@@ -244,13 +244,14 @@ def _pretrain_task(cdir: str, cfg: dict, root: str, objectives: tuple = ()) -> s
 # ---------------------------------------------------------------- the command line of a study script
 
 
-def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bool = False) -> Path:
+def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bool = False) -> Path | None:
     """The whole command line of a study script: `--preset`, `--storage`, concurrency, per-trial resources, and
     the corpus flags (`corpus_flags`: `--source NAME --path P ...`; a study on another corpus than its preset's
     is another study, named after that corpus).
 
     `extra_objective_sets`: the study's `build(preset, extra=...)` also takes extra objective sets, one model
-    each, from a repeatable `--objectives` (the optional extra rows of an ablation, e.g. with RTD)."""
+    each, from a repeatable `--objectives` (the optional extra rows of an ablation, e.g. with RTD).
+    With `--dry-run` it prints the study's plan (`plan`) and returns None."""
     from alignlab.platform.cli import objective_names
     from alignlab.platform.config import PRESETS
     from alignlab.platform.corpus_flags import add_corpus_arguments
@@ -302,6 +303,12 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
                         type=name_list(objective_names, "objective"),
                         help="also pretrain and compare a model with this objective set, e.g. mlm,nsp,whp,pad,rtd "
                              "(repeatable; the study then gets its own name and report)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the models and calculations the study needs (which exist at the storage root, which "
+                         "must be made) and its estimated device-hours, then stop: nothing runs or is written")
+    ap.add_argument("--device", default=None, metavar="NAME",
+                    help="with --dry-run: the device kind to estimate for, e.g. cpu, H100, A10G (default: cpu, or "
+                         "the GPU the models' workers would use when they use GPUs)")
     add_corpus_arguments(ap)
     add_task_arguments(ap)
     args = ap.parse_args(argv)
@@ -320,7 +327,7 @@ def task_options(args) -> tuple:
                         if getattr(args, k, None) is not None))
 
 
-def _run_study_command(build, args, ap) -> Path:
+def _run_study_command(build, args, ap) -> Path | None:
     from alignlab.platform.config import check_preset
     from alignlab.platform.corpus_flags import corpus_from_args, fit_domain_phase
     from alignlab.platform.storage import resolve_root
@@ -368,6 +375,11 @@ def _run_study_command(build, args, ap) -> Path:
         study = dataclasses.replace(study, models=tuple(dataclasses.replace(m, pretrain=dataclasses.replace(
             m.pretrain, **train)) for m in study.models))
     root = resolve_root(args.storage)
+    if args.dry_run:
+        from alignlab.platform.plan import default_device, format_plan, study_plan
+
+        print(format_plan(study_plan(study, root, device=args.device or default_device(study))))
+        return None
     report = run_study(study, root, max_concurrent=args.max_concurrent,
                        trial_resources=resources, max_parallel_pretrain=args.parallel_pretrain,
                        optuna_storage=args.optuna_storage)

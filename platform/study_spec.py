@@ -269,10 +269,16 @@ def with_precision(study: Study, precision: str) -> Study:
                                title=f"{study.title}, {precision} pretraining")
 
 
+FINETUNE_CODE_VERSION = 1
+"""The version of the code that turns a pretrained model and a FinetuneConfig into a trial's scores (the protocol's
+splits, the finetuning schemes, what a trial records: per-unit scores for the report's resampling). Bump it in any
+change that alters them: it is in every calculation id, so a study never counts an older trial as done."""
+
+
 def calc_id(model_id: str, ft: FinetuneConfig, salt: str = "", data: str = "") -> str:
-    """A calculation's id: its model, its finetuning config, and (`data`) the task data and extra test
-    files it is scored on, so that other data never counts as this calculation done."""
-    return f"{ft.task}-{config_hash(model_id, ft, *([salt] if salt else []), *([data] if data else []))}"
+    """A calculation's id: its model, its finetuning config, (`data`) the task data and extra test files it is
+    scored on, so that other data never counts as this calculation done, and FINETUNE_CODE_VERSION."""
+    return f"{ft.task}-{config_hash(model_id, ft, *([salt] if salt else []), *([data] if data else []), {'code': FINETUNE_CODE_VERSION})}"
 
 
 def planned_calc_ids(study: Study) -> list[str]:

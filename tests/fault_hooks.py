@@ -70,7 +70,10 @@ class Probe:
             h.update(k.encode())
             h.update(sd[k].detach().cpu().contiguous().numpy().tobytes())
         with open(Path(self.out) / f"rank{rank}.jsonl", "a") as f:
-            f.write(json.dumps({"step": step, "rows": list(trainer.last_row_ids), "digest": h.hexdigest()}) + "\n")
+            from ray.train.torch import get_device
+
+            f.write(json.dumps({"step": step, "rows": list(trainer.last_row_ids), "digest": h.hexdigest(),
+                                "device": str(trainer.device), "ray_device": str(get_device())}) + "\n")
         if step in self.save_at:
             torch.save({k: v.detach().cpu().clone() for k, v in sd.items()}, Path(self.out) / f"rank{rank}-step{step}.pt")
             # The gradient this step applied (after DDP's average and the clipping): zero_grad runs in the next step.

@@ -85,7 +85,7 @@ DATA = {"ct": (CT_TRAIN, CT_VAL, CT_TEST), "ad": (AD_TRAIN, AD_VAL, AD_TEST)}
 
 @pytest.fixture(scope="module")
 def storage(tmp_path_factory):
-    """A storage root holding one tiny pretrained model (mlm, nsp, whp, pad) written as `pretrain_ray._export` does."""
+    """A storage root holding one tiny pretrained model (mlm, nsp, whp, pad) written as `models.export_final` does."""
     from alignlab.platform.sources import read_bundled
 
     root = tmp_path_factory.mktemp("ft-storage")

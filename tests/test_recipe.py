@@ -211,8 +211,9 @@ def test_the_masking_curriculum_names_another_model_only_when_it_is_on():
 
     paper = PRETRAIN_PRESETS["paper"]
     # The paper preset's id, pinned: the field leaves it alone when off (it moved only when PRETRAIN_CODE_VERSION
-    # and the device kind entered every model id, issue #43).
-    assert model_id("bundled-dabc0247e631", paper) == "768x3-mlm-00d19a7f95d2"
+    # and the device kind entered every model id, issue #43, and the per-rank
+    # split of its 4 workers, issue #42).
+    assert model_id("bundled-dabc0247e631", paper) == "768x3-mlm-5a426a662cf5"
     curriculum = dataclasses.replace(paper, curriculum_fraction=0.5)
     assert model_id("bundled-dabc0247e631", curriculum) != model_id("bundled-dabc0247e631", paper)
 
@@ -260,8 +261,9 @@ def test_the_position_kind_names_another_model_only_when_it_is_not_the_default_l
 
     paper = PRETRAIN_PRESETS["paper"]
     # The paper preset's id, pinned: the field leaves it alone at its default (it moved only when
-    # PRETRAIN_CODE_VERSION and the device kind entered every model id, issue #43).
-    assert model_id("bundled-dabc0247e631", paper) == "768x3-mlm-00d19a7f95d2"
+    # PRETRAIN_CODE_VERSION and the device kind entered every model id, issue #43, and the per-rank
+    # split of its 4 workers, issue #42).
+    assert model_id("bundled-dabc0247e631", paper) == "768x3-mlm-5a426a662cf5"
     sin = dataclasses.replace(paper, model=dataclasses.replace(paper.model, position="sinusoidal"))
     assert model_id("bundled-dabc0247e631", sin) != model_id("bundled-dabc0247e631", paper)
     alibi = dataclasses.replace(paper, model=dataclasses.replace(paper.model, alibi=0.5))

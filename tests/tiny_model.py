@@ -1,6 +1,6 @@
 """A tiny pretrained model without Ray or a corpus build: a sentencepiece model trained on the shipped real
 npm texts, corpus-shaped rows made from those texts, a few plain `Pretrainer` steps, and the same `final/`
-folder the Ray Train driver writes (`pretrain_ray._export`). Seconds on one CPU; used where a test needs a
+folder the Ray Train driver writes (`models.export_final`). Seconds on one CPU; used where a test needs a
 finished model in the registry but not the Ray pipeline that makes one (that is tested in test_pretrain.py)."""
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def batches(tok: Tokenizer, batch_size: int = 16, num: int = 4) -> list[dict]:
 def tiny_pretrained(root: Path, objectives: str = "mlm,nsp,whp,pad", steps: int = 3, **overrides) -> Path:
     """A finished model folder `<root>/models/<id>/` (final/model.pt, model_config.json, tokenizer.model)."""
     from alignlab.platform.pretrain import Pretrainer
-    from alignlab.platform.pretrain_ray import _export
+    from alignlab.platform.models import export_final
     from alignlab.platform.storage import write_json
 
     from alignlab.platform.config import to_dict
@@ -85,5 +85,5 @@ def tiny_pretrained(root: Path, objectives: str = "mlm,nsp,whp,pad", steps: int 
     mdir = root / "models" / mid
     mdir.mkdir(parents=True, exist_ok=True)
     write_json(mdir / "config.json", {"model_id": mid, "corpus_id": "tiny", "pretrain": to_dict(cfg)})
-    _export(tr, tok, mdir, {})
+    export_final(tr, tok, mdir, {})
     return mdir

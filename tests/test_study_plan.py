@@ -1,0 +1,94 @@
+"""`--dry-run` / `alignlab plan` (issue #42): before anything runs, a study's models and calculations, which exist,
+and its estimated device-hours from measured throughput; and the throughput record a real smoke pretraining run
+leaves in eval.json and TensorBoard, which the plan estimates from."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+STUDIES = Path(__file__).resolve().parent.parent / "studies"
+
+
+def _build(name: str):
+    spec = importlib.util.spec_from_file_location(f"plan_study_{name}", STUDIES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.build
+
+
+def _snapshot(root: Path) -> dict:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in root.rglob("*")} if root.exists() else {}
+
+
+def test_a_dry_run_on_an_empty_root_lists_every_model_and_calculation_as_to_make_and_writes_nothing(tmp_path, capsys):
+    from alignlab.platform.study_run import study_main
+
+    root = tmp_path / "root"
+    assert study_main(_build("objective_ablation"), ["--preset", "smoke", "--storage", str(root), "--dry-run"]) is None
+    out = capsys.readouterr().out
+    assert not root.exists()
+    assert "not built yet" in out and out.count("to train") == 3
+    assert "FEL calculations: 12, of which 12 to run" in out and "estimated total: unknown" in out
+
+
+@pytest.fixture(scope="module")
+def trained(smoke_corpus, storage_root):
+    """The smoke objective ablation's first model, pretrained for real at the session's root."""
+    from alignlab.platform.study_spec import with_precision
+    from alignlab.platform.config import check_preset
+    from alignlab.platform.pretrain_ray import pretrain
+
+    study = with_precision(_build("objective_ablation")(check_preset("smoke")), "auto")
+    return study, pretrain(smoke_corpus, study.models[0].pretrain, storage_root)
+
+
+@pytest.mark.ray
+def test_a_smoke_run_records_its_throughput_in_eval_json_and_tensorboard(trained):
+    import json
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    _, mdir = trained
+    tp = json.loads((mdir / "final" / "eval.json").read_text())["throughput"]
+    for k in ("tokens_per_s", "samples_per_s", "mfu", "train_seconds", "device_hours", "flops_per_token",
+              "num_devices", "device", "precision", "num_tokens", "num_samples"):
+        assert k in tp, k
+    assert tp["device"] == "cpu" and tp["mfu"] is None and tp["num_devices"] == 1
+    assert tp["tokens_per_s"] > 0 and tp["num_samples"] > 0 and tp["device_hours"] > 0
+    acc = EventAccumulator(str(mdir / "tensorboard"))
+    acc.Reload()
+    assert {"throughput/tokens_per_s", "throughput/samples_per_s", "throughput/device_hours"} <= set(acc.Tags()["scalars"])
+
+
+@pytest.mark.ray
+def test_a_dry_run_knows_the_trained_model_and_estimates_the_others_from_its_throughput(trained, smoke_corpus,
+                                                                                         storage_root, capsys):
+    from alignlab.platform.plan import study_plan
+    from alignlab.platform.study_run import study_main
+
+    study, mdir = trained
+    before = _snapshot(storage_root)
+    study_main(_build("objective_ablation"), ["--preset", "smoke", "--storage", str(storage_root), "--dry-run"])
+    out = capsys.readouterr().out
+    assert _snapshot(storage_root) == before  # nothing built, locked or written
+    plan = study_plan(study, storage_root, device="cpu")
+    assert plan["corpus_id"] == smoke_corpus.name and plan["corpus_built"]
+    first, *rest = plan["models"]
+    assert first["model_id"] == mdir.name and first["exists"] and first["device_hours"] == 0
+    assert all(not m["exists"] and m["device_hours"] > 0 and "storage root" in m["source"] for m in rest)
+    assert mdir.name in out and out.count("to train") == 2 and "FEL calculations: 12, of which 12 to run" in out
+
+
+def test_alignlab_plan_runs_a_study_scripts_dry_run(tmp_path, capsys):
+    from alignlab.platform.cli import main
+
+    root = tmp_path / "root"
+    assert main(["plan", str(STUDIES / "model_size.py"), "--preset", "smoke", "--storage", str(root),
+                 "--device", "A10G"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Plan of study model_size-smoke on A10G (nothing has run):") and not root.exists()
+    assert main(["plan", str(tmp_path / "nope.py")]) != 0
+    assert "nope.py is not a study script" in capsys.readouterr().err
