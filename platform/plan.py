@@ -18,7 +18,7 @@ from alignlab.platform.storage import Storage, as_storage
 def study_plan(study, root: Path | Storage, *, device: str = "cpu") -> dict:
     """The plan of `study` at `root` on `device` ("cpu" or a GPU name such as "H100", matched against the device
     names runs recorded): {"models": [...], "calculations": {...}, "searches": [...], "device_hours": ...}."""
-    from alignlab.platform.corpus_identity import HELDOUT_FILE, _read_ids, corpus_id
+    from alignlab.platform.corpus_identity import HELDOUT_FILE, _read_ids, content_holdout, corpus_id
     from alignlab.platform.models import model_finished, model_id
     from alignlab.platform.protocol import tasks_rel
     from alignlab.platform.registry import corpus_labellers
@@ -27,20 +27,22 @@ def study_plan(study, root: Path | Storage, *, device: str = "cpu") -> dict:
 
     st = as_storage(root)
     rel, _ = tasks_rel(langs=study.task_langs, max_docs_per_lang=study.task_max_docs_per_lang,
-                       target_snippets=study.task_snippets, seed=study.corpus.seed, ct_data=study.ct_data)
+                       target_snippets=study.task_snippets, seed=study.corpus.seed, **dict(study.task_options))
     tdir = st.local / rel
     cid = None
     if st.finished(rel, legacy="stats.json") and (tdir / HELDOUT_FILE).is_file():
+        # As build_corpus names it: the held-out ids, and the content holdout of the task folders it checks.
         ccfg = dataclasses.replace(study.corpus, holdout_ids_file=str(tdir / HELDOUT_FILE))
-        ids = _read_ids(tdir / HELDOUT_FILE)
+        ids, tdirs = _read_ids(tdir / HELDOUT_FILE), {tdir}
         if ccfg.hold_out_tasks:  # the corpus's own task folder (heldout_doc_ids), when it exists already
             own, _ = tasks_rel(max_docs_per_lang=ccfg.task_max_docs_per_lang, seed=ccfg.seed)
             if not (st.local / own / HELDOUT_FILE).is_file():
                 ids = None
             else:
                 ids |= _read_ids(st.local / own / HELDOUT_FILE)
+                tdirs.add(st.local / own)
         if ids is not None:
-            cid = corpus_id(ccfg, sorted(ids), labellers=corpus_labellers())
+            cid = corpus_id(ccfg, sorted(ids), labellers=corpus_labellers(), content=content_holdout(sorted(tdirs)))
     corpus_built = cid is not None and st.finished(f"corpus/{cid}", legacy="manifest.json")
     rates = measured_rates(st.local / "models")
     gpu = device.lower() != "cpu"

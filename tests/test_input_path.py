@@ -134,9 +134,9 @@ def test_collating_on_a_prefetch_thread_trains_the_same_weights_on_the_same_rows
     plain, plain_metrics, plain_rows = _run(tok, cfg)
     ahead, ahead_metrics, ahead_rows = _run(tok, dataclasses.replace(cfg, prefetch_batches=3))
     assert ahead_rows == plain_rows and len(plain_rows) == 7
-    drop = ("data_wait_fraction",)
-    assert [{k: v for k, v in m.items() if k not in drop} for m in ahead_metrics] == \
-           [{k: v for k, v in m.items() if k not in drop} for m in plain_metrics]
+    def timeless(m):  # wall-clock figures differ between any two runs
+        return {k: v for k, v in m.items() if k != "data_wait_fraction" and not k.startswith("throughput/")}
+    assert [timeless(m) for m in ahead_metrics] == [timeless(m) for m in plain_metrics]
     for k, v in plain.model.state_dict().items():
         assert torch.equal(v, ahead.model.state_dict()[k]), k
     # Stopped at step 4 (the second pass's first batch), then resumed on the prefetch thread: the same weights.
