@@ -28,8 +28,9 @@ class OutOfMemory(ValueError):
     hence a ValueError: one line at the command line's error boundary)."""
 
 
-def device_memory(device: str) -> str:
+def device_memory(device: str | torch.device) -> str:
     """The memory of `device`, as a person reads it: a GPU's total memory, or this machine's RAM on a CPU."""
+    device = str(device)  # Ray Train hands a worker a torch.device, FEL trials a name
     if device.startswith("cuda") and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(torch.device(device))
         return f"{props.name}, {props.total_memory / 2**30:.1f} GiB"
@@ -40,7 +41,7 @@ def device_memory(device: str) -> str:
     return f"CPU, {ram / 2**30:.1f} GiB RAM"
 
 
-def pretrain_message(cfg, device: str, step: int) -> str:
+def pretrain_message(cfg, device: str | torch.device, step: int) -> str:
     """The line for a pretraining run that ran out of memory at `step`."""
     seq = cfg.seq_len or cfg.model.max_len
     return (f"out of memory on {device} ({device_memory(device)}) at step {step}: model {cfg.model.label}, "
