@@ -7,7 +7,8 @@ load hits both:
   batch per NSP pair, an argsort per MLM draw) on the training thread;
 - `new`: `platform/batching.py`'s `Collator` (array operations over the batch, the same batches: checked here on
   every batch) and `pretrain.prepare_batch` (padding flag, labelled rows, pinned memory when CUDA is available),
-  run on the background thread of `prefetch.Prefetcher` at depth 2, as `train_loop` runs it.
+  run on the background thread of `prefetch.Prefetcher` at depth 2, as `train_loop` runs it, on rows read in
+  length buckets of the preset's `bucket_batches` row batches (`bucketing.py`), as `train_loop` reads them.
 Reading is included in both: `pyarrow.parquet.ParquetFile.iter_batches` over the training shards, each record
 batch turned into numpy columns (an object array of per-row id arrays, as Ray Data's numpy batches are).
 
@@ -39,6 +40,7 @@ from bench_corpus import only_folder
 from collate_reference import ReferenceCollator
 
 from alignlab.platform.batching import Collator
+from alignlab.platform.bucketing import bucketed
 from alignlab.platform.config import PRETRAIN_PRESETS
 from alignlab.platform.prefetch import Prefetcher
 from alignlab.platform.pretrain import build_objectives, prepare_batch
@@ -62,19 +64,26 @@ def row_batches(corpus: Path, batch_size: int):
 
 
 def run_path(path: str, collators: dict, rows_it, n: int, length: int, first_step: int, labelled_keys, pin: bool,
-             check: list) -> dict:
+             check: list, window: int) -> dict:
     """`n` batches of one path; returns its counts and times."""
     real = total = 0
 
     def made():
         step = first_step
-        for _ in range(n):
-            rows = next(rows_it)
-            if path == "old":
+        if path == "old":
+            for _ in range(n):
+                rows = next(rows_it)
                 yield rows, collators["old"](rows, step=step, max_len=length), step
-            else:
-                batch = collators["new"](rows, step=step, max_len=length)
-                yield rows, prepare_batch(batch, labelled_keys, pin=pin), step
+                step += 1
+            return
+        # The new path collates windows of the preset's bucket_batches row batches and hands out length buckets
+        # (bucketing.py), as train_loop does.
+        def collate(rows, offset, batches):
+            return collators["new"](rows, step=first_step + offset, max_len=length), [""] * len(rows["doc_id"])
+        out = bucketed(rows_it, window, skip=0, key=(0, 0, 0), collate=collate)
+        for _ in range(n):
+            _, batch, _ = next(out)
+            yield None, prepare_batch(batch, labelled_keys, pin=pin), step
             step += 1
 
     cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -121,12 +130,13 @@ def bench(corpus: Path, tok: Tokenizer, preset: str, length: int, *, rounds: int
             for _ in range(r * batches):  # each round its own rows, skipped before the clock starts
                 next(rows_it)
             got = run_path(path, collators, rows_it, batches, length, r * batches, labelled_keys, pin,
-                           check if r else [])
+                           check if r else [], cfg.bucket_batches)
             if r:
                 for k, v in got.items():
                     sums[path][k] += v
                 per_round[path].append(got["real_tokens"] / got["cpu_s"])
     out = {"preset": preset, "seq_len": length, "batch_rows": cfg.batch_size, "objectives": OBJECTIVES,
+           "bucket_batches": cfg.bucket_batches,
            "pinned": pin, "same_batches": same_batches(collators, check, length)}
     for path, s in sums.items():
         out[path] = {"real_tokens_per_cpu_s": round(s["real_tokens"] / s["cpu_s"]),
@@ -144,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--storage", type=Path, default=Path("alignlab-storage"))
     p.add_argument("--corpus", type=Path, help="a finished corpus folder (default: the only one under --storage)")
     p.add_argument("--rounds", type=int, default=4)
-    p.add_argument("--batches", type=int, default=20, help="batches per path per round")
+    p.add_argument("--batches", type=int, default=32, help="batches per path per round (a multiple of the bucket window)")
     p.add_argument("--no-record", action="store_true", help=f"print only; do not add to {RESULTS.name}")
     a = p.parse_args(argv)
     torch.set_num_threads(1)

@@ -202,6 +202,9 @@ class PretrainConfig:
     cpus_per_worker: float = 1.0
     threads_per_worker: int = 0
     """torch threads per worker; 0 means max(1, int(cpus_per_worker))."""
+    bucket_batches: int = field(default=16, metadata={"omit_at_default": True})
+    """Length bucketing: each window of this many row batches is reordered so that rows of similar length share a
+    batch (`bucketing.py`), which cuts the padding a batch computes on; 1 trains the rows in stream order."""
     prefetch_batches: int = field(default=2, metadata={"omit_at_default": True})
     """Batches collated ahead on a background thread (in pinned memory for a GPU); 0: on the training thread."""
     compile: bool = field(default=False, metadata={"omit_at_default": True})
@@ -218,7 +221,8 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "objectives", _resolve_objectives(self.objectives))
-        _positive(self, "batch_size", "lr", "max_steps", "checkpoint_every", "log_every", "num_workers", "cpus_per_worker")
+        _positive(self, "batch_size", "bucket_batches", "lr", "max_steps", "checkpoint_every", "log_every",
+                  "num_workers", "cpus_per_worker")
         _choice(self, "decay", DECAYS)
         if self.batch_size % self.num_workers:
             raise ValueError(f"PretrainConfig.batch_size ({self.batch_size}) is the global batch and must divide evenly "

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from alignlab.platform.bucketing import bucketed
 from alignlab.platform.prefetch import Prefetcher
 from alignlab.platform.throughput import run_throughput
 
@@ -95,18 +96,21 @@ def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict
 
 def _prepared(trainer: Pretrainer, rows_it: Iterator[dict], consumed: list[int], *, skip: int,
               stop_at: int) -> Iterator[tuple[int, dict, list[str]]]:
-    """(data position, prepared batch, row ids) for each step from the trainer's step up to `stop_at`, skipping
-    the `skip` row batches a resumed run had consumed; `consumed[0]` counts the row batches read. Reads no
-    trainer state the training thread changes: the steps are counted here."""
-    cfg, step, epoch = trainer.cfg, trainer.state.step, trainer.state.epoch
-    while step < stop_at:
-        try:
-            rows = next(rows_it)
-        except StopIteration:
+    """(data position, prepared batch, row ids) for each step from the trainer's step up to `stop_at`, from the
+    data position `skip` a resumed run had reached, in length buckets of `PretrainConfig.bucket_batches` row
+    batches (`bucketing.bucketed`); `consumed[0]` counts the row batches read. Reads no trainer state the training
+    thread changes: the steps are counted here."""
+    cfg, st = trainer.cfg, trainer.state
+    start, epoch = st.step, st.epoch
+
+    def collate(rows: dict, offset: int, batches: int):
+        return trainer.rank_batch(rows, step=start + offset, epoch=epoch, max_len=cfg.seq_len_at(start + offset),
+                                  batches=batches)
+
+    step = start
+    for position, batch, ids in bucketed(rows_it, cfg.bucket_batches, skip=skip, key=(cfg.seed, st.phase, epoch),
+                                         collate=collate, trim=not cfg.compile, counted=consumed):
+        if step >= stop_at:
             return
-        consumed[0] += 1
-        if consumed[0] <= skip:
-            continue
-        batch, ids = trainer.rank_batch(rows, step=step, epoch=epoch, max_len=cfg.seq_len_at(step))
-        yield consumed[0], trainer.prepare(batch), ids
+        yield position, trainer.prepare(batch), ids
         step += 1

@@ -40,7 +40,7 @@ ADDED_PRETRAIN_FIELDS = {"curriculum_fraction": 0.0, "domain_sources": [], "doma
 """The same for PretrainConfig fields."""
 
 
-PRETRAIN_CODE_VERSION = 1
+PRETRAIN_CODE_VERSION = 2
 """The version of the code that turns a corpus and a PretrainConfig into weights (the model, the objectives'
 heads and losses, collation, the data order, the optimizer and schedule). Bump it in any change that alters
 trained weights for the same corpus and config: it is in every model id, so no cache serves the old weights.

@@ -234,13 +234,15 @@ class Pretrainer:
         batch, self.last_row_ids = self.rank_batch(rows, step=step, epoch=epoch, max_len=max_len)
         return batch
 
-    def rank_batch(self, rows: dict, *, step: int, epoch: int = 0,
-                   max_len: int | None = None) -> tuple[dict[str, torch.Tensor], list[str]]:
-        """`batch` and the ids of its rows, changing no state of the trainer (the prefetch thread calls it)."""
+    def rank_batch(self, rows: dict, *, step: int, epoch: int = 0, max_len: int | None = None,
+                   batches: int = 1) -> tuple[dict[str, torch.Tensor], list[str]]:
+        """`batch` and the ids of its rows, changing no state of the trainer (the prefetch thread calls it).
+        `batches` > 1: the rows of that many steps, collated together (a length-bucketing window, bucketing.py)."""
         n = len(rows["doc_id"])
-        if self.world > 1 and n != self.cfg.worker_batch_size:
+        if self.world > 1 and n != batches * self.cfg.worker_batch_size:
             raise ValueError(f"rank {self.rank} of {self.world} needs its {self.cfg.worker_batch_size} rows of the "
-                             f"step's global batch of {self.cfg.batch_size}, got {n}")
+                             f"step's global batch of {self.cfg.batch_size}"
+                             f"{f' for each of {batches} steps' if batches > 1 else ''}, got {n}")
         ids = [f"{d}#{c}" for d, c in zip(rows["doc_id"], rows.get("chunk_index", range(n)))]
         return self.collator_at(step)(rows, step=step, max_len=max_len, epoch=epoch), ids
 

@@ -18,7 +18,8 @@ from alignlab.platform.pretrain import Pretrainer, train_loop
 from alignlab.platform.tokenizer import Tokenizer
 
 SMOKE = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", log_every=1)
-PHASED = dataclasses.replace(SMOKE, max_steps=8, domain_sources=("software",), domain_fraction=0.25)
+# Rows in stream order (no length bucketing), so that which rows each step trains on can be read off the stream.
+PHASED = dataclasses.replace(SMOKE, max_steps=8, domain_sources=("software",), domain_fraction=0.25, bucket_batches=1)
 
 
 @pytest.fixture(scope="module")

@@ -29,13 +29,13 @@ def test_the_split_names_other_models_only_for_several_workers():
     from alignlab.platform.models import model_id
 
     # The mini preset (1 worker) keeps the id it had before the split (pinned in bf16, which "auto" resolves to only
-    # on CPUs with native bf16; the pin moved once since, when PRETRAIN_CODE_VERSION entered every id); the paper
+    # on CPUs with native bf16; the pin moves with PRETRAIN_CODE_VERSION, which is in every id); the paper
     # preset (4 workers) moves.
     mini = dataclasses.replace(PRETRAIN_PRESETS["mini"], precision="bf16")
-    assert model_id("bundled-dabc0247e631", mini) == "128x2-mlm-e8afcece4f28"
+    assert model_id("bundled-dabc0247e631", mini) == "128x2-mlm-4e053eabe6a6"
     assert model_id("bundled-dabc0247e631", dataclasses.replace(mini, num_workers=2)) != model_id(
         "bundled-dabc0247e631", mini)
-    assert model_id("bundled-dabc0247e631", PRETRAIN_PRESETS["paper"]) == "768x3-mlm-5a426a662cf5"
+    assert model_id("bundled-dabc0247e631", PRETRAIN_PRESETS["paper"]) == "768x3-mlm-b9e352a3997f"
 
 
 @pytest.mark.ray

@@ -55,8 +55,9 @@ def test_the_loop_counts_real_tokens_and_rows_and_a_resume_keeps_them(smoke_corp
     from alignlab.platform.pretrain import Pretrainer, to_numpy_rows, train_loop
     from alignlab.platform.tokenizer import Tokenizer
 
+    # Each batch collated at its own step, in stream order (no length bucketing), so a fresh trainer remakes them.
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], max_steps=3, checkpoint_every=3, log_every=1,
-                              precision="fp32", objectives="mlm,nsp")
+                              precision="fp32", objectives="mlm,nsp", bucket_batches=1)
     tok = Tokenizer(smoke_corpus / "tokenizer.model")
     table = pq.read_table(sorted((smoke_corpus / "shards" / "train").glob("*.parquet"))[0])
     rows = to_numpy_rows(table.slice(0, cfg.batch_size))

@@ -1,0 +1,96 @@
+"""Length bucketing: examples of similar length trained together, so that a batch is mostly real tokens.
+
+A batch is as wide as its longest example; a corpus of short summaries and long articles padded that way wastes
+about half of every batch at 128 tokens. Sorting rows before collation is not enough: an example's length is
+only known once it is made (NSP replaces half of the next chunks by another row's chunk; PAD puts an acronym in
+front of a chunk). So `bucketed` reads a window of `window` row batches, collates them as one batch (one draw of
+the objectives' randomness, keyed by the window's first step), orders the examples by their real length (stable,
+so ties keep stream order), cuts them into batches of the stream's own sizes, trims each to its longest example,
+and hands them out in an order drawn from `key` (so that the model does not see a window's batches shortest
+first). Every row is still trained exactly once per pass, in batches of the same sizes; which rows share a batch
+changes, and an NSP partner may come from anywhere in the window.
+
+A window is collated with its first step's settings (sequence length, curriculum): a schedule switch takes effect
+at the first window that starts on or after it, up to `window - 1` steps late.
+
+Exact resume: a pass's windows start at fixed positions (every `window` row batches from the start of the pass),
+and the batch handed out j-th in window w has data position w * window + j + 1. A run resumed at position p
+re-reads window p // window, collates and sorts it the same way, and skips its first p % window batches.
+`window` 1 is the stream as it comes, each batch collated at its own step. No Ray here.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+Collate = Callable[[dict, int, int], tuple[dict[str, torch.Tensor], list[str]]]
+"""collate(rows, offset, batches) -> (batch, row ids): the rows of `batches` row batches collated at the step
+`offset` steps after the one the caller resumed at (negative for the first window of a resume inside it)."""
+
+
+def _concat(batches: Sequence[dict]) -> dict:
+    out = {}
+    for c in batches[0]:
+        cols = [b[c] for b in batches]
+        if all(isinstance(x, np.ndarray) for x in cols):
+            out[c] = np.concatenate(cols)
+        else:  # a list column (rows built by hand): kept a list
+            out[c] = [v for x in cols for v in x]
+    return out
+
+
+def bucketed(row_batches: Iterator[dict], window: int, *, skip: int, key: Sequence[int], collate: Collate,
+             trim: bool = True, counted: list[int] | None = None) -> Iterator[tuple[int, dict, list[str]]]:
+    """(data position, batch, row ids) in bucketed order, from the data position after `skip`.
+    `key`: each window's batch order is drawn from (*key, window index): pass (seed, phase, epoch) so that every
+    pass has its own order and a resumed run the same one. `trim`: cut each batch to its longest example (False
+    for static shapes, `PretrainConfig.compile`). `counted[0]`, if given, counts the row batches read from the
+    stream (skipped ones included)."""
+    if window < 1:
+        raise ValueError(f"bucket window must be >= 1 row batch, got {window}")
+    counted = counted if counted is not None else [0]
+    first_window, skip_in_window = divmod(skip, window)
+    w = 0
+    while True:
+        batches = []
+        for _ in range(window):
+            try:
+                batches.append(next(row_batches))
+            except StopIteration:
+                break
+            counted[0] += 1
+        if not batches:
+            return
+        if w >= first_window:
+            yield from _window(batches, w, window, skip_in_window if w == first_window else 0,
+                               w * window - skip, key, collate, trim)
+        if len(batches) < window:
+            return
+        w += 1
+
+
+def _window(batches: list[dict], w: int, window: int, skip: int, offset: int, key: Sequence[int],
+            collate: Collate, trim: bool) -> Iterator[tuple[int, dict, list[str]]]:
+    if window == 1:
+        if not skip:
+            batch, ids = collate(batches[0], offset, 1)
+            yield w + 1, batch, ids
+        return
+    batch, ids = collate(_concat(batches), offset, len(batches))
+    mask = batch["attention_mask"]
+    T = mask.shape[1]
+    real = mask.sum(1).numpy()
+    order = np.argsort(real, kind="stable")
+    bounds = np.cumsum([0, *(len(b["a_ids"]) for b in batches)])
+    handed = np.random.default_rng([*map(int, key), w]).permutation(len(batches))
+    for j, i in enumerate(handed.tolist()):
+        if j < skip:
+            continue
+        rows = order[bounds[i]:bounds[i + 1]]
+        width = int(real[rows].max()) if trim else T
+        idx = torch.from_numpy(rows)
+        # Token-level tensors are [B, T] (the window's width); example-level ones [B].
+        sub = {k: (v[idx, :width] if v.dim() >= 2 and v.shape[1] == T else v[idx]) for k, v in batch.items()}
+        yield w * window + j + 1, sub, [ids[t] for t in rows.tolist()]
