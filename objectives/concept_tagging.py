@@ -77,7 +77,7 @@ class ConceptTagging(TokenTask):
     def test_unit(self, ex):
         return " ".join(ex.tokens)  # one query text; its words are tagged together, so they are one unit
 
-    def example_input(self, ex, tok, max_len, acronym_form):
+    def example_input(self, ex, tok, max_len, options):
         return tagged_input(tok, ex.tokens, [WHP_TAGS.index(t) for t in ex.tags], max_len)
 
     # ---- data: one pool, one test set for every fold

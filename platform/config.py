@@ -40,14 +40,6 @@ def set_objective_resolver(resolve: Callable[[Any], tuple]) -> None:
 
 
 # Task names likewise: the task registry (platform/task.py) hands in (the default task, the task names).
-_task_registry: tuple[Callable[[], str], Callable[[], tuple[str, ...]]] | None = None
-
-
-def set_task_registry(default: Callable[[], str], names: Callable[[], tuple[str, ...]]) -> None:
-    global _task_registry
-    _task_registry = (default, names)
-
-
 def _resolve_objectives(items: Any) -> tuple:
     if _objective_resolver is None:
         raise ValueError("PretrainConfig.objectives: objective names need the objective registry; "
@@ -289,65 +281,6 @@ class PretrainConfig:
         return step < round(self.curriculum_fraction * self.max_steps)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class FinetuneConfig:
-    """One FEL calculation's settings (paper §3.4 defaults)."""
-
-    task: str = ""
-    """A registered task's name; "" = the registry's default task (the one that declares `default = True`)."""
-    budget: int = 200
-    """Number of finetuning examples (n)."""
-    scheme: str = "pred"
-    keep_head: bool = True
-    """Initialise CT's head from WHP's and AD's from PAD's when the model has them (the paper's non-* models)."""
-    lr: float = 1e-4
-    batch_size: int = 64
-    dropout: float = 0.1
-    max_epochs: int = 200
-    patience: int = 20
-    """Stop when neither the selection perplexity nor the selection accuracy has improved for this many epochs."""
-    selection: str = "honest"
-    """"honest": select epochs on a validation split carved from the budget, touch the test set once;
-    "paper": select on the test set, as the paper did (for reproduction only)."""
-    val_fraction: float = 0.2
-    refit: bool = field(default=False, metadata={"omit_at_default": True})
-    """Honest selection only: once the epochs are selected on the validation split, train again from the same
-    initialisation on the whole budget (training + validation examples) to those epochs, and score and keep that.
-    The context-free baselines are fitted on the whole budget, so with refit the model learns from as many
-    labelled examples as they do (README, "FEL"). Not in a config's dict (nor its ids) when off."""
-    feature_layers: str = field(default="last", metadata={"omit_at_default": True})
-    """What the task heads read (`head_input`): "last", the encoder's output (the paper's); "all", the embedding
-    output and every layer's side by side. Not in a config's dict (nor its ids) at "last", as word_pooling at "first"."""
-    word_pooling: str = field(default="first", metadata={"omit_at_default": True})
-    """A token task's (CT's) word vector: its "first" piece's (BERT's), or the "mean" of its pieces'."""
-    acronym_form: str = "letters"
-    """"letters" (one token per letter) or "text" (sentencepiece pieces)."""
-    fold: int = 0
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if _task_registry is None:
-            raise ValueError("FinetuneConfig.task: task names need the task registry; import alignlab.platform.task first")
-        if not self.task:
-            object.__setattr__(self, "task", _task_registry[0]())
-        _choice(self, "task", _task_registry[1]())
-        _choice(self, "scheme", SCHEMES)
-        _choice(self, "selection", SELECTION_MODES)
-        _choice(self, "acronym_form", ("letters", "text"))
-        _choice(self, "feature_layers", ("last", "all"))
-        _choice(self, "word_pooling", ("first", "mean"))
-        if self.refit and self.selection != "honest":
-            raise ValueError(f"FinetuneConfig.refit needs honest selection (its validation split); selection is "
-                             f"{self.selection!r}")
-        _positive(self, "budget", "lr", "batch_size", "max_epochs", "patience")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"FinetuneConfig.dropout must be in [0, 1), got {self.dropout}")
-        if not 0.0 < self.val_fraction < 1.0:
-            raise ValueError(f"FinetuneConfig.val_fraction must be in (0, 1), got {self.val_fraction}")
-        if self.fold < 0 or self.seed < 0:
-            raise ValueError("FinetuneConfig.fold and seed must be >= 0")
-
-
 # ---------------------------------------------------------------- dict round-trip and identity
 
 
@@ -361,6 +294,9 @@ def to_dict(cfg: Any) -> Any:
         name = getattr(type(cfg), "name", None)
         if isinstance(name, str):
             out = {"name": name, **out}
+        form = getattr(cfg, "dict_form", None)
+        if form is not None:  # a config whose dict is not just its fields (FinetuneConfig's task options)
+            out = form(out)
         return out
     if isinstance(cfg, (tuple, list)):
         return [to_dict(v) for v in cfg]
@@ -381,10 +317,6 @@ def pretrain_from_dict(d: dict) -> PretrainConfig:
     return PretrainConfig(**d)
 
 
-def finetune_from_dict(d: dict) -> FinetuneConfig:
-    return FinetuneConfig(**d)
-
-
 def config_hash(*parts: Any, length: int = 12) -> str:
     blob = json.dumps([to_dict(p) for p in parts], sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
@@ -394,6 +326,7 @@ def __getattr__(name: str):
     # The presets (presets.py) and the corpus config (corpus_config.py: its sources took it past this module's
     # size) import this module; reached here lazily, so either may load first.
     for module, names in (("presets", ("CORPUS_PRESETS", "PRETRAIN_PRESETS", "FINETUNE_PRESETS")),
+                          ("finetune_config", ("FinetuneConfig", "finetune_from_dict", "set_task_registry")),
                           ("corpus_config", ("CorpusConfig", "SourceSpec", "corpus_from_dict"))):
         if name in names:
             return getattr(importlib.import_module(f"alignlab.platform.{module}"), name)

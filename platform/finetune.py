@@ -20,7 +20,7 @@ perplexity's stopping point; "epochs" is the 1-based epoch of the best selection
 Metrics: accuracy, and perplexity = exp(mean cross-entropy), over the task's scored units (`Task.unit`).
 Tasks are objects (`alignlab.platform.task`): this module looks them up by the config's name and never
 asks which task it is handling.
-Acronym input form (`acronym_form`, default "letters"): see objectives/acronym_detection.py.
+A task's own options (`FinetuneConfig.task_options`, `Task.finetune_options`) reach only its input encoding.
 Device (`device`, default "cpu"): the model, the cached `pred` features and every batch live there ("cuda" in a
 Tune trial that holds a GPU); the batch order is drawn on the CPU, so it does not depend on the device.
 Keeping a model: `save_finetuned` writes the best-perplexity state with what serving needs under
@@ -174,7 +174,7 @@ def finetune_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, v
     tok, L = pre.tok, pre.model_cfg.max_len
 
     def encode(t: str, examples) -> Encoded:
-        return on_device(encode_examples(t, examples, tok, L, cfg.acronym_form), device)
+        return on_device(encode_examples(t, examples, tok, L, cfg.task_options), device)
 
     enc_train, enc_test = encode(task, train), encode(task, test)
     enc_sel = enc_test if cfg.selection == "paper" else encode(task, val)

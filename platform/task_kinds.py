@@ -151,7 +151,7 @@ class TaggingTask(_FileTask, TokenTask):
     baseline_text = "lexicon (each word's most frequent training tag, unknown words the majority tag)."
     fit_and_score = staticmethod(lexicon_baseline)
 
-    def example_input(self, ex, tok, max_len, acronym_form):
+    def example_input(self, ex, tok, max_len, options):
         return tagged_input(tok, ex.tokens, [self.label_id(t) for t in ex.tags], max_len)
 
     def unit_metrics(self, preds: list[int], rows: list[int], examples) -> dict[str, float]:
@@ -176,7 +176,7 @@ class SequenceClassificationTask(_FileTask, SequenceTask):
     baseline_text = "bag of words (logistic regression on the text's lowercased word counts)."
     fit_and_score = staticmethod(bag_of_words_baseline)
 
-    def example_input(self, ex, tok, max_len, acronym_form):
+    def example_input(self, ex, tok, max_len, options):
         ids = [tok.cls_id, *tok.sp.encode(" ".join(ex.text.split()))[: max_len - 2], tok.sep_id]
         return ids, [0] * len(ids), self.label_id(ex.label)
 
@@ -188,7 +188,7 @@ class PairClassificationTask(_FileTask, SequenceTask):
     baseline_text = "overlap (logistic regression on the two texts' word overlap: Jaccard, shares, counts)."
     fit_and_score = staticmethod(overlap_baseline)
 
-    def example_input(self, ex, tok, max_len, acronym_form):
+    def example_input(self, ex, tok, max_len, options):
         a = tok.sp.encode(" ".join(ex.text_a.split()))[: (max_len - 3) // 2]
         b = tok.sp.encode(" ".join(ex.text_b.split()))[: max_len - 3 - len(a)]
         ids = [tok.cls_id, *a, tok.sep_id, *b, tok.sep_id]
