@@ -35,7 +35,7 @@ from alignlab.platform.task_files import majority_baseline
 
 def pair_input(tok, acronym: str, snippet: str, max_len: int, acronym_form: str) -> tuple[list[int], list[int]]:
     """`[CLS] acronym [SEP] snippet [SEP]` ids and segment ids (the PAD input shape)."""
-    acr = tok.encode_acronym(acronym, acronym_form)[: max_len // 4]
+    acr = tok.encode_spelled(acronym, acronym_form)[: max_len // 4]
     # Pieces never cross whitespace, so the joined snippet's pieces are its words' pieces in order.
     snip = tok.sp.encode(" ".join(snippet.split()))[: max_len - 3 - len(acr)]
     ids = [tok.cls_id, *acr, tok.sep_id, *snip, tok.sep_id]

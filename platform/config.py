@@ -177,10 +177,11 @@ class PretrainConfig:
     one learning-rate schedule. Both set or both empty (off); the corpus must hold both kinds (checked at the start).
     No preset has one: at mini it did not help CT (benchmarks/README.md, "Round 9")."""
     grad_clip: float = 1.0
-    acronym_fraction: float = 0.25
-    """Share of linked rows turned into PAD examples `[CLS] acronym [SEP] chunk [SEP]` when PAD is on;
-    the rest are `[CLS] chunk [SEP] next [SEP]` examples for MLM/NSP/WHP. Rows are never duplicated,
-    so every model of a study sees the same number of examples (paper §5.2)."""
+    layout_fraction: float = 0.25
+    """Share of the rows that an objective's own example layout can take (`Objective.example_format`, e.g. PAD's
+    on linked rows) that take it; every other row is a `[CLS] chunk [SEP] next [SEP]` example. Rows are never
+    duplicated, so every model of a study sees the same number of examples (paper §5.2). In the config's dict (and
+    the ids) under the key the layout's objective declares (`registry.layout_fraction_key`)."""
     subword_regularization_alpha: float = 0.0
     """>0 re-tokenizes web chunks by sentencepiece sampling at this alpha (paper §3.3); 0 turns it off."""
     corpus_embeddings: float = field(default=0.0, metadata={"omit_at_default": True})
@@ -249,12 +250,18 @@ class PretrainConfig:
                              "leaves no step for one of the two phases")
         _choice(self, "precision", ("auto", "fp32", "bf16"))
         _choice(self, "loss_scaling", LOSS_SCALINGS)
-        if not 0.0 <= self.acronym_fraction <= 1.0:
-            raise ValueError(f"PretrainConfig.acronym_fraction must be in [0, 1], got {self.acronym_fraction}")
+        if not 0.0 <= self.layout_fraction <= 1.0:
+            raise ValueError(f"PretrainConfig.layout_fraction must be in [0, 1], got {self.layout_fraction}")
         if min(self.warmup_steps, self.grad_clip, self.subword_regularization_alpha, self.corpus_embeddings,
                self.prefetch_batches) < 0:
             raise ValueError("PretrainConfig.warmup_steps, grad_clip, subword_regularization_alpha, corpus_embeddings "
                              "and prefetch_batches must be >= 0")
+
+    def dict_form(self, out: dict) -> dict:
+        """`to_dict`'s form: the layout fraction under the key its objective declares (ids made before stay)."""
+        from alignlab.platform.registry import layout_fraction_key
+
+        return {(layout_fraction_key() if k == "layout_fraction" else k): v for k, v in out.items()}
 
     @property
     def objective_names(self) -> tuple[str, ...]:
@@ -308,7 +315,11 @@ def model_from_dict(d: dict) -> ModelConfig:
 
 
 def pretrain_from_dict(d: dict) -> PretrainConfig:
+    from alignlab.platform.registry import layout_fraction_key
+
     d = dict(d)
+    if (key := layout_fraction_key()) in d:
+        d["layout_fraction"] = d.pop(key)
     d["model"] = model_from_dict(d["model"])
     d["objectives"] = tuple(d["objectives"])  # dicts: the registry makes them configs
     for f in ("adam_betas", "domain_sources"):

@@ -50,3 +50,12 @@ def test_the_fel_command_line_keeps_a_task_options_flag_with_its_choices(tmp_pat
     assert "invalid choice: 'words' (choose from 'letters', 'text')" in capsys.readouterr().err
     assert main(["fel", "--model", "nope", "--task", "ad", "--acronym-form", "text", "--storage", str(tmp_path)]) == 2
     assert "not a finished pretrained model" in capsys.readouterr().err  # parsed: it got as far as the model
+
+
+def test_the_layout_fraction_keeps_the_key_its_objective_declares_in_the_config_dict_and_round_trips():
+    from alignlab.platform.config import pretrain_from_dict
+
+    mini = PRETRAIN_PRESETS["mini"]
+    d = to_dict(mini)
+    assert d["acronym_fraction"] == 0.5 and "layout_fraction" not in d  # PAD's layout_fraction_key
+    assert pretrain_from_dict(d) == mini
