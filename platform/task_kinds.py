@@ -84,6 +84,8 @@ class _FileTask:
     kind: str
     head_rank = 100  # after every built-in task: their heads' random init does not move when a file task is declared
     default = False
+    builtin = False
+    """True for a built-in task made as an instance of a kind (CT): registered by its module, never declared."""
 
     def _setup(self, declaration: dict, sources: dict | None) -> None:
         self.declaration = declaration
@@ -277,7 +279,7 @@ def declarations() -> list[dict]:
     """The portable declarations of every declared task (what a Ray worker needs to register them too)."""
     from alignlab.platform.task import registered_tasks
 
-    return [t.declaration for t in registered_tasks() if isinstance(t, _FileTask)]
+    return [t.declaration for t in registered_tasks() if isinstance(t, _FileTask) and not t.builtin]
 
 
 def declare_all(decls) -> None:
