@@ -50,6 +50,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from alignlab.platform.study_tasks import add_declare_argument, declare_specs, specs_in
+    from alignlab.platform.task_kinds import add_kind_predict_arguments
 
     argv = list(sys.argv[1:] if argv is None else argv)
     # Declared before the parser is built: `--task NAME` of fel/finetune/evaluate/validate accepts their names.
@@ -134,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     pr.add_argument("--model", required=True, help="finetuned model id (printed by `alignlab finetune --save`)")
     for t in registered_tasks():  # each task's own inputs
         t.add_predict_arguments(pr)
+    add_kind_predict_arguments(pr)  # a declared task's (the finetuned model's folder declares it)
     pr.add_argument("--storage", default=None)
 
     rp = sub.add_parser("report", help="(re)write a study's report from its results")
@@ -384,10 +386,12 @@ def _evaluate(args, root: Path) -> int:
 def _predict(args, root: Path) -> int:
     from alignlab.platform.inference import Predictor
 
+    pred = Predictor.load(_finetuned_folder(root, args.model))  # declares the model's declared task, if any
     asked = [t for t in registered_tasks() if t.predict_requested(args)]  # raises on a half-given input
+    if len(asked) > 1:  # several declared tasks take --text: the model's own
+        asked = [t for t in asked if t.name in pred.ft.task_heads] or asked
     if len(asked) != 1:
         raise ValueError(f"give either {' or '.join(t.predict_usage() for t in registered_tasks())}")
-    pred = Predictor.load(_finetuned_folder(root, args.model))
     print(asked[0].predict_line(pred, args))
     return 0
 
