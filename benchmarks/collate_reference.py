@@ -12,8 +12,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from alignlab.platform.batching import FORMAT_IDS, IGNORE, Examples, _flat
+from alignlab.platform.batching import IGNORE, Examples, _flat
 from alignlab.platform.registry import lock_inputs
+
+FORMAT_IDS = {"pair": 0, "acronym": 1}  # row_format of the two layouts (the engine's was this until PAD owned its own)
 
 
 def reference_nsp_corrupt(nsp, ex, rng: np.random.Generator) -> None:
@@ -61,10 +63,10 @@ def reference_mlm_add_labels(mlm, batch: dict, rng: np.random.Generator) -> None
 
 
 class ReferenceCollator:
-    def __init__(self, objectives: Sequence, tokenizer, *, max_len: int, acronym_fraction: float = 0.25,
+    def __init__(self, objectives: Sequence, tokenizer, *, max_len: int, layout_fraction: float = 0.25,
                  subword_alpha: float = 0.0, seed: int = 0, rank: int = 0):
         self.objectives, self.tok, self.max_len = list(objectives), tokenizer, max_len
-        self.acronym_fraction, self.subword_alpha = acronym_fraction, subword_alpha
+        self.layout_fraction, self.subword_alpha = layout_fraction, subword_alpha
         self.seed, self.rank = seed, rank
 
     def rng(self, step: int) -> np.random.Generator:
@@ -85,7 +87,7 @@ class ReferenceCollator:
                 can = [c or bool(ok) for c, ok in zip(can, o.example_rows(rows))]
         fmt = []
         for i in range(n):
-            fmt.append("acronym" if can[i] and rng.random() < self.acronym_fraction else "pair")
+            fmt.append("acronym" if can[i] and rng.random() < self.layout_fraction else "pair")
         a = [list(map(int, x)) for x in rows["a_ids"]]
         b = [list(map(int, x)) if bool(h) else None for x, h in zip(rows["b_ids"], rows["has_next"])]
         if self.subword_alpha > 0:
@@ -119,14 +121,14 @@ class ReferenceCollator:
         seqs, segs, tok_labels = [], [], {k: [] for k in ex.a_labels}
         for i, f in enumerate(ex.fmt):
             if f == "acronym":
-                acr = (ex.acronym[i] or [])[: L - 4]
+                acr = (ex.lead[i] or [])[: L - 4]
                 room = L - 3 - len(acr)
                 ids = [cls, *acr, sep, *ex.a[i][:room], sep]
                 seg = [0] * (len(acr) + 2) + [1] * (len(ids) - len(acr) - 2)
                 chunk = ex.a[i][:room]
                 # The chunk's labels hold only for the corpus's own pieces: a chunk cut to whole words
                 # (PAD's fit_to_length) is a prefix of them, a re-segmented one is not.
-                keep = ex.acronym_chunk_labels and chunk == ex.a_orig[i][:len(chunk)]
+                keep = ex.lead_chunk_labels and chunk == ex.a_orig[i][:len(chunk)]
                 for k in tok_labels:
                     lab = np.full(len(ids), IGNORE, dtype=np.int64)
                     if keep:

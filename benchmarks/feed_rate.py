@@ -115,7 +115,7 @@ def bench(corpus: Path, tok: Tokenizer, preset: str, length: int, *, rounds: int
     cfg = PRETRAIN_PRESETS[preset]
     cfg = dataclasses.replace(cfg, objectives=objectives_like(OBJECTIVES, cfg.objectives))
     objs = list(build_objectives(cfg, tok).values())
-    kw = dict(max_len=length, acronym_fraction=cfg.acronym_fraction, subword_alpha=cfg.subword_regularization_alpha,
+    kw = dict(max_len=length, layout_fraction=cfg.layout_fraction, subword_alpha=cfg.subword_regularization_alpha,
               seed=cfg.seed)
     collators = {"old": ReferenceCollator(objs, tok, **kw), "new": Collator(objs, tok, **kw)}
     labelled_keys = tuple(k for o in objs for k in o.labelled_keys)

@@ -102,7 +102,7 @@ RECIPES: dict[str, dict] = {
     "candidate": {},
     "mini_round13": {"corpus_embeddings": 0.0},  # the mini preset before Round 14: random word embeddings
     # one choice at a time on top of the candidate (issue #15, second round)
-    "cand_acr25": {"acronym_fraction": 0.25},
+    "cand_acr25": {"layout_fraction": 0.25},
     "cand_b64_lr2e-3": {"batch_size": 64, "lr": 2e-3},
     "cand_lr2e-3": {"lr": 2e-3},
     "cand_w256": {"model": dataclasses.replace(MINI.model, hidden=256, ffn=1024)},
@@ -200,7 +200,7 @@ class Run:
 
 
 def eval_collator(cfg, tok) -> Collator:
-    """The held-out examples every recipe is scored on: the mini preset's example mix (`acronym_fraction`) and MLM
+    """The held-out examples every recipe is scored on: the mini preset's example mix (`layout_fraction`) and MLM
     masking (`mask_prob`, `alpha`), whatever the recipe trains with, so that a recipe that masks more or gives
     PAD fewer rows is measured on the same examples and the same masks as the others."""
     ref = {o.name: o for o in MINI.objectives}
@@ -209,7 +209,7 @@ def eval_collator(cfg, tok) -> Collator:
         if o.name in ref and hasattr(o, "mask_prob"):
             o = dataclasses.replace(o, mask_prob=ref[o.name].mask_prob, alpha=ref[o.name].alpha)
         objs.append(o.build(tok))
-    return Collator(objs, tok, max_len=cfg.model.max_len, acronym_fraction=MINI.acronym_fraction,
+    return Collator(objs, tok, max_len=cfg.model.max_len, layout_fraction=MINI.layout_fraction,
                     subword_alpha=cfg.subword_regularization_alpha, seed=cfg.seed)
 
 

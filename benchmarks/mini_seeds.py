@@ -31,7 +31,7 @@ from alignlab.platform.registry import resolve_objectives
 # Absolute settings, not changes to whatever the preset is now, so that an arm names the same model ids later.
 ARMS = {
     "steps2000": {"max_steps": 2000, "corpus_embeddings": 0.0},  # the mini preset before Round 12
-    "acr25": {"max_steps": 2000, "acronym_fraction": 0.25, "corpus_embeddings": 0.0},  # PAD on a quarter of the linked rows, not half
+    "acr25": {"max_steps": 2000, "layout_fraction": 0.25, "corpus_embeddings": 0.0},  # PAD on a quarter of the linked rows, not half
     "steps3000": {"max_steps": 3000, "corpus_embeddings": 0.0},  # the mini preset of Rounds 12-13
     # PAD's acronym examples keep their chunk's WHP tags (`pad.chunk_labels`): WHP trains on every linked row
     "pad_chunk_labels": {"max_steps": 3000, "corpus_embeddings": 0.0,

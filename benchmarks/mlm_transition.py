@@ -78,7 +78,7 @@ def main(argv=None) -> None:
     for alpha in (0.5, 0.0):  # rare-weighted (the paper's) and uniform held-out masks
         objs = [(dataclasses.replace(o, alpha=alpha, mask_prob=0.15, mask_token_prob=0.8, random_token_prob=0.1)
                  if o.name == "mlm" else o).build(tok) for o in cfg.objectives]
-        evals[alpha] = Collator(objs, tok, max_len=cfg.model.max_len, acronym_fraction=mini.acronym_fraction, seed=0)
+        evals[alpha] = Collator(objs, tok, max_len=cfg.model.max_len, layout_fraction=mini.layout_fraction, seed=0)
     command = "python benchmarks/mlm_transition.py " + " ".join(sys.argv[1:] if argv is None else argv)
     print(f"# {command}\n# corpus {corpus.name}, precision {cfg.precision}, {a.threads} threads, objectives "
           f"{'+'.join(cfg.objective_names)}, lr {cfg.lr} ({cfg.decay} decay to 0 at step {cfg.max_steps})", flush=True)

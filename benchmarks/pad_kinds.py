@@ -56,7 +56,7 @@ def score(mdir: Path, rows: dict, draws: int, batch_size: int) -> dict:
     trainer.model.load_state_dict(torch.load(mdir / "final" / "model.pt", map_location="cpu", weights_only=True))
     trainer.model.eval()
     pad = trainer.objectives["pad"]
-    collate = Collator([pad], tok, max_len=cfg.seq_len or cfg.model.max_len, acronym_fraction=1.0)
+    collate = Collator([pad], tok, max_len=cfg.seq_len or cfg.model.max_len, layout_fraction=1.0)
     right, seen, cut = Counter(), Counter(), 0
     n = len(rows["doc_id"])
     for d in range(draws):

@@ -83,7 +83,7 @@ def main(argv=None) -> None:
                        for o in a.objectives.split(","))
     cfg = dataclasses.replace(PRETRAIN_PRESETS["mini"], model=model, objectives=objectives, lr=a.lr,
                               warmup_steps=a.warmup, decay=a.decay, max_steps=a.steps, batch_size=a.batch_size,
-                              acronym_fraction=a.acronym_fraction, precision=a.precision)
+                              layout_fraction=a.acronym_fraction, precision=a.precision)
     tok = Tokenizer(a.corpus / "tokenizer.model")
     trainer = Pretrainer(cfg, tok, device=a.device, word_embeddings=for_corpus(a.corpus, cfg, tok.vocab_size))
 

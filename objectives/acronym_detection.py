@@ -1,7 +1,7 @@
 """AD, acronym detection (paper §3.3): does this acronym match an entity of the snippet? (binary)
 
 Input: `[CLS] acronym [SEP] snippet [SEP]`, scored from [CLS] (PAD's head shape and input form; the acronym
-enters as one token per letter by default, `FinetuneConfig.acronym_form`).
+enters as one token per letter by default: the task option `acronym_form`, `FinetuneConfig.task_options`).
 Protocol data: k folds over one file, a snippet's positive and negative in the same fold; every calculation
 is also scored on the out-of-domain pairs (`ood`) when the task folder has them.
 Context-free baselines: majority; letters-only logistic regression; the span matcher (positive iff the
@@ -35,7 +35,7 @@ from alignlab.platform.task_files import majority_baseline
 
 def pair_input(tok, acronym: str, snippet: str, max_len: int, acronym_form: str) -> tuple[list[int], list[int]]:
     """`[CLS] acronym [SEP] snippet [SEP]` ids and segment ids (the PAD input shape)."""
-    acr = tok.encode_acronym(acronym, acronym_form)[: max_len // 4]
+    acr = tok.encode_spelled(acronym, acronym_form)[: max_len // 4]
     # Pieces never cross whitespace, so the joined snippet's pieces are its words' pieces in order.
     snip = tok.sp.encode(" ".join(snippet.split()))[: max_len - 3 - len(acr)]
     ids = [tok.cls_id, *acr, tok.sep_id, *snip, tok.sep_id]
@@ -75,13 +75,16 @@ class AcronymDetection(SequenceTask):
                "its Wikipedia folds) is scored on all of it.",
     }
     build_options = {"target_snippets": 600}
+    finetune_options = {"acronym_form": ("letters", "text")}  # `alignlab fel --acronym-form`; see the module doc
+    # It was FinetuneConfig.acronym_form, in every calculation's dict: kept there so that every id stays.
+    options_in_every_id = ("acronym_form",)
     serving_verbs = ("acronym_score", "acronym_scores")
 
     def test_unit(self, ex):
         return ex.snippet  # its positive and negative pair share the snippet: one unit, as in the folds
 
-    def example_input(self, ex, tok, max_len, acronym_form):
-        ids, seg = pair_input(tok, ex.acronym, ex.snippet, max_len, acronym_form)
+    def example_input(self, ex, tok, max_len, options):
+        ids, seg = pair_input(tok, ex.acronym, ex.snippet, max_len, options["acronym_form"])
         return ids, seg, int(ex.label)
 
     # ---- data: k folds over one file, the out-of-domain pairs on the side
@@ -138,7 +141,8 @@ class AcronymDetection(SequenceTask):
         """Softmax probability that `acronym` matches an entity (AD) / a span (PAD) of `snippet`."""
         head = head or self.name
         predictor.need(head)
-        ids, seg = pair_input(predictor.tok, acronym, snippet, predictor.max_len, predictor.acronym_form)
+        ids, seg = pair_input(predictor.tok, acronym, snippet, predictor.max_len,
+                             self.options(predictor.task_options)["acronym_form"])
         pool_w, pool_b, w, b = predictor.heads[head]
         with torch.inference_mode():
             h = predictor.unit_vectors(head, torch.tensor(ids), torch.tensor(seg), torch.zeros(1, dtype=torch.long))

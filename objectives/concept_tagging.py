@@ -14,14 +14,17 @@ import torch
 
 from alignlab.objectives.hyperlink import TAGS as WHP_TAGS
 from alignlab.platform.holdout import HeldOutText
-from alignlab.platform.task import BuiltData, TokenTask, register_task
-from alignlab.platform.task_kinds import query_input, tagged_input, word_pieces  # noqa: F401 -- their old home
+from alignlab.platform.task import BuiltData, Task, register_task
+from alignlab.platform.task_kinds import TaggingTask, query_input, word_pieces  # noqa: F401 -- their old home
 
 from alignlab.objectives.ct_data import (CT_FORMAT, build_ct_dataset, concepts_from_documents, gazetteer_ct_baseline,
                                          lexicon_ct_baseline, run_rule_ct_baseline, tag_fractions, title_words)
 from alignlab.platform.task_files import majority_baseline
 
 
+CT_BASELINE_NOTES = ("CT: lexicon (each word's most frequent training tag), run rule (a word tagged N in training is "
+                     "N; each run of other words is one concept), gazetteer (longest match of a bundled-corpus article "
+                     "title is a concept).")
 CT_DATA = ("npm", "templated")
 """CT datasets a study can use (`ct_data`): "npm" (default), the hand-labelled npm package summaries shipped in
 objectives/task_data/npm/ (real text, guideline and agreement beside it); "templated", titles of the
@@ -50,8 +53,21 @@ def tags_to_brackets(words: Sequence[str], tags: Sequence[str]) -> str:
 
 
 @register_task
-class ConceptTagging(TokenTask):
-    format = CT_FORMAT
+class ConceptTagging(TaggingTask):
+    """CT is an instance of the generic tagging kind (`task_kinds.TaggingTask`): its input, labels and head come from
+    the kind's code over its four tags (in WHP's order, so WHP's head initialises it), and so do its protocol (one
+    pool, one test set: `pool_and_test`, `search_groups`, `search_pool_key`) and its extra tests (none). Its own, as
+    before: the data builder (`ct_data`), the line format (CT_FORMAT: S/E/SE/N and their rules), the baselines
+    (run rule, gazetteer), what a test unit is and what it holds out, and serving (`tag`, `bracket`)."""
+    builtin = True
+
+    def __init__(self) -> None:
+        self._setup({"name": "ct", "kind": "tagging", "labels": list(WHP_TAGS), "aligned_objective": "whp",
+                     "extra_tests": []}, None)
+        self.format, self.multitask_partner = CT_FORMAT, "ad"
+        self.baseline_notes, self.extra_test_notes = CT_BASELINE_NOTES, {}
+
+    unit_metrics = Task.unit_metrics  # its tags are no span scheme: no span F1, and no extra scoring pass for it
 
     def add_data_commands(self, data_subparsers) -> None:
         cc = data_subparsers.add_parser("convert-ct", help="bracketed CT text ('a [spatial graph] library') -> CT JSONL")
@@ -65,20 +81,12 @@ class ConceptTagging(TokenTask):
     head_rank = 0
     unit = "words"
     test_units = "texts"
-    num_classes = len(WHP_TAGS)
     baselines = ("majority", "lexicon", "run_rule", "gazetteer")
-    baseline_notes = ("CT: lexicon (each word's most frequent training tag), run rule (a word tagged N in training is N; "
-                      "each run of other words is one concept), gazetteer (longest match of a bundled-corpus article "
-                      "title is a concept).")
-    data_files = {"ct_pool": ("ct_pool.jsonl", True), "ct_test": ("ct_test.jsonl", True)}
     build_options = {"ct_data": "npm"}
     serving_verbs = ("tag", "bracket")
 
     def test_unit(self, ex):
         return " ".join(ex.tokens)  # one query text; its words are tagged together, so they are one unit
-
-    def example_input(self, ex, tok, max_len, acronym_form):
-        return tagged_input(tok, ex.tokens, [WHP_TAGS.index(t) for t in ex.tags], max_len)
 
     # ---- data: one pool, one test set for every fold
     def add_build_arguments(self, parser):
@@ -112,19 +120,9 @@ class ConceptTagging(TokenTask):
         # CT is not corpus text (npm summaries, or templates around titles), so nothing of it is held out.
         return BuiltData(files, {"ct": stats, "ct_data": options["ct_data"], "titles": len(titles)}, set())
 
-    def pool_and_test(self, data, fold):
-        return list(data.ct_pool), list(data.ct_test)
-
     def heldout_text(self, data):
         # The npm texts are not bundled corpus text, but a software or web source may hold them word for word.
         return HeldOutText(tuple(sorted({" ".join(e.tokens) for e in (*data.ct_pool, *data.ct_test)})))
-
-    def search_pool_key(self, fold):
-        return "pool"
-
-    def search_groups(self, points):
-        # The test set is the same for every calculation, so one search on the pool serves every sample.
-        return {None: points}
 
     def baseline_context(self, data):
         # Article titles of the bundled corpus (titles.txt of the task folder), as word tuples: the gazetteer's.

@@ -242,6 +242,9 @@ class PseudoAcronymLabels(CorpusLabels):
 class PseudoAcronymConfig:
     name: ClassVar[str] = "pad"
     default_set_rank: ClassVar[int] = 3  # the paper's four, in its order (`registry.default_set`)
+    # PretrainConfig.layout_fraction (the share of linked rows that become PAD examples) was acronym_fraction
+    # before PAD owned its layout: config dicts keep that key, so every model id made before stays.
+    layout_fraction_key: ClassVar[str] = "acronym_fraction"
     weight: float = 1.0
     acronym_form: str = "letters"
     """"letters": one token per letter; "text": sentencepiece pieces of the acronym."""
@@ -254,7 +257,7 @@ class PseudoAcronymConfig:
     chunk_labels: bool = field(default=False, metadata={"omit_at_default": True})
     """True: the chunk of an acronym example keeps the token labels the other objectives give it (WHP's tags), so a
     linked row that becomes a PAD example still trains WHP. False (the paper leaves it open; alignlab's behaviour
-    before this field): an acronym example trains PAD alone, and with `PretrainConfig.acronym_fraction` 0.5 WHP sees
+    before this field): an acronym example trains PAD alone, and with `PretrainConfig.layout_fraction` 0.5 WHP sees
     half of the linked rows. MLM never predicts in an acronym example: a masked word of the span would make the
     acronym unmatchable and its label wrong. A chunk whose pieces were re-segmented (`subword_alpha`) keeps no
     labels (they were made for the corpus's pieces)."""
@@ -280,11 +283,11 @@ class PseudoAcronym(Objective):
         return [str(k) == "wiki" and int(lab) in (0, 1) for k, lab in zip(rows["kind"], rows["pad_label"])]
 
     def load(self, ex, rows) -> None:
-        ex.acronym_chunk_labels = self.config.chunk_labels
+        ex.lead_chunk_labels = self.config.chunk_labels
         labels = np.full(len(ex.a), IGNORE, dtype=np.int64)
         for i, f in enumerate(ex.fmt):
             if f == "acronym":
-                ex.acronym[i] = self.tokenizer.encode_acronym(str(rows["pad_acronym"][i]), self.config.acronym_form)
+                ex.lead[i] = self.tokenizer.encode_spelled(str(rows["pad_acronym"][i]), self.config.acronym_form)
                 labels[i] = int(rows["pad_label"][i])
         ex.example_labels["pad"] = labels
 
@@ -312,7 +315,7 @@ class PseudoAcronym(Objective):
         pairs = make_pad_pairs([str(ex.rows["a_text"][i]).split() for i in rows], rng, self.letter_probs)
         labels = ex.example_labels["pad"]
         for i, (acr, label, _kind) in zip(rows, pairs):
-            ex.acronym[i] = self.tokenizer.encode_acronym(acr, self.config.acronym_form) if label >= 0 else []
+            ex.lead[i] = self.tokenizer.encode_spelled(acr, self.config.acronym_form) if label >= 0 else []
             labels[i] = label if label >= 0 else IGNORE
 
     def fit_to_length(self, ex, rng: np.random.Generator) -> dict[int, list[str]]:
@@ -325,7 +328,7 @@ class PseudoAcronym(Objective):
         get pairs drawn by `make_pad_pairs` among themselves (half positives), from the words the model sees.
         Returns the kept words by row."""
         over = [i for i, f in enumerate(ex.fmt)
-                if f == "acronym" and len(ex.a[i]) > ex.max_len - 3 - len(ex.acronym[i] or ())]
+                if f == "acronym" and len(ex.a[i]) > ex.max_len - 3 - len(ex.lead[i] or ())]
         if not over:
             return {}
         room = ex.max_len - 3 - ACRONYM_TOKENS
@@ -338,7 +341,7 @@ class PseudoAcronym(Objective):
             kept[i], ex.a[i] = words[:n], [t for w in pieces[:n] for t in w]
         labels = ex.example_labels["pad"]
         for i, (acr, label, _kind) in zip(over, make_pad_pairs(list(kept.values()), rng, self.letter_probs)):
-            ex.acronym[i] = self.tokenizer.encode_acronym(acr, self.config.acronym_form) if label >= 0 else []
+            ex.lead[i] = self.tokenizer.encode_spelled(acr, self.config.acronym_form) if label >= 0 else []
             labels[i] = label if label >= 0 else IGNORE
         return kept
 
@@ -354,7 +357,7 @@ class PseudoAcronym(Objective):
         for i, f in enumerate(ex.fmt):
             if f != "acronym":
                 continue
-            room = ex.max_len - 3 - len(ex.acronym[i] or ())
+            room = ex.max_len - 3 - len(ex.lead[i] or ())
             words = kept.get(i) or str(ex.rows["a_text"][i]).split()
             pieces = [t for w in self.tokenizer.encode_words(words, alpha=alpha, seed=int(rng.integers(1, 2**31)))
                       for t in w]

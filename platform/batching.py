@@ -5,11 +5,11 @@ it streams. Randomness is keyed by (seed, rank, step) instead of a running gener
 run makes exactly the batches the uninterrupted run would have made. Data-parallel workers all collate the
 global batch with rank 0's key and each takes its own rows (`take_rows`), so every array of a batch is per row.
 
-The example mix: every row becomes exactly one example. When an objective trains on "acronym"
-examples (PAD) and the row comes from a linked source with a PAD pair, the row becomes
-`[CLS] acronym [SEP] chunk [SEP]` with probability `acronym_fraction`; every other row becomes
-`[CLS] chunk [SEP] next-or-random [SEP]` (MLM, NSP, WHP). Both kinds share one encoder pass. An acronym
-example's chunk keeps its token labels (WHP's tags) when PAD's `chunk_labels` says so.
+The example mix: every row becomes exactly one example, `[CLS] chunk [SEP] next-or-random [SEP]` (the "pair"
+layout), unless an objective declares a layout of its own (`example_format`) and says the row can take it
+(`example_rows`): such a row then takes it with probability `layout_fraction`, `[CLS] lead [SEP] chunk [SEP]`,
+where the objective writes the lead tokens (`Examples.lead`). Both kinds share one encoder pass. The chunk of
+such an example keeps its token labels when the objective says so (`Examples.lead_chunk_labels`).
 """
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ import torch
 IGNORE = -100
 """The label of positions and examples that no loss scores (PyTorch's cross-entropy ignore_index): the one
 definition for the engine and the objectives."""
-FORMAT_IDS = {"pair": 0, "acronym": 1}
+PAIR = "pair"
+"""The layout every row takes unless an objective's own layout draws it (`row_format` 0; the other is 1)."""
 
 
 class Examples:
@@ -34,15 +35,16 @@ class Examples:
         self.a_orig = list(a)
         self.doc_id = [str(x) for x in rows["doc_id"]]
         self.kind = [str(x) for x in rows["kind"]]
-        self.acronym: list[list[int] | None] = [None] * n
+        self.lead: list[list[int] | None] = [None] * n
+        """The tokens before the chunk of a row in an objective's own layout (written by that objective)."""
         self.a_labels: dict[str, list[np.ndarray]] = {}
         self.b_labels: dict[str, list[np.ndarray | None]] = {}
         self.a_labels_orig: dict[str, list[np.ndarray]] = {}
         self.example_labels: dict[str, np.ndarray] = {}
         self.epoch = 0
         """The pass over the corpus these rows come from (0 = the first)."""
-        self.acronym_chunk_labels = False
-        """Do acronym examples keep their chunk's token labels (`PseudoAcronymConfig.chunk_labels`)?"""
+        self.lead_chunk_labels = False
+        """Do rows of the objective's own layout keep their chunk's token labels (the objective says)?"""
 
     def add_token_labels(self, key: str, a_col: Sequence, b_col: Sequence) -> None:
         a_lab = []
@@ -60,13 +62,18 @@ def _labels_or_ignore(col, n: int) -> np.ndarray:
 
 
 class Collator:
-    def __init__(self, objectives: Sequence, tokenizer, *, max_len: int, acronym_fraction: float = 0.25,
+    def __init__(self, objectives: Sequence, tokenizer, *, max_len: int, layout_fraction: float = 0.25,
                  subword_alpha: float = 0.0, seed: int = 0, rank: int = 0, pad_to_max_len: bool = False):
         """`pad_to_max_len`: every batch is the step's full length wide, not its longest example's (static shapes
         for `torch.compile`)."""
         self.objectives, self.tok, self.max_len = list(objectives), tokenizer, max_len
         self.pad_to_max_len = pad_to_max_len
-        self.acronym_fraction, self.subword_alpha = acronym_fraction, subword_alpha
+        self.layout_fraction, self.subword_alpha = layout_fraction, subword_alpha
+        own = sorted({o.example_format for o in self.objectives} - {PAIR})
+        if len(own) > 1:
+            raise ValueError(f"objectives declare {len(own)} layouts of their own ({', '.join(own)}); a batch "
+                             "draws rows into one")
+        self.layout = own[0] if own else None
         self.seed, self.rank = seed, rank
 
     def rng(self, step: int) -> np.random.Generator:
@@ -79,17 +86,17 @@ class Collator:
         rng = self.rng(step)
         n = len(rows["doc_id"])
         kind = [str(k) for k in rows["kind"]]
-        # A row may become an "acronym" example when an objective of that format says it can (PAD: a linked row
-        # with a pair); the draw is made only for such rows, in row order: `rng.random(k)` gives the numbers k
-        # calls of `rng.random()` give, so the batch is the one the per-row draws made.
+        # A row may take an objective's own layout when that objective says it can; the draw is made only for
+        # such rows, in row order: `rng.random(k)` gives the numbers k calls of `rng.random()` give, so the
+        # batch is the one the per-row draws made.
         can = np.zeros(n, dtype=bool)
         for o in self.objectives:
-            if o.example_format == "acronym":
+            if o.example_format != PAIR:
                 can |= np.asarray(o.example_rows(rows), dtype=bool).reshape(n)
         drawn = np.zeros(n, dtype=bool)
         where = np.flatnonzero(can)
-        drawn[where] = rng.random(where.size) < self.acronym_fraction
-        fmt = ["acronym" if d else "pair" for d in drawn.tolist()]
+        drawn[where] = rng.random(where.size) < self.layout_fraction
+        fmt = [self.layout if d else PAIR for d in drawn.tolist()]
         a = [_ints(x) for x in rows["a_ids"]]
         b = [_ints(x) if bool(h) else None for x, h in zip(rows["b_ids"], rows["has_next"])]
         if self.subword_alpha > 0:
@@ -126,17 +133,17 @@ class Collator:
         # Token-label spans: (row, first position, label array) of the parts of a row that carry labels.
         spans: dict[str, list] = {k: [] for k in ex.a_labels}
         for i, f in enumerate(ex.fmt):
-            if f == "acronym":
-                acr = (ex.acronym[i] or [])[: L - 4]
-                room = L - 3 - len(acr)
+            if f != PAIR:
+                lead = (ex.lead[i] or [])[: L - 4]
+                room = L - 3 - len(lead)
                 chunk = ex.a[i][:room]
-                ids = [cls, *acr, sep, *chunk, sep]
-                first[i] = len(acr) + 2
-                # The chunk's labels hold only for the corpus's own pieces: a chunk cut to whole words
-                # (PAD's fit_to_length) is a prefix of them, a re-segmented one is not.
-                if ex.acronym_chunk_labels and chunk == ex.a_orig[i][:len(chunk)]:
+                ids = [cls, *lead, sep, *chunk, sep]
+                first[i] = len(lead) + 2
+                # The chunk's labels hold only for the corpus's own pieces: a chunk cut to whole words (by the
+                # objective, to fit its lead) is a prefix of them, a re-segmented one is not.
+                if ex.lead_chunk_labels and chunk == ex.a_orig[i][:len(chunk)]:
                     for k, sp in spans.items():
-                        sp.append((i, len(acr) + 2, ex.a_labels_orig[k][i][:len(chunk)]))
+                        sp.append((i, len(lead) + 2, ex.a_labels_orig[k][i][:len(chunk)]))
             else:
                 b_ids = ex.b[i] or []
                 # When both chunks do not fit (a sequence length shorter than the corpus's), each keeps at least
@@ -163,7 +170,7 @@ class Collator:
             "input_ids": input_ids,
             "segment_ids": ((pos >= first[:, None]) & valid).astype(np.int64),
             "attention_mask": valid,
-            "row_format": np.array([FORMAT_IDS[f] for f in ex.fmt], dtype=np.int64),
+            "row_format": np.array([f != PAIR for f in ex.fmt], dtype=np.int64),
         }
         for k, sp in spans.items():
             out[k] = _scatter_spans(sp, B, T)

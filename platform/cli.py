@@ -32,7 +32,7 @@ from alignlab.platform.protocol import NUM_FOLDS
 from alignlab.platform.errors import (Parser, int_below, name_list, nonneg_int, positive_float, positive_int,
                                       run_guarded)
 from alignlab.platform.storage import MARKER, folder_finished, resolve_root
-from alignlab.platform.task import registered_tasks, task, task_names
+from alignlab.platform.task import finetune_options, registered_tasks, task, task_names
 
 
 def objective_names() -> set[str]:
@@ -50,6 +50,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from alignlab.platform.study_tasks import add_declare_argument, declare_specs, specs_in
+    from alignlab.platform.task_kinds import add_kind_predict_arguments
 
     argv = list(sys.argv[1:] if argv is None else argv)
     # Declared before the parser is built: `--task NAME` of fel/finetune/evaluate/validate accepts their names.
@@ -107,7 +108,9 @@ def main(argv: list[str] | None = None) -> int:
         f.add_argument("--budget", type=positive_int)
         f.add_argument("--scheme", choices=SCHEMES)
         f.add_argument("--lr", type=positive_float)
-        f.add_argument("--acronym-form", choices=["letters", "text"], help="AD acronym input form")
+        seen: set = set()
+        for t in registered_tasks():
+            t.add_finetune_arguments(f, seen)  # the tasks' own options (AD's --acronym-form)
         f.add_argument("--selection", choices=SELECTION_MODES)
         f.add_argument("--feature-layers", choices=["last", "all"],
                        help="what the task head reads: the last layer (the paper's) or every layer side by side")
@@ -132,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     pr.add_argument("--model", required=True, help="finetuned model id (printed by `alignlab finetune --save`)")
     for t in registered_tasks():  # each task's own inputs
         t.add_predict_arguments(pr)
+    add_kind_predict_arguments(pr)  # a declared task's (the finetuned model's folder declares it)
     pr.add_argument("--storage", default=None)
 
     rp = sub.add_parser("report", help="(re)write a study's report from its results")
@@ -311,9 +315,11 @@ def _finetune(args, root: Path) -> int:
 
     pre = load_pretrained(fetch_model(root, args.model))
     cfg = dataclasses.replace(FINETUNE_PRESETS[args.preset], task=args.task)
-    for k in ("budget", "scheme", "lr", "selection", "acronym_form", "feature_layers", "word_pooling"):
+    for k in ("budget", "scheme", "lr", "selection", "feature_layers", "word_pooling"):
         if getattr(args, k) is not None:
             cfg = dataclasses.replace(cfg, **{k: getattr(args, k)})
+    given = {k: getattr(args, k) for k in finetune_options() if getattr(args, k, None) is not None}
+    cfg = dataclasses.replace(cfg, task_options=(*cfg.task_options, *given.items()))
     cfg = dataclasses.replace(cfg, keep_head=not args.discard_head)
     tdir = Path(args.tasks_dir) if args.tasks_dir else build_tasks(root, max_docs_per_lang=3000 if args.preset == "smoke" else None)
     data = TaskData.load(tdir)
@@ -368,7 +374,7 @@ def _evaluate(args, root: Path) -> int:
     if args.task not in ft.task_heads:
         raise ValueError(f"finetuned model {args.model} was trained for {', '.join(ft.task_heads)}, not {args.task}")
     examples = task(args.task).load_examples(args.file)  # TaskDataError (a ValueError) names every file:line
-    m = evaluate_examples(ft.model, args.task, examples, ft.tok, acronym_form=ft.cfg.acronym_form)
+    m = evaluate_examples(ft.model, args.task, examples, ft.tok, options=ft.cfg.task_options)
     unit = task(args.task).unit
     print(f"{args.file}: {args.task.upper()} accuracy {m['accuracy']:.4f}  perplexity {m['perplexity']:.4f}  "
           f"({m['count']} {unit}, {m['num_examples']} examples, model {args.model})")
@@ -380,10 +386,12 @@ def _evaluate(args, root: Path) -> int:
 def _predict(args, root: Path) -> int:
     from alignlab.platform.inference import Predictor
 
+    pred = Predictor.load(_finetuned_folder(root, args.model))  # declares the model's declared task, if any
     asked = [t for t in registered_tasks() if t.predict_requested(args)]  # raises on a half-given input
+    if len(asked) > 1:  # several declared tasks take --text: the model's own
+        asked = [t for t in asked if t.name in pred.ft.task_heads] or asked
     if len(asked) != 1:
         raise ValueError(f"give either {' or '.join(t.predict_usage() for t in registered_tasks())}")
-    pred = Predictor.load(_finetuned_folder(root, args.model))
     print(asked[0].predict_line(pred, args))
     return 0
 

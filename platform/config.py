@@ -40,14 +40,6 @@ def set_objective_resolver(resolve: Callable[[Any], tuple]) -> None:
 
 
 # Task names likewise: the task registry (platform/task.py) hands in (the default task, the task names).
-_task_registry: tuple[Callable[[], str], Callable[[], tuple[str, ...]]] | None = None
-
-
-def set_task_registry(default: Callable[[], str], names: Callable[[], tuple[str, ...]]) -> None:
-    global _task_registry
-    _task_registry = (default, names)
-
-
 def _resolve_objectives(items: Any) -> tuple:
     if _objective_resolver is None:
         raise ValueError("PretrainConfig.objectives: objective names need the objective registry; "
@@ -185,10 +177,11 @@ class PretrainConfig:
     one learning-rate schedule. Both set or both empty (off); the corpus must hold both kinds (checked at the start).
     No preset has one: at mini it did not help CT (benchmarks/README.md, "Round 9")."""
     grad_clip: float = 1.0
-    acronym_fraction: float = 0.25
-    """Share of linked rows turned into PAD examples `[CLS] acronym [SEP] chunk [SEP]` when PAD is on;
-    the rest are `[CLS] chunk [SEP] next [SEP]` examples for MLM/NSP/WHP. Rows are never duplicated,
-    so every model of a study sees the same number of examples (paper §5.2)."""
+    layout_fraction: float = 0.25
+    """Share of the rows that an objective's own example layout can take (`Objective.example_format`, e.g. PAD's
+    on linked rows) that take it; every other row is a `[CLS] chunk [SEP] next [SEP]` example. Rows are never
+    duplicated, so every model of a study sees the same number of examples (paper §5.2). In the config's dict (and
+    the ids) under the key the layout's objective declares (`registry.layout_fraction_key`)."""
     subword_regularization_alpha: float = 0.0
     """>0 re-tokenizes web chunks by sentencepiece sampling at this alpha (paper §3.3); 0 turns it off."""
     corpus_embeddings: float = field(default=0.0, metadata={"omit_at_default": True})
@@ -261,12 +254,18 @@ class PretrainConfig:
                              "leaves no step for one of the two phases")
         _choice(self, "precision", ("auto", "fp32", "bf16"))
         _choice(self, "loss_scaling", LOSS_SCALINGS)
-        if not 0.0 <= self.acronym_fraction <= 1.0:
-            raise ValueError(f"PretrainConfig.acronym_fraction must be in [0, 1], got {self.acronym_fraction}")
+        if not 0.0 <= self.layout_fraction <= 1.0:
+            raise ValueError(f"PretrainConfig.layout_fraction must be in [0, 1], got {self.layout_fraction}")
         if min(self.warmup_steps, self.grad_clip, self.subword_regularization_alpha, self.corpus_embeddings,
                self.prefetch_batches) < 0:
             raise ValueError("PretrainConfig.warmup_steps, grad_clip, subword_regularization_alpha, corpus_embeddings "
                              "and prefetch_batches must be >= 0")
+
+    def dict_form(self, out: dict) -> dict:
+        """`to_dict`'s form: the layout fraction under the key its objective declares (ids made before stay)."""
+        from alignlab.platform.registry import layout_fraction_key
+
+        return {(layout_fraction_key() if k == "layout_fraction" else k): v for k, v in out.items()}
 
     @property
     def objective_names(self) -> tuple[str, ...]:
@@ -293,65 +292,6 @@ class PretrainConfig:
         return step < round(self.curriculum_fraction * self.max_steps)
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class FinetuneConfig:
-    """One FEL calculation's settings (paper §3.4 defaults)."""
-
-    task: str = ""
-    """A registered task's name; "" = the registry's default task (the one that declares `default = True`)."""
-    budget: int = 200
-    """Number of finetuning examples (n)."""
-    scheme: str = "pred"
-    keep_head: bool = True
-    """Initialise CT's head from WHP's and AD's from PAD's when the model has them (the paper's non-* models)."""
-    lr: float = 1e-4
-    batch_size: int = 64
-    dropout: float = 0.1
-    max_epochs: int = 200
-    patience: int = 20
-    """Stop when neither the selection perplexity nor the selection accuracy has improved for this many epochs."""
-    selection: str = "honest"
-    """"honest": select epochs on a validation split carved from the budget, touch the test set once;
-    "paper": select on the test set, as the paper did (for reproduction only)."""
-    val_fraction: float = 0.2
-    refit: bool = field(default=False, metadata={"omit_at_default": True})
-    """Honest selection only: once the epochs are selected on the validation split, train again from the same
-    initialisation on the whole budget (training + validation examples) to those epochs, and score and keep that.
-    The context-free baselines are fitted on the whole budget, so with refit the model learns from as many
-    labelled examples as they do (README, "FEL"). Not in a config's dict (nor its ids) when off."""
-    feature_layers: str = field(default="last", metadata={"omit_at_default": True})
-    """What the task heads read (`head_input`): "last", the encoder's output (the paper's); "all", the embedding
-    output and every layer's side by side. Not in a config's dict (nor its ids) at "last", as word_pooling at "first"."""
-    word_pooling: str = field(default="first", metadata={"omit_at_default": True})
-    """A token task's (CT's) word vector: its "first" piece's (BERT's), or the "mean" of its pieces'."""
-    acronym_form: str = "letters"
-    """"letters" (one token per letter) or "text" (sentencepiece pieces)."""
-    fold: int = 0
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if _task_registry is None:
-            raise ValueError("FinetuneConfig.task: task names need the task registry; import alignlab.platform.task first")
-        if not self.task:
-            object.__setattr__(self, "task", _task_registry[0]())
-        _choice(self, "task", _task_registry[1]())
-        _choice(self, "scheme", SCHEMES)
-        _choice(self, "selection", SELECTION_MODES)
-        _choice(self, "acronym_form", ("letters", "text"))
-        _choice(self, "feature_layers", ("last", "all"))
-        _choice(self, "word_pooling", ("first", "mean"))
-        if self.refit and self.selection != "honest":
-            raise ValueError(f"FinetuneConfig.refit needs honest selection (its validation split); selection is "
-                             f"{self.selection!r}")
-        _positive(self, "budget", "lr", "batch_size", "max_epochs", "patience")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"FinetuneConfig.dropout must be in [0, 1), got {self.dropout}")
-        if not 0.0 < self.val_fraction < 1.0:
-            raise ValueError(f"FinetuneConfig.val_fraction must be in (0, 1), got {self.val_fraction}")
-        if self.fold < 0 or self.seed < 0:
-            raise ValueError("FinetuneConfig.fold and seed must be >= 0")
-
-
 # ---------------------------------------------------------------- dict round-trip and identity
 
 
@@ -365,6 +305,9 @@ def to_dict(cfg: Any) -> Any:
         name = getattr(type(cfg), "name", None)
         if isinstance(name, str):
             out = {"name": name, **out}
+        form = getattr(cfg, "dict_form", None)
+        if form is not None:  # a config whose dict is not just its fields (FinetuneConfig's task options)
+            out = form(out)
         return out
     if isinstance(cfg, (tuple, list)):
         return [to_dict(v) for v in cfg]
@@ -376,17 +319,17 @@ def model_from_dict(d: dict) -> ModelConfig:
 
 
 def pretrain_from_dict(d: dict) -> PretrainConfig:
+    from alignlab.platform.registry import layout_fraction_key
+
     d = dict(d)
+    if (key := layout_fraction_key()) in d:
+        d["layout_fraction"] = d.pop(key)
     d["model"] = model_from_dict(d["model"])
     d["objectives"] = tuple(d["objectives"])  # dicts: the registry makes them configs
     for f in ("adam_betas", "domain_sources"):
         if f in d:
             d[f] = tuple(d[f])
     return PretrainConfig(**d)
-
-
-def finetune_from_dict(d: dict) -> FinetuneConfig:
-    return FinetuneConfig(**d)
 
 
 def config_hash(*parts: Any, length: int = 12) -> str:
@@ -398,6 +341,7 @@ def __getattr__(name: str):
     # The presets (presets.py) and the corpus config (corpus_config.py: its sources took it past this module's
     # size) import this module; reached here lazily, so either may load first.
     for module, names in (("presets", ("CORPUS_PRESETS", "PRETRAIN_PRESETS", "FINETUNE_PRESETS")),
+                          ("finetune_config", ("FinetuneConfig", "finetune_from_dict", "set_task_registry")),
                           ("corpus_config", ("CorpusConfig", "SourceSpec", "corpus_from_dict"))):
         if name in names:
             return getattr(importlib.import_module(f"alignlab.platform.{module}"), name)

@@ -380,7 +380,7 @@ rows this often starts to memorise them (the paper's run made 10 passes over 4.4
 
 def corpus_epochs(train_rows: int, max_steps: int, batch_size: int) -> float:
     """Passes over the training rows that `max_steps` steps of `batch_size` rows (the global batch) make; a
-    row is one example (rows are never duplicated into several: PretrainConfig.acronym_fraction)."""
+    row is one example (rows are never duplicated into several: PretrainConfig.layout_fraction)."""
     return max_steps * batch_size / max(train_rows, 1)
 
 

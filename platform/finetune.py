@@ -20,7 +20,7 @@ perplexity's stopping point; "epochs" is the 1-based epoch of the best selection
 Metrics: accuracy, and perplexity = exp(mean cross-entropy), over the task's scored units (`Task.unit`).
 Tasks are objects (`alignlab.platform.task`): this module looks them up by the config's name and never
 asks which task it is handling.
-Acronym input form (`acronym_form`, default "letters"): see objectives/acronym_detection.py.
+A task's own options (`FinetuneConfig.task_options`, `Task.finetune_options`) reach only its input encoding.
 Device (`device`, default "cpu"): the model, the cached `pred` features and every batch live there ("cuda" in a
 Tune trial that holds a GPU); the batch order is drawn on the CPU, so it does not depend on the device.
 Keeping a model: `save_finetuned` writes the best-perplexity state with what serving needs under
@@ -47,6 +47,7 @@ from alignlab.platform.head_input import LAST_LAYER_FIRST_PIECE, HeadInput, fits
 from alignlab.platform.model import AlignModel
 from alignlab.platform.storage import MARKER, folder_finished, publish_dir, read_json, write_json, write_marker
 from alignlab.platform.task import Encoded, head_for, registered_tasks, task as task_named
+from alignlab.platform.task_kinds import declarations, declare_all
 # Encoding and metrics live in task_scoring; `from alignlab.platform.finetune import evaluate_examples` keeps working.
 from alignlab.platform.task_scoring import (encode_examples, evaluate_examples, logits_and_labels,  # noqa: F401
                                             UNIT_SCORES, metrics_from_logits, on_device, scores_per_test_unit,
@@ -174,7 +175,7 @@ def finetune_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, v
     tok, L = pre.tok, pre.model_cfg.max_len
 
     def encode(t: str, examples) -> Encoded:
-        return on_device(encode_examples(t, examples, tok, L, cfg.acronym_form), device)
+        return on_device(encode_examples(t, examples, tok, L, cfg.task_options), device)
 
     enc_train, enc_test = encode(task, train), encode(task, test)
     enc_sel = enc_test if cfg.selection == "paper" else encode(task, val)
@@ -340,8 +341,10 @@ def save_finetuned(root: Path, pre: Pretrained, cfg: FinetuneConfig, result: Cal
         # On the CPU whatever device the calculation ran on: the file loads where no GPU is.
         torch.save({k: v.detach().cpu().clone() for k, v in state.items()}, tmp / "model.pt")
         shutil.copy(pre.tok.model_path, tmp / "tokenizer.model")
+        declared = [d for d in declarations() if d["name"] in tasks]  # a declared task: served with no files
         write_json(tmp / "model_config.json", {"model": dataclasses.asdict(model.cfg), "vocab_size": pre.vocab_size,
-                                               "task_heads": list(tasks), "pretrained_heads": pretrained_heads})
+                                               "task_heads": list(tasks), "pretrained_heads": pretrained_heads,
+                                               **({"declarations": declared} if declared else {})})
         write_json(tmp / "finetune.json", {"finetuned_id": fid, "pretrained_model_id": pre.mdir.name,
                                            "pretrained_dir": str(pre.mdir), "finetune": to_dict(cfg),
                                            "encoder_finetuned": cfg.scheme != "pred", "marker": MARKER})
@@ -378,6 +381,7 @@ def load_finetuned(fdir: str | Path) -> Finetuned:
                          "save one with `alignlab finetune ... --save`")
     mc = read_json(fdir / "model_config.json")
     info = read_json(fdir / "finetune.json")
+    declare_all(mc.get("declarations"))  # its declared task, as the saving process knew it
     model = AlignModel(ModelConfig(**mc["model"]), mc["vocab_size"])
     cfg = finetune_from_dict(info["finetune"])
     for h in mc["task_heads"]:

@@ -219,7 +219,7 @@ class Predictor:
     def __init__(self, ft: Finetuned):
         self.ft, self.tok = ft, ft.tok
         self.max_len = ft.model.cfg.max_len
-        self.acronym_form = ft.cfg.acronym_form
+        self.task_options = ft.cfg.task_options  # the tasks' own input options (`Task.options`)
         self.enc = FastEncoder(ft.model.encoder)
         self.heads = {name: _head_tensors(head) for name, head in ft.model.heads.items()}
 

@@ -27,7 +27,7 @@ def study_plan(study, root: Path | Storage, *, device: str = "cpu") -> dict:
 
     st = as_storage(root)
     rel, _ = tasks_rel(langs=study.task_langs, max_docs_per_lang=study.task_max_docs_per_lang,
-                       target_snippets=study.task_snippets, seed=study.corpus.seed, **dict(study.task_options))
+                       seed=study.corpus.seed, **dict(study.task_options))
     tdir = st.local / rel
     cid = None
     if st.finished(rel, legacy="stats.json") and (tdir / HELDOUT_FILE).is_file():

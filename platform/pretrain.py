@@ -201,7 +201,7 @@ class Pretrainer:
         # Each rank its own stream of randomness over its own rows (rank 0's alone with one worker).
         def collator(objectives) -> Collator:
             return Collator(objectives, tokenizer, max_len=cfg.seq_len or cfg.model.max_len,
-                            acronym_fraction=cfg.acronym_fraction, subword_alpha=cfg.subword_regularization_alpha,
+                            layout_fraction=cfg.layout_fraction, subword_alpha=cfg.subword_regularization_alpha,
                             seed=cfg.seed, rank=rank, pad_to_max_len=cfg.compile)
 
         self.collate = collator(list(self.objectives.values()))

@@ -265,7 +265,7 @@ def test_unit_metrics(model, tok, cfg: FinetuneConfig, test: list) -> dict:
         return {}
     from alignlab.platform.finetune import evaluate_examples
 
-    m = evaluate_examples(model, cfg.task, test, tok, acronym_form=cfg.acronym_form)
+    m = evaluate_examples(model, cfg.task, test, tok, options=cfg.task_options)
     return {k: v for k, v in m.items() if k not in UNIT_COUNTS}
 
 
@@ -280,7 +280,7 @@ def extra_test_scores(model, tok, cfg: FinetuneConfig, tests: dict[str, list], b
 
     out: dict = {}
     for name, examples in tests.items():
-        m = evaluate_examples(model, cfg.task, examples, tok, acronym_form=cfg.acronym_form, per_unit=True)
+        m = evaluate_examples(model, cfg.task, examples, tok, options=cfg.task_options, per_unit=True)
         out[f"eval_{name}_accuracy"], out[f"eval_{name}_perplexity"] = m["accuracy"], m["perplexity"]
         out.update({f"eval_{name}_{k}": m[k] for k in UNIT_SCORES})
         out.update({f"eval_{name}_{k}": v for k, v in m.items() if k not in UNIT_COUNTS + UNIT_SCORES})

@@ -30,8 +30,9 @@ The verbs an objective may implement (defaults do nothing):
                 parallelism the engine reweights each worker's mean by its share of the global count.
 - config:       `curriculum()` (optional, on the config): the config the objective collates with during the first
                 `PretrainConfig.curriculum_fraction` of the steps (MLM: uniform masks before rare-weighted ones).
-`example_format` says which inputs it trains on: "pair" = `[CLS] chunk [SEP] next [SEP]`,
-"acronym" = `[CLS] acronym [SEP] chunk [SEP]`.
+`example_format` says which inputs it trains on: "pair" = `[CLS] chunk [SEP] next [SEP]`, or a layout of its own,
+`[CLS] lead [SEP] chunk [SEP]`, on the rows `example_rows` allows, drawn with PretrainConfig.layout_fraction; it
+writes the lead tokens (`Examples.lead`; PAD's "acronym" layout: the acronym).
 
 Objectives outside `alignlab.objectives` (a plugin): define and `@register` the config in your own module and
 import that module before naming the objective; the corpus stage then labels with it too (its name becomes part
@@ -205,6 +206,15 @@ def objectives_like(names: Any, like: Sequence[Any] = ()) -> tuple[Any, ...]:
         names = [s.strip() for s in names.split(",") if s.strip()]
     items = list(names) or [type(c).name for c in default_objectives()]
     return resolve_objectives([mine.get(it, it) if isinstance(it, str) else it for it in items])
+
+
+def layout_fraction_key() -> str:
+    """The key of PretrainConfig.layout_fraction in config dicts and ids: the one the objectives with a layout of
+    their own declare (`layout_fraction_key` of their config class; PAD's keeps its ids), else its field name."""
+    keys = {k for cls in registered().values() if (k := getattr(cls, "layout_fraction_key", None))}
+    if len(keys) > 1:
+        raise ValueError(f"objectives declare different layout_fraction_key values: {', '.join(sorted(keys))}")
+    return keys.pop() if keys else "layout_fraction"
 
 
 def objective_class(config: Any) -> type:

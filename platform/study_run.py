@@ -75,8 +75,7 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
     say = print if progress else (lambda *a, **k: None)
     say(f"[study {study.name}] building task datasets")
     tdir = build_tasks(st, langs=study.task_langs, max_docs_per_lang=study.task_max_docs_per_lang,
-                       target_snippets=study.task_snippets, seed=study.corpus.seed,
-                       **dict(study.task_options))
+                       seed=study.corpus.seed, **dict(study.task_options))
     check_budgets(study, tdir)
     eval_sets = stage_eval_files(study, sdir)
     if eval_sets:

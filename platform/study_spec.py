@@ -183,10 +183,9 @@ class Study:
     searches: tuple[SearchSpec, ...] = ()
     task_langs: tuple[str, ...] = ("en", "es", "fr")
     task_max_docs_per_lang: int | None = None
-    task_snippets: int = 600
     task_options: tuple[tuple[str, Any], ...] = ()
     """(name, value) of the tasks' own data-builder options (`Task.build_options`, e.g. which dataset a task
-    builds); the ones not given keep each task's default. Set on the command line by the flags each task adds
+    builds, or how many examples it mines); the ones not given keep each task's default. Set on the command line by the flags each task adds
     (`Task.add_build_arguments`)."""
     eval_files: tuple[tuple[str, str], ...] = ()
     """(task, path) of a user's own test files: every calculation of that task is also scored on each,

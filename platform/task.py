@@ -5,7 +5,7 @@ The engine (finetune, protocol, inference, CLI) looks tasks up by the name a con
 - model:     `make_head(hidden, dropout)`; `aligned_objective` names the pretraining objective whose head
              has the same shape (kept as the task head's initialisation; the study's "without it" row);
              `head_rank` orders the heads a task model creates (creation order draws the random init).
-- encoding:  `encode(examples, tok, max_len, acronym_form) -> Encoded`; `units(hidden, enc, pooling)` the hidden
+- encoding:  `encode(examples, tok, max_len, options) -> Encoded` (`options`: its `finetune_options` as set); `units(hidden, enc, pooling)` the hidden
              vectors and labels of the scored units (`unit` names them: "words", "pairs"; `pooling`: a word's
              first piece or the mean of its pieces, `head_input.HeadInput`).
 - data:      `build_options`, `build_key(options)`, `folder_tag(options)` and `build_data(docs, seed=, options=)` make its
@@ -13,8 +13,7 @@ The engine (finetune, protocol, inference, CLI) looks tasks up by the name a con
              `search_groups(points)`, `search_pool_key(fold)`, `extra_tests(data)`; `multitask_partner` is
              the task whose data the multitask scheme trains on alongside.
 - holdout:   `heldout_text(data)`: the texts and acronym definitions no corpus may hold (`holdout`).
-- baselines: `baselines` (names), `baseline_context(data)` (what they read from the task folder besides the
-             examples, e.g. a gazetteer) and `baseline_scores(train, test, **context)`.
+- baselines: `baselines`, `baseline_context(data)` (what else they read) and `baseline_scores(train, test, **context)`.
 - evidence:  `test_unit(example)`, what one independent test unit is (`test_units` names it: "texts", "snippets"):
              the report resamples these, and honest validation splits never cut one.
 - serving:   `serving_verbs` (Predictor methods it adds) and the `predict` CLI hooks.
@@ -29,7 +28,7 @@ import torch
 
 from alignlab.platform import task_files
 from alignlab.platform.batching import IGNORE
-from alignlab.platform.config import set_task_registry
+from alignlab.platform.finetune_config import set_task_registry
 from alignlab.platform.holdout import HeldOutText
 from alignlab.platform.task_files import TaskFormat
 from alignlab.platform.model import SequenceHead, TokenHead
@@ -182,14 +181,34 @@ class Task:
     def make_head(self, hidden: int, dropout: float) -> torch.nn.Module:
         raise NotImplementedError
 
-    def example_input(self, ex, tok, max_len: int, acronym_form: str) -> tuple[list[int], list[int], Any]:
-        """(ids, segment ids, label) of one example; label is an int per row or a per-token list."""
+    finetune_options: ClassVar[dict[str, tuple]] = {}
+    """FinetuneConfig.task_options this task reads: name -> allowed values, the first the default (a flag each)."""
+    options_in_every_id: ClassVar[tuple[str, ...]] = ()
+    """Those in every FinetuneConfig's dict even at their default (were config fields: ids made before stay)."""
+
+    def options(self, given: Any = ()) -> dict[str, Any]:
+        """This task's `finetune_options` as set in `given` ((name, value) pairs or a dict), the rest at default."""
+        given = dict(given)
+        return {name: given.get(name, allowed[0]) for name, allowed in self.finetune_options.items()}
+
+    def add_finetune_arguments(self, parser, seen: set) -> None:
+        """`alignlab finetune`/`fel` flags for `finetune_options` (dest = its name), but those in `seen`."""
+        for name, allowed in self.finetune_options.items():
+            if name not in seen:
+                seen.add(name)
+                parser.add_argument("--" + name.replace("_", "-"), dest=name, choices=list(allowed), default=None,
+                                    help=f"{self.name} option (default {allowed[0]})")
+
+    def example_input(self, ex, tok, max_len: int, options: dict) -> tuple[list[int], list[int], Any]:
+        """(ids, segment ids, label) of one example (an int or a per-token list); `options`: `self.options()`."""
         raise NotImplementedError
 
-    def encode(self, examples, tok, max_len: int, acronym_form: str = "letters") -> Encoded:
+    def encode(self, examples, tok, max_len: int, options: Any = ()) -> Encoded:
+        """`options`: FinetuneConfig.task_options (only this task's `finetune_options` are read)."""
         seqs, segs, labels = [], [], []
+        opts = self.options(options)
         for ex in examples:
-            ids, seg, lab = self.example_input(ex, tok, max_len, acronym_form)
+            ids, seg, lab = self.example_input(ex, tok, max_len, opts)
             seqs.append(ids)
             segs.append(seg)
             labels.append(lab)
@@ -362,4 +381,20 @@ class SequenceTask(Task):
         return torch.arange(len(enc))
 
 
-set_task_registry(_default_task, task_names)  # FinetuneConfig validates task names through this registry
+def finetune_options() -> dict[str, tuple]:
+    """Every registered task's `finetune_options`; two tasks declaring one name must allow the same values."""
+    out: dict[str, tuple] = {}
+    for t in registered_tasks():
+        for name, allowed in t.finetune_options.items():
+            if out.setdefault(name, tuple(allowed)) != tuple(allowed):
+                raise ValueError(f"tasks declare the finetuning option {name!r} with different values: "
+                                 f"{out[name]} and {t.name}'s {tuple(allowed)}")
+    return out
+
+
+def options_in_every_id() -> dict[str, Any]:
+    return {name: t.finetune_options[name][0] for t in registered_tasks() for name in t.options_in_every_id}
+
+
+# FinetuneConfig validates task names and options through this registry.
+set_task_registry(_default_task, task_names, finetune_options, options_in_every_id)

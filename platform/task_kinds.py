@@ -24,11 +24,13 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import torch
+
 from alignlab.platform import task_files
 from alignlab.platform.batching import IGNORE
 from alignlab.platform.task import BuiltData, SequenceTask, TokenTask, origin, register_instance, unregister
 from alignlab.platform.task_files import TaskDataError, majority_baseline
-from alignlab.platform.task_kind_data import (FORMATS, bag_of_words_baseline, is_span_scheme,  # noqa: F401
+from alignlab.platform.task_kind_data import (FORMATS, PairExample, TextExample, bag_of_words_baseline, is_span_scheme,  # noqa: F401
                                               labels_of, lexicon_baseline, overlap_baseline, texts_of)
 from alignlab.platform.tokenizer import _split_at_word_starts
 
@@ -84,6 +86,8 @@ class _FileTask:
     kind: str
     head_rank = 100  # after every built-in task: their heads' random init does not move when a file task is declared
     default = False
+    builtin = False
+    """True for a built-in task made as an instance of a kind (CT): registered by its module, never declared."""
 
     def _setup(self, declaration: dict, sources: dict | None) -> None:
         self.declaration = declaration
@@ -138,6 +142,23 @@ class _FileTask:
         examples = [ex for k in self.data_files for ex in data.files.get(k, [])]
         return HeldOutText(tuple(sorted({t for ex in examples for t in texts_of(ex)})))
 
+    # ---- serving: `alignlab predict --model ID --text TEXT [--text-b TEXT]` (`add_kind_predict_arguments`)
+    def predict_usage(self) -> str:
+        return f"--text TEXT{' --text-b TEXT' if self.kind == 'pair' else ''} ({self.name})"
+
+    def predict_requested(self, args) -> bool:
+        return getattr(args, "text", None) is not None
+
+    def classify(self, predictor, ids: list[int], seg: list[int]) -> str:
+        """A [CLS] task's label of one input, with its probability."""
+        predictor.need(self.name)
+        pool_w, pool_b, w, b = predictor.heads[self.name]
+        with torch.inference_mode():
+            h = predictor.unit_vectors(self.name, torch.tensor(ids), torch.tensor(seg), torch.zeros(1, dtype=torch.long))
+            probs = torch.softmax(torch.addmm(b, torch.tanh(torch.addmm(pool_b, h, pool_w)), w)[0], -1)
+        k = int(probs.argmax())
+        return f"{self.labels[k]} ({float(probs[k]):.3f})"
+
     def baseline_scores(self, train, test, **context):
         """Majority, and the kind's own baseline (`baselines[1]`, fitted by `fit_and_score`)."""
         return {"majority": majority_baseline(labels_of(self.kind, train), labels_of(self.kind, test)),
@@ -151,7 +172,7 @@ class TaggingTask(_FileTask, TokenTask):
     baseline_text = "lexicon (each word's most frequent training tag, unknown words the majority tag)."
     fit_and_score = staticmethod(lexicon_baseline)
 
-    def example_input(self, ex, tok, max_len, acronym_form):
+    def example_input(self, ex, tok, max_len, options):
         return tagged_input(tok, ex.tokens, [self.label_id(t) for t in ex.tags], max_len)
 
     def unit_metrics(self, preds: list[int], rows: list[int], examples) -> dict[str, float]:
@@ -168,6 +189,19 @@ class TaggingTask(_FileTask, TokenTask):
             seen[r] += 1
         return {"span_f1": float(f1_score([list(ex.tags) for ex in examples], pred))}
 
+    def predict_line(self, predictor, args) -> str:
+        """Each word of the text with its predicted tag (`word/TAG`); words past the max length get `?`."""
+        words = args.text.split()
+        if not words:
+            raise ValueError("the text is empty")
+        predictor.need(self.name)
+        ids, first = query_input(predictor.tok, words, predictor.max_len)
+        w, b = predictor.heads[self.name]
+        with torch.inference_mode():
+            h = predictor.unit_vectors(self.name, torch.tensor(ids), None, torch.tensor(first))
+            pred = torch.addmm(b, h, w).argmax(-1).tolist()
+        return " ".join(f"{wd}/{t}" for wd, t in zip(words, [self.labels[p] for p in pred] + ["?"] * len(words)))
+
 
 class SequenceClassificationTask(_FileTask, SequenceTask):
     kind = "sequence"
@@ -176,9 +210,13 @@ class SequenceClassificationTask(_FileTask, SequenceTask):
     baseline_text = "bag of words (logistic regression on the text's lowercased word counts)."
     fit_and_score = staticmethod(bag_of_words_baseline)
 
-    def example_input(self, ex, tok, max_len, acronym_form):
+    def example_input(self, ex, tok, max_len, options):
         ids = [tok.cls_id, *tok.sp.encode(" ".join(ex.text.split()))[: max_len - 2], tok.sep_id]
         return ids, [0] * len(ids), self.label_id(ex.label)
+
+    def predict_line(self, predictor, args) -> str:
+        ids, seg, _ = self.example_input(TextExample(args.text, self.labels[0]), predictor.tok, predictor.max_len, {})
+        return self.classify(predictor, ids, seg)
 
 
 class PairClassificationTask(_FileTask, SequenceTask):
@@ -188,11 +226,24 @@ class PairClassificationTask(_FileTask, SequenceTask):
     baseline_text = "overlap (logistic regression on the two texts' word overlap: Jaccard, shares, counts)."
     fit_and_score = staticmethod(overlap_baseline)
 
-    def example_input(self, ex, tok, max_len, acronym_form):
+    def example_input(self, ex, tok, max_len, options):
         a = tok.sp.encode(" ".join(ex.text_a.split()))[: (max_len - 3) // 2]
         b = tok.sp.encode(" ".join(ex.text_b.split()))[: max_len - 3 - len(a)]
         ids = [tok.cls_id, *a, tok.sep_id, *b, tok.sep_id]
         return ids, [0] * (len(a) + 2) + [1] * (len(b) + 1), self.label_id(ex.label)
+
+    def predict_line(self, predictor, args) -> str:
+        if getattr(args, "text_b", None) is None:
+            raise ValueError(f"{self.name} scores a pair: give --text and --text-b")
+        ex = PairExample(args.text, args.text_b, self.labels[0])
+        ids, seg, _ = self.example_input(ex, predictor.tok, predictor.max_len, {})
+        return self.classify(predictor, ids, seg)
+
+
+def add_kind_predict_arguments(parser) -> None:
+    """`alignlab predict` inputs of the declared tasks (one set for every kind: the model says which task)."""
+    parser.add_argument("--text", default=None, help="a declared task's input: its words (tagging) or its text")
+    parser.add_argument("--text-b", default=None, help="a declared pair task's second text")
 
 
 KIND_CLASSES = {c.kind: c for c in (TaggingTask, SequenceClassificationTask, PairClassificationTask)}
@@ -277,7 +328,7 @@ def declarations() -> list[dict]:
     """The portable declarations of every declared task (what a Ray worker needs to register them too)."""
     from alignlab.platform.task import registered_tasks
 
-    return [t.declaration for t in registered_tasks() if isinstance(t, _FileTask)]
+    return [t.declaration for t in registered_tasks() if isinstance(t, _FileTask) and not t.builtin]
 
 
 def declare_all(decls) -> None:

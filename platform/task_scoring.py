@@ -21,9 +21,10 @@ from alignlab.platform.task import Encoded, task as task_named
 from alignlab.platform.tokenizer import Tokenizer
 
 
-def encode_examples(task: str, examples, tok: Tokenizer, max_len: int, acronym_form: str = "letters") -> Encoded:
-    """Padded inputs and labels of `task`'s examples (the task's own input encoding)."""
-    return task_named(task).encode(examples, tok, max_len, acronym_form)
+def encode_examples(task: str, examples, tok: Tokenizer, max_len: int, options=()) -> Encoded:
+    """Padded inputs and labels of `task`'s examples (the task's own input encoding; `options`:
+    FinetuneConfig.task_options)."""
+    return task_named(task).encode(examples, tok, max_len, options)
 
 
 def on_device(enc: Encoded, device) -> Encoded:
@@ -72,7 +73,7 @@ def scores_per_test_unit(task: str, examples, hit_N: torch.Tensor, rows_N: torch
     return dict(zip(UNIT_SCORES, (keys, count.tolist(), correct.tolist())))
 
 
-def evaluate_examples(model: AlignModel, task: str, examples, tok: Tokenizer, *, acronym_form: str = "letters",
+def evaluate_examples(model: AlignModel, task: str, examples, tok: Tokenizer, *, options=(),
                       batch_size: int = 64, per_unit: bool = False) -> dict:
     """Accuracy and perplexity = exp(mean cross-entropy) over every scored unit (CT words, AD pairs) of
     `examples`, in batches so a large user file fits in memory; with `per_unit`, `scores_per_test_unit` too."""
@@ -83,7 +84,7 @@ def evaluate_examples(model: AlignModel, task: str, examples, tok: Tokenizer, *,
     nll, correct, count, hits, rows, preds, pred_rows = 0.0, 0, 0, [], [], [], []
     with torch.inference_mode():
         for start in range(0, len(examples), batch_size):
-            enc = encode_examples(task, examples[start: start + batch_size], tok, model.cfg.max_len, acronym_form)
+            enc = encode_examples(task, examples[start: start + batch_size], tok, model.cfg.max_len, options)
             enc = on_device(enc, device)
             logits, labels = logits_and_labels(model, task, enc)
             nll += F.cross_entropy(logits.float(), labels, reduction="sum").item()

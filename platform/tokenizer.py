@@ -119,12 +119,14 @@ class Tokenizer:
                 self.sp.encode(w, enable_sampling=True, alpha=alpha, nbest_size=-1) for w in words]
         return self.sp.encode(list(words))
 
-    def encode_acronym(self, acronym: str, form: str = "letters") -> list[int]:
+    def encode_spelled(self, word: str, form: str = "letters") -> list[int]:
+        """A short word, lowercased, as one word-initial token per letter ("letters": spelled out, as PAD's and AD's
+        acronyms enter) or as its sentencepiece pieces ("text")."""
         if form == "letters":
-            return [self._letter_ids.get(c, self.unk_id) for c in acronym.lower()]
+            return [self._letter_ids.get(c, self.unk_id) for c in word.lower()]
         if form == "text":
-            return self.sp.encode(acronym.lower())
-        raise ValueError(f"unknown acronym form {form!r}: use 'letters' or 'text'")
+            return self.sp.encode(word.lower())
+        raise ValueError(f"unknown spelling form {form!r}: use 'letters' or 'text'")
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.sp.decode([int(i) for i in ids])

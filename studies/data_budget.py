@@ -21,8 +21,9 @@ from alignlab.platform.config import CORPUS_PRESETS, FINETUNE_PRESETS
 from alignlab.platform.protocol import NUM_FOLDS
 from alignlab.platform.study import (SIZE_GRID, SMOKE_TASK_DOCS, WITHOUT_ALIGNED, CalcSpec, ModelSpec, Study,
                                      largest_size, protocol_points, sized_pretrain, study_main)
+from alignlab.platform.task import task
 
-TASK_SNIPPETS = 600
+TASK_SNIPPETS = task("ad").build_options["target_snippets"]  # AD's own default, which this study keeps (600)
 AD_POOL = 2 * TASK_SNIPPETS * (NUM_FOLDS - 1) // NUM_FOLDS  # 960
 
 
@@ -65,7 +66,7 @@ def build(preset: str) -> Study:
     return Study(name=f"data_budget-{preset}", title=f"Accuracy by finetuning data size ({preset} preset)",
                  corpus=CORPUS_PRESETS[preset], models=tuple(models), calcs=calcs, baseline_col=base_col,
                  baseline_cells=tuple((f"{t.upper()} {ref_n}", base_col) for t in ("ct", "ad")),
-                 plots=("budget",), task_snippets=TASK_SNIPPETS,
+                 plots=("budget",),
                  task_max_docs_per_lang=SMOKE_TASK_DOCS if preset == "smoke" else None, notes=notes)
 
 

@@ -99,7 +99,7 @@ def test_the_encoder_init_is_berts_by_default_and_fan_in_on_request():
 # ones. A new field must be added here, so it cannot join the config without a decision on its identity.
 _OTHER_VALUE = {
     "model": C.MODEL_SIZES["128x2"], "objectives": "mlm,nsp", "batch_size": 8, "lr": 5e-4, "warmup_steps": 3,
-    "decay": "linear", "max_steps": 13, "grad_clip": 0.5, "acronym_fraction": 0.5, "subword_regularization_alpha": 0.1,
+    "decay": "linear", "max_steps": 13, "grad_clip": 0.5, "layout_fraction": 0.5, "subword_regularization_alpha": 0.1,
     "num_workers": 2, "precision": "fp32", "seed": 1, "loss_scaling": "log_classes",
     "adam_betas": (0.9, 0.98), "adam_eps": 1e-6, "weight_decay": 0.01, "seq_len": 32, "curriculum_fraction": 0.5,
     "corpus_embeddings": 0.1, "compile": True,

@@ -66,7 +66,7 @@ def test_a_rank_collates_only_its_own_rows_with_its_own_key_and_one_worker_colla
     rows = to_numpy_rows(table)
     one = Pretrainer(CFG, tok)
     before = Collator(list(one.objectives.values()), tok, max_len=CFG.model.max_len,
-                      acronym_fraction=CFG.acronym_fraction, seed=CFG.seed, rank=0)(rows, step=5)
+                      layout_fraction=CFG.layout_fraction, seed=CFG.seed, rank=0)(rows, step=5)
     whole = one.batch(rows, step=5)
     assert whole.keys() == before.keys() and all(torch.equal(whole[k], before[k]) for k in whole)
     half = {k: v[:8] for k, v in rows.items()}

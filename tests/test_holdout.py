@@ -88,7 +88,7 @@ def test_a_cli_built_corpus_holds_out_every_task_document_and_is_the_corpus_a_st
     # very corpus: same id, nothing rebuilt.
     study = load_script("objective_ablation").build("smoke")
     stdir = build_tasks(root, langs=study.task_langs, max_docs_per_lang=study.task_max_docs_per_lang,
-                        target_snippets=study.task_snippets, seed=study.corpus.seed)
+                        seed=study.corpus.seed, **dict(study.task_options))
     assert stdir == tdir
     before = (cdir / MANIFEST).stat().st_mtime_ns
     study_cdir = build_corpus(dataclasses.replace(study.corpus, holdout_ids_file=str(stdir / "heldout_doc_ids.txt")),
@@ -120,5 +120,5 @@ def test_every_study_holds_out_the_task_data_it_finetunes_on():
         for preset in ("smoke", "mini", "paper"):
             s = load_script(name).build(preset)
             assert s.corpus.hold_out_tasks, s.name
-            assert (tuple(s.task_langs), s.task_max_docs_per_lang, s.task_snippets) == \
-                (tuple(defaults["langs"]), s.corpus.task_max_docs_per_lang, defaults["target_snippets"]), s.name
+            assert (tuple(s.task_langs), s.task_max_docs_per_lang, s.task_options) == \
+                (tuple(defaults["langs"]), s.corpus.task_max_docs_per_lang, ()), s.name

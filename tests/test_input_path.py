@@ -54,7 +54,7 @@ def _assert_same_batches(old: ReferenceCollator, new: Collator, row_batches: lis
 def test_the_array_collation_makes_exactly_the_batches_of_the_per_row_collation(tok, variant):
     names, overrides = VARIANTS[variant]
     objs = _objectives(tok, names, overrides)
-    kw = dict(max_len=64, acronym_fraction=0.5, subword_alpha=0.1 if variant != "plain" else 0.0, seed=3)
+    kw = dict(max_len=64, layout_fraction=0.5, subword_alpha=0.1 if variant != "plain" else 0.0, seed=3)
     _assert_same_batches(ReferenceCollator(objs, tok, **kw), Collator(objs, tok, **kw), batches(tok), (64, 32, 20))
 
 
@@ -73,7 +73,7 @@ def test_the_array_collation_makes_exactly_the_batches_of_the_per_row_collation_
         for rb in pq.ParquetFile(smoke_corpus / "shards" / name).iter_batches(batch_size=16):
             row_batches.append({c: rb.column(c).to_numpy(zero_copy_only=False) for c in rb.schema.names})
     objs = _objectives(corpus_tok, "mlm,nsp,whp,pad", {})
-    kw = dict(max_len=64, acronym_fraction=0.5)
+    kw = dict(max_len=64, layout_fraction=0.5)
     _assert_same_batches(ReferenceCollator(objs, corpus_tok, **kw), Collator(objs, corpus_tok, **kw), row_batches[:12],
                          (64, 32))
 
@@ -194,7 +194,7 @@ def test_the_forward_and_loss_of_a_prepared_unpadded_batch_read_no_tensor_value(
     cfg = dataclasses.replace(SMOKE, objectives="mlm,nsp,whp,pad", precision="fp32",
                               model=dataclasses.replace(SMOKE.model, alibi=alibi, dropout=0.0))
     trainer = Pretrainer(cfg, tok)
-    col = Collator(list(trainer.objectives.values()), tok, max_len=64, pad_to_max_len=True, acronym_fraction=0.5)
+    col = Collator(list(trainer.objectives.values()), tok, max_len=64, pad_to_max_len=True, layout_fraction=0.5)
     rows = batches(tok)[0]
     batch = col(rows, step=0)
     batch["attention_mask"][:] = True  # every row as long as the batch (as a packed batch would be)

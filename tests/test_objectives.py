@@ -131,10 +131,10 @@ def test_the_same_step_makes_the_same_batch_and_another_step_a_different_one(tok
 
 def test_acronym_examples_come_only_from_linked_rows_and_carry_the_pad_label(tok):
     objs = _objectives(tok, "mlm,pad")
-    col = Collator(objs, tok, max_len=64, acronym_fraction=1.0)
+    col = Collator(objs, tok, max_len=64, layout_fraction=1.0)
     b = col(_rows(tok, linked=True), step=0)
     assert (b["row_format"] == 1).all()
-    acr_ids = tok.encode_acronym("abg")
+    acr_ids = tok.encode_spelled("abg")
     assert b["input_ids"][0, 1: 1 + len(acr_ids)].tolist() == acr_ids
     assert b["pad"].tolist() == [i % 2 for i in range(8)]
     web = col(_rows(tok, linked=False), step=0)
@@ -142,7 +142,7 @@ def test_acronym_examples_come_only_from_linked_rows_and_carry_the_pad_label(tok
 
 
 def test_without_pad_every_row_is_a_pair_example(tok):
-    col = Collator(_objectives(tok, "mlm,nsp,whp"), tok, max_len=64, acronym_fraction=1.0)
+    col = Collator(_objectives(tok, "mlm,nsp,whp"), tok, max_len=64, layout_fraction=1.0)
     assert (col(_rows(tok), step=0)["row_format"] == 0).all()
 
 
@@ -182,8 +182,8 @@ def test_pad_subword_regularization_resamples_the_chunk_but_keeps_its_words_and_
     from alignlab.objectives.pseudo_acronym import PseudoAcronymConfig
 
     rows = _rows(tok, n=16)
-    plain = Collator([PseudoAcronymConfig().build(tok)], tok, max_len=64, acronym_fraction=1.0)
-    sampled = Collator([PseudoAcronymConfig(subword_alpha=0.1).build(tok)], tok, max_len=64, acronym_fraction=1.0)
+    plain = Collator([PseudoAcronymConfig().build(tok)], tok, max_len=64, layout_fraction=1.0)
+    sampled = Collator([PseudoAcronymConfig(subword_alpha=0.1).build(tok)], tok, max_len=64, layout_fraction=1.0)
     base = _pad_examples(tok, plain(rows, step=3), rows)
     once, again = (_pad_examples(tok, sampled(rows, step=3), rows) for _ in range(2))
     later = _pad_examples(tok, sampled(rows, step=4), rows)
@@ -200,11 +200,11 @@ def test_pad_pairs_are_the_stored_ones_on_the_first_pass_and_drawn_afresh_on_lat
     from alignlab.platform.text import initials
 
     rows = _rows(tok, n=16)
-    col = Collator([PseudoAcronymConfig().build(tok)], tok, max_len=64, acronym_fraction=1.0)
+    col = Collator([PseudoAcronymConfig().build(tok)], tok, max_len=64, layout_fraction=1.0)
     first = col(rows, step=3, epoch=0)
     assert first["pad"].tolist() == [i % 2 for i in range(16)]
     stored = _pad_examples(tok, first, rows)
-    assert all(acr == tok.encode_acronym("abg") for acr, _, _ in stored)
+    assert all(acr == tok.encode_spelled("abg") for acr, _, _ in stored)
     later = [col(rows, step=s, epoch=1) for s in (40, 41)]
     assert torch.equal(col(rows, step=40, epoch=1)["input_ids"], later[0]["input_ids"])  # keyed: exact resume
     drawn = [_pad_examples(tok, b, rows) for b in later]
@@ -227,7 +227,7 @@ def test_a_pad_label_holds_for_the_words_its_example_shows_when_the_chunk_is_cut
     # 40-word chunks do not fit 32 tokens: the short-sequence phase cuts them, and a stored positive's span may be
     # in the part cut off. Every label must hold for the words the example shows.
     rows = _rows(tok, n=16, seg_words=40)
-    col = Collator([PseudoAcronymConfig(acronym_form=form).build(tok)], tok, max_len=32, acronym_fraction=1.0)
+    col = Collator([PseudoAcronymConfig(acronym_form=form).build(tok)], tok, max_len=32, layout_fraction=1.0)
     labels, flips = [], 0
     for step in range(6):
         batch = col(rows, step=step)
@@ -241,7 +241,7 @@ def test_a_pad_label_holds_for_the_words_its_example_shows_when_the_chunk_is_cut
         flips += batch["pad"].tolist() != [i % 2 for i in range(16)]
     assert flips == 6, "cut chunks keep their stored pairs"
     assert 0.4 < sum(labels) / len(labels) < 0.6  # drawn by make_pad_pairs: half positives
-    whole = Collator([PseudoAcronymConfig(acronym_form=form).build(tok)], tok, max_len=128, acronym_fraction=1.0)
+    whole = Collator([PseudoAcronymConfig(acronym_form=form).build(tok)], tok, max_len=128, layout_fraction=1.0)
     assert whole(rows, step=0)["pad"].tolist() == [i % 2 for i in range(16)], "chunks that fit keep their pairs"
 
 
@@ -256,7 +256,7 @@ def test_pad_letter_distribution_for_later_passes_comes_from_the_token_counts(to
 
 
 def test_acronym_letters_are_word_initial_pieces_where_the_vocabulary_has_them(tok):
-    ids = tok.encode_acronym("abg", "letters")
+    ids = tok.encode_spelled("abg", "letters")
     pieces = [tok.sp.id_to_piece(i) for i in ids]
     assert len(ids) == 3 and tok.unk_id not in ids
     assert all(p in (f"\u2581{c}", c) for p, c in zip(pieces, "abg"))
@@ -340,8 +340,8 @@ def test_an_acronym_example_keeps_its_chunks_whp_tags_only_when_pad_chunk_labels
     # 40-word chunks at 32 tokens are cut to whole words (PAD's fit_to_length): the tags of the words kept stay.
     rows = _whp_rows(tok, seg_words=12 if max_len == 128 else 40)
     objs = lambda **pad: [c.build(tok) for c in resolve_objectives(["mlm", "whp", PseudoAcronymConfig(**pad)])]
-    off = Collator(objs(), tok, max_len=max_len, acronym_fraction=1.0)(rows, step=0)
-    on = Collator(objs(chunk_labels=True), tok, max_len=max_len, acronym_fraction=1.0)(rows, step=0)
+    off = Collator(objs(), tok, max_len=max_len, layout_fraction=1.0)(rows, step=0)
+    on = Collator(objs(chunk_labels=True), tok, max_len=max_len, layout_fraction=1.0)(rows, step=0)
     assert (on["row_format"] == 1).all() and torch.equal(on["input_ids"], off["input_ids"])
     assert (off["whp"] == -100).all(), "off (the paper's reading before the field): PAD alone in its examples"
     for i in range(16):
@@ -359,7 +359,7 @@ def test_a_pad_chunk_resegmented_by_subword_regularization_keeps_no_tags(tok):
     rows = _whp_rows(tok)
     pad = PseudoAcronymConfig(chunk_labels=True, subword_alpha=0.1)
     batch = Collator([c.build(tok) for c in resolve_objectives(["whp", pad])], tok, max_len=128,
-                     acronym_fraction=1.0)(rows, step=3)
+                     layout_fraction=1.0)(rows, step=3)
     tagged = []
     for i in range(16):
         chunk = batch["input_ids"][i][(batch["segment_ids"][i] == 1) & batch["attention_mask"][i]].tolist()[:-1]
