@@ -126,3 +126,36 @@ def with_tasks(study, names, only=None):
     return dataclasses.replace(study, name=f"{study.name}-tasks-{key}", calcs=tuple(calcs), searches=tuple(searches),
                                baseline_cells=tuple(cells), baseline_col=baseline_col,
                                models=tuple(m for m in study.models if m.key in used))
+
+
+def maximize_key(name: str) -> str:
+    """`--maximize TASK[:METRIC]` -> the trial key it names (`ner:span_f1` -> `ner_val_span_f1`)."""
+    from alignlab.platform.objective_search import val_metric
+
+    task, _, metric = name.partition(":")
+    return val_metric(task.strip(), metric.strip() or "accuracy")
+
+
+def search_with_tasks(spec, names, only=None, maximize=()):
+    """An objective-mixture search (`objective_search.MixSearchSpec`) that scores the declared tasks `names`
+    too (with `only`, only those tasks) and maximizes `maximize` (`TASK[:METRIC]`; default: each scored task's
+    accuracy, or, when tasks are declared, the first declared task's). It carries the declarations (their
+    files' digests) and is named after them, so a search on other tasks is another search with its own report."""
+    from alignlab.platform.task import task_names
+    from alignlab.platform.task_kinds import declarations
+
+    if not names and not only and not maximize:
+        return spec
+    unknown = sorted(set(only or ()) - set(task_names()))
+    if unknown:
+        raise ValueError(f"--only-tasks: no task named {', '.join(unknown)} (known: {', '.join(task_names())})")
+    tasks = tuple(only) if only else task_names()
+    keys = tuple(maximize_key(m) for m in maximize) or (
+        (maximize_key(names[0]),) if names and names[0] in tasks else ())
+    outside = [k for k in keys if not any(k.startswith(f"{t}_val_") for t in tasks)]
+    if outside:
+        raise ValueError(f"--maximize: {', '.join(outside)} is not a metric of the scored tasks {', '.join(tasks)}")
+    declared = tuple(d for d in declarations() if d["name"] in tasks)
+    key = config_hash({"declared": list(declared), "tasks": list(tasks), "maximize": list(keys)}, length=8)
+    return dataclasses.replace(spec, name=f"{spec.name}-tasks-{key}", title=f"{spec.title}, tasks {', '.join(tasks)}",
+                               tasks=tasks, maximize=keys, declared=declared)

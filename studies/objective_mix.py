@@ -13,7 +13,11 @@ a mixture good for one may cost the other; the Pareto front shows that trade-off
 the two accuracies would fix an exchange rate between CT and AD points that nothing justifies.
 (`alignlab.platform.objective_search` has the details: no pruning, one trial at a time on a small box.)
 
+Your own task (`--task`, as every study script): the search scores it too, or only it with `--only-tasks`, and
+maximizes its validation accuracy (or the metric `--maximize TASK:METRIC` names, e.g. `ner:span_f1`).
+
     python studies/objective_mix.py --preset mini [--storage DIR] [--num-samples N] [--optuna-storage URL]
+    python studies/objective_mix.py --preset smoke --task name=ner,kind=tagging,pool=P,test=T --only-tasks ner
 """
 import dataclasses
 
@@ -40,6 +44,7 @@ def main(argv=None):
     from alignlab.platform.errors import Parser, run_guarded
     from alignlab.platform.optuna_study import rdb_url
     from alignlab.platform.storage import resolve_root
+    from alignlab.platform.study_tasks import add_task_arguments, declare_specs, search_with_tasks
 
     ap = Parser(description=build.__doc__)
     ap.add_argument("--preset", default="mini", help="smoke | mini | paper (default mini)")
@@ -53,6 +58,10 @@ def main(argv=None):
     ap.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                     help="matmul precision of pretraining (default auto); fp32 or bf16 trains the same models on "
                          "every machine (the search then gets its own name and report)")
+    add_task_arguments(ap)
+    ap.add_argument("--maximize", action="append", default=[], metavar="TASK[:METRIC]",
+                    help="what the search maximizes, e.g. ner or ner:span_f1 (repeatable: a Pareto search; default: "
+                         "each task's validation accuracy, or the first --task's when tasks are declared)")
     args = ap.parse_args(argv)
     spec = build(check_preset(args.preset))
     if args.num_samples:
@@ -60,9 +69,14 @@ def main(argv=None):
     if args.precision != "auto":  # as the study scripts' --precision (study_spec.with_precision)
         spec = dataclasses.replace(spec, name=f"{spec.name}-{args.precision}",
                                    pretrain=dataclasses.replace(spec.pretrain, precision=args.precision))
+
+    def with_tasks():  # a bad task file is one line per FILE:LINE problem and exit code 2, as in the study scripts
+        only = args.only_tasks.split(",") if args.only_tasks else None
+        return search_with_tasks(spec, declare_specs(args.declare_tasks), only, tuple(args.maximize))
+
     done = []  # bad input (e.g. a database that cannot be opened) is one line and exit code 2 (errors.run_guarded)
     code = run_guarded(lambda: done.append(run_objective_search(
-        spec, resolve_root(args.storage), max_concurrent=args.max_concurrent, optuna_storage=args.optuna_storage)),
+        with_tasks(), resolve_root(args.storage), max_concurrent=args.max_concurrent, optuna_storage=args.optuna_storage)),
         argv)
     if code:
         raise SystemExit(code)

@@ -3,13 +3,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
 from test_studies import load_script
 
 from alignlab.platform.config import PRESETS
-from alignlab.platform.objective_search import METRICS, MixSearchSpec, pareto_front
+from alignlab.platform.objective_search import MixSearchSpec, pareto_front, search_id
+
+REPO = Path(__file__).resolve().parents[1]
+SWNER = "name=swner,kind=tagging,pool=examples/software_ner/pool.jsonl,test=examples/software_ner/test.jsonl"
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -35,7 +39,7 @@ def test_the_pareto_front_keeps_exactly_the_undominated_trials():
             {"ct_val_accuracy": 0.7, "ad_val_accuracy": 0.55},  # a tie is not dominated
             {"ct_val_accuracy": float("nan"), "ad_val_accuracy": 0.9},
             {"status": "error"}]
-    assert pareto_front(rows) == [1, 2, 3]
+    assert pareto_front(rows, ("ct_val_accuracy", "ad_val_accuracy")) == [1, 2, 3]
 
 
 def test_a_mini_trial_leaves_ray_data_a_whole_cpu_on_two_cpus_without_changing_the_model_id():
@@ -70,6 +74,8 @@ def test_the_search_runs_at_smoke_on_ray_and_reports_a_pareto_front(ray_session,
     report = run_objective_search(spec, storage_root, progress=False)
     wall = time.time() - t0
     summary = json.loads((report.parent / "search.json").read_text())
+    METRICS = spec.metrics()
+    assert METRICS == ("ct_val_accuracy", "ad_val_accuracy")
     assert summary["metrics"] == list(METRICS) and summary["modes"] == ["max", "max"]
     done = [t for t in summary["trials"] if t["status"] == "complete"]
     assert len(summary["trials"]) == spec.num_samples and len(done) == spec.num_samples
@@ -106,3 +112,69 @@ def test_the_search_runs_at_smoke_on_ray_and_reports_a_pareto_front(ray_session,
     run_objective_search(spec, storage_root, progress=False)
     assert {m: (storage_root / "models" / m / "final" / "model.pt").stat().st_mtime_ns for m in before} == before
     print(f"\nobjective_mix smoke search wall: {wall:.0f}s")
+
+
+def test_a_search_without_declared_tasks_keeps_its_name_and_the_id_it_had_before_tasks_could_be_declared():
+    from alignlab.platform.config import config_hash
+    from alignlab.platform.study_tasks import search_with_tasks
+
+    for preset in PRESETS:
+        spec = load_script("objective_mix").build(preset)
+        assert search_with_tasks(spec, [], None, ()) is spec and spec.name == f"objective_mix-{preset}"
+        before = config_hash(spec.name, spec.pretrain, spec.finetune, list(spec.candidates), list(spec.weights),
+                             [list(p) for p in spec.points], spec.seed, "tasks-id")  # the id's formula until now
+        assert search_id(spec, "tasks-id") == f"objective-search-{before}"
+
+
+def test_declared_tasks_name_the_search_and_its_id_and_the_first_one_is_maximized_unless_named(monkeypatch):
+    from alignlab.platform.study_tasks import declare_specs, search_with_tasks
+    from alignlab.platform.task_kinds import undeclare
+
+    monkeypatch.chdir(REPO)
+    spec = load_script("objective_mix").build("smoke")
+    try:
+        names = declare_specs([SWNER])
+        only = search_with_tasks(spec, names, ["swner"])
+        assert only.name.startswith("objective_mix-smoke-tasks-") and only.scored_tasks() == ("swner",)
+        assert only.metrics() == ("swner_val_accuracy",) and [d["name"] for d in only.declared] == ["swner"]
+        assert search_id(only, "t") != search_id(spec, "t") and only.declared[0]["digest"]
+        both = search_with_tasks(spec, names, None, ("swner:span_f1", "ct"))
+        assert both.scored_tasks()[-1] == "swner" and both.metrics() == ("swner_val_span_f1", "ct_val_accuracy")
+        assert both.name != only.name
+        with pytest.raises(ValueError, match="not a metric of the scored tasks"):
+            search_with_tasks(spec, names, ["swner"], ("ct",))
+    finally:
+        undeclare("swner")
+
+
+@pytest.mark.ray
+def test_a_smoke_search_on_a_declared_task_maximizes_its_metric_and_names_it_in_results_and_report(
+        ray_session, storage_root, monkeypatch):
+    """`--task ... --only-tasks swner` on the script's command line, as a user runs it: the trials (Ray Tune
+    workers, which re-declare the task from the trial's config) score swner only, and Optuna gets its accuracy."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from alignlab.platform.task_kinds import undeclare
+
+    monkeypatch.chdir(REPO)
+    try:
+        report = load_script("objective_mix").main(["--preset", "smoke", "--storage", str(storage_root),
+                                                    "--num-samples", "2", "--task", SWNER, "--only-tasks", "swner"])
+    finally:
+        undeclare("swner")
+    summary = json.loads((report.parent / "search.json").read_text())
+    assert summary["name"].startswith("objective_mix-smoke-tasks-") and summary["tasks"] == ["swner"]
+    assert summary["metrics"] == ["swner_val_accuracy"] and summary["modes"] == ["max"]
+    assert [d["name"] for d in summary["declared"]] == ["swner"] and summary["declared"][0]["kind"] == "tagging"
+    done = [t for t in summary["trials"] if t["status"] == "complete"]
+    assert len(summary["trials"]) == len(done) == 2
+    for t in done:
+        assert 0 <= t["swner_val_accuracy"] <= 1 and 0 <= t["swner_val_span_f1"] <= 1
+        assert not any(k.startswith(("ct_", "ad_")) for k in t)  # only the declared task was scored
+    journal = report.parent / "search.optuna.journal"
+    study = optuna.load_study(study_name=summary["tune_name"], storage=JournalStorage(JournalFileBackend(str(journal))))
+    assert sorted(t.values for t in study.trials) == sorted([t["swner_val_accuracy"]] for t in done)
+    text = report.read_text()
+    assert "SWNER val acc" in text and "declared from files: SWNER" in text and "CT" not in text.split("##")[0]
