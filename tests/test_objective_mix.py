@@ -178,3 +178,13 @@ def test_a_smoke_search_on_a_declared_task_maximizes_its_metric_and_names_it_in_
     assert sorted(t.values for t in study.trials) == sorted([t["swner_val_accuracy"]] for t in done)
     text = report.read_text()
     assert "SWNER val acc" in text and "declared from files: SWNER" in text and "CT" not in text.split("##")[0]
+
+
+def test_a_bad_declared_task_file_stops_the_search_before_any_work_naming_file_and_line(tmp_path, capsys):
+    bad = tmp_path / "pool.jsonl"
+    bad.write_text('{"tokens": ["a"], "tags": ["O", "O"]}\n')
+    spec = f"name=bad,kind=tagging,pool={bad},test={REPO / 'examples' / 'software_ner' / 'test.jsonl'}"
+    with pytest.raises(SystemExit) as stop:
+        load_script("objective_mix").main(["--preset", "smoke", "--storage", str(tmp_path / "st"), "--task", spec])
+    assert stop.value.code == 2 and f"{bad}:1: 2 tags for 1 tokens" in capsys.readouterr().err
+    assert not (tmp_path / "st").exists()
