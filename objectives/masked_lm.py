@@ -86,8 +86,8 @@ class MaskedLM(Objective):
         flat[pos[to_mask]] = self.tokenizer.mask_id
         flat[pos[to_rand]] = rng.choice(self.random_ids, size=int(to_rand.sum()))
         lock_inputs(batch, chosen)  # e.g. RTD must not resample what MLM predicts
-        # Labels per row ([B, T], IGNORE where nothing is predicted), so that a data-parallel worker's rows of the
-        # batch carry exactly their own labels (batching.take_rows).
+        # Labels per row ([B, T], IGNORE where nothing is predicted), so that any batch cut from a collated window
+        # by row carries exactly its own labels (bucketing.py).
         out = np.full((B, T), IGNORE, dtype=np.int64)
         out.reshape(-1)[pos] = labels
         batch["mlm"] = out

@@ -2,8 +2,8 @@
 
 Plain numpy/torch, no Ray: the pretraining loop calls `Collator(rows, step)` on each batch of rows
 it streams. Randomness is keyed by (seed, rank, step) instead of a running generator, so a resumed
-run makes exactly the batches the uninterrupted run would have made. Data-parallel workers all collate the
-global batch with rank 0's key and each takes its own rows (`take_rows`), so every array of a batch is per row.
+run makes exactly the batches the uninterrupted run would have made. Every array of a batch is per row ([B] or
+[B, T]): length bucketing (`bucketing.py`) collates a window of rows at once and cuts it into batches by row.
 
 The example mix: every row becomes exactly one example, `[CLS] chunk [SEP] next-or-random [SEP]` (the "pair"
 layout), unless an objective declares a layout of its own (`example_format`) and says the row can take it
@@ -202,15 +202,3 @@ def _scatter_spans(spans: list, B: int, T: int) -> np.ndarray:
 
 def _flat(pieces: list[list[int]]) -> list[int]:
     return [t for p in pieces for t in p]
-
-
-def take_rows(batch: dict[str, torch.Tensor], start: int, stop: int) -> dict[str, torch.Tensor]:
-    """Rows [start, stop) of a collated batch: a data-parallel worker's slice of the global batch. Every tensor of a
-    batch is per row (leading dimension B): objectives keep their labels as [B] or [B, T] arrays so that any
-    split of the rows gives each worker exactly the examples and labels the whole batch holds for them."""
-    n = len(batch["input_ids"])
-    for k, v in batch.items():
-        if len(v) != n:
-            raise ValueError(f"batch tensor {k!r} has {len(v)} rows, not the batch's {n}: a data-parallel worker "
-                             "cannot take its rows of it (keep labels per row, [B] or [B, T])")
-    return {k: v[start:stop] for k, v in batch.items()}

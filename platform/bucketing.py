@@ -79,6 +79,10 @@ def _window(batches: list[dict], w: int, window: int, skip: int, offset: int, ke
             yield w + 1, batch, ids
         return
     batch, ids = collate(_concat(batches), offset, len(batches))
+    for k, v in batch.items():
+        if len(v) != len(ids):
+            raise ValueError(f"batch tensor {k!r} has {len(v)} rows, not the window's {len(ids)}: length bucketing "
+                             "cuts a window into batches by row (keep labels per row, [B] or [B, T])")
     mask = batch["attention_mask"]
     T = mask.shape[1]
     real = mask.sum(1).numpy()

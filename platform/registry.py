@@ -14,8 +14,8 @@ The verbs an objective may implement (defaults do nothing):
                 `load(ex, rows)` copies its corpus columns into the example view; `corrupt(ex, rng)` edits the
                 list-of-examples view before tensors are made (NSP swaps next segments); `add_labels(batch, ex,
                 rng)` edits/extends the tensor batch (MLM masks inputs); all run in the data pipeline. Every array an
-                objective adds is per row ([B] or [B, T]): a data-parallel worker keeps only its rows of the
-                batch (`batching.take_rows`). `ex.epoch` is the pass over the corpus (PAD redraws its pairs
+                objective adds is per row ([B] or [B, T]): length bucketing cuts a collated window into
+                batches by row (`bucketing.py`). `ex.epoch` is the pass over the corpus (PAD redraws its pairs
                 after the first).
 - model time:   `edit_input(head, batch) -> batch`, called by the engine for every objective, in order, on the
                 device batch *before the encoder runs* (inside the model's forward, so DDP sees it): an objective

@@ -71,3 +71,12 @@ def test_each_pass_key_orders_its_windows_batches_its_own_way():
     first, second = run(16, 16, key=(0, 0, 0)), run(16, 16, key=(0, 0, 1))
     assert sorted(tuple(r) for _, _, r in first) == sorted(tuple(r) for _, _, r in second)
     assert [r for _, _, r in first] != [r for _, _, r in second]
+
+
+def test_a_label_array_that_is_not_per_row_is_refused_naming_it():
+    def bad(rows, offset, batches):
+        batch, ids = collate(rows, offset, batches)
+        return {**batch, "pooled": torch.zeros(3)}, ids
+
+    with pytest.raises(ValueError, match="batch tensor 'pooled' has 3 rows, not the window's 16"):
+        list(bucketed(stream(2), 2, skip=0, key=(0,), collate=bad))
