@@ -26,7 +26,8 @@ import math
 import torch
 
 from alignlab.platform.holdout import HeldOutText
-from alignlab.platform.task import BuiltData, SequenceTask, register_task
+from alignlab.platform.task import BuiltData, register_task
+from alignlab.platform.task_kinds import PairClassificationTask
 
 from alignlab.objectives.ad_data import (AD_BUILDER_VERSION, AD_FORMAT, build_ad_dataset, defining_doc_ids,
                                          letters_only_ad_baseline, span_matcher_ad_baseline)
@@ -55,7 +56,13 @@ def snippet_folds(examples: list) -> list[list[int]]:
 
 
 @register_task
-class AcronymDetection(SequenceTask):
+class AcronymDetection(PairClassificationTask):
+    """AD is an instance of the generic pair kind (`task_kinds.PairClassificationTask`): a [CLS] head over
+    `[CLS] a [SEP] b [SEP]` with segments 0/1, two labels. Its own, as before: the input's first text is the acronym
+    spelled letter by letter (`acronym_form`), the data builder (pairs mined from the corpus, the shipped npm
+    pairs as an out-of-domain test), the protocol (k folds over one file, a snippet's two pairs in one fold, a
+    nested search per fold), its baselines (letters only, the span matcher) and serving (`acronym_score`)."""
+    builtin = True
     format = AD_FORMAT
     default = True  # FinetuneConfig's task when none is named: AD since the first config (stored ids depend on it)
     name = "ad"
@@ -79,6 +86,16 @@ class AcronymDetection(SequenceTask):
     # It was FinetuneConfig.acronym_form, in every calculation's dict: kept there so that every id stays.
     options_in_every_id = ("acronym_form",)
     serving_verbs = ("acronym_score", "acronym_scores")
+
+    def __init__(self) -> None:
+        self._setup({"name": "ad", "kind": "pair", "labels": ["0", "1"], "aligned_objective": "pad",
+                     "extra_tests": []}, None)
+        # The kind's file-task defaults give way to AD's own (the class attributes above).
+        for own in ("format", "multitask_partner", "data_files", "extra_test_notes", "baseline_notes"):
+            delattr(self, own)
+
+    def folder_tag(self, options):
+        return ""  # AD's task folders were named before the kinds existed: the name stays
 
     def test_unit(self, ex):
         return ex.snippet  # its positive and negative pair share the snippet: one unit, as in the folds
