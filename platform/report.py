@@ -284,11 +284,13 @@ def _extra_test_text() -> dict[str, str]:
     return {k: v for t in registered_tasks() for k, v in t.extra_test_notes.items()}
 
 
-def _baseline_notes() -> list[str]:
-    """Each task's description of its own context-free baselines (`Task.baseline_notes`), in task order."""
+def _baseline_notes(tasks=None) -> list[str]:
+    """The description of its own context-free baselines (`Task.baseline_notes`) of each task of `tasks` (the
+    report's; None: every registered task), in task order: a study of one task is not told about the others'."""
     from alignlab.platform.task import registered_tasks
 
-    return [t.baseline_notes for t in registered_tasks() if t.baseline_notes]
+    return [t.baseline_notes for t in registered_tasks()
+            if t.baseline_notes and (tasks is None or t.name in set(tasks))]
 
 
 def _baseline_section(df: pd.DataFrame, prefix: str) -> list[str]:
@@ -299,7 +301,7 @@ def _baseline_section(df: pd.DataFrame, prefix: str) -> list[str]:
         return ["No context-free baselines in these results."]
     out = ["An effect only counts when it beats these; a cell is bold only when it is significantly above its "
            "baseline model **and** above the strongest of them. Majority: the most frequent training label. "
-           + " ".join(_baseline_notes()), "",
+           + " ".join(_baseline_notes(sub_df["ft_task"] if "ft_task" in sub_df else None)), "",
            "| | " + " | ".join(names) + " | strongest |", "|---|" + "---|" * (len(names) + 1)]
     for r in dict.fromkeys(sub_df["row"]):
         sub = sub_df[sub_df["row"] == r]

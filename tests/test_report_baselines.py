@@ -101,3 +101,15 @@ def test_the_report_says_what_the_heads_read_and_rows_from_before_the_field_read
         (f).write_text(json.dumps({**trial, "head_input": "all:mean"}))
     collect_results(sdir)
     assert "**Head input: all:mean**" in write_report(sdir).read_text()
+
+
+def test_the_baselines_paragraph_describes_only_the_tasks_of_the_report(tmp_path):
+    trials = [{"calc_id": f"CT-{col}-{fold}", "row": "CT", "col": col, "model_key": col, "model_id": col,
+               "node": "local", "ft_task": "ct", "ft_fold": fold, "ft_seed": 0, "ft_budget": 200,
+               "selection": "honest", "accuracy": acc, "perplexity": 2.0, "best_accuracy": acc,
+               "perplexity_at_best_accuracy": 2.0, "epochs": 3, "baseline_majority": 0.5, "baseline_lexicon": 0.7,
+               "baseline_best": 0.7, "baseline_best_name": "lexicon"}
+              for col, acc in (("all*", 0.8), ("-whp*", 0.75)) for fold in range(5)]
+    text, _ = write_toy_study(tmp_path, "ct-only", "CT only", trials)
+    para = text[text.index("## Context-free baselines"):].split("\n\n")[1]
+    assert "CT: lexicon" in para and "AD:" not in para and "span matcher" not in para
