@@ -177,8 +177,8 @@ class HFStep:
     settings as the alignlab trainer it is compared with (`optimizer_like`), grad clipping at 1.0."""
 
     def __init__(self, size: str, vocab: int, optimizer_like: torch.optim.Optimizer, *, seed: int = 0,
-                 bf16: bool = False):
-        self.bf16 = bf16
+                 bf16: bool = False, device: str = "cpu"):
+        self.bf16, self.device = bf16, device
         from transformers import BertConfig, BertForPreTraining
 
         m = MODEL_SIZES[size]
@@ -187,7 +187,7 @@ class HFStep:
                          num_attention_heads=m.num_heads, intermediate_size=m.ffn, hidden_act="gelu",
                          hidden_dropout_prob=m.dropout, attention_probs_dropout_prob=m.dropout,
                          max_position_embeddings=m.max_len, type_vocab_size=2, layer_norm_eps=1e-12)
-        self.model = BertForPreTraining(cfg)
+        self.model = BertForPreTraining(cfg).to(device)
         self.attn = getattr(self.model.config, "_attn_implementation", "?")
         self.optimizer = type(optimizer_like)(self.model.parameters(), **optimizer_like.defaults)
 
@@ -197,15 +197,16 @@ class HFStep:
                 "attention_mask": batch["attention_mask"].long(), "labels": batch["mlm"],
                 "next_sentence_label": batch["nsp"]}
 
-    def step(self, inputs: dict) -> float:
+    def step(self, inputs: dict) -> torch.Tensor:
+        """One step; its loss stays on the device (reading it would make every GPU step wait for the host)."""
         self.model.train()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):  # as Pretrainer's precision="bf16"
-            loss = self.model(**inputs).loss
+        with torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16, enabled=self.bf16):
+            loss = self.model(**inputs).loss  # as Pretrainer's precision="bf16"
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
-        return float(loss.detach())
+        return loss.detach()
 
 
 def _opt_flags(opt: torch.optim.Optimizer) -> str:
