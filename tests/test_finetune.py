@@ -603,8 +603,9 @@ def test_a_calculation_on_cuda_gives_the_cpu_numbers_and_its_saved_model_loads_a
 def test_an_fel_trial_runs_on_cuda_exactly_when_ray_gave_it_a_gpu(ray_session, gpus):
     from alignlab.platform.study_grid import trial_device
 
+    # Ray sets the trial's CUDA_VISIBLE_DEVICES to its own GPU, which torch then calls cuda:0.
     assert ray_session.get(ray_session.remote(trial_device).options(num_gpus=gpus).remote()) == \
-        ("cuda" if gpus else "cpu")
+        ("cuda:0" if gpus else "cpu")
 
 
 # ------------------------------------------------------------------------------------------- refit on the whole budget
