@@ -31,15 +31,9 @@ from alignlab.platform.data.corpus_flags import add_corpus_arguments, corpus_fla
 from alignlab.platform.fel.protocol import NUM_FOLDS
 from alignlab.platform.errors import (Parser, int_below, name_list, nonneg_int, positive_float, positive_int,
                                       run_guarded)
+from alignlab.platform.registry import objective_names
 from alignlab.platform.storage import MARKER, folder_finished, resolve_root
 from alignlab.platform.task import finetune_options, registered_tasks, task, task_names
-
-
-def objective_names() -> set[str]:
-    """The registered objectives' names (for `name_list`; the registry is imported only when a flag is read)."""
-    from alignlab.platform.registry import registered
-
-    return set(registered())
 
 
 def _common(p: argparse.ArgumentParser) -> None:

@@ -29,21 +29,30 @@ DECAYS = ("constant", "linear", "cosine")
 
 
 # Objective names become config objects in the registry (alignlab.platform.registry, above this module): it hands
-# its resolver in here on import (every objective module imports it), so a PretrainConfig takes names without it.
+# its resolver in here on import (every objective module imports it), so a PretrainConfig takes names without it;
+# and with it the key the layout fraction has in config dicts and ids (`registry.layout_fraction_key`).
 _objective_resolver: Callable[[Any], tuple] | None = None
+_layout_fraction_key: Callable[[], str] | None = None
 
 
-def set_objective_resolver(resolve: Callable[[Any], tuple]) -> None:
-    global _objective_resolver
-    _objective_resolver = resolve
+def set_objective_resolver(resolve: Callable[[Any], tuple], layout_fraction_key: Callable[[], str]) -> None:
+    global _objective_resolver, _layout_fraction_key
+    _objective_resolver, _layout_fraction_key = resolve, layout_fraction_key
 
 
 # Task names likewise: the task registry (platform/task.py) hands in (the default task, the task names).
 def _resolve_objectives(items: Any) -> tuple:
-    if _objective_resolver is None:
-        raise ValueError("PretrainConfig.objectives: objective names need the objective registry; "
-                         "import alignlab.platform.registry first")
-    return _objective_resolver(items)
+    return _registry_hook(_objective_resolver, "PretrainConfig.objectives: objective names")(items)
+
+
+def _layout_key() -> str:
+    return _registry_hook(_layout_fraction_key, "PretrainConfig.layout_fraction: its key in a config dict")()
+
+
+def _registry_hook(hook: Callable | None, what: str) -> Callable:
+    if hook is None:
+        raise ValueError(f"{what} need the objective registry; import alignlab.platform.registry first")
+    return hook
 
 
 def check_preset(name: str) -> str:
@@ -262,9 +271,7 @@ class PretrainConfig:
 
     def dict_form(self, out: dict) -> dict:
         """`to_dict`'s form: the layout fraction under the key its objective declares (ids made before stay)."""
-        from alignlab.platform.registry import layout_fraction_key
-
-        return {(layout_fraction_key() if k == "layout_fraction" else k): v for k, v in out.items()}
+        return {(_layout_key() if k == "layout_fraction" else k): v for k, v in out.items()}
 
     @property
     def objective_names(self) -> tuple[str, ...]:
@@ -318,10 +325,8 @@ def model_from_dict(d: dict) -> ModelConfig:
 
 
 def pretrain_from_dict(d: dict) -> PretrainConfig:
-    from alignlab.platform.registry import layout_fraction_key
-
     d = dict(d)
-    if (key := layout_fraction_key()) in d:
+    if (key := _layout_key()) in d:
         d["layout_fraction"] = d.pop(key)
     d["model"] = model_from_dict(d["model"])
     d["objectives"] = tuple(d["objectives"])  # dicts: the registry makes them configs

@@ -12,8 +12,8 @@ from test_sources import dump_xml, page, write_dump
 
 from alignlab.platform.data.corpus_config import SourceSpec
 from alignlab.platform.presets import CORPUS_PRESETS
-from alignlab.platform.data.holdout import (HOLDOUT_RULE_VERSION, NGRAM, ContentHoldout, HeldOutText, require_holdout,
-                                       task_heldout_text)
+from alignlab.platform.data.corpus_identity import task_heldout_text
+from alignlab.platform.data.holdout import HOLDOUT_RULE_VERSION, NGRAM, ContentHoldout, HeldOutText, require_holdout
 from alignlab.platform.fel.protocol import TaskData, build_tasks
 
 SMOKE = CORPUS_PRESETS["smoke"]

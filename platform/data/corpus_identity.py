@@ -10,15 +10,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.metadata
+from collections.abc import Iterable
 from pathlib import Path
 
 from alignlab.platform.config import config_hash, to_dict
-from alignlab.platform.data.corpus_config import CorpusConfig
-from alignlab.platform.data.corpus_config import SourceSpec
-from alignlab.platform.data.holdout import HOLDOUT_RULE_VERSION, ContentHoldout, task_heldout_text
+from alignlab.platform.data.corpus_config import CorpusConfig, SourceSpec
+from alignlab.platform.data.holdout import HOLDOUT_RULE_VERSION, ContentHoldout, HeldOutText
 from alignlab.platform.registry import CorpusLabels
 from alignlab.platform.data.text_files import SOFTWARE_FILE
+from alignlab.platform.fel.protocol import TaskData
 from alignlab.platform.storage import Storage, as_storage
+from alignlab.platform.task import registered_tasks
 
 
 def source_fingerprint(cfg: CorpusConfig) -> dict:
@@ -58,6 +60,16 @@ CORPUS_CODE_VERSION = 1
 labels, the tokenizer's training). Bump it in any change that alters a shard's rows for the same config and
 input: it is in every corpus id, so no cache serves the old shards. tests/test_versions.py holds golden hashes
 of a smoke corpus's rows and fails when they change without a bump (docs/ids.md says how to regenerate them)."""
+
+
+def task_heldout_text(task_dirs: Iterable[Path]) -> HeldOutText:
+    """Every registered task's held-out text of the task folders `task_dirs`."""
+    held = HeldOutText()
+    for tdir in task_dirs:
+        data = TaskData.load(Path(tdir))
+        for t in registered_tasks():
+            held = held + t.heldout_text(data)
+    return held
 
 
 def content_holdout(task_dirs: list[Path]) -> ContentHoldout | None:

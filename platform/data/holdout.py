@@ -25,9 +25,7 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 HOLDOUT_RULE_VERSION = 1
 """Bump when the rule (normalisation, NGRAM, MIN_TEXT_WORDS, the definition pattern) changes what it holds out:
@@ -118,19 +116,6 @@ class ContentHoldout:
         if self.defines(text):
             return "definition"
         return None
-
-
-def task_heldout_text(task_dirs: Iterable[Path]) -> HeldOutText:
-    """Every registered task's held-out text of the task folders `task_dirs`."""
-    from alignlab.platform.fel.protocol import TaskData
-    from alignlab.platform.task import registered_tasks
-
-    held = HeldOutText()
-    for tdir in task_dirs:
-        data = TaskData.load(Path(tdir))
-        for t in registered_tasks():
-            held = held + t.heldout_text(data)
-    return held
 
 
 REASONS = ("doc_id", "task_text", "definition")

@@ -27,8 +27,10 @@ from alignlab.platform.config import config_hash
 from alignlab.platform.fel.finetune_config import FinetuneConfig
 from alignlab.platform.locks import build_once
 from alignlab.platform.storage import MARKER, as_storage, read_json, write_json, write_marker, write_text
-from alignlab.platform.task import registered_tasks, task as task_named
+from alignlab.platform.task import Task, registered_tasks, task as task_named
+from alignlab.platform.fel.finetune import evaluate_examples
 from alignlab.platform.fel.task_files import write_jsonl
+from alignlab.platform.fel.task_scoring import UNIT_SCORES
 
 NUM_FOLDS = 5
 NUM_SEEDS = 2
@@ -260,12 +262,8 @@ UNIT_COUNTS = ("accuracy", "perplexity", "count", "num_examples")
 def test_unit_metrics(model, tok, cfg: FinetuneConfig, test: list) -> dict:
     """The selected model's task-specific metrics on its test set (`Task.unit_metrics`: a tagging task's span F1),
     scored only for a task that has some."""
-    from alignlab.platform.task import Task
-
     if type(task_named(cfg.task)).unit_metrics is Task.unit_metrics:
         return {}
-    from alignlab.platform.fel.finetune import evaluate_examples
-
     m = evaluate_examples(model, cfg.task, test, tok, options=cfg.task_options)
     return {k: v for k, v in m.items() if k not in UNIT_COUNTS}
 
@@ -276,9 +274,6 @@ def extra_test_scores(model, tok, cfg: FinetuneConfig, tests: dict[str, list], b
     the context-free baselines trained on the same budget and scored on that set:
     {"eval_<name>_accuracy", "eval_<name>_perplexity", "eval_<name>_baseline_<b>", ...}, and the per-test-unit
     scores the report resamples ("eval_<name>_unit_correct", ...: `task_scoring.scores_per_test_unit`)."""
-    from alignlab.platform.fel.finetune import evaluate_examples
-    from alignlab.platform.fel.task_scoring import UNIT_SCORES
-
     out: dict = {}
     for name, examples in tests.items():
         m = evaluate_examples(model, cfg.task, examples, tok, options=cfg.task_options, per_unit=True)

@@ -32,6 +32,7 @@ from alignlab.platform.task import BuiltData, SequenceTask, TokenTask, origin, r
 from alignlab.platform.fel.task_files import TaskDataError, majority_baseline
 from alignlab.platform.fel.task_kind_data import (FORMATS, PairExample, TextExample, bag_of_words_baseline, is_span_scheme,  # noqa: F401
                                               labels_of, lexicon_baseline, overlap_baseline, texts_of)
+from alignlab.platform.data.holdout import HeldOutText
 from alignlab.platform.data.tokenizer import _split_at_word_starts
 
 KINDS = ("tagging", "sequence", "pair")
@@ -137,8 +138,6 @@ class _FileTask:
 
     def heldout_text(self, data):
         """Every text of the task's files: no corpus may hold a test (or pool) sentence of a declared task."""
-        from alignlab.platform.data.holdout import HeldOutText
-
         examples = [ex for k in self.data_files for ex in data.files.get(k, [])]
         return HeldOutText(tuple(sorted({t for ex in examples for t in texts_of(ex)})))
 

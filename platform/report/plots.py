@@ -1,4 +1,4 @@
-"""The PNG plots of a study report (report.py writes the tables): the effect plot the report leads with (each
+"""The PNG plots of a study report (report.py writes the tables; columns.py reads the baselines and test sets): the effect plot the report leads with (each
 cell's difference from its baseline with its 95% interval, beside the baselines), accuracy bars per condition,
 accuracy against the data budget, and the other kinds a study asks for in `study["plots"]`."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from alignlab.platform.report.report import extra_test_sets, strongest_baseline
+from alignlab.platform.report.columns import extra_test_sets, strongest_baseline
 
 
 def plots(sdir: Path, df: pd.DataFrame, study: dict) -> list[Path]:

@@ -21,7 +21,11 @@ import pandas as pd
 from alignlab.platform.report.significance import (P_VALUE, RUN_KEY, Comparison, correct_family, significance_section,
                                             significant_gain)
 from alignlab.platform.storage import read_json, write_text
+from alignlab.platform.task import registered_tasks, task as task_named
 from alignlab.platform.fel.trial_files import read_trial
+from alignlab.platform.report.columns import baseline_names, extra_test_sets, extra_test_text, strongest_baseline
+from alignlab.platform.report.plots import EFFECT_CAPTION, effect_plot, plots as make_plots
+from alignlab.platform.report.search_importance import importance_lines
 
 
 def collect_results(sdir: Path) -> pd.DataFrame:
@@ -64,34 +68,6 @@ def baseline_of(df: pd.DataFrame, study: dict) -> dict[str, tuple[str, str]]:
         mine = [c for c in cells if group.get(c[0], c[0]) == group[r]]
         out[r] = mine[0] if mine else (r, study["baseline_col"])
     return out
-
-
-def baseline_names(df: pd.DataFrame, prefix: str = "") -> list[str]:
-    """The context-free baselines present in the results (of the protocol test set, or of `prefix`'s set)."""
-    from alignlab.platform.fel import protocol
-
-    head = f"{prefix}baseline_"
-    found = [c[len(head):] for c in df.columns
-             if c.startswith(head) and c not in (f"{head}best", f"{head}best_name") and df[c].notna().any()]
-    order = list(protocol.baseline_names())  # the tasks' order, then any others
-    return sorted(found, key=lambda n: (order.index(n) if n in order else len(order), n))
-
-
-def strongest_baseline(sub: pd.DataFrame, prefix: str = "") -> tuple[str, float]:
-    """(name, mean accuracy) of the strongest context-free baseline over a row's calculations."""
-    names = baseline_names(sub, prefix)
-    if not names:
-        return "–", float("nan")
-    means = {n: sub[f"{prefix}baseline_{n}"].mean() for n in names}
-    best = max(means, key=means.get)
-    return best, float(means[best])
-
-
-def extra_test_sets(df: pd.DataFrame) -> list[str]:
-    """Names of the extra test sets the calculations were scored on (out-of-domain AD, --eval-file)."""
-    names = [c[len("eval_"): -len("_accuracy")] for c in df.columns
-             if c.startswith("eval_") and c.endswith("_accuracy") and "_baseline_" not in c]
-    return sorted(names, key=lambda n: (n not in _extra_test_text(), n))  # built-in sets first
 
 
 def compare_cells(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], acc: str,
@@ -151,8 +127,6 @@ def _all_comparisons(df: pd.DataFrame, baselines: dict[str, tuple[str, str]]) ->
 
 def _unit_names(df: pd.DataFrame) -> str:
     """What the test units of the report's tasks are ("texts for ct, snippets for ad")."""
-    from alignlab.platform.task import task as task_named
-
     tasks = list(dict.fromkeys(df["ft_task"].dropna())) if "ft_task" in df.columns else []
     return ", ".join(f"{task_named(t).test_units} for {t.upper()}" for t in tasks) or "test units"
 
@@ -215,7 +189,7 @@ def write_report(sdir: Path) -> Path:
             out.append(f"| {r} | " + " | ".join(cells) + " |")
         out += ["", "## Context-free baselines on the same splits", ""] + _baseline_section(df, "")
         for name in extra_test_sets(df):
-            out += ["", f"## Test set `{name}`", "", _extra_test_text().get(name, "A user's own test file "
+            out += ["", f"## Test set `{name}`", "", extra_test_text().get(name, "A user's own test file "
                     "(--eval-file); the models are those selected above, scored once more."), "",
                     "### Accuracy at the best-perplexity epoch", ""]
             lines, _ = _table(df[df[f"eval_{name}_accuracy"].notna()], baselines, f"eval_{name}_accuracy",
@@ -239,9 +213,7 @@ def write_report(sdir: Path) -> Path:
     out += pretrain_table(study)
     out += ["", "What each model's pretraining cost (docs/throughput.md: real tokens, MFU against the device's peak; "
             "– where unknown or recorded before throughput was).", ""] + cost_table(study, df)
-    # matplotlib only when there are results
-    from alignlab.platform.report.plots import EFFECT_CAPTION, effect_plot, plots as make_plots
-
+    # matplotlib only when there are results (plots.py imports it in its functions)
     plots = make_plots(sdir, df, study) if not df.empty else []
     if plots:
         out += ["", "## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in plots]
@@ -277,18 +249,9 @@ def _side_by_side(df: pd.DataFrame) -> list[str]:
     return out
 
 
-def _extra_test_text() -> dict[str, str]:
-    """The tasks' descriptions of their built-in extra test sets (`Task.extra_test_notes`), by set name."""
-    from alignlab.platform.task import registered_tasks
-
-    return {k: v for t in registered_tasks() for k, v in t.extra_test_notes.items()}
-
-
 def _baseline_notes(tasks=None) -> list[str]:
     """The description of its own context-free baselines (`Task.baseline_notes`) of each task of `tasks` (the
     report's; None: every registered task), in task order: a study of one task is not told about the others'."""
-    from alignlab.platform.task import registered_tasks
-
     return [t.baseline_notes for t in registered_tasks()
             if t.baseline_notes and (tasks is None or t.name in set(tasks))]
 
@@ -315,8 +278,6 @@ def _baseline_section(df: pd.DataFrame, prefix: str) -> list[str]:
 def _search_section(searches: list[dict], sdir: Path) -> list[str]:
     """Each Optuna search: what it maximized, how its trials ended, the best setting, the top trials and the
     parameter importances (`search_importance`)."""
-    from alignlab.platform.report.search_importance import importance_lines
-
     out = ["## Hyperparameter searches (Optuna TPE on Ray Tune)", "",
            "Every search selects in `honest` mode: trials train on one sampled budget and are scored on its "
            "validation split (the test set is never loaded); the objective is validation accuracy at the "

@@ -13,10 +13,13 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+from alignlab.platform.report.plots import save_figure
+
 
 def importance_lines(sdir: Path, recorded: dict | None, search: str, metrics: list[str]) -> list[str]:
     """Markdown lines for the report of search `search` (`recorded`: its summary's "optuna" entry): per metric, the
     importances and their plot under `sdir/plots`, or one line saying why there are none."""
+    # Optuna (which optuna_study imports too) only when a report has a search.
     import optuna
     from optuna.trial import TrialState
 
@@ -69,8 +72,6 @@ def importance_plot(imp: dict[str, float], path: Path, title: str) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from alignlab.platform.report.plots import save_figure
 
     path.parent.mkdir(parents=True, exist_ok=True)
     names = list(imp)[::-1]

@@ -251,7 +251,7 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
     `extra_objective_sets`: the study's `build(preset, extra=...)` also takes extra objective sets, one model
     each, from a repeatable `--objectives` (the optional extra rows of an ablation, e.g. with RTD).
     With `--dry-run` it prints the study's plan (`plan`) and returns None."""
-    from alignlab.platform.cli import objective_names
+    from alignlab.platform.registry import objective_names
     from alignlab.platform.config import PRESETS
     from alignlab.platform.data.corpus_flags import add_corpus_arguments
     from alignlab.platform.study.tasks import add_task_arguments

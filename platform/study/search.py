@@ -35,10 +35,12 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
     completed trial), and the best setting is chosen among completed trials only -- all of them compared at
     the end of their own runs, never at an early epoch.
     """
+    # Ray and Optuna only when a search runs: declaring or expanding a study loads neither (search_tune and
+    # optuna_study import them at their top).
     from ray import tune
 
     from alignlab.platform.study.optuna_study import JOURNAL_SUFFIX, finished_trials, open_study, study_place, trial_counts
-    from alignlab.platform.study.search_tune import (OptunaStudySearch, TellTuneErrors, distribution, run_rounds,
+    from alignlab.platform.study.search_tune import (OptunaStudySearch, TellTuneErrors, distribution, finite, run_rounds,
                                                      scheduler)
 
     out_file = sdir / "searches" / f"{spec.name}.json"
@@ -175,7 +177,3 @@ def search_examples(data, ft: FinetuneConfig) -> tuple[list, list, list | None]:
 
     train, val = search_split(data, ft.task, ft)
     return train, val, other_task_train(data, ft)
-
-
-def finite(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)

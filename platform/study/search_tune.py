@@ -15,6 +15,7 @@ or expanding a study never loads Ray.
 """
 from __future__ import annotations
 
+import math
 import time
 
 import optuna
@@ -26,8 +27,12 @@ from ray.tune.search import Searcher
 
 from alignlab.platform.study.optuna_study import (LEASE_INTERVAL_S, DriverSession, StudyPlace, attr_value, give_back,
                                             recover_interrupted, trial_counts)
-from alignlab.platform.study.search import finite
 from alignlab.platform.study.spec import SearchParam, SearchSpec
+
+
+def finite(x) -> bool:
+    """A number a trial reported that Optuna can be told (not None, NaN or infinite)."""
+    return isinstance(x, (int, float)) and math.isfinite(x)
 
 
 def distribution(p: SearchParam):
