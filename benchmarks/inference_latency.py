@@ -93,7 +93,7 @@ def bench_size(size: str, tok, runs: int, warmup: int) -> dict:
     pred_all_mean, _ = _predictor(size, tok, "all", "mean")
     hf = _hf_bert(size, tok.vocab_size)
     from alignlab.objectives.acronym_detection import pair_input as ad_input
-    from alignlab.objectives.concept_tagging import query_input as ct_input
+    from alignlab.platform.fel.task_kinds import query_input as ct_input
 
     ct_ids, _ = ct_input(tok, QUERY.split(), model.cfg.max_len)
     ad_ids, _ = ad_input(tok, ACRONYM, SNIPPET, model.cfg.max_len, "letters")

@@ -55,7 +55,8 @@ from alignlab.platform.presets import PRETRAIN_PRESETS
 from alignlab.platform.data.corpus import shard_schema
 from alignlab.platform.registry import corpus_labellers
 from alignlab.platform.data.corpus_embeddings import for_corpus
-from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows, train_loop
+from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows
+from alignlab.platform.pretrain.loop import train_loop
 from alignlab.platform.data.tokenizer import Tokenizer, train_tokenizer
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pretrain_throughput.json"

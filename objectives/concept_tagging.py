@@ -15,7 +15,7 @@ import torch
 from alignlab.objectives.hyperlink import TAGS as WHP_TAGS
 from alignlab.platform.data.holdout import HeldOutText
 from alignlab.platform.task import BuiltData, Task, register_task
-from alignlab.platform.fel.task_kinds import TaggingTask, query_input, word_pieces  # noqa: F401 -- their old home
+from alignlab.platform.fel.task_kinds import TaggingTask, query_input
 
 from alignlab.objectives.ct_data import (CT_FORMAT, build_ct_dataset, concepts_from_documents, gazetteer_ct_baseline,
                                          lexicon_ct_baseline, run_rule_ct_baseline, tag_fractions, title_words)

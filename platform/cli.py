@@ -205,7 +205,7 @@ def _dispatch(args) -> int:
         print(f"Model: {mdir.name}\nFolder: {mdir}")
         return 0
     if args.cmd == "models":
-        from alignlab.platform.pretrain.driver import list_models
+        from alignlab.platform.pretrain.models import list_models
 
         rows = list_models(root)
         if not rows:
@@ -221,7 +221,7 @@ def _dispatch(args) -> int:
         return _evaluate(args, root) if args.cmd == "evaluate" else _predict(args, root)
     if args.cmd == "export":
         from alignlab.platform.pretrain.export import export_model
-        from alignlab.platform.pretrain.driver import fetch_model
+        from alignlab.platform.pretrain.models import fetch_model
 
         out = export_model(fetch_model(root, args.model), Path(args.out_dir))
         print(f"Exported: {out}")
@@ -301,11 +301,12 @@ def _finetune(args, root: Path) -> int:
     import numpy as np
 
     from alignlab.platform.fel.finetune import load_pretrained, save_finetuned
-    from alignlab.platform.fel.finetune import MULTITASK, finetune_calculation
+    from alignlab.platform.fel.finetune_schemes import MULTITASK
+    from alignlab.platform.fel.finetune import finetune_calculation
     from alignlab.platform.fel.protocol import (TaskData, build_tasks, calculations, context_free_baselines,
                                             extra_test_scores, fel_split, multitask_train, test_unit_metrics)
 
-    from alignlab.platform.pretrain.driver import fetch_model
+    from alignlab.platform.pretrain.models import fetch_model
 
     pre = load_pretrained(fetch_model(root, args.model))
     cfg = dataclasses.replace(FINETUNE_PRESETS[args.preset], task=args.task)
@@ -361,7 +362,8 @@ def _finetuned_folder(root: Path, fid: str) -> Path:
 
 
 def _evaluate(args, root: Path) -> int:
-    from alignlab.platform.fel.finetune import evaluate_examples, load_finetuned
+    from alignlab.platform.fel.task_scoring import evaluate_examples
+    from alignlab.platform.fel.finetune import load_finetuned
     from alignlab.platform.storage import write_json
 
     ft = load_finetuned(_finetuned_folder(root, args.model))

@@ -126,7 +126,7 @@ def _smoke(**changes):
 
 
 def test_every_field_that_changes_what_a_model_learns_is_in_its_id_and_no_runtime_field_is():
-    from alignlab.platform.pretrain.driver import RUNTIME_FIELDS, model_id
+    from alignlab.platform.pretrain.models import RUNTIME_FIELDS, model_id
 
     assert set(_OTHER_VALUE) == {f.name for f in dataclasses.fields(C.PretrainConfig)}
     base = model_id("corpus-x", _smoke())
@@ -139,7 +139,7 @@ def test_every_field_that_changes_what_a_model_learns_is_in_its_id_and_no_runtim
 
 
 def test_configs_differing_only_in_workers_are_two_models_and_only_in_runtime_fields_one():
-    from alignlab.platform.pretrain.driver import model_id
+    from alignlab.platform.pretrain.models import model_id
 
     # 1 x 16 and 2 x 16 are global batches of 16 and 32: two models.
     one, two = _smoke(num_workers=1), _smoke(num_workers=2)
@@ -151,7 +151,7 @@ def test_configs_differing_only_in_workers_are_two_models_and_only_in_runtime_fi
 
 def test_auto_precision_names_the_model_of_the_precision_it_resolves_to(monkeypatch):
     from alignlab.platform.pretrain import pretrain as P
-    from alignlab.platform.pretrain.driver import model_id
+    from alignlab.platform.pretrain.models import model_id
 
     auto = dataclasses.replace(PRETRAIN_PRESETS["smoke"], precision="auto")
     bf16, fp32 = (model_id("c", dataclasses.replace(auto, precision=p)) for p in ("bf16", "fp32"))

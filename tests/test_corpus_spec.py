@@ -292,7 +292,7 @@ def test_a_dump_plus_web_text_builds_one_corpus_whose_stats_count_both(mixed_cor
 
 @pytest.mark.ray
 def test_the_vocabulary_of_web_text_only_does_not_know_the_letters_of_a_word_of_the_wiki_part(mixed_corpus):
-    from alignlab.platform.data.sources import read_wikidump
+    from alignlab.platform.data.wikidump import read_wikidump
 
     cdir, tmp_path, _ = mixed_corpus
     tok = Tokenizer(cdir / "tokenizer.model")

@@ -14,7 +14,8 @@ from fault_hooks import Probe, registered
 
 from alignlab.platform.presets import CORPUS_PRESETS, PRETRAIN_PRESETS
 from alignlab.platform.data.corpus_config import SourceSpec
-from alignlab.platform.pretrain.pretrain import Pretrainer, train_loop
+from alignlab.platform.pretrain.pretrain import Pretrainer
+from alignlab.platform.pretrain.loop import train_loop
 from alignlab.platform.data.tokenizer import Tokenizer
 
 SMOKE = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", log_every=1)

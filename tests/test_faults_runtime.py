@@ -267,7 +267,8 @@ def test_a_pretraining_loop_stops_at_the_first_non_finite_loss_before_reporting_
     from tiny_model import batches, tiny_tokenizer
 
     from alignlab.platform.presets import PRETRAIN_PRESETS
-    from alignlab.platform.pretrain.pretrain import NonFiniteLossError, Pretrainer, train_loop
+    from alignlab.platform.pretrain.loop import NonFiniteLossError, train_loop
+    from alignlab.platform.pretrain.pretrain import Pretrainer
 
     tok = tiny_tokenizer(tmp_path / "tok")
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], lr=1e30, max_steps=8, precision="fp32")
@@ -286,8 +287,9 @@ def test_a_diverging_pretraining_run_stops_with_one_clear_error_and_is_never_reg
     import dataclasses
 
     from alignlab.platform.presets import PRETRAIN_PRESETS
-    from alignlab.platform.pretrain.pretrain import NonFiniteLossError
-    from alignlab.platform.pretrain.driver import is_finished, list_models, pretrain
+    from alignlab.platform.pretrain.loop import NonFiniteLossError
+    from alignlab.platform.pretrain.models import is_finished, list_models
+    from alignlab.platform.pretrain.driver import pretrain
 
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], lr=1e30, max_steps=6, checkpoint_every=2, log_every=1)
     root = tmp_path / "root"
@@ -313,8 +315,9 @@ def test_two_data_parallel_workers_stop_together_at_a_non_finite_loss_and_none_w
     import dataclasses
 
     from alignlab.platform.presets import PRETRAIN_PRESETS
-    from alignlab.platform.pretrain.pretrain import NonFiniteLossError
-    from alignlab.platform.pretrain.driver import is_finished, pretrain
+    from alignlab.platform.pretrain.loop import NonFiniteLossError
+    from alignlab.platform.pretrain.models import is_finished
+    from alignlab.platform.pretrain.driver import pretrain
 
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], lr=1e30, max_steps=6, checkpoint_every=2, log_every=1,
                               num_workers=2, cpus_per_worker=0.5)

@@ -16,10 +16,11 @@ from alignlab.platform.cli import main
 from alignlab.platform.config import MODEL_SIZES
 from alignlab.platform.fel.finetune_config import FinetuneConfig
 from alignlab.objectives.acronym_detection import pair_input as ad_input
-from alignlab.objectives.concept_tagging import query_input as ct_input, tags_to_brackets, word_pieces
-from alignlab.platform.fel.finetune import (Calculation, build_task_model, encode_examples, evaluate_examples,
-                                        finetune_calculation, finetuned_dir, load_finetuned, load_pretrained,
-                                        save_finetuned)
+from alignlab.platform.fel.task_kinds import query_input as ct_input, word_pieces
+from alignlab.objectives.concept_tagging import tags_to_brackets
+from alignlab.platform.fel.finetune import (Calculation, build_task_model, finetune_calculation, finetuned_dir,
+                                            load_finetuned, load_pretrained, save_finetuned)
+from alignlab.platform.fel.task_scoring import encode_examples, evaluate_examples
 from alignlab.platform.fel.inference import FastEncoder, Predictor, _mkl_linear_ok, _mkldnn_linear_ok
 from alignlab.platform.model import AlignModel
 from alignlab.platform.storage import write_json

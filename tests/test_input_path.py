@@ -19,7 +19,8 @@ from tiny_model import batches, tiny_tokenizer  # noqa: E402
 from alignlab.platform.batching import Collator  # noqa: E402
 from alignlab.platform.presets import PRETRAIN_PRESETS  # noqa: E402
 from alignlab.platform.pretrain.prefetch import Prefetcher  # noqa: E402
-from alignlab.platform.pretrain.pretrain import Pretrainer, build_objectives, train_loop  # noqa: E402
+from alignlab.platform.pretrain.pretrain import Pretrainer, build_objectives
+from alignlab.platform.pretrain.loop import train_loop  # noqa: E402
 
 SMOKE = PRETRAIN_PRESETS["smoke"]
 VARIANTS = {

@@ -12,7 +12,7 @@ from alignlab.platform.registry import objective_config
 from alignlab.platform.config import pretrain_from_dict, to_dict
 from alignlab.platform.presets import PRETRAIN_PRESETS
 from alignlab.platform.pretrain.pretrain import Pretrainer
-from alignlab.platform.pretrain.driver import model_id
+from alignlab.platform.pretrain.models import model_id
 
 WEIGHTS = {"mlm": 1.0, "nsp": 2.0, "whp": 0.5, "pad": 3.0}
 

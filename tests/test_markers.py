@@ -108,7 +108,8 @@ def test_a_finished_model_keeps_its_last_checkpoint_and_a_truncated_weights_file
 
     from alignlab.platform.presets import PRETRAIN_PRESETS
     from alignlab.platform.fel.finetune import load_pretrained
-    from alignlab.platform.pretrain.driver import is_finished, list_models, pretrain
+    from alignlab.platform.pretrain.models import is_finished, list_models
+    from alignlab.platform.pretrain.driver import pretrain
 
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], max_steps=6, checkpoint_every=2)
     root = tmp_path / "root"

@@ -125,7 +125,8 @@ def test_a_toy_objective_from_a_test_module_is_labelled_pretrained_and_reported(
                                                                                 tmp_path):
     from alignlab.platform.config import to_dict
     from alignlab.platform.presets import CORPUS_PRESETS, PRETRAIN_PRESETS
-    from alignlab.platform.data.corpus import build_corpus, corpus_id, load_manifest
+    from alignlab.platform.data.corpus import build_corpus, load_manifest
+    from alignlab.platform.data.corpus_identity import corpus_id
     from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.report.report import pretrain_table
 

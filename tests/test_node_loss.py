@@ -55,7 +55,8 @@ def test_pretraining_finishes_on_another_node_from_the_last_checkpoint_when_its_
 
     from alignlab.platform.presets import CORPUS_PRESETS, PRETRAIN_PRESETS
     from alignlab.platform.data.corpus import build_corpus
-    from alignlab.platform.pretrain.driver import is_finished, pretrain
+    from alignlab.platform.pretrain.models import is_finished
+    from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.ray_env import quiet_ray_data
 
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], max_steps=8, checkpoint_every=2, log_every=1,

@@ -12,7 +12,9 @@ import torch
 from fault_hooks import assert_ctrl_c_raises_keyboard_interrupt, crash_once_at
 
 from alignlab.platform.presets import PRETRAIN_PRESETS
-from alignlab.platform.pretrain.pretrain import Pretrainer, ProgressLine, train_loop
+from alignlab.platform.pretrain.pretrain import Pretrainer
+from alignlab.platform.progress import ProgressLine
+from alignlab.platform.pretrain.loop import train_loop
 from alignlab.platform.data.tokenizer import Tokenizer
 
 SMOKE = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", log_every=1)
@@ -104,7 +106,8 @@ def uninterrupted(smoke_corpus, tmp_path_factory):
 
 @pytest.mark.ray
 def test_pretraining_writes_a_registered_model_with_eval_metrics_and_tensorboard(uninterrupted, smoke_corpus):
-    from alignlab.platform.pretrain.driver import list_models, pretrain
+    from alignlab.platform.pretrain.models import list_models
+    from alignlab.platform.pretrain.driver import pretrain
 
     ev = json.loads((uninterrupted / "final" / "eval.json").read_text())
     assert ev["step"] == SMOKE.max_steps
@@ -132,7 +135,8 @@ def test_a_ctrl_c_after_pretraining_under_ray_train_stops_the_driver_with_keyboa
 def test_pretraining_prints_and_records_the_precision_it_trains_at(smoke_corpus, tmp_path, capsys):
     from alignlab.platform.data.corpus import load_manifest
     from alignlab.platform.pretrain.pretrain import resolve_precision
-    from alignlab.platform.pretrain.driver import list_models, model_id, pretrain
+    from alignlab.platform.pretrain.models import list_models, model_id
+    from alignlab.platform.pretrain.driver import pretrain
 
     cfg = dataclasses.replace(SMOKE, precision="auto", max_steps=2, checkpoint_every=2)
     used = resolve_precision(cfg).precision  # bf16 on a CPU with native bf16 matmuls, fp32 elsewhere
@@ -187,7 +191,8 @@ def test_pretraining_reads_its_rows_in_order_even_when_a_plain_ray_init_started_
 
 @pytest.mark.ray
 def test_rerunning_after_a_failed_run_continues_at_the_exact_step(uninterrupted, smoke_corpus, tmp_path):
-    from alignlab.platform.pretrain.driver import is_finished, pretrain
+    from alignlab.platform.pretrain.models import is_finished
+    from alignlab.platform.pretrain.driver import pretrain
 
     with pytest.raises(Exception):
         pretrain(smoke_corpus, SMOKE, tmp_path, max_failures=0, after_step=crash_once_at(11))

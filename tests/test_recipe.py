@@ -356,7 +356,7 @@ def test_a_crammed_model_finetunes_and_its_fast_predictor_matches_the_module_for
     fdir = save_finetuned(tmp_path, pre, cfg, result)
     pred = Predictor.load(fdir)
     model = pred.ft.model.eval()
-    from alignlab.objectives.concept_tagging import query_input as ct_input
+    from alignlab.platform.fel.task_kinds import query_input as ct_input
 
     words = list(examples[60].tokens)
     ids, first = ct_input(pred.tok, words, model.cfg.max_len)
@@ -373,7 +373,8 @@ def test_a_crammed_recipe_pretrains_under_ray_train_and_its_id_names_the_recipe(
     import json
 
     from alignlab.platform.data.corpus import load_manifest
-    from alignlab.platform.pretrain.driver import model_id, pretrain
+    from alignlab.platform.pretrain.models import model_id
+    from alignlab.platform.pretrain.driver import pretrain
 
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", max_steps=4,
                               checkpoint_every=4, precision="fp32", **CRAMMED)

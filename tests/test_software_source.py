@@ -16,7 +16,8 @@ from alignlab.platform.data.corpus_config import CorpusConfig, SourceSpec
 from alignlab.platform.presets import CORPUS_PRESETS
 from alignlab.platform.data.corpus_identity import corpus_id, source_fingerprint
 from alignlab.platform.data.documents import CorpusInputError
-from alignlab.platform.data.sources import SOFTWARE_FILE, iter_documents, read_software
+from alignlab.platform.data.text_files import SOFTWARE_FILE, read_software
+from alignlab.platform.data.sources import iter_documents
 
 NPM = Path(__file__).resolve().parents[1] / "objectives" / "task_data" / "npm"
 STOP = frozenset("""a an the for to of with and in on from by your you that this is are it as or into using based

@@ -13,7 +13,8 @@ import torch
 
 from alignlab.platform.task import task, task_names
 from alignlab.platform.fel.task_files import TaskDataError
-from alignlab.platform.fel.task_kinds import declarations, declare_all, declare_task, is_span_scheme, undeclare
+from alignlab.platform.fel.task_kinds import declarations, declare_all, declare_task, undeclare
+from alignlab.platform.fel.task_kind_data import is_span_scheme
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "software_ner"

@@ -52,7 +52,8 @@ def test_the_loop_counts_real_tokens_and_rows_and_a_resume_keeps_them(smoke_corp
     import pyarrow.parquet as pq
 
     from alignlab.platform.presets import PRETRAIN_PRESETS
-    from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows, train_loop
+    from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows
+    from alignlab.platform.pretrain.loop import train_loop
     from alignlab.platform.data.tokenizer import Tokenizer
 
     # Each batch collated at its own step, in stream order (no length bucketing), so a fresh trainer remakes them.

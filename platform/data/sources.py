@@ -33,11 +33,11 @@ from pathlib import Path
 
 from alignlab.platform.config import SOURCES  # the source names a CorpusConfig accepts: one list
 from alignlab.platform.data.documents import CorpusInputError, Document, Link, words_in_links
-from alignlab.platform.data.text_files import SOFTWARE_FILE, WEB_SUFFIXES, _as_paths, read_software, read_web  # noqa: F401
-from alignlab.platform.data.wikidump import read_wikidump, require_file, wikitext_to_text
+from alignlab.platform.data.text_files import _as_paths, read_software, read_web
+from alignlab.platform.data.wikidump import read_wikidump, require_file
 
-__all__ = ["SOURCES", "iter_documents", "check_paths_exist", "read_bundled", "read_software", "read_web",
-           "read_wikidump", "wikitext_to_text", "build_title_matcher", "reconstruct_links", "link_density", "surface_form"]
+__all__ = ["iter_documents", "check_paths_exist", "read_bundled", "build_title_matcher", "reconstruct_links",
+           "link_density", "surface_form"]
 
 
 # --------------------------------------------------------------------------------------------

@@ -49,13 +49,10 @@ from alignlab.platform.model import AlignModel
 from alignlab.platform.storage import MARKER, folder_finished, publish_dir, read_json, write_json, write_marker
 from alignlab.platform.task import Encoded, head_for, registered_tasks, task as task_named
 from alignlab.platform.fel.task_kinds import declarations, declare_all
-# Encoding and metrics live in task_scoring; `from alignlab.platform.fel.finetune import evaluate_examples` keeps working.
-from alignlab.platform.fel.task_scoring import (encode_examples, evaluate_examples, logits_and_labels,  # noqa: F401
-                                            UNIT_SCORES, metrics_from_logits, on_device, scores_per_test_unit,
-                                            unit_vectors)
+from alignlab.platform.fel.task_scoring import (encode_examples, logits_and_labels, UNIT_SCORES, metrics_from_logits,
+                                                on_device, scores_per_test_unit, unit_vectors)
 from alignlab.platform.data.tokenizer import Tokenizer, check_model_vocabulary
 
-make_head = head_for  # the old name; benchmarks/inference_latency.py calls it
 
 
 # ---------------------------------------------------------------- loading a pretrained model

@@ -26,9 +26,9 @@ from pathlib import Path
 from alignlab.platform.config import config_hash
 from alignlab.platform.fel.finetune_config import FinetuneConfig
 from alignlab.platform.locks import build_once
-from alignlab.platform.storage import MARKER, as_storage, read_json, write_json, write_marker, write_text
+from alignlab.platform.storage import MARKER, as_storage, write_json, write_marker, write_text
 from alignlab.platform.task import Task, registered_tasks, task as task_named
-from alignlab.platform.fel.finetune import evaluate_examples
+from alignlab.platform.fel.task_scoring import evaluate_examples
 from alignlab.platform.fel.task_files import write_jsonl
 from alignlab.platform.fel.task_scoring import UNIT_SCORES
 

@@ -30,8 +30,8 @@ from alignlab.platform.fel import task_files
 from alignlab.platform.batching import IGNORE
 from alignlab.platform.task import BuiltData, SequenceTask, TokenTask, origin, register_instance, unregister
 from alignlab.platform.fel.task_files import TaskDataError, majority_baseline
-from alignlab.platform.fel.task_kind_data import (FORMATS, PairExample, TextExample, bag_of_words_baseline, is_span_scheme,  # noqa: F401
-                                              labels_of, lexicon_baseline, overlap_baseline, texts_of)
+from alignlab.platform.fel.task_kind_data import (FORMATS, PairExample, TextExample, bag_of_words_baseline, is_span_scheme,
+                                                 labels_of, lexicon_baseline, overlap_baseline, texts_of)
 from alignlab.platform.data.holdout import HeldOutText
 from alignlab.platform.data.tokenizer import _split_at_word_starts
 

@@ -13,16 +13,14 @@ import torch
 from alignlab.platform.config import PretrainConfig, pretrain_from_dict, to_dict
 from alignlab.platform.data.corpus_embeddings import WORD_EMBEDDINGS, save, training_sequences, word_embeddings
 from alignlab.platform.locks import build_once
-# The registry's names are re-exported: `from alignlab.platform.pretrain.driver import pretrain, model_id, ...` keeps working.
-from alignlab.platform.pretrain.models import (DIVERGED, FINAL_MARKER, LEGACY_MARKER, RUNTIME_FIELDS,  # noqa: F401
-                                      check_corpus_for, diverged_reason, export_final, fetch_model, final_finished,
-                                      is_finished,
-                                      keep_checkpoints_default, list_models, model_finished, model_id,
-                                      prune_checkpoints)
+from alignlab.platform.pretrain.models import (DIVERGED, FINAL_MARKER, check_corpus_for, diverged_reason, export_final,
+                                               fetch_model, keep_checkpoints_default, model_finished, model_id,
+                                               prune_checkpoints)
 from alignlab.platform import out_of_memory, run_snapshot
 from alignlab.platform.disk_space import checkpoint_disk_full, no_space_left
 from alignlab.platform.pretrain.domain_phase import check_domain_sources, rows_of_sources
-from alignlab.platform.pretrain.pretrain import NonFiniteLossError, resolve_precision
+from alignlab.platform.pretrain.loop import NonFiniteLossError
+from alignlab.platform.pretrain.pretrain import resolve_precision
 from alignlab.platform.ray_env import own_sigint
 from alignlab.platform.storage import Storage, as_storage, corpus_dir, model_dir, resolve_root, write_json
 
@@ -219,7 +217,9 @@ def _train_fn(config: dict, storage_uri: str) -> None:
     from ray.train import Checkpoint
     from ray.train.torch import prepare_model
 
-    from alignlab.platform.pretrain.pretrain import Pretrainer, ProgressLine, train_loop
+    from alignlab.platform.pretrain.pretrain import Pretrainer
+    from alignlab.platform.progress import ProgressLine
+    from alignlab.platform.pretrain.loop import train_loop
     from alignlab.platform.ray_env import post_progress
     from alignlab.platform.throughput import run_throughput
     from alignlab.platform.data.tokenizer import Tokenizer

@@ -18,9 +18,7 @@ import torch
 from alignlab.platform import registry as _registry  # noqa: F401 -- objective names resolve through it
 from alignlab.platform.batching import Collator
 from alignlab.platform.config import PretrainConfig
-from alignlab.platform.pretrain.loop import NonFiniteLossError, train_loop  # noqa: F401 -- imported from here
 from alignlab.platform.model import AlignModel
-from alignlab.platform.progress import ProgressLine  # noqa: F401 -- its home before progress.py
 
 
 EVAL_STEP_BASE = 1 << 40

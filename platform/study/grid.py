@@ -228,7 +228,7 @@ def localize(calc: dict) -> dict:
     st = as_storage(calc["storage"])
     if not st.remote:
         return calc
-    from alignlab.platform.pretrain.driver import fetch_model
+    from alignlab.platform.pretrain.models import fetch_model
 
     st.pull(f"tasks/{calc['task_id']}", marker="stats.json")
     for f in calc.get("eval_sets", {}).values():

@@ -188,7 +188,8 @@ def mix_trial(config: dict, storage_uri: str | None = None, concurrent: int = 1)
     from ray import tune
 
     from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained
-    from alignlab.platform.pretrain.driver import fetch_model, pretrain
+    from alignlab.platform.pretrain.models import fetch_model
+    from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.fel.protocol import TaskData, fel_split, test_unit_metrics
     from alignlab.platform.ray_env import quiet_ray_data
     from alignlab.platform.storage import resolve_root

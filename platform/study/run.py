@@ -210,7 +210,7 @@ def pretrain_models(study: Study, cdir: Path, root: Path | Storage, *, max_paral
     import ray
 
     from alignlab.platform.data.corpus import load_manifest
-    from alignlab.platform.pretrain.driver import model_id
+    from alignlab.platform.pretrain.models import model_id
 
     cid = load_manifest(cdir)["corpus_id"]
     unique: dict[str, ModelSpec] = {}

@@ -284,7 +284,7 @@ def calc_id(model_id: str, ft: FinetuneConfig, salt: str = "", data: str = "") -
 
 def planned_calc_ids(study: Study) -> list[str]:
     """The grid's calculation ids as `run_study` will name them, up to the corpus id (no Ray, nothing built)."""
-    from alignlab.platform.pretrain.driver import model_id
+    from alignlab.platform.pretrain.models import model_id
 
     cid = f"planned-{config_hash(study.corpus)}"
     mids = {m.key: model_id(cid, m.pretrain) for m in study.models}
