@@ -27,13 +27,28 @@ from pathlib import Path
 
 from alignlab.platform.config import LOSS_SCALINGS, MODEL_SIZES, PRESETS, SCHEMES, SELECTION_MODES, check_preset
 from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS, PRETRAIN_PRESETS
-from alignlab.platform.data.corpus_flags import add_corpus_arguments, corpus_flags_given, corpus_from_args
-from alignlab.platform.fel.protocol import NUM_FOLDS
+from alignlab.platform.data.corpus_flags import (add_corpus_arguments, corpus_flags_given, corpus_from_args,
+                                                 fit_domain_phase)
+from alignlab.platform.fel.protocol import (NUM_FOLDS, TaskData, build_tasks, calculations, context_free_baselines,
+                                            extra_test_scores, fel_split, multitask_train, test_unit_metrics)
 from alignlab.platform.errors import (Parser, int_below, name_list, nonneg_int, positive_float, positive_int,
                                       run_guarded)
-from alignlab.platform.registry import objective_names
-from alignlab.platform.storage import MARKER, folder_finished, resolve_root
-from alignlab.platform.task import finetune_options, registered_tasks, task, task_names
+from alignlab.platform.registry import objective_names, default_set, objectives_like
+from alignlab.platform.storage import MARKER, folder_finished, resolve_root, write_json
+from alignlab.platform.task import finetune_options, registered_tasks, task, task_names, check_disjoint, validate_file
+from alignlab.platform.study.tasks import add_declare_argument, declare_specs, specs_in
+from alignlab.platform.fel.task_kinds import add_kind_predict_arguments
+from alignlab.platform.fel.finetune import (load_pretrained, save_finetuned, finetune_calculation, finetuned_dir,
+                                            load_finetuned)
+from alignlab.platform.fel.finetune_schemes import MULTITASK
+from alignlab.platform.fel.task_scoring import evaluate_examples
+from alignlab.platform.fel.inference import Predictor
+from alignlab.platform.pretrain.export import export_model
+from alignlab.platform.study.run import study_main
+from alignlab.platform.ray_env import ensure_ray
+
+# Each command imports what only it needs inside its branch (the corpus and the model store bring pyarrow, the
+# report pandas and scipy): `alignlab --help` and the light commands do not load them.
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -43,9 +58,6 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from alignlab.platform.study.tasks import add_declare_argument, declare_specs, specs_in
-    from alignlab.platform.fel.task_kinds import add_kind_predict_arguments
-
     argv = list(sys.argv[1:] if argv is None else argv)
     # Declared before the parser is built: `--task NAME` of fel/finetune/evaluate/validate accepts their names.
     code = run_guarded(lambda: declare_specs(specs_in(argv)), argv)
@@ -166,7 +178,6 @@ def _dispatch(args) -> int:
     if args.cmd == "pretrain":
         from alignlab.platform.data.corpus import build_corpus
         from alignlab.platform.pretrain.driver import pretrain
-        from alignlab.platform.registry import default_set, objectives_like
 
         base = PRETRAIN_PRESETS[args.preset]
         cfg = dataclasses.replace(base, objectives=objectives_like(args.objectives or default_set(), base.objectives))
@@ -186,14 +197,12 @@ def _dispatch(args) -> int:
         ccfg = corpus_from_args(CORPUS_PRESETS[args.preset], args)  # refuses bad corpus flags before any work
         if not args.corpus:  # refuse an impossible request before building the preset's corpus (issue #17)
             from alignlab.platform.pretrain.driver import check_pretrain_resources
-            from alignlab.platform.ray_env import ensure_ray
 
             ensure_ray()
             check_pretrain_resources(cfg)
         cdir = Path(args.corpus) if args.corpus else build_corpus(ccfg, root)
         if args.corpus or ccfg != CORPUS_PRESETS[args.preset]:  # not the preset's corpus: fit its domain phase
             from alignlab.platform.data.corpus import corpus_sources, load_manifest
-            from alignlab.platform.data.corpus_flags import fit_domain_phase
 
             cfg = fit_domain_phase(cfg, corpus_sources(load_manifest(cdir)) or ())
         mdir = pretrain(cdir, cfg, root)
@@ -220,7 +229,6 @@ def _dispatch(args) -> int:
     if args.cmd in ("evaluate", "predict"):
         return _evaluate(args, root) if args.cmd == "evaluate" else _predict(args, root)
     if args.cmd == "export":
-        from alignlab.platform.pretrain.export import export_model
         from alignlab.platform.pretrain.models import fetch_model
 
         out = export_model(fetch_model(root, args.model), Path(args.out_dir))
@@ -229,8 +237,6 @@ def _dispatch(args) -> int:
     if args.cmd == "plan":
         import importlib.util
         import inspect
-
-        from alignlab.platform.study.run import study_main
 
         spec = importlib.util.spec_from_file_location("alignlab_study_script", args.script)
         if spec is None or not Path(args.script).is_file():
@@ -272,11 +278,7 @@ def _dispatch(args) -> int:
 
 
 def _data(args, root: Path) -> int:
-    from alignlab.platform.task import check_disjoint, validate_file
-
     if args.action == "build-tasks":
-        from alignlab.platform.fel.protocol import build_tasks
-
         c = CORPUS_PRESETS[args.preset]  # the task data the preset's corpus holds out (CorpusConfig.hold_out_tasks)
         options = {k: getattr(args, k) for t in registered_tasks() for k in t.build_options
                    if getattr(args, k, None) is not None}
@@ -299,12 +301,6 @@ def _data(args, root: Path) -> int:
 
 def _finetune(args, root: Path) -> int:
     import numpy as np
-
-    from alignlab.platform.fel.finetune import load_pretrained, save_finetuned
-    from alignlab.platform.fel.finetune_schemes import MULTITASK
-    from alignlab.platform.fel.finetune import finetune_calculation
-    from alignlab.platform.fel.protocol import (TaskData, build_tasks, calculations, context_free_baselines,
-                                            extra_test_scores, fel_split, multitask_train, test_unit_metrics)
 
     from alignlab.platform.pretrain.models import fetch_model
 
@@ -349,8 +345,6 @@ def _finetune(args, root: Path) -> int:
 
 
 def _finetuned_folder(root: Path, fid: str) -> Path:
-    from alignlab.platform.fel.finetune import finetuned_dir
-
     fdir = finetuned_dir(root.local, fid)
     if root.remote and not folder_finished(fdir, legacy="model.pt", announce="finetune.json") and \
             root.finished(f"finetuned/{fid}", legacy="model.pt", announce="finetune.json"):
@@ -362,10 +356,6 @@ def _finetuned_folder(root: Path, fid: str) -> Path:
 
 
 def _evaluate(args, root: Path) -> int:
-    from alignlab.platform.fel.task_scoring import evaluate_examples
-    from alignlab.platform.fel.finetune import load_finetuned
-    from alignlab.platform.storage import write_json
-
     ft = load_finetuned(_finetuned_folder(root, args.model))
     if args.task not in ft.task_heads:
         raise ValueError(f"finetuned model {args.model} was trained for {', '.join(ft.task_heads)}, not {args.task}")
@@ -380,8 +370,6 @@ def _evaluate(args, root: Path) -> int:
 
 
 def _predict(args, root: Path) -> int:
-    from alignlab.platform.fel.inference import Predictor
-
     pred = Predictor.load(_finetuned_folder(root, args.model))  # declares the model's declared task, if any
     asked = [t for t in registered_tasks() if t.predict_requested(args)]  # raises on a half-given input
     if len(asked) > 1:  # several declared tasks take --text: the model's own

@@ -22,7 +22,7 @@ search's choice (`SearchSpec.nested`, `protocol.search_groups`, `protocol.search
 
 Pitfall (RAY_NOTES §3, pitfall 9): Ray's OptunaSearch tells Optuna that an ASHA-stopped trial
 COMPLETED with its early value, which biases TPE toward settings that look good early. The runner
-(`alignlab.platform.study.run_search`) tells Optuna PRUNED instead, with the per-epoch values as
+(`alignlab.platform.study.search.run_search`) tells Optuna PRUNED instead, with the per-epoch values as
 intermediate values, and picks the best setting among trials that ran to their own end only, so
 settings are compared at the end of their runs, never at an early epoch. ASHA's max_t lies one past
 the longest run so that no trial is cut for merely reaching its own end. With 2+ trials at once,

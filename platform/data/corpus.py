@@ -40,6 +40,7 @@ from alignlab.platform.storage import (MARKER, Storage, as_storage, corpus_dir, 
                                        write_json, write_marker)
 from alignlab.platform.data.text import split_words
 from alignlab.platform.data.tokenizer import Tokenizer, check_vocab_size, train_tokenizer
+from alignlab.platform.ray_env import ensure_ray
 
 MANIFEST = "manifest.json"
 CHUNK_SCHEMA = pa.schema([
@@ -238,8 +239,6 @@ def _build(cfg: CorpusConfig, st: Storage, cid: str, final: Path, held: tuple, l
     """Build the corpus `cid` under a temporary name and publish it at `final` (its lock held); `held`: the
     held-out ids, the config's task folder, the content rule and the task folders it applies."""
     import ray
-
-    from alignlab.platform.ray_env import ensure_ray
 
     heldout, task_dir, content, content_dirs = held
     started = time.time()

@@ -20,6 +20,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+# The corpus module (pyarrow) is imported inside `for_corpus`, the benchmarks' entry: the driver and
+# the workers call the rest without it.
+
 WINDOW = 2
 """Pieces at most this far apart count as co-occurring (a symmetric window). Part of the method, so changing it
 must change `corpus_embeddings`'s meaning: it is fixed here, not a config field."""

@@ -18,7 +18,7 @@ from alignlab.platform.data.corpus_config import CorpusConfig, SourceSpec
 from alignlab.platform.data.holdout import HOLDOUT_RULE_VERSION, ContentHoldout, HeldOutText
 from alignlab.platform.registry import CorpusLabels
 from alignlab.platform.data.text_files import SOFTWARE_FILE
-from alignlab.platform.fel.protocol import TaskData
+from alignlab.platform.fel.protocol import TaskData, build_tasks
 from alignlab.platform.storage import Storage, as_storage
 from alignlab.platform.task import registered_tasks
 
@@ -92,8 +92,6 @@ def heldout_doc_ids(cfg: CorpusConfig, root: Path | Storage) -> tuple[list[str],
         ids |= _read_ids(Path(cfg.holdout_ids_file))
     task_dir = None
     if cfg.hold_out_tasks:
-        from alignlab.platform.fel.protocol import build_tasks
-
         tdir = build_tasks(as_storage(root), max_docs_per_lang=cfg.task_max_docs_per_lang, seed=cfg.seed)
         ids |= _read_ids(tdir / HELDOUT_FILE)
         task_dir = tdir.name

@@ -31,6 +31,7 @@ from alignlab.platform.task import Task, registered_tasks, task as task_named
 from alignlab.platform.fel.task_scoring import evaluate_examples
 from alignlab.platform.fel.task_files import write_jsonl
 from alignlab.platform.fel.task_scoring import UNIT_SCORES
+from alignlab.platform.data.sources import read_bundled
 
 NUM_FOLDS = 5
 NUM_SEEDS = 2
@@ -115,8 +116,6 @@ def tasks_finished(st, rel: str) -> bool:
 
 
 def _build_tasks(st, rel: str, tasks: list, langs, max_docs_per_lang: int | None, seed: int, options: dict) -> None:
-    from alignlab.platform.data.sources import read_bundled
-
     tdir = st.local / rel
     docs = list(read_bundled(langs, max_docs_per_lang=max_docs_per_lang))
     built = [t.build_data(docs, seed=seed, options=options) for t in tasks]

@@ -28,12 +28,14 @@ import torch
 
 from alignlab.platform.fel import task_files
 from alignlab.platform.batching import IGNORE
-from alignlab.platform.task import BuiltData, SequenceTask, TokenTask, origin, register_instance, unregister
+from alignlab.platform.task import (BuiltData, SequenceTask, TokenTask, origin, register_instance, unregister,
+                                    task_names, registered_tasks, task)
 from alignlab.platform.fel.task_files import TaskDataError, majority_baseline
 from alignlab.platform.fel.task_kind_data import (FORMATS, PairExample, TextExample, bag_of_words_baseline, is_span_scheme,
                                                  labels_of, lexicon_baseline, overlap_baseline, texts_of)
 from alignlab.platform.data.holdout import HeldOutText
 from alignlab.platform.data.tokenizer import _split_at_word_starts
+from alignlab.platform.registry import registered, clash
 
 KINDS = ("tagging", "sequence", "pair")
 
@@ -256,15 +258,11 @@ def declare_task(name: str, kind: str, pool, test, *, extra_tests: dict | None =
     """Register a task from its files (the Python API; `--task` on the command line). Every file is validated
     (`TaskDataError` lists every FILE:LINE: problem), the label set of pool and test makes the head, and an
     extra test file may only use those labels. Declaring the same name with the same files again is a no-op."""
-    from alignlab.platform.task import task_names
-
     if kind not in KINDS:
         raise ValueError(f"task {name!r}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if not name.isidentifier() or not name.islower():
         raise ValueError(f"task name {name!r} must be a lowercase identifier (it names files and columns)")
     if aligned_objective:
-        from alignlab.platform.registry import registered
-
         if aligned_objective not in registered():
             raise ValueError(f"task {name!r}: aligned objective {aligned_objective!r} is not one of "
                              f"{', '.join(registered())}")
@@ -298,12 +296,8 @@ def declare_task(name: str, kind: str, pool, test, *, extra_tests: dict | None =
     declaration = {"name": name, "kind": kind, "labels": labels, "aligned_objective": aligned_objective,
                    "extra_tests": sorted(extra_tests), "digest": digest.hexdigest()[:16]}
     if name in task_names():
-        from alignlab.platform.task import task
-
         old = getattr(task(name), "declaration", None)
         if old != declaration:
-            from alignlab.platform.registry import clash
-
             raise clash("task", name, origin(task(name)), _caller())
         return task(name)
     t = _make(declaration, sources)
@@ -325,15 +319,11 @@ def _make(declaration: dict, sources: dict | None) -> _FileTask:
 
 def declarations() -> list[dict]:
     """The portable declarations of every declared task (what a Ray worker needs to register them too)."""
-    from alignlab.platform.task import registered_tasks
-
     return [t.declaration for t in registered_tasks() if isinstance(t, _FileTask) and not t.builtin]
 
 
 def declare_all(decls) -> None:
     """Register declared tasks in this process from their portable declarations (a Ray worker's side)."""
-    from alignlab.platform.task import task_names
-
     for d in decls or ():
         if d["name"] not in task_names():
             _make(d, None)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from alignlab.platform.config import PretrainConfig
 
+# The corpus module (pyarrow) is imported inside `check_domain_sources`, the one function that reads a
+# manifest: the phase's row mixing, which runs on every rank, does not need it.
+
 
 def check_domain_sources(cfg: PretrainConfig, manifest: dict) -> None:
     """A domain phase needs rows of its sources and of others in the corpus (`PretrainConfig.domain_sources`)."""

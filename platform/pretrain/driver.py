@@ -19,10 +19,16 @@ from alignlab.platform.pretrain.models import (DIVERGED, FINAL_MARKER, check_cor
 from alignlab.platform import out_of_memory, run_snapshot
 from alignlab.platform.disk_space import checkpoint_disk_full, no_space_left
 from alignlab.platform.pretrain.domain_phase import check_domain_sources, rows_of_sources
-from alignlab.platform.pretrain.loop import NonFiniteLossError
-from alignlab.platform.pretrain.pretrain import resolve_precision
-from alignlab.platform.ray_env import own_sigint
+from alignlab.platform.pretrain.loop import NonFiniteLossError, train_loop
+from alignlab.platform.pretrain.pretrain import resolve_precision, Pretrainer
+from alignlab.platform.ray_env import own_sigint, ensure_ray, post_progress
 from alignlab.platform.storage import Storage, as_storage, corpus_dir, model_dir, resolve_root, write_json
+from alignlab.platform.resources import RAY_DATA_CPUS, check_request
+from alignlab.platform.data.corpus import warn_if_corpus_repeats, shard_names, CORPUS_SMALL_FILES_ONLY, MANIFEST
+from alignlab.platform.progress import ProgressLine
+from alignlab.platform.throughput import run_throughput
+from alignlab.platform.data.tokenizer import Tokenizer
+from alignlab.platform.devices import use_device
 
 
 def worker_resources(cfg: PretrainConfig) -> dict:
@@ -36,8 +42,6 @@ def worker_resources(cfg: PretrainConfig) -> dict:
 def check_pretrain_resources(cfg: PretrainConfig) -> None:
     """Refuse, within seconds, a pretraining run the cluster can never schedule (issue #17): its workers, plus
     one CPU left for Ray Data's reads. Ray must be initialised."""
-    from alignlab.platform.resources import RAY_DATA_CPUS, check_request
-
     check_request(f"pretraining ({cfg.num_workers} Train worker{'s' if cfg.num_workers != 1 else ''}"
                   f"{', use_gpu' if cfg.use_gpu else ''})", worker_resources(cfg), cfg.num_workers,
                   spare_cpus=RAY_DATA_CPUS,
@@ -60,7 +64,6 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     cdir = Path(cdir).resolve()  # the Train workers start in another working directory
     manifest = check_corpus_for(cfg, cdir)
     check_domain_sources(cfg, manifest)
-    from alignlab.platform.data.corpus import warn_if_corpus_repeats  # issue #18: more passes than a few over the corpus
     warn_if_corpus_repeats(manifest, cfg)
     cid = manifest["corpus_id"]
     if not manifest.get("holdout"):  # a study refuses such a corpus (holdout.require_holdout); a lone run is warned
@@ -86,8 +89,6 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from alignlab.platform.ray_env import ensure_ray
-
     cid = manifest["corpus_id"]
     mdir = model_dir(st.local, mid)
     # A `final/` that is there but incomplete (a truncated model.pt, an interrupted upload) is made again below:
@@ -108,7 +109,6 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
                                       "precision": cfg.precision, "requested_precision": requested,
                                       "global_batch_size": cfg.batch_size, "pretrain": to_dict(cfg)})
     st.push_file(f"models/{mid}/config.json")
-    from alignlab.platform.data.corpus import shard_names
 
     # Shards are read where they are -- the local corpus folder, or the remote root (never copied to a node) --
     # in the manifest's order, so the row stream is the same on every run.
@@ -119,7 +119,6 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
 
     fs = st.ray_filesystem()
     if cfg.corpus_embeddings and not (mdir / WORD_EMBEDDINGS).is_file():  # made once: a resumed run reuses it
-        from alignlab.platform.data.tokenizer import Tokenizer
 
         t0 = time.perf_counter()
         tok_size = Tokenizer(cdir / "tokenizer.model").vocab_size
@@ -216,15 +215,6 @@ def _train_fn(config: dict, storage_uri: str) -> None:
     import ray.train
     from ray.train import Checkpoint
     from ray.train.torch import prepare_model
-
-    from alignlab.platform.pretrain.pretrain import Pretrainer
-    from alignlab.platform.progress import ProgressLine
-    from alignlab.platform.pretrain.loop import train_loop
-    from alignlab.platform.ray_env import post_progress
-    from alignlab.platform.throughput import run_throughput
-    from alignlab.platform.data.tokenizer import Tokenizer
-
-    from alignlab.platform.data.corpus import CORPUS_SMALL_FILES_ONLY, MANIFEST
 
     cfg = pretrain_from_dict({**config["cfg"], "objectives": config["objectives"]})
     # Re-resolved on this node: a remote root's cache folder is this node's own.
@@ -361,8 +351,6 @@ def rank_device() -> torch.device:
     rank sees all the node's GPUs and a bare "cuda" is GPU 0 for all of them; `get_device` picks the rank's own
     (the CPU for CPU workers). prepare_model's DDP asks get_device too, so the model and DDP agree."""
     from ray.train.torch import get_device
-
-    from alignlab.platform.devices import use_device
 
     return use_device(get_device())
 

@@ -59,7 +59,10 @@ from pathlib import Path
 import torch
 
 from alignlab.platform.config import ModelConfig, pretrain_from_dict, to_dict
-from alignlab.platform.storage import read_json, write_json
+from alignlab.platform.storage import read_json, write_json, folder_finished
+from alignlab.platform.model import Encoder, AlignModel
+from alignlab.platform.data.tokenizer import CLS, MASK, PAD, SEP, UNK, Tokenizer
+from alignlab.platform.registry import objective_class
 
 HEADS_FILE = "alignlab_heads.safetensors"
 HEADS_JSON = "alignlab_heads.json"
@@ -163,8 +166,6 @@ def alignlab_config(cfg: ModelConfig, vocab_size: int, pad_id: int | None) -> di
 def _check_encoder(cfg: ModelConfig, vocab_size: int, enc: dict[str, torch.Tensor]) -> None:
     """Refuse (ValueError) unless the encoder's tensors are exactly the ones the target architecture (BERT for
     post-LN, RoBERTa-PreLayerNorm for pre-LN) has, with its shapes and eps."""
-    from alignlab.platform.model import Encoder
-
     arch, name = ARCHITECTURES[cfg.norm], _ARCH_NAMES[cfg.norm]
     if cfg.alibi > 0:
         arch, name = CUSTOM_ARCHITECTURE, f"alignlab's {cfg.norm}-LN encoder"
@@ -246,8 +247,6 @@ def hf_tokenizer(model_path: str | Path, max_len: int):
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import SpmConverter
 
-    from alignlab.platform.data.tokenizer import CLS, MASK, PAD, SEP, UNK, Tokenizer
-
     tok = Tokenizer(model_path)
     # SpmConverter only reads `vocab_file` (and the prefix-space flags) from the "slow" tokenizer it is given.
     fast = SpmConverter(types.SimpleNamespace(vocab_file=str(model_path), add_prefix_space=True, legacy=False)).converted()
@@ -272,13 +271,8 @@ def export_model(mdir: str | Path, out_dir: str | Path) -> Path:
     """Write the HF folder of the finished model at `mdir` (a `<root>/models/<id>` folder) to `out_dir`:
     a BertModel for a post-LN encoder, a RobertaPreLayerNormModel for a pre-LN one, an AlignlabEncoderModel (custom
     code) for one with a distance bias."""
-    from alignlab.platform.registry import objective_class
-    from alignlab.platform.model import AlignModel
-    from alignlab.platform.data.tokenizer import Tokenizer
-
     mdir, out_dir = Path(mdir), Path(out_dir)
     final = mdir / "final"
-    from alignlab.platform.storage import folder_finished
 
     if not folder_finished(final, legacy="model.pt", announce="eval.json"):
         raise ValueError(f"{mdir}: not a finished pretrained model (final/ missing or incomplete)")

@@ -19,7 +19,10 @@ from alignlab.platform.config import PretrainConfig, config_hash, to_dict
 from alignlab.platform.data.corpus import load_manifest
 from alignlab.platform.pretrain.pretrain import resolve_precision
 from alignlab.platform.registry import objective_class
-from alignlab.platform.storage import MARKER, Storage, as_storage, folder_finished, model_dir, read_json
+from alignlab.platform.storage import (MARKER, Storage, as_storage, folder_finished, model_dir, read_json, publish_dir,
+                                       write_json, write_marker, write_text)
+from alignlab.platform.errors import positive_int
+from alignlab.platform.throughput import run_throughput
 
 RUNTIME_FIELDS = ("checkpoint_every", "log_every", "eval_batches", "cpus_per_worker", "threads_per_worker",
                   "prefetch_batches")
@@ -147,8 +150,6 @@ KEEP_CHECKPOINTS_ENV = "ALIGNLAB_KEEP_CHECKPOINTS"
 
 
 def keep_checkpoints_default() -> int:
-    from alignlab.platform.errors import positive_int
-
     text = os.environ.get(KEEP_CHECKPOINTS_ENV, "1")
     try:
         return positive_int(text)
@@ -196,8 +197,6 @@ def prune_checkpoints(st: Storage, mid: str, name: str = "train", keep: int = 1)
             with fs.open_output_stream(snap_path) as out:
                 out.write(text.encode())
         else:
-            from alignlab.platform.storage import write_text
-
             write_text(Path(snap_path), text)
     for d in doomed:
         fs.delete_dir(f"{run}/{d}")
@@ -258,9 +257,6 @@ def export_final(trainer, tok, mdir: Path, eval_metrics: dict, throughput: dict 
     import tempfile
 
     import torch
-
-    from alignlab.platform.storage import publish_dir, write_json, write_marker
-    from alignlab.platform.throughput import run_throughput
 
     if throughput is None:
         throughput = run_throughput(trainer)

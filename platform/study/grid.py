@@ -9,8 +9,13 @@ from pathlib import Path
 
 from alignlab.platform.fel.finetune_config import FinetuneConfig, finetune_from_dict
 from alignlab.platform.ray_env import own_sigint
-from alignlab.platform.storage import Storage, as_storage, study_dir, write_json
+from alignlab.platform.storage import Storage, as_storage, study_dir, write_json, redact
 from alignlab.platform.study.spec import DEFAULT_TRIAL_RESOURCES
+from alignlab.platform.resources import check_request
+from alignlab.platform.fel.trial_files import RETRY
+
+# The FEL stack and the model store (torch, pyarrow) are imported inside the trial functions that run on Ray
+# workers: the driver expands and submits the grid without loading them.
 
 
 class Progress:
@@ -34,8 +39,6 @@ class Progress:
 
 def check_trial_resources(resources: dict) -> None:
     """Refuse an FEL trial's resources that no node of the cluster (now or after autoscaling) can hold."""
-    from alignlab.platform.resources import check_request
-
     check_request("an FEL trial", resources,
                   hint="lower --cpus-per-trial / --gpus-per-trial, or drop --trial-resources")
 
@@ -116,8 +119,6 @@ def tune_safe(calc: dict) -> dict:
     """A calc dict as it goes into a Tune param space, which Tune writes to params.json, result.json, its
     experiment state and TensorBoard: the storage URI without credentials (`storage.redact`). The trial gets
     the real URI beside it (`tune.with_parameters`, through the object store; `trial_calc`)."""
-    from alignlab.platform.storage import redact
-
     return {**calc, "storage": redact(calc["storage"])} if calc.get("storage") else calc
 
 
@@ -150,7 +151,6 @@ def run_one(calc: dict, device: str = "cpu") -> dict:
     from alignlab.platform.fel.finetune import NonFiniteError, finetune_calculation, load_pretrained
     from alignlab.platform.fel.protocol import (TaskData, context_free_baselines, extra_test_scores, fel_split,
                                             test_unit_metrics)
-    from alignlab.platform.fel.trial_files import RETRY
     from alignlab.platform.task import task
     from alignlab.platform.fel.task_kinds import declare_all
 

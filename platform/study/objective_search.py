@@ -36,9 +36,19 @@ from pathlib import Path
 from alignlab.platform.config import PretrainConfig, config_hash, pretrain_from_dict, to_dict
 from alignlab.platform.data.corpus_config import CorpusConfig
 from alignlab.platform.fel.finetune_config import FinetuneConfig, finetune_from_dict
-from alignlab.platform.ray_env import own_sigint
-from alignlab.platform.storage import Storage, as_storage, read_json, study_dir, write_json, write_text
+from alignlab.platform.ray_env import own_sigint, quiet_ray_data, ensure_ray
+from alignlab.platform.storage import Storage, as_storage, read_json, study_dir, write_json, write_text, resolve_root
 from alignlab.platform.task import task_names
+from alignlab.platform.registry import objective_config, resolve_objectives
+from alignlab.platform.resources import RAY_DATA_CPUS
+from alignlab.platform.study.grid import trial_device
+from alignlab.platform.data.holdout import require_holdout
+from alignlab.platform.fel.task_kinds import declarations, declare_all
+from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained
+from alignlab.platform.fel.protocol import TaskData, fel_split, test_unit_metrics, build_tasks
+
+# Optuna, the Tune searcher (Ray Tune), the corpus and the model store (pyarrow) are imported inside the
+# functions that run the search or a trial; declaring one loads none of them.
 
 
 def val_metric(task: str, metric: str = "accuracy") -> str:
@@ -74,8 +84,6 @@ class MixSearchSpec:
     labels and a digest of the files): in the search's name and id, and re-declared in every trial."""
 
     def __post_init__(self) -> None:
-        from alignlab.platform.registry import resolve_objectives
-
         resolve_objectives(self.candidates)  # unknown names fail here
         if self.finetune.selection != "honest":
             raise ValueError(f"{self.name}: an objective search selects on validation data only (selection='honest')")
@@ -113,8 +121,6 @@ def mixture(candidates, params: dict) -> tuple[tuple[str, float], ...]:
 
 
 def pretrain_for(base: PretrainConfig, mix) -> PretrainConfig:
-    from alignlab.platform.registry import objective_config
-
     return dataclasses.replace(base, objectives=tuple(objective_config(n, weight=w) for n, w in mix))
 
 
@@ -145,8 +151,6 @@ def beside_trials(cfg: PretrainConfig, total_cpus: float, concurrent: int) -> Pr
     Found running the mini search on 2 CPUs: trial 0.1 + worker 1.0 left 0.9, and the run's parquet reads waited
     for ever. `cpus_per_worker` is a runtime field (not in the model id) and torch's thread count is kept, so the
     model and its speed are unchanged; only Ray's bookkeeping is. A request that fits is returned as it is."""
-    from alignlab.platform.resources import RAY_DATA_CPUS
-
     workers = cfg.num_workers * concurrent
     free = total_cpus - TRIAL_CPUS * concurrent - RAY_DATA_CPUS
     if cfg.cpus_per_worker * workers <= free + 1e-9 or free <= 0:
@@ -168,8 +172,6 @@ def search_id(spec: MixSearchSpec, task_id: str) -> str:
 def check_declared(spec: MixSearchSpec) -> None:
     """The driver builds the declared tasks' data from their files: each must be declared here, from the same
     files as in the spec (`task_kinds.declare_task`, or `--task` of the script)."""
-    from alignlab.platform.fel.task_kinds import declarations
-
     here = {d["name"]: d for d in declarations()}
     for d in spec.declared:
         if here.get(d["name"]) != d:
@@ -187,14 +189,8 @@ def mix_trial(config: dict, storage_uri: str | None = None, concurrent: int = 1)
     import torch
     from ray import tune
 
-    from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained
     from alignlab.platform.pretrain.models import fetch_model
     from alignlab.platform.pretrain.driver import pretrain
-    from alignlab.platform.fel.protocol import TaskData, fel_split, test_unit_metrics
-    from alignlab.platform.ray_env import quiet_ray_data
-    from alignlab.platform.storage import resolve_root
-    from alignlab.platform.study.grid import trial_device
-    from alignlab.platform.fel.task_kinds import declare_all
 
     ctx = config["ctx"]
     declare_all(ctx.get("declared"))  # the search's declared tasks, in this worker process too
@@ -237,10 +233,7 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
     from ray import tune
 
     from alignlab.platform.data.corpus import build_corpus, load_manifest
-    from alignlab.platform.data.holdout import require_holdout
     from alignlab.platform.study.optuna_study import JOURNAL_SUFFIX, finished_trials, open_study, study_place, trial_counts
-    from alignlab.platform.fel.protocol import build_tasks
-    from alignlab.platform.ray_env import ensure_ray
     from alignlab.platform.study.search_tune import OptunaStudySearch, TellTuneErrors, run_rounds
 
     t0 = time.time()

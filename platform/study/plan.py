@@ -13,6 +13,11 @@ import json
 from pathlib import Path
 
 from alignlab.platform.storage import Storage, as_storage
+from alignlab.platform.study.spec import calc_id
+from alignlab.platform.throughput import estimate_device_hours, measured_rates
+
+# The corpus and model ids, the protocol and the registry (torch, pyarrow) are imported inside `study_plan`:
+# importing the plan's formatting loads none of them.
 
 
 def study_plan(study, root: Path | Storage, *, device: str = "cpu") -> dict:
@@ -22,8 +27,6 @@ def study_plan(study, root: Path | Storage, *, device: str = "cpu") -> dict:
     from alignlab.platform.pretrain.models import model_finished, model_id
     from alignlab.platform.fel.protocol import tasks_rel
     from alignlab.platform.registry import corpus_labellers
-    from alignlab.platform.study.spec import calc_id
-    from alignlab.platform.throughput import estimate_device_hours, measured_rates
 
     st = as_storage(root)
     rel, _ = tasks_rel(langs=study.task_langs, max_docs_per_lang=study.task_max_docs_per_lang,

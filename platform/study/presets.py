@@ -8,6 +8,10 @@ from __future__ import annotations
 import dataclasses
 
 from alignlab.platform.config import MODEL_SIZES, ModelConfig, PretrainConfig
+from alignlab.platform.presets import PRETRAIN_PRESETS
+
+# The objective and task registries (torch) are imported inside the functions that read them: a study script
+# builds its grid from these presets without loading torch.
 
 SIZE_GRID: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "smoke": ((16, 32), (1, 2)),
@@ -23,7 +27,6 @@ def sized_model(preset: str, hidden: int, num_layers: int) -> ModelConfig:
     """The model of a given width and depth at a preset: the preset's shape (head size, FFN, length), resized."""
     if preset == "paper":
         return MODEL_SIZES[f"{hidden}x{num_layers}"]
-    from alignlab.platform.presets import PRETRAIN_PRESETS
 
     base = PRETRAIN_PRESETS[preset].model  # its recipe too (norm, dropout), not only its shape
     return dataclasses.replace(base, hidden=hidden, num_layers=num_layers, head_dim=min(base.head_dim, hidden))
@@ -57,8 +60,6 @@ def without_aligned() -> dict[str, tuple[str, str]]:
 def sized_pretrain(preset: str, hidden: int, num_layers: int, objectives: str | None = None) -> PretrainConfig:
     """The preset's pretraining run for a model of this size and objective set (default: the objectives' declared
     default set, `registry.default_set`)."""
-    from alignlab.platform.presets import PRETRAIN_PRESETS
-
     from alignlab.platform.registry import default_set, objectives_like
 
     objectives = objectives or default_set()

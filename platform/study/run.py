@@ -20,14 +20,25 @@ import dataclasses
 import time
 from pathlib import Path
 
-from alignlab.platform.config import config_hash, pretrain_from_dict, to_dict
+from alignlab.platform.config import config_hash, pretrain_from_dict, to_dict, PRESETS, check_preset
 from alignlab.platform.locks import artifact_lock
-from alignlab.platform.storage import Storage, as_storage, study_dir, write_json
+from alignlab.platform.storage import Storage, as_storage, study_dir, write_json, resolve_root
 from alignlab.platform.study.grid import check_trial_resources, run_trials
 from alignlab.platform.study.search import run_search
 from alignlab.platform.fel.trial_files import finished_calculations
 from alignlab.platform.study.spec import (DEFAULT_TRIAL_RESOURCES, SEARCH_OBJECTIVE, CalcSpec, ModelSpec, Study,
                                           calc_id, with_precision, with_pretrain_seeds)
+from alignlab.platform.data.holdout import require_holdout
+from alignlab.platform.ray_env import ensure_ray, quiet_ray_data
+from alignlab.platform.fel.task_files import write_jsonl
+from alignlab.platform.data.corpus_flags import add_corpus_arguments, corpus_from_args, fit_domain_phase
+from alignlab.platform.study.tasks import add_task_arguments, declare_specs, with_tasks
+from alignlab.platform.errors import Parser, name_list, nonneg_float, positive_float, positive_int, run_guarded
+from alignlab.platform.study.plan import default_device, format_plan, study_plan
+
+# The stages a study runs (corpus, pretraining, FEL, report: torch, pyarrow, pandas, optuna) are imported inside
+# the functions that run them: a study script imports `study_main` and parses its flags (or prints its plan)
+# without loading them.
 
 
 def run_study(study: Study, root: Path | Storage, **kw) -> Path:
@@ -52,9 +63,7 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
     (RAY_NOTES pitfall 1), so locally the default 1 (one after the other) is the safe choice. `optuna_storage`:
     an RDB URL for the searches' Optuna studies instead of their journal files (`optuna_study`)."""
     from alignlab.platform.data.corpus import build_corpus, load_manifest
-    from alignlab.platform.data.holdout import require_holdout
     from alignlab.platform.fel.protocol import build_tasks
-    from alignlab.platform.ray_env import ensure_ray
     from alignlab.platform.report.report import collect_results, write_report
     from alignlab.platform.fel.task_kinds import declarations
 
@@ -148,7 +157,6 @@ def stage_eval_files(study: Study, sdir: Path) -> dict[str, tuple[str, str]]:
     import re
 
     from alignlab.platform.task import load_examples
-    from alignlab.platform.fel.task_files import write_jsonl
 
     out: dict[str, tuple[str, str]] = {}
     for task, path in study.eval_files:
@@ -232,8 +240,6 @@ def pretrain_models(study: Study, cdir: Path, root: Path | Storage, *, max_paral
 def _pretrain_task(cdir: str, cfg: dict, root: str, objectives: tuple = ()) -> str:
     """A Ray task driving one pretraining run (the TorchTrainer-in-a-task pattern of RAY_NOTES §3)."""
     from alignlab.platform.pretrain.driver import pretrain
-    from alignlab.platform.ray_env import quiet_ray_data
-    from alignlab.platform.storage import resolve_root
 
     quiet_ray_data()  # the DataContext is per process: same deterministic row order as from the driver
     cfg = {**cfg, "objectives": objectives} if objectives else cfg
@@ -252,10 +258,6 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
     each, from a repeatable `--objectives` (the optional extra rows of an ablation, e.g. with RTD).
     With `--dry-run` it prints the study's plan (`plan`) and returns None."""
     from alignlab.platform.registry import objective_names
-    from alignlab.platform.config import PRESETS
-    from alignlab.platform.data.corpus_flags import add_corpus_arguments
-    from alignlab.platform.study.tasks import add_task_arguments
-    from alignlab.platform.errors import Parser, name_list, nonneg_float, positive_float, positive_int, run_guarded
     from alignlab.platform.study.optuna_study import rdb_url
 
     ap = Parser(description=build.__doc__)
@@ -327,10 +329,6 @@ def task_options(args) -> tuple:
 
 
 def _run_study_command(build, args, ap) -> Path | None:
-    from alignlab.platform.config import check_preset
-    from alignlab.platform.data.corpus_flags import corpus_from_args, fit_domain_phase
-    from alignlab.platform.storage import resolve_root
-    from alignlab.platform.study.tasks import declare_specs, with_tasks
     from alignlab.platform.task import task_names
 
     declared = declare_specs(args.declare_tasks)  # TaskDataError names every FILE:LINE: problem
@@ -375,8 +373,6 @@ def _run_study_command(build, args, ap) -> Path | None:
             m.pretrain, **train)) for m in study.models))
     root = resolve_root(args.storage)
     if args.dry_run:
-        from alignlab.platform.study.plan import default_device, format_plan, study_plan
-
         print(format_plan(study_plan(study, root, device=args.device or default_device(study))))
         return None
     report = run_study(study, root, max_concurrent=args.max_concurrent,

@@ -18,6 +18,9 @@ from alignlab.platform.study.grid import (Progress, check_trial_resources, concu
                                           threads_per_trial, trial_calc, trial_device, tune_safe, tune_storage)
 from alignlab.platform.study.spec import DEFAULT_TRIAL_RESOURCES, SEARCH_OBJECTIVE, SearchSpec
 
+# Ray, Optuna and the FEL stack are imported inside the functions that run a search or one of its trials:
+# declaring or expanding a study loads none of them.
+
 
 def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict | None = None,
                max_concurrent: int | None = None, progress: bool = True, storage: Storage | None = None,

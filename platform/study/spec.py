@@ -13,6 +13,9 @@ from alignlab.platform.config import PretrainConfig, config_hash
 from alignlab.platform.data.corpus_config import CorpusConfig
 from alignlab.platform.fel.finetune_config import FinetuneConfig
 
+# The task registry, the FEL protocol and the model store (torch, pyarrow) are imported inside the functions that
+# use them: declaring and expanding a study stays plain data.
+
 DEFAULT_TRIAL_RESOURCES = {"cpu": 1}
 """Ray resources of one FEL trial; on a GPU cluster e.g. {"cpu": 1, "gpu": 0.25} (`--gpus-per-trial`)."""
 

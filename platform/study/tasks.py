@@ -12,6 +12,9 @@ import dataclasses
 
 from alignlab.platform.config import config_hash
 
+# The task registry and the task kinds (torch) are imported inside the functions that declare tasks: a study
+# script's arguments are parsed without loading torch.
+
 SPEC_HELP = ("declare a task from files: name=NAME,kind=tagging|sequence|pair,pool=FILE,test=FILE"
              "[,aligned=OBJECTIVE][,extra.NAME=FILE] (repeatable); the study gets rows for it")
 
