@@ -17,7 +17,7 @@ import torch
 
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 import alignlab.platform.registry  # noqa: F401  (the presets name objectives)
-from alignlab.platform.config import PRETRAIN_PRESETS
+from alignlab.platform.presets import PRETRAIN_PRESETS
 from alignlab.platform.model import Encoder
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from alignlab.platform.tokenizer import Tokenizer
+from alignlab.platform.data.tokenizer import Tokenizer
 
 
 def only_folder(storage: Path, kind: str) -> Path:

@@ -1,6 +1,6 @@
 """Corpus build throughput: the bundled corpus built with 1 and with 2 Ray Data labelling workers.
 
-Each build is `alignlab.platform.corpus.build_corpus(cfg, root, num_workers=N, progress=False)`, the
+Each build is `alignlab.platform.data.corpus.build_corpus(cfg, root, num_workers=N, progress=False)`, the
 real stage, into a fresh temporary storage root (the corpus is content-addressed: a second build into
 the same root would be a cache hit). Every build runs in its own child process with its own local
 Ray, started first with `ray_env.ensure_ray` (as the CLI does) and timed apart from the build, so no
@@ -72,7 +72,8 @@ load_average = machine_info.load_average
 
 
 def corpus_config(preset: str, max_docs_per_lang: int | None):
-    from alignlab.platform.config import CORPUS_PRESETS, check_preset
+    from alignlab.platform.config import check_preset
+    from alignlab.platform.presets import CORPUS_PRESETS
 
     cfg = CORPUS_PRESETS[check_preset(preset)]
     if max_docs_per_lang is not None:
@@ -141,7 +142,7 @@ def child_build(spec: dict) -> dict:
     import ray
     import ray.data
 
-    import alignlab.platform.corpus as corpus
+    import alignlab.platform.data.corpus as corpus
     from alignlab.platform.ray_env import ensure_ray
 
     cfg = corpus_config(spec["preset"], spec["max_docs_per_lang"])

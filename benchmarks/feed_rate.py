@@ -41,11 +41,11 @@ from collate_reference import ReferenceCollator
 
 from alignlab.platform.batching import Collator
 from alignlab.platform.bucketing import bucketed
-from alignlab.platform.config import PRETRAIN_PRESETS
-from alignlab.platform.prefetch import Prefetcher
-from alignlab.platform.pretrain import build_objectives, prepare_batch
+from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.pretrain.prefetch import Prefetcher
+from alignlab.platform.pretrain.pretrain import build_objectives, prepare_batch
 from alignlab.platform.registry import objectives_like
-from alignlab.platform.tokenizer import Tokenizer
+from alignlab.platform.data.tokenizer import Tokenizer
 
 RESULTS = Path(__file__).resolve().parent / "results" / "feed_rate.json"
 OBJECTIVES = "mlm,nsp,whp,pad"

@@ -28,9 +28,9 @@ import machine_info  # benchmarks/, on sys.path when a benchmark runs as a scrip
 from bench_corpus import only_folder
 from ct_words import load_model
 from fel_refit import inner_split, strongest_baseline
-from alignlab.platform.config import FINETUNE_PRESETS
-from alignlab.platform.finetune import finetune_calculation
-from alignlab.platform.protocol import TaskData, calculations, fel_split
+from alignlab.platform.presets import FINETUNE_PRESETS
+from alignlab.platform.fel.finetune import finetune_calculation
+from alignlab.platform.fel.protocol import TaskData, calculations, fel_split
 
 
 def main(argv=None) -> None:

@@ -27,9 +27,9 @@ import torch
 
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import only_folder
-from alignlab.platform.config import FINETUNE_PRESETS
-from alignlab.platform.finetune import finetune_calculation, load_pretrained
-from alignlab.platform.protocol import TaskData, fel_split
+from alignlab.platform.presets import FINETUNE_PRESETS
+from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained
+from alignlab.platform.fel.protocol import TaskData, fel_split
 from alignlab.platform.task import task as task_named
 
 GRID = (

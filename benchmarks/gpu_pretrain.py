@@ -10,7 +10,7 @@ Three measurements, side by side in one process (written to `--out`, default
    same masked positions over a [B, T] tensor, as HF expects). The two alternate in rounds, so a change of clock
    hits both. Step time is wall time over `--steps` steps between two `torch.cuda.synchronize()`.
 2. **Compiled** (`--compile`): alignlab's step with `PretrainConfig.compile` (static shapes), the same batches.
-3. **Ray Train, end to end** (`ray`): `pretrain_ray.pretrain` itself -- Ray Data reading parquet shards, the
+3. **Ray Train, end to end** (`ray`): `pretrain.driver.pretrain` itself -- Ray Data reading parquet shards, the
    rank's rows collated and length-bucketed on the prefetch thread into pinned memory, one GPU Train worker --
    on a synthetic corpus, for each size. Steady seconds per step and the fraction of wall time the loop waited
    for data come from the loop's TensorBoard reports (as in `pretrain_throughput.py --part ray`); tokens/s and MFU
@@ -50,7 +50,7 @@ from pretrain_throughput import HFStep, make_tokenizer, synthetic_rows, write_co
 from alignlab.objectives.masked_lm import MaskedLMConfig
 from alignlab.objectives.next_sentence import NextSentenceConfig
 from alignlab.platform.config import MODEL_SIZES, PretrainConfig
-from alignlab.platform.pretrain import Pretrainer, to_numpy_rows
+from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows
 from alignlab.platform.throughput import flops_per_token, peak_flops
 
 SEQ = 128
@@ -162,11 +162,11 @@ def bench_models(sizes, tok, table, *, batch: int, steps: int, rounds: int, warm
 
 def ray_run(size: str, tok, *, batch: int, steps: int, num_rows: int, device: str, cpus: int,
             cpus_per_worker: float, compile_model: bool = False, bucket_batches: int = 16) -> dict:
-    """`pretrain_ray.pretrain` with one Train worker on a synthetic corpus; figures from its reports."""
+    """`pretrain.driver.pretrain` with one Train worker on a synthetic corpus; figures from its reports."""
     import ray
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from alignlab.platform.pretrain_ray import pretrain
+    from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.ray_env import quiet_ray_data
 
     cfg = config(size, batch, device, num_workers=1, cpus_per_worker=cpus_per_worker, max_steps=steps,

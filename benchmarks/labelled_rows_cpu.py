@@ -37,9 +37,9 @@ def child(a) -> None:
 
     from bench_corpus import load_corpus
     from alignlab.platform import registry
-    from alignlab.platform.config import PRETRAIN_PRESETS
-    from alignlab.platform.corpus_embeddings import for_corpus
-    from alignlab.platform.pretrain import Pretrainer, resolve_precision, to_numpy_rows
+    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.data.corpus_embeddings import for_corpus
+    from alignlab.platform.pretrain.pretrain import Pretrainer, resolve_precision, to_numpy_rows
 
     torch.set_num_threads(a.threads)
     registry.LABELLED_ROW_MULTIPLE = a.multiple

@@ -33,12 +33,13 @@ import pyarrow.parquet as pq
 import torch
 
 from alignlab.platform.registry import objective_config
-from alignlab.platform.config import FINETUNE_PRESETS, MODEL_SIZES, PRETRAIN_PRESETS
-from alignlab.platform.finetune import Pretrained, finetune_calculation
-from alignlab.platform.corpus_embeddings import for_corpus
-from alignlab.platform.pretrain import Pretrainer, to_numpy_rows
-from alignlab.platform.protocol import TaskData, calculations, context_free_baselines, fel_split
-from alignlab.platform.tokenizer import Tokenizer
+from alignlab.platform.config import MODEL_SIZES
+from alignlab.platform.presets import FINETUNE_PRESETS, PRETRAIN_PRESETS
+from alignlab.platform.fel.finetune import Pretrained, finetune_calculation
+from alignlab.platform.data.corpus_embeddings import for_corpus
+from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows
+from alignlab.platform.fel.protocol import TaskData, calculations, context_free_baselines, fel_split
+from alignlab.platform.data.tokenizer import Tokenizer
 
 
 def main(argv=None) -> None:

@@ -11,7 +11,7 @@ Two measurements, both written to `benchmarks/results/pretrain_throughput.json`:
    FLOPs per step (the formula in `model_flops`, the same useful work for both) over the step time,
    as a fraction of the fp32 matmul peak measured in this run (a large `torch.mm`).
 2. **Ray** (`--part ray`): the same step loop (`Pretrainer` + `train_loop`, collation included)
-   fed by Ray Data under a 1-worker Ray Train `TorchTrainer` -- `pretrain_ray.pretrain` itself, on
+   fed by Ray Data under a 1-worker Ray Train `TorchTrainer` -- `pretrain.driver.pretrain` itself, on
    a synthetic parquet corpus in a temp dir -- against plain PyTorch on in-memory row batches.
    Step time is taken between the loop's first and last metric reports (TensorBoard wall times on
    the Ray side), so the fixed TorchTrainer start-up is excluded and reported separately. A third run puts
@@ -50,12 +50,14 @@ import torch
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from alignlab.objectives.masked_lm import MaskedLMConfig
 from alignlab.objectives.next_sentence import NextSentenceConfig
-from alignlab.platform.config import MODEL_SIZES, PRETRAIN_PRESETS, PretrainConfig
-from alignlab.platform.corpus import shard_schema
+from alignlab.platform.config import MODEL_SIZES, PretrainConfig
+from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.data.corpus import shard_schema
 from alignlab.platform.registry import corpus_labellers
-from alignlab.platform.corpus_embeddings import for_corpus
-from alignlab.platform.pretrain import Pretrainer, to_numpy_rows, train_loop
-from alignlab.platform.tokenizer import Tokenizer, train_tokenizer
+from alignlab.platform.data.corpus_embeddings import for_corpus
+from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows
+from alignlab.platform.pretrain.loop import train_loop
+from alignlab.platform.data.tokenizer import Tokenizer, train_tokenizer
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pretrain_throughput.json"
 SIZES = ("256x1", "256x3", "512x2", "768x3")
@@ -276,7 +278,7 @@ def bench_models(sizes, tok, rows: dict, *, steps: int, rounds: int, warmup: int
 
 
 def write_corpus(folder: Path, tok_src: Path, table: pa.Table, num_files: int) -> Path:
-    """A finished corpus folder as `pretrain_ray.pretrain` expects: manifest, tokenizer, train shards."""
+    """A finished corpus folder as `pretrain.driver.pretrain` expects: manifest, tokenizer, train shards."""
     import shutil
 
     cdir = folder / "corpus"
@@ -328,7 +330,7 @@ def report_every_log(*, rank: int, step: int, **_) -> None:
 
 
 def ray_run(cfg: PretrainConfig, cdir: Path, root: Path, *, env_vars: dict[str, str], after_step=None) -> dict:
-    """`pretrain_ray.pretrain` on a fresh local Ray, timed from the loop's own reports (TensorBoard).
+    """`pretrain.driver.pretrain` on a fresh local Ray, timed from the loop's own reports (TensorBoard).
 
     The loop reports every `log_every` steps, each time with `data_wait_fraction` = waited / loop wall
     so far. From the first report (after step a) and the last (step b), with s the steady seconds per
@@ -339,7 +341,7 @@ def ray_run(cfg: PretrainConfig, cdir: Path, root: Path, *, env_vars: dict[str, 
     import ray
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from alignlab.platform.pretrain_ray import pretrain
+    from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.ray_env import quiet_ray_data
 
     t_init = time.perf_counter()

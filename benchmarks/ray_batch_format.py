@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pretrain_throughput import load_average, make_tokenizer, pretrain_config, synthetic_rows  # noqa: E402
 
-from alignlab.platform.pretrain import Pretrainer  # noqa: E402
+from alignlab.platform.pretrain.pretrain import Pretrainer  # noqa: E402
 
 
 def per_batch_ms(fn, batches, reps: int = 3) -> float:

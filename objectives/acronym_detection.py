@@ -25,13 +25,13 @@ import math
 
 import torch
 
-from alignlab.platform.holdout import HeldOutText
+from alignlab.platform.data.holdout import HeldOutText
 from alignlab.platform.task import BuiltData, register_task
-from alignlab.platform.task_kinds import PairClassificationTask
+from alignlab.platform.fel.task_kinds import PairClassificationTask
 
 from alignlab.objectives.ad_data import (AD_BUILDER_VERSION, AD_FORMAT, build_ad_dataset, defining_doc_ids,
                                          letters_only_ad_baseline, span_matcher_ad_baseline)
-from alignlab.platform.task_files import majority_baseline
+from alignlab.platform.fel.task_files import majority_baseline
 
 
 def pair_input(tok, acronym: str, snippet: str, max_len: int, acronym_form: str) -> tuple[list[int], list[int]]:
@@ -45,7 +45,7 @@ def pair_input(tok, acronym: str, snippet: str, max_len: int, acronym_form: str)
 
 def _protocol():
     # Imported when used: the registry imports this module while platform.config (which protocol imports) loads.
-    from alignlab.platform import protocol
+    from alignlab.platform.fel import protocol
 
     return protocol
 

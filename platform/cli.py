@@ -25,21 +25,30 @@ import json
 import sys
 from pathlib import Path
 
-from alignlab.platform.config import (CORPUS_PRESETS, FINETUNE_PRESETS, LOSS_SCALINGS, MODEL_SIZES, PRESETS,
-                                      PRETRAIN_PRESETS, SCHEMES, SELECTION_MODES, check_preset)
-from alignlab.platform.corpus_flags import add_corpus_arguments, corpus_flags_given, corpus_from_args
-from alignlab.platform.protocol import NUM_FOLDS
+from alignlab.platform.config import LOSS_SCALINGS, MODEL_SIZES, PRESETS, SCHEMES, SELECTION_MODES, check_preset
+from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS, PRETRAIN_PRESETS
+from alignlab.platform.data.corpus_flags import (add_corpus_arguments, corpus_flags_given, corpus_from_args,
+                                                 fit_domain_phase)
+from alignlab.platform.fel.protocol import (NUM_FOLDS, TaskData, build_tasks, calculations, context_free_baselines,
+                                            extra_test_scores, fel_split, multitask_train, test_unit_metrics)
 from alignlab.platform.errors import (Parser, int_below, name_list, nonneg_int, positive_float, positive_int,
                                       run_guarded)
-from alignlab.platform.storage import MARKER, folder_finished, resolve_root
-from alignlab.platform.task import finetune_options, registered_tasks, task, task_names
+from alignlab.platform.registry import objective_names, default_set, objectives_like
+from alignlab.platform.storage import MARKER, folder_finished, resolve_root, write_json
+from alignlab.platform.task import finetune_options, registered_tasks, task, task_names, check_disjoint, validate_file
+from alignlab.platform.study.tasks import add_declare_argument, declare_specs, specs_in
+from alignlab.platform.fel.task_kinds import add_kind_predict_arguments
+from alignlab.platform.fel.finetune import (load_pretrained, save_finetuned, finetune_calculation, finetuned_dir,
+                                            load_finetuned)
+from alignlab.platform.fel.finetune_schemes import MULTITASK
+from alignlab.platform.fel.task_scoring import evaluate_examples
+from alignlab.platform.fel.inference import Predictor
+from alignlab.platform.pretrain.export import export_model
+from alignlab.platform.study.run import study_main
+from alignlab.platform.ray_env import ensure_ray
 
-
-def objective_names() -> set[str]:
-    """The registered objectives' names (for `name_list`; the registry is imported only when a flag is read)."""
-    from alignlab.platform.registry import registered
-
-    return set(registered())
+# Each command imports what only it needs inside its branch (the corpus and the model store bring pyarrow, the
+# report pandas and scipy): `alignlab --help` and the light commands do not load them.
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -49,9 +58,6 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from alignlab.platform.study_tasks import add_declare_argument, declare_specs, specs_in
-    from alignlab.platform.task_kinds import add_kind_predict_arguments
-
     argv = list(sys.argv[1:] if argv is None else argv)
     # Declared before the parser is built: `--task NAME` of fel/finetune/evaluate/validate accepts their names.
     code = run_guarded(lambda: declare_specs(specs_in(argv)), argv)
@@ -162,7 +168,7 @@ def _dispatch(args) -> int:
         check_preset(args.preset)
     root = resolve_root(getattr(args, "storage", None))
     if args.cmd == "corpus":
-        from alignlab.platform.corpus import build_corpus
+        from alignlab.platform.data.corpus import build_corpus
 
         cfg = dataclasses.replace(corpus_from_args(CORPUS_PRESETS[args.preset], args), holdout_ids_file=args.holdout)
         cdir = build_corpus(cfg, root, num_workers=args.workers)
@@ -170,9 +176,8 @@ def _dispatch(args) -> int:
         print(f"Corpus: {cdir}")
         return 0
     if args.cmd == "pretrain":
-        from alignlab.platform.corpus import build_corpus
-        from alignlab.platform.pretrain_ray import pretrain
-        from alignlab.platform.registry import default_set, objectives_like
+        from alignlab.platform.data.corpus import build_corpus
+        from alignlab.platform.pretrain.driver import pretrain
 
         base = PRETRAIN_PRESETS[args.preset]
         cfg = dataclasses.replace(base, objectives=objectives_like(args.objectives or default_set(), base.objectives))
@@ -191,15 +196,13 @@ def _dispatch(args) -> int:
                              "to build: give one or the other")
         ccfg = corpus_from_args(CORPUS_PRESETS[args.preset], args)  # refuses bad corpus flags before any work
         if not args.corpus:  # refuse an impossible request before building the preset's corpus (issue #17)
-            from alignlab.platform.pretrain_ray import check_pretrain_resources
-            from alignlab.platform.ray_env import ensure_ray
+            from alignlab.platform.pretrain.driver import check_pretrain_resources
 
             ensure_ray()
             check_pretrain_resources(cfg)
         cdir = Path(args.corpus) if args.corpus else build_corpus(ccfg, root)
         if args.corpus or ccfg != CORPUS_PRESETS[args.preset]:  # not the preset's corpus: fit its domain phase
-            from alignlab.platform.corpus import corpus_sources, load_manifest
-            from alignlab.platform.corpus_flags import fit_domain_phase
+            from alignlab.platform.data.corpus import corpus_sources, load_manifest
 
             cfg = fit_domain_phase(cfg, corpus_sources(load_manifest(cdir)) or ())
         mdir = pretrain(cdir, cfg, root)
@@ -211,7 +214,7 @@ def _dispatch(args) -> int:
         print(f"Model: {mdir.name}\nFolder: {mdir}")
         return 0
     if args.cmd == "models":
-        from alignlab.platform.pretrain_ray import list_models
+        from alignlab.platform.pretrain.models import list_models
 
         rows = list_models(root)
         if not rows:
@@ -226,8 +229,7 @@ def _dispatch(args) -> int:
     if args.cmd in ("evaluate", "predict"):
         return _evaluate(args, root) if args.cmd == "evaluate" else _predict(args, root)
     if args.cmd == "export":
-        from alignlab.platform.export import export_model
-        from alignlab.platform.pretrain_ray import fetch_model
+        from alignlab.platform.pretrain.models import fetch_model
 
         out = export_model(fetch_model(root, args.model), Path(args.out_dir))
         print(f"Exported: {out}")
@@ -235,8 +237,6 @@ def _dispatch(args) -> int:
     if args.cmd == "plan":
         import importlib.util
         import inspect
-
-        from alignlab.platform.study_run import study_main
 
         spec = importlib.util.spec_from_file_location("alignlab_study_script", args.script)
         if spec is None or not Path(args.script).is_file():
@@ -249,7 +249,7 @@ def _dispatch(args) -> int:
                    extra_objective_sets="extra" in inspect.signature(mod.build).parameters)
         return 0
     if args.cmd == "report":
-        from alignlab.platform.report import collect_results, write_report
+        from alignlab.platform.report.report import collect_results, write_report
 
         sdir = Path(args.study_dir)
         if "://" in args.study_dir and not args.study_dir.startswith("file://"):
@@ -278,11 +278,7 @@ def _dispatch(args) -> int:
 
 
 def _data(args, root: Path) -> int:
-    from alignlab.platform.task import check_disjoint, validate_file
-
     if args.action == "build-tasks":
-        from alignlab.platform.protocol import build_tasks
-
         c = CORPUS_PRESETS[args.preset]  # the task data the preset's corpus holds out (CorpusConfig.hold_out_tasks)
         options = {k: getattr(args, k) for t in registered_tasks() for k in t.build_options
                    if getattr(args, k, None) is not None}
@@ -306,12 +302,7 @@ def _data(args, root: Path) -> int:
 def _finetune(args, root: Path) -> int:
     import numpy as np
 
-    from alignlab.platform.finetune import load_pretrained, save_finetuned
-    from alignlab.platform.finetune import MULTITASK, finetune_calculation
-    from alignlab.platform.protocol import (TaskData, build_tasks, calculations, context_free_baselines,
-                                            extra_test_scores, fel_split, multitask_train, test_unit_metrics)
-
-    from alignlab.platform.pretrain_ray import fetch_model
+    from alignlab.platform.pretrain.models import fetch_model
 
     pre = load_pretrained(fetch_model(root, args.model))
     cfg = dataclasses.replace(FINETUNE_PRESETS[args.preset], task=args.task)
@@ -354,8 +345,6 @@ def _finetune(args, root: Path) -> int:
 
 
 def _finetuned_folder(root: Path, fid: str) -> Path:
-    from alignlab.platform.finetune import finetuned_dir
-
     fdir = finetuned_dir(root.local, fid)
     if root.remote and not folder_finished(fdir, legacy="model.pt", announce="finetune.json") and \
             root.finished(f"finetuned/{fid}", legacy="model.pt", announce="finetune.json"):
@@ -367,9 +356,6 @@ def _finetuned_folder(root: Path, fid: str) -> Path:
 
 
 def _evaluate(args, root: Path) -> int:
-    from alignlab.platform.finetune import evaluate_examples, load_finetuned
-    from alignlab.platform.storage import write_json
-
     ft = load_finetuned(_finetuned_folder(root, args.model))
     if args.task not in ft.task_heads:
         raise ValueError(f"finetuned model {args.model} was trained for {', '.join(ft.task_heads)}, not {args.task}")
@@ -384,8 +370,6 @@ def _evaluate(args, root: Path) -> int:
 
 
 def _predict(args, root: Path) -> int:
-    from alignlab.platform.inference import Predictor
-
     pred = Predictor.load(_finetuned_folder(root, args.model))  # declares the model's declared task, if any
     asked = [t for t in registered_tasks() if t.predict_requested(args)]  # raises on a half-given input
     if len(asked) > 1:  # several declared tasks take --text: the model's own

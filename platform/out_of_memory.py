@@ -4,7 +4,7 @@ A CUDA out-of-memory error is not a fault that a retry cures: the same model and
 Pretraining stops at the first one -- the rank that hit it records the line in the model folder (`RECORD`), the
 workers stop, and the driver raises it as `OutOfMemory` -- instead of Ray Train retrying its worker group
 `max_failures` times. An FEL calculation that runs out of memory is recorded as failed with the line and is run
-again by a rerun of its study (`study_grid.run_one`, `trial_files`): the GPU may have been shared with other
+again by a rerun of its study (`study.grid.run_one`, `trial_files`): the GPU may have been shared with other
 trials at the time. Plain Python and torch: no Ray.
 """
 from __future__ import annotations

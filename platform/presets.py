@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 
-from alignlab.platform.config import MODEL_SIZES, CorpusConfig, FinetuneConfig, PretrainConfig, SourceSpec
+from alignlab.platform.config import MODEL_SIZES, PretrainConfig
+from alignlab.platform.data.corpus_config import CorpusConfig, SourceSpec
+from alignlab.platform.fel.finetune_config import FinetuneConfig
 
 CORPUS_PRESETS: dict[str, CorpusConfig] = {
     "smoke": CorpusConfig(langs=("en",), max_docs_per_lang=300, vocab_size=1000, tokenizer_sample_docs=300,
                           max_len=64, docs_per_shard=100, task_max_docs_per_lang=3000),
-    # The bundled Wikipedia summaries plus 40k PyPI package summaries (platform/corpus_data/): the mini study's CT
+    # The bundled Wikipedia summaries plus 40k PyPI package summaries (platform/data/corpus_data/): the mini study's CT
     # test set is npm package summaries, and software-domain text lowered CT's perplexity on the FEL validation
     # splits over three pretraining seeds, at the same accuracy (benchmarks/README.md, "Round 8"). WHP and PAD
     # still learn from the Wikipedia part.

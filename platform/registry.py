@@ -148,6 +148,11 @@ def registered() -> dict[str, type]:
     return dict(order)
 
 
+def objective_names() -> set[str]:
+    """The registered objectives' names (for a flag's `errors.name_list`, which asks only when the flag is read)."""
+    return set(registered())
+
+
 def objective_config(name: str, **overrides: Any) -> Any:
     reg = registered()
     if name not in reg:
@@ -194,7 +199,6 @@ def resolve_objectives(items: Any) -> tuple[Any, ...]:
     return tuple(out)
 
 
-_config.set_objective_resolver(resolve_objectives)
 
 
 def objectives_like(names: Any, like: Sequence[Any] = ()) -> tuple[Any, ...]:
@@ -215,6 +219,9 @@ def layout_fraction_key() -> str:
     if len(keys) > 1:
         raise ValueError(f"objectives declare different layout_fraction_key values: {', '.join(sorted(keys))}")
     return keys.pop() if keys else "layout_fraction"
+
+
+_config.set_objective_resolver(resolve_objectives, layout_fraction_key)
 
 
 def objective_class(config: Any) -> type:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+from alignlab.platform.ray_env import started_locally
+
 RAY_DATA_CPUS = 1.0
 """CPUs a pretraining run must leave free: Ray Data's file listing task needs one whole CPU, and without it
 the training input pipeline waits at 0 rows (RAY_NOTES pitfall 1)."""
@@ -54,8 +56,6 @@ def autoscaler_configured(wait_s: float = 10.0) -> bool | None:
     `node_<node id>` (one per live node), with one the node types come from the config."""
     import json
     import time
-
-    from alignlab.platform.ray_env import started_locally
 
     if started_locally():
         return False

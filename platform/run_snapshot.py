@@ -16,7 +16,7 @@ from alignlab.platform.storage import Storage
 
 SNAPSHOT = "checkpoint_manager_snapshot.json"
 STATE = "state.pt"
-"""The file a pretraining checkpoint holds (`pretrain_ray`: rank 0's `torch.save`, a zip archive)."""
+"""The file a pretraining checkpoint holds (`pretrain.driver`: rank 0's `torch.save`, a zip archive)."""
 
 
 def _whole(fs, path: str) -> bool:

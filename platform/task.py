@@ -26,12 +26,13 @@ from typing import Any, ClassVar
 
 import torch
 
-from alignlab.platform import task_files
+from alignlab.platform.fel import task_files
 from alignlab.platform.batching import IGNORE
-from alignlab.platform.finetune_config import set_task_registry
-from alignlab.platform.holdout import HeldOutText
-from alignlab.platform.task_files import TaskFormat
+from alignlab.platform.fel.finetune_config import set_task_registry
+from alignlab.platform.data.holdout import HeldOutText
+from alignlab.platform.fel.task_files import TaskFormat
 from alignlab.platform.model import SequenceHead, TokenHead
+from alignlab.platform.registry import registered, clash
 
 _TASKS: dict[str, "Task"] = {}
 
@@ -49,8 +50,6 @@ def register_task(cls: type) -> type:
     if not isinstance(name, str):
         raise TypeError(f"{cls.__name__} needs a class attribute `name`")
     if name in _TASKS and type(_TASKS[name]) is not cls:
-        from alignlab.platform.registry import clash
-
         raise clash("task", name, origin(_TASKS[name]), cls.__module__)
     _TASKS[name] = cls()
     return cls
@@ -59,8 +58,6 @@ def register_task(cls: type) -> type:
 def register_instance(obj: "Task") -> "Task":
     """Register a task object (a task declared from files, `task_kinds.declare_task`)."""
     if obj.name in task_names():
-        from alignlab.platform.registry import clash
-
         raise clash("task", obj.name, origin(task(obj.name)), origin(obj))
     _TASKS[obj.name] = obj
     return obj
@@ -76,8 +73,6 @@ def unregister(name: str) -> None:
 
 
 def _discover() -> None:
-    from alignlab.platform.registry import registered
-
     registered()  # imports every module of objectives/ and of installed plugins, task modules included
 
 

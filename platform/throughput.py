@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+# devices (torch) is imported inside `run_throughput`: the cost estimates (`alignlab plan`) load no torch.
+
 PEAK_TFLOPS: dict[str, dict[str, float | None]] = {
     # Dense (no 2:4 sparsity) tensor-core peaks from NVIDIA's datasheets, per GPU, in TFLOP/s. "fp32" is the
     # plain FP32 rate: PyTorch multiplies fp32 matrices without TF32 unless told to

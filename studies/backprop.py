@@ -11,9 +11,10 @@ ACC/BEST-PPL column (accuracy at the best-perplexity epoch), its second the BEST
 """
 import dataclasses
 
-from alignlab.platform.config import CORPUS_PRESETS, FINETUNE_PRESETS
-from alignlab.platform.study import (SMOKE_TASK_DOCS, CalcSpec, ModelSpec, Study, largest_size, protocol_points,
-                                     sized_pretrain, study_main)
+from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS
+from alignlab.platform.study.presets import SMOKE_TASK_DOCS, largest_size, protocol_points, sized_pretrain
+from alignlab.platform.study.run import study_main
+from alignlab.platform.study.spec import CalcSpec, ModelSpec, Study
 
 SCHEMES = {"PRED": "pred", "MT PRED+TRM": "mt:pred+trm", "PRED+TRM": "pred+trm", "PRED+TRM+EMB": "pred+trm+emb"}
 

@@ -17,10 +17,12 @@ At smoke: n in {20, 40} (the smoke budget 40 stands in for 200).
 """
 import dataclasses
 
-from alignlab.platform.config import CORPUS_PRESETS, FINETUNE_PRESETS
-from alignlab.platform.protocol import NUM_FOLDS
-from alignlab.platform.study import (SIZE_GRID, SMOKE_TASK_DOCS, WITHOUT_ALIGNED, CalcSpec, ModelSpec, Study,
-                                     largest_size, protocol_points, sized_pretrain, study_main)
+from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS
+from alignlab.platform.fel.protocol import NUM_FOLDS
+from alignlab.platform.study.presets import (SIZE_GRID, SMOKE_TASK_DOCS, largest_size, protocol_points, sized_pretrain,
+                                            without_aligned)
+from alignlab.platform.study.run import study_main
+from alignlab.platform.study.spec import CalcSpec, ModelSpec, Study
 from alignlab.platform.task import task
 
 TASK_SNIPPETS = task("ad").build_options["target_snippets"]  # AD's own default, which this study keeps (600)
@@ -42,9 +44,9 @@ def build(preset: str) -> Study:
     models = [ModelSpec(key=f"{big_w}x{big_d}", pretrain=sized_pretrain(preset, big_w, big_d)),
               ModelSpec(key=f"{mid_w}x{big_d}", pretrain=sized_pretrain(preset, mid_w, big_d))]
     models += [ModelSpec(key=key, pretrain=sized_pretrain(preset, big_w, big_d, objs))
-               for key, objs in WITHOUT_ALIGNED.values()]
+               for key, objs in without_aligned().values()]
     cols = {  # column label -> (model key per task, keep the pretrained heads)
-        f"{big_w}-×{big_d}*": ({t: WITHOUT_ALIGNED[t][0] for t in ("ct", "ad")}, False),
+        f"{big_w}-×{big_d}*": ({t: without_aligned()[t][0] for t in ("ct", "ad")}, False),
         f"{mid_w}×{big_d}*": ({t: f"{mid_w}x{big_d}" for t in ("ct", "ad")}, False),
         f"{big_w}×{big_d}*": ({t: f"{big_w}x{big_d}" for t in ("ct", "ad")}, False),
         f"{big_w}×{big_d}": ({t: f"{big_w}x{big_d}" for t in ("ct", "ad")}, True),

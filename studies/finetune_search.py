@@ -22,7 +22,7 @@ search's choice (`SearchSpec.nested`, `protocol.search_groups`, `protocol.search
 
 Pitfall (RAY_NOTES §3, pitfall 9): Ray's OptunaSearch tells Optuna that an ASHA-stopped trial
 COMPLETED with its early value, which biases TPE toward settings that look good early. The runner
-(`alignlab.platform.study.run_search`) tells Optuna PRUNED instead, with the per-epoch values as
+(`alignlab.platform.study.search.run_search`) tells Optuna PRUNED instead, with the per-epoch values as
 intermediate values, and picks the best setting among trials that ran to their own end only, so
 settings are compared at the end of their runs, never at an early epoch. ASHA's max_t lies one past
 the longest run so that no trial is cut for merely reaching its own end. With 2+ trials at once,
@@ -37,9 +37,11 @@ parameter importances.
 """
 import dataclasses
 
-from alignlab.platform.config import CORPUS_PRESETS, FINETUNE_PRESETS, SCHEMES
-from alignlab.platform.study import (SMOKE_TASK_DOCS, CalcSpec, ModelSpec, SearchParam, SearchSpec, Study,
-                                     largest_size, protocol_points, sized_pretrain, study_main)
+from alignlab.platform.config import SCHEMES
+from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS
+from alignlab.platform.study.presets import SMOKE_TASK_DOCS, largest_size, protocol_points, sized_pretrain
+from alignlab.platform.study.run import study_main
+from alignlab.platform.study.spec import CalcSpec, ModelSpec, SearchParam, SearchSpec, Study
 
 # (trials per search, batch sizes, max-epochs choices, ASHA grace period in epochs)
 SEARCH = {"smoke": (4, (8, 16), (2, 3), 1), "mini": (20, (16, 32, 64), (25, 50, 100), 5),

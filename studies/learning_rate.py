@@ -11,9 +11,10 @@ validation perplexity stops improving.
 """
 import dataclasses
 
-from alignlab.platform.config import CORPUS_PRESETS, FINETUNE_PRESETS
-from alignlab.platform.study import (SMOKE_TASK_DOCS, CalcSpec, ModelSpec, Study, largest_size, protocol_points,
-                                     sized_pretrain, study_main)
+from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS
+from alignlab.platform.study.presets import SMOKE_TASK_DOCS, largest_size, protocol_points, sized_pretrain
+from alignlab.platform.study.run import study_main
+from alignlab.platform.study.spec import CalcSpec, ModelSpec, Study
 
 LEARNING_RATES = {"1e-3": 1e-3, "1e-4": 1e-4, "1e-5": 1e-5}
 MAX_EPOCHS = {"smoke": None, "mini": 1000, "paper": 2000}

@@ -19,9 +19,11 @@ so at mini the columns read 1, 2, 2* and the rows 64, 128, 128-.
 """
 import dataclasses
 
-from alignlab.platform.config import CORPUS_PRESETS, FINETUNE_PRESETS
-from alignlab.platform.study import (SIZE_GRID, SMOKE_TASK_DOCS, WITHOUT_ALIGNED, CalcSpec, ModelSpec, Study,
-                                     largest_size, protocol_points, sized_pretrain, study_main)
+from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS
+from alignlab.platform.study.presets import (SIZE_GRID, SMOKE_TASK_DOCS, largest_size, protocol_points, sized_pretrain,
+                                            without_aligned)
+from alignlab.platform.study.run import study_main
+from alignlab.platform.study.spec import CalcSpec, ModelSpec, Study
 
 
 def build(preset: str) -> Study:
@@ -30,7 +32,7 @@ def build(preset: str) -> Study:
     big_w, big_d = largest_size(preset)
     models = [ModelSpec(key=f"{w}x{d}", pretrain=sized_pretrain(preset, w, d)) for w in widths for d in depths]
     models += [ModelSpec(key=key, pretrain=sized_pretrain(preset, big_w, big_d, objs))
-               for key, objs in WITHOUT_ALIGNED.values()]
+               for key, objs in without_aligned().values()]
     star = f"{big_d}*"
 
     def calc(task, model, row, col, keep_head, fold, seed):
@@ -43,7 +45,7 @@ def build(preset: str) -> Study:
             for w in widths:
                 calcs += [calc(task, f"{w}x{d}", w, str(d), True, fold, seed) for d in depths]
                 calcs.append(calc(task, f"{w}x{big_d}", w, star, False, fold, seed))
-            calcs.append(calc(task, WITHOUT_ALIGNED[task][0], f"{big_w}-", star, False, fold, seed))
+            calcs.append(calc(task, without_aligned()[task][0], f"{big_w}-", star, False, fold, seed))
     return Study(name=f"model_size-{preset}", title=f"Accuracy by model size ({preset} preset)",
                  corpus=CORPUS_PRESETS[preset], models=tuple(models), calcs=tuple(calcs), baseline_col=star,
                  baseline_cells=tuple((f"{t.upper()} {big_w}-", star) for t in ("ct", "ad")),

@@ -14,10 +14,11 @@ so the paper's table keeps its own report.
 """
 import dataclasses
 
-from alignlab.platform.config import CORPUS_PRESETS, FINETUNE_PRESETS, PRETRAIN_PRESETS
-from alignlab.platform.protocol import calculations
+from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS, PRETRAIN_PRESETS
+from alignlab.platform.fel.protocol import calculations
 from alignlab.platform.registry import objectives_like
-from alignlab.platform.study import CalcSpec, ModelSpec, Study, study_main
+from alignlab.platform.study.run import study_main
+from alignlab.platform.study.spec import CalcSpec, ModelSpec, Study
 
 OBJECTIVE_SETS = {"all": "mlm,nsp,whp,pad", "-whp": "mlm,nsp,pad", "-pad": "mlm,nsp,whp"}
 

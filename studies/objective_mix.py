@@ -11,7 +11,7 @@ front.
 Why multi-objective rather than one scalar: CT and AD are aligned to different objectives (WHP and PAD), so
 a mixture good for one may cost the other; the Pareto front shows that trade-off, where any weighted sum of
 the two accuracies would fix an exchange rate between CT and AD points that nothing justifies.
-(`alignlab.platform.objective_search` has the details: no pruning, one trial at a time on a small box.)
+(`alignlab.platform.study.objective_search` has the details: no pruning, one trial at a time on a small box.)
 
 Your own task (`--task`, as every study script): the search scores it too, or only it with `--only-tasks`, and
 maximizes its validation accuracy (or the metric `--maximize TASK:METRIC` names, e.g. `ner:span_f1`).
@@ -21,9 +21,10 @@ maximizes its validation accuracy (or the metric `--maximize TASK:METRIC` names,
 """
 import dataclasses
 
-from alignlab.platform.config import CORPUS_PRESETS, FINETUNE_PRESETS, PRETRAIN_PRESETS, check_preset
-from alignlab.platform.objective_search import MixSearchSpec, run_objective_search
-from alignlab.platform.study import SMOKE_TASK_DOCS, protocol_points
+from alignlab.platform.config import check_preset
+from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS, PRETRAIN_PRESETS
+from alignlab.platform.study.objective_search import MixSearchSpec, run_objective_search
+from alignlab.platform.study.presets import SMOKE_TASK_DOCS, protocol_points
 
 CANDIDATES = ("mlm", "nsp", "whp", "pad", "rtd")
 NUM_SAMPLES = {"smoke": 3, "mini": 12, "paper": 40}
@@ -42,9 +43,9 @@ def build(preset: str) -> MixSearchSpec:
 
 def main(argv=None):
     from alignlab.platform.errors import Parser, run_guarded
-    from alignlab.platform.optuna_study import rdb_url
+    from alignlab.platform.study.optuna_study import rdb_url
     from alignlab.platform.storage import resolve_root
-    from alignlab.platform.study_tasks import add_task_arguments, declare_specs, search_with_tasks
+    from alignlab.platform.study.tasks import add_task_arguments, declare_specs, search_with_tasks
 
     ap = Parser(description=build.__doc__)
     ap.add_argument("--preset", default="mini", help="smoke | mini | paper (default mini)")
@@ -66,7 +67,7 @@ def main(argv=None):
     spec = build(check_preset(args.preset))
     if args.num_samples:
         spec = dataclasses.replace(spec, num_samples=args.num_samples)
-    if args.precision != "auto":  # as the study scripts' --precision (study_spec.with_precision)
+    if args.precision != "auto":  # as the study scripts' --precision (study.spec.with_precision)
         spec = dataclasses.replace(spec, name=f"{spec.name}-{args.precision}",
                                    pretrain=dataclasses.replace(spec.pretrain, precision=args.precision))
 

@@ -28,8 +28,8 @@ def storage_root(tmp_path_factory):
 @pytest.fixture(scope="session")
 def smoke_corpus(ray_session, storage_root):
     """The smoke-preset bundled corpus, built once on the real Ray instance."""
-    from alignlab.platform.config import CORPUS_PRESETS
-    from alignlab.platform.corpus import build_corpus
+    from alignlab.platform.presets import CORPUS_PRESETS
+    from alignlab.platform.data.corpus import build_corpus
 
     return build_corpus(CORPUS_PRESETS["smoke"], storage_root, progress=False)
 

@@ -1,7 +1,9 @@
-"""The engine stays without names and keeps Ray at its edges (DESIGN.md, "The objective interface").
+"""The engine stays without names, keeps Ray at its edges (DESIGN.md, "The objective interface") and its modules
+import each other without a circle (issue #45).
 
-These walk `platform/` with `ast`, so they fail the moment someone writes `if task == "ct"` or
-`import ray` in a core module, rather than when the next objective is added and something breaks."""
+These walk `platform/` with `ast`, so they fail the moment someone writes `if task == "ct"`, `import ray` in a
+core module or an import that closes a circle, rather than when the next objective is added and something
+breaks."""
 from __future__ import annotations
 
 import ast
@@ -16,25 +18,34 @@ PLATFORM = Path(__file__).resolve().parents[1] / "platform"
 RAY_EDGES = {
     # Where work is distributed: the Ray Data pipeline, the TorchTrainer wrapper, the Tune trainables and
     # tuner, the Ray session itself and its resource checks. Every other module runs without Ray.
-    "corpus.py", "pretrain_ray.py", "ray_env.py", "resources.py", "objective_search.py",
-    "study_run.py", "study_grid.py", "study_search.py", "study_search_tune.py",
+    "data/corpus.py", "pretrain/driver.py", "ray_env.py", "resources.py", "study/objective_search.py",
+    "study/run.py", "study/grid.py", "study/search.py", "study/search_tune.py",
 }
 FOREIGN_KEYS = {
     # Keys of formats alignlab does not own that happen to start with an objective's name.
-    "pad_token_id",  # transformers' config.json (export.py)
+    "pad_token_id",  # transformers' config.json (pretrain/export.py)
     # Padding, not the PAD objective: the tokenizer's padding piece and id, and local `pad` counts of padding.
     "pad", "pad_id", "pad_token", "pad_piece", "pad_to_max_len",
 }
 _JOINED = re.compile(r"[\w-]+(?:[,+][\w-]+)+")
-MAX_LINES = 400
+MAX_LINES = 600
+"""A module past this is a runaway: fail. Below it the size is reported, not judged (see the size test)."""
 GENERIC_WORDS = {
     # Words of the objectives' and tasks' option names that say nothing of whose they are: the engine may use them.
     "data", "target", "form", "fraction", "key", "labels", "alpha", "weight",
 }
 
 
-def _modules():
-    return sorted(PLATFORM.glob("*.py"))
+PACKAGE_DATA = ("data/corpus_data", "pretrain/hf")  # shipped files, never imported by the engine
+
+
+def _modules() -> list[Path]:
+    """Every module of platform/, its stage folders' included (package data left out)."""
+    return sorted(p for p in PLATFORM.rglob("*.py") if not _rel(p).startswith(PACKAGE_DATA))
+
+
+def _rel(p: Path) -> str:
+    return p.relative_to(PLATFORM).as_posix()
 
 
 def _names() -> set[str]:
@@ -69,13 +80,13 @@ def _imports_ray(tree: ast.AST) -> list[int]:
 
 
 def test_only_the_named_edge_modules_of_the_engine_import_ray():
-    offenders = [f"platform/{p.name}:{line}" for p in _modules() if p.name not in RAY_EDGES
+    offenders = [f"platform/{_rel(p)}:{line}" for p in _modules() if _rel(p) not in RAY_EDGES
                  for line in _imports_ray(ast.parse(p.read_text(), str(p)))]
     assert not offenders, f"ray imported outside the edge modules {sorted(RAY_EDGES)}: {offenders}"
 
 
 def test_the_edge_list_names_only_modules_that_exist():
-    assert RAY_EDGES <= {p.name for p in _modules()}
+    assert RAY_EDGES <= {_rel(p) for p in _modules()}
 
 
 def _named(node: ast.AST) -> list[str]:
@@ -111,7 +122,7 @@ def _leaks(source: str, names: set[str], where: str = "", owned: frozenset[str] 
 
 def test_no_engine_module_names_an_objective_or_a_task():
     names, owned = _names(), frozenset(_owned())
-    offenders = [o for p in _modules() for o in _leaks(p.read_text(), names, f"platform/{p.name}", owned)]
+    offenders = [o for p in _modules() for o in _leaks(p.read_text(), names, f"platform/{_rel(p)}", owned)]
     assert not offenders, "objective/task names belong in objectives/, not in the engine:\n" + "\n".join(offenders)
 
 
@@ -128,8 +139,148 @@ def test_the_guard_sees_names_in_identifiers_keywords_and_joined_strings():
         assert not _leaks(source, names, owned=owned), source
 
 
-def test_no_engine_module_is_longer_than_a_screenful_of_concerns():
-    long = {p.name: n for p in _modules() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+def _module_name(root: Path, p: Path, package: str = "alignlab.platform") -> str:
+    parts = list(p.relative_to(root).with_suffix("").parts)
+    return ".".join([package, *(parts[:-1] if parts[-1] == "__init__" else parts)])
+
+
+def _import_graph(root: Path, package: str = "alignlab.platform") -> dict[str, dict[str, int]]:
+    """module -> {module of the same package it imports: the line of the first such import}, for every module
+    under `root` (package data left out). Imports at module level, in class bodies and inside functions all count;
+    only those under `if TYPE_CHECKING:` do not, since they never run. `from P import name` counts as an import
+    of the submodule P.name when there is one, else of P."""
+    files = {_module_name(root, p, package): p for p in sorted(root.rglob("*.py"))
+             if not _rel_to(root, p).startswith(PACKAGE_DATA)}
+    graph = {}
+    for mod, path in files.items():
+        edges: dict[str, int] = {}
+
+        def visit(node: ast.AST) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                    continue
+                targets = []
+                if isinstance(child, ast.Import):
+                    targets = [a.name for a in child.names]
+                elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+                    targets = [f"{child.module}.{a.name}" if f"{child.module}.{a.name}" in files else child.module
+                               for a in child.names]
+                for t in targets:
+                    if t in files and t != mod:
+                        edges.setdefault(t, child.lineno)
+                visit(child)
+
+        visit(ast.parse(path.read_text(), str(path)))
+        graph[mod] = edges
+    return graph
+
+
+def _rel_to(root: Path, p: Path) -> str:
+    return p.relative_to(root).as_posix()
+
+
+def _circles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The import circles: each strongly connected set of two or more modules, as one circle through it
+    ("a -> b -> a"), found by walking back from each module to itself."""
+    def reaches(a: str, b: str) -> list[str] | None:  # a path a -> ... -> b, breadth first
+        seen, todo = {a: [a]}, [a]
+        while todo:
+            cur = todo.pop(0)
+            for nxt in sorted(graph[cur]):
+                if nxt == b:
+                    return seen[cur] + [b]
+                if nxt not in seen:
+                    seen[nxt] = seen[cur] + [nxt]
+                    todo.append(nxt)
+        return None
+
+    out, done = [], set()
+    for mod in sorted(graph):
+        if mod not in done and (loop := reaches(mod, mod)):
+            out.append(loop)
+            done |= set(loop)
+    return out
+
+
+def test_no_module_of_the_engine_imports_itself_through_others():
+    """No import circle inside platform/, counting function-local imports too: a local import that only dodges
+    a circle hides a dependency that runs the other way (issue #45). Local imports kept for a real reason (Ray in
+    a worker function, matplotlib, optuna, transformers) name third-party modules and so never close a circle."""
+    circles = _circles(_import_graph(PLATFORM))
+    assert not circles, "import circles in platform/ (move the code to where it belongs):\n" + "\n".join(
+        " -> ".join(c) for c in circles)
+
+
+def test_the_circle_guard_sees_a_planted_circle_through_a_local_import_and_ignores_type_checking(tmp_path):
+    (tmp_path / "stage").mkdir()
+    (tmp_path / "stage" / "__init__.py").write_text('"""A stage."""\n')
+    (tmp_path / "a.py").write_text("from alignlab.platform.stage import b\n")
+    (tmp_path / "stage" / "b.py").write_text("def f():\n    from alignlab.platform.c import g\n")
+    (tmp_path / "c.py").write_text("from alignlab.platform.a import x\n")
+    (tmp_path / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                   "    from alignlab.platform.e import y\n")
+    (tmp_path / "e.py").write_text("import alignlab.platform.d\n")
+    graph = _import_graph(tmp_path)
+    assert graph["alignlab.platform.a"] == {"alignlab.platform.stage.b": 1}
+    assert _circles(graph) == [["alignlab.platform.a", "alignlab.platform.stage.b", "alignlab.platform.c",
+                                "alignlab.platform.a"]]
+    (tmp_path / "c.py").write_text("x = 1\n")
+    assert _circles(_import_graph(tmp_path)) == []
+
+
+def test_no_engine_module_defines_a_module_getattr():
+    """No module-level `__getattr__` (issue #45): a name a module hands on lazily is a dependency no reader, tool
+    or import sees. Callers import a name from the module that defines it."""
+    offenders = [f"platform/{_rel(p)}:{n.lineno}" for p in _modules() for n in ast.parse(p.read_text()).body
+                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "__getattr__"]
+    assert not offenders, f"module-level __getattr__ in {offenders}"
+
+
+def _is_module(package: str, name: str) -> bool:
+    top, *rest = package.split(".")[1:] or [""]
+    where = PLATFORM.parent / top / Path(*rest, name) if top else Path("/nonexistent")
+    return where.with_suffix(".py").exists() or (where / "__init__.py").exists()
+
+
+def _handed_on(source: str) -> list[str]:
+    """Names a module imports at its top from alignlab and either never uses or lists in its `__all__`."""
+    tree = ast.parse(source)
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    exported = {e.value for n in tree.body if isinstance(n, ast.Assign)
+                and any(getattr(t, "id", None) == "__all__" for t in n.targets)
+                for e in ast.walk(n.value) if isinstance(e, ast.Constant)}
+    return [f"{node.lineno}: {a.asname or a.name}" for node in tree.body
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("alignlab.")
+            for a in node.names if not _is_module(node.module, a.name)
+            and ((a.asname or a.name) in exported or (a.asname or a.name) not in used)]
+
+
+def test_no_engine_module_hands_on_a_name_it_only_imports():
+    """No re-exports (issue #45): every alignlab name a platform module imports at its top is used there, and
+    its `__all__` lists only names it defines. Whole modules imported for their side effect (the registry) are
+    not names and may stand unused."""
+    offenders = [f"platform/{_rel(p)}:{o}" for p in _modules() for o in _handed_on(p.read_text())]
+    assert not offenders, "names imported only to be handed on (import them where they are defined):\n" + \
+        "\n".join(offenders)
+
+
+def test_the_re_export_guard_sees_an_unused_name_and_an_imported_name_in_all():
+    assert _handed_on("from alignlab.platform.pretrain.models import model_id\n") == ["1: model_id"]
+    assert _handed_on("from alignlab.platform.storage import read_json\n__all__ = ['read_json']\n"
+                      "read_json('x')\n") == ["1: read_json"]
+    assert _handed_on("from alignlab.platform.storage import read_json\nread_json('x')\n") == []
+    assert _handed_on("from alignlab.platform import registry as _registry\n") == []  # a module
+    assert _handed_on("from alignlab.platform.study import run\n") == []  # a stage's module
+
+
+def test_module_sizes_are_reported_and_only_a_runaway_module_fails():
+    """The largest modules are printed (`pytest -s`) for whoever splits next; only one past MAX_LINES fails. A
+    hard limit near the typical size (it was 400) made modules split by line count rather than by concern, and
+    grow `__getattr__` forwards and re-exports to stay under it; the stages of issue #45 group by concern
+    instead, so the limit only catches a module that has become two."""
+    sizes = sorted(((len(p.read_text().splitlines()), _rel(p)) for p in _modules()), reverse=True)
+    print("\nlargest platform/ modules (lines):", ", ".join(f"{name} {n}" for n, name in sizes[:10]))
+    long = {name: n for n, name in sizes if n > MAX_LINES}
     assert not long, f"platform/ modules over {MAX_LINES} lines (split them by concern): {long}"
 
 

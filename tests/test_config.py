@@ -4,6 +4,9 @@ import dataclasses
 import pytest
 
 from alignlab.platform import config as C
+from alignlab.platform.data.corpus_config import CorpusConfig
+from alignlab.platform.fel.finetune_config import FinetuneConfig
+from alignlab.platform.presets import FINETUNE_PRESETS, PRETRAIN_PRESETS
 from alignlab.platform import registry  # noqa: F401 -- objective names in configs resolve through it
 
 
@@ -36,19 +39,19 @@ def test_the_paper_sizes_are_the_nine_of_table_1():
 
 
 def test_the_paper_preset_matches_section_3_3():
-    p = C.PRETRAIN_PRESETS["paper"]
+    p = PRETRAIN_PRESETS["paper"]
     assert (p.batch_size, p.lr, p.model.max_len) == (256, 1e-4, 128)
     # batch_size is the global batch: 4 GPU workers of 64 rows each make one step of 256, and the run sees the
     # paper's 500M examples whatever the number of workers (it used to be 4 x 256 per step: 2B examples).
     assert (p.num_workers, p.worker_batch_size) == (4, 64)
     assert p.max_steps * p.batch_size == pytest.approx(500_000_000, rel=0.01)
     assert dataclasses.replace(p, num_workers=8).max_steps * p.batch_size == pytest.approx(500_000_000, rel=0.01)
-    f = C.FINETUNE_PRESETS["paper"]
+    f = FINETUNE_PRESETS["paper"]
     assert (f.batch_size, f.dropout, f.lr, f.budget, f.scheme) == (64, 0.1, 1e-4, 200, "pred")
 
 
 def test_objective_names_expand_to_configs_and_unknown_names_are_rejected():
-    cfg = dataclasses.replace(C.PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad")
+    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad")
     assert cfg.objective_names == ("mlm", "nsp", "whp", "pad")
     with pytest.raises(ValueError, match="unknown objective 'sop'.*registered objectives are"):
         dataclasses.replace(cfg, objectives="mlm,sop")
@@ -57,7 +60,7 @@ def test_objective_names_expand_to_configs_and_unknown_names_are_rejected():
 
 
 def test_pretrain_config_round_trips_through_a_dict_and_keeps_its_hash():
-    cfg = dataclasses.replace(C.PRETRAIN_PRESETS["mini"], objectives="mlm,pad")
+    cfg = dataclasses.replace(PRETRAIN_PRESETS["mini"], objectives="mlm,pad")
     back = C.pretrain_from_dict(C.to_dict(cfg))
     assert back == cfg
     assert C.config_hash(back) == C.config_hash(cfg)
@@ -66,14 +69,14 @@ def test_pretrain_config_round_trips_through_a_dict_and_keeps_its_hash():
 
 def test_finetune_config_rejects_unknown_schemes_and_selection_modes():
     with pytest.raises(ValueError, match="scheme must be one of"):
-        C.FinetuneConfig(scheme="all")
+        FinetuneConfig(scheme="all")
     with pytest.raises(ValueError, match="selection must be one of"):
-        C.FinetuneConfig(selection="test")
+        FinetuneConfig(selection="test")
 
 
 def test_a_non_bundled_corpus_needs_paths():
     with pytest.raises(ValueError, match="needs at least one input path"):
-        C.CorpusConfig(source="web")
+        CorpusConfig(source="web")
 
 
 def test_the_encoder_init_is_berts_by_default_and_fan_in_on_request():
@@ -119,11 +122,11 @@ _COMPANION = {"short_seq_len": {"short_seq_len": 16, "short_seq_fraction": 0.25}
 
 
 def _smoke(**changes):
-    return dataclasses.replace(C.PRETRAIN_PRESETS["smoke"], **{"precision": "bf16", **changes})
+    return dataclasses.replace(PRETRAIN_PRESETS["smoke"], **{"precision": "bf16", **changes})
 
 
 def test_every_field_that_changes_what_a_model_learns_is_in_its_id_and_no_runtime_field_is():
-    from alignlab.platform.pretrain_ray import RUNTIME_FIELDS, model_id
+    from alignlab.platform.pretrain.models import RUNTIME_FIELDS, model_id
 
     assert set(_OTHER_VALUE) == {f.name for f in dataclasses.fields(C.PretrainConfig)}
     base = model_id("corpus-x", _smoke())
@@ -136,7 +139,7 @@ def test_every_field_that_changes_what_a_model_learns_is_in_its_id_and_no_runtim
 
 
 def test_configs_differing_only_in_workers_are_two_models_and_only_in_runtime_fields_one():
-    from alignlab.platform.pretrain_ray import model_id
+    from alignlab.platform.pretrain.models import model_id
 
     # 1 x 16 and 2 x 16 are global batches of 16 and 32: two models.
     one, two = _smoke(num_workers=1), _smoke(num_workers=2)
@@ -147,10 +150,10 @@ def test_configs_differing_only_in_workers_are_two_models_and_only_in_runtime_fi
 
 
 def test_auto_precision_names_the_model_of_the_precision_it_resolves_to(monkeypatch):
-    from alignlab.platform import pretrain as P
-    from alignlab.platform.pretrain_ray import model_id
+    from alignlab.platform.pretrain import pretrain as P
+    from alignlab.platform.pretrain.models import model_id
 
-    auto = dataclasses.replace(C.PRETRAIN_PRESETS["smoke"], precision="auto")
+    auto = dataclasses.replace(PRETRAIN_PRESETS["smoke"], precision="auto")
     bf16, fp32 = (model_id("c", dataclasses.replace(auto, precision=p)) for p in ("bf16", "fp32"))
     assert bf16 != fp32
     assert model_id("c", auto) == model_id("c", P.resolve_precision(auto))
@@ -170,7 +173,9 @@ def test_alignlab_pretrain_trains_at_the_precision_its_flag_names(tmp_path, monk
     """`alignlab pretrain --precision fp32` hands the trainer an fp32 config; without the flag, the preset's."""
     import json
 
-    from alignlab.platform import cli, corpus, pretrain_ray, ray_env
+    from alignlab.platform import cli, ray_env
+    from alignlab.platform.data import corpus
+    from alignlab.platform.pretrain import driver as pretrain_ray
 
     asked = []
 
@@ -186,7 +191,7 @@ def test_alignlab_pretrain_trains_at_the_precision_its_flag_names(tmp_path, monk
     monkeypatch.setattr(corpus, "build_corpus", lambda ccfg, root, **kw: tmp_path / "corpus")
     for flags in (["--precision", "fp32"], ["--precision", "bf16"], []):
         assert cli.main(["pretrain", "--preset", "smoke", "--storage", str(tmp_path / "st"), *flags]) == 0
-    assert asked == ["fp32", "bf16", C.PRETRAIN_PRESETS["smoke"].precision]
+    assert asked == ["fp32", "bf16", PRETRAIN_PRESETS["smoke"].precision]
 
 
 def test_the_readme_cost_table_follows_from_the_paper_presets_global_batch(monkeypatch):
@@ -201,7 +206,7 @@ def test_the_readme_cost_table_follows_from_the_paper_presets_global_batch(monke
     from pretrain_throughput import model_flops
 
     readme = (repo / "README.md").read_text()
-    p = C.PRETRAIN_PRESETS["paper"]
+    p = PRETRAIN_PRESETS["paper"]
     examples = p.max_steps * p.batch_size
     masked = 0.15 * p.model.max_len  # the README: MLM decoded on 15% of 128 positions
     hours = {s: model_flops(s, 1, p.model.max_len, 111_000, masked) * examples / 50e12 / 3600

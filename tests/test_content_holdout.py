@@ -10,10 +10,11 @@ import pyarrow.parquet as pq
 import pytest
 from test_sources import dump_xml, page, write_dump
 
-from alignlab.platform.config import CORPUS_PRESETS, SourceSpec
-from alignlab.platform.holdout import (HOLDOUT_RULE_VERSION, NGRAM, ContentHoldout, HeldOutText, require_holdout,
-                                       task_heldout_text)
-from alignlab.platform.protocol import TaskData, build_tasks
+from alignlab.platform.data.corpus_config import SourceSpec
+from alignlab.platform.presets import CORPUS_PRESETS
+from alignlab.platform.data.corpus_identity import task_heldout_text
+from alignlab.platform.data.holdout import HOLDOUT_RULE_VERSION, NGRAM, ContentHoldout, HeldOutText, require_holdout
+from alignlab.platform.fel.protocol import TaskData, build_tasks
 
 SMOKE = CORPUS_PRESETS["smoke"]
 
@@ -83,7 +84,7 @@ def _filler(i: int) -> str:
 
 @pytest.mark.ray
 def test_no_task_text_or_acronym_definition_in_a_dump_or_web_folder_reaches_a_shard(ray_session, tmp_path, task_dir):
-    from alignlab.platform.corpus import build_corpus, load_manifest
+    from alignlab.platform.data.corpus import build_corpus, load_manifest
 
     root = task_dir.parent.parent  # the fixture's root: the corpus finds the same task folder there
     snippet, definer, ct_text, ood = _planted(task_dir)
@@ -136,8 +137,8 @@ def test_a_study_stops_before_pretraining_on_a_corpus_built_before_the_rule(ray_
 
     from test_studies import load_script
 
-    import alignlab.platform.corpus as corpus
-    from alignlab.platform.study_run import run_study
+    import alignlab.platform.data.corpus as corpus
+    from alignlab.platform.study.run import run_study
 
     old = tmp_path / "root" / "corpus" / "bundled-old"
     old.mkdir(parents=True)

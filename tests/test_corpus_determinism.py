@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from alignlab.platform.config import CORPUS_PRESETS
+from alignlab.platform.presets import CORPUS_PRESETS
 
 # 300 English documents in parts of 100: several train shards and an eval shard.
 CONFIG = dataclasses.replace(CORPUS_PRESETS["smoke"], max_docs_per_lang=300)
@@ -78,7 +78,7 @@ def assert_identical_corpora(a: Path, b: Path) -> None:
 
 @pytest.mark.ray
 def test_two_builds_of_the_same_config_write_identical_shards_tokenizer_and_counts(ray_session, tmp_path):
-    from alignlab.platform.corpus import build_corpus
+    from alignlab.platform.data.corpus import build_corpus
 
     a = build_corpus(CONFIG, tmp_path / "root-a", progress=False)
     b = build_corpus(CONFIG, tmp_path / "root-b", progress=False, num_workers=2)

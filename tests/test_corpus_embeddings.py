@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from alignlab.platform.config import PRETRAIN_PRESETS, to_dict
-from alignlab.platform.corpus_embeddings import WORD_EMBEDDINGS, cooccurrence, training_sequences, word_embeddings
-from alignlab.platform.pretrain import Pretrainer
-from alignlab.platform.tokenizer import Tokenizer
+from alignlab.platform.config import to_dict
+from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.data.corpus_embeddings import WORD_EMBEDDINGS, cooccurrence, training_sequences, word_embeddings
+from alignlab.platform.pretrain.pretrain import Pretrainer
+from alignlab.platform.data.tokenizer import Tokenizer
 
 SMOKE = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", precision="fp32")
 
@@ -99,7 +100,7 @@ def test_a_pretrainer_starts_its_word_embeddings_and_mlms_tied_decoder_from_the_
 
 
 def test_corpus_embeddings_are_in_the_model_id_only_when_on():
-    from alignlab.platform.models import model_id
+    from alignlab.platform.pretrain.models import model_id
 
     assert "corpus_embeddings" not in to_dict(SMOKE)  # every model from before the field keeps its id
     on = dataclasses.replace(SMOKE, corpus_embeddings=0.1)
@@ -109,7 +110,7 @@ def test_corpus_embeddings_are_in_the_model_id_only_when_on():
 
 @pytest.mark.ray
 def test_pretraining_under_ray_train_writes_the_table_once_and_its_workers_start_from_it(smoke_corpus, tmp_path):
-    from alignlab.platform.pretrain_ray import pretrain
+    from alignlab.platform.pretrain.driver import pretrain
 
     cfg = dataclasses.replace(SMOKE, corpus_embeddings=0.1, max_steps=2, checkpoint_every=2)
     mdir = pretrain(smoke_corpus, cfg, tmp_path)

@@ -9,9 +9,9 @@ import dataclasses
 
 import pyarrow.parquet as pq
 
-from alignlab.platform.config import CorpusConfig
-from alignlab.platform.corpus_sources import doc_hash, stage_documents
-from alignlab.platform.documents import Document
+from alignlab.platform.data.corpus_config import CorpusConfig
+from alignlab.platform.data.corpus_sources import doc_hash, stage_documents
+from alignlab.platform.data.documents import Document
 
 SOURCES = ("en", "es", "fr")
 

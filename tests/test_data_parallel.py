@@ -22,7 +22,7 @@ import torch
 from fault_hooks import CrashRankOnce, Probe, registered
 
 from alignlab.platform import registry as _registry  # noqa: F401 -- objective names resolve through it
-from alignlab.platform.config import PRETRAIN_PRESETS
+from alignlab.platform.presets import PRETRAIN_PRESETS
 
 # Dropout 0: with dropout each rank draws its own masks, and (c) would hold in distribution only. fp32: under bf16
 # autocast (precision "auto" on a CPU with native bf16) a matmul over 8 rows rounds otherwise than over 16.
@@ -40,7 +40,7 @@ def _records(out: Path, rank: int) -> dict[int, dict]:
 @pytest.fixture(scope="module")
 def runs(ray_session, smoke_corpus, tmp_path_factory):
     """One uninterrupted 2-worker run and one 1-worker run of the same global batch, both probed."""
-    from alignlab.platform.pretrain_ray import pretrain
+    from alignlab.platform.pretrain.driver import pretrain
 
     root = tmp_path_factory.mktemp("dp-root")
     out2, out1 = tmp_path_factory.mktemp("probe2"), tmp_path_factory.mktemp("probe1")
@@ -57,8 +57,8 @@ def test_the_global_batch_must_divide_among_the_workers():
 
 def test_a_rank_collates_only_its_own_rows_with_its_own_key_and_one_worker_collates_as_before(smoke_corpus):
     from alignlab.platform.batching import Collator
-    from alignlab.platform.pretrain import Pretrainer, to_numpy_rows
-    from alignlab.platform.tokenizer import Tokenizer
+    from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows
+    from alignlab.platform.data.tokenizer import Tokenizer
     import pyarrow.parquet as pq
 
     tok = Tokenizer(smoke_corpus / "tokenizer.model")
@@ -113,7 +113,7 @@ def test_each_rank_trains_on_the_device_ray_train_assigned_it(runs):
 @pytest.mark.timeout(900)
 def test_a_killed_rank_resumes_from_the_checkpoint_to_the_uninterrupted_final_weights(runs, smoke_corpus,
                                                                                       tmp_path):
-    from alignlab.platform.pretrain_ray import pretrain
+    from alignlab.platform.pretrain.driver import pretrain
 
     mdir = pretrain(smoke_corpus, TWO, tmp_path / "root", after_step=registered(CrashRankOnce(step=3, rank=1)))
     assert (mdir / ".crashed-once").exists()  # the crash happened, and the run went on

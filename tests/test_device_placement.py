@@ -49,7 +49,7 @@ def test_the_cpu_device_is_named_cpu_and_using_it_changes_nothing():
 def test_a_ray_task_without_gpus_asks_ray_and_gets_the_cpu(ray_session):
     import ray
 
-    from alignlab.platform.study_grid import trial_device
+    from alignlab.platform.study.grid import trial_device
 
     @ray.remote(num_cpus=0.1)
     def where():

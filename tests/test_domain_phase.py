@@ -12,10 +12,11 @@ import pytest
 import torch
 from fault_hooks import Probe, registered
 
-from alignlab.platform.config import CORPUS_PRESETS, PRETRAIN_PRESETS
-from alignlab.platform.corpus_config import SourceSpec
-from alignlab.platform.pretrain import Pretrainer, train_loop
-from alignlab.platform.tokenizer import Tokenizer
+from alignlab.platform.presets import CORPUS_PRESETS, PRETRAIN_PRESETS
+from alignlab.platform.data.corpus_config import SourceSpec
+from alignlab.platform.pretrain.pretrain import Pretrainer
+from alignlab.platform.pretrain.loop import train_loop
+from alignlab.platform.data.tokenizer import Tokenizer
 
 SMOKE = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", log_every=1)
 # Rows in stream order (no length bucketing), so that which rows each step trains on can be read off the stream.
@@ -25,7 +26,7 @@ PHASED = dataclasses.replace(SMOKE, max_steps=8, domain_sources=("software",), d
 @pytest.fixture(scope="module")
 def two_source_corpus(ray_session, tmp_path_factory):
     """A smoke corpus of Wikipedia summaries and software summaries."""
-    from alignlab.platform.corpus import build_corpus
+    from alignlab.platform.data.corpus import build_corpus
 
     cfg = dataclasses.replace(CORPUS_PRESETS["smoke"], sources=(SourceSpec(name="bundled"), SourceSpec(name="software")),
                               max_docs_per_lang=300, hold_out_tasks=False)
@@ -53,8 +54,8 @@ def test_a_domain_phase_takes_known_sources_with_a_fraction_that_leaves_steps_to
 
 def test_the_domain_phase_is_part_of_the_model_id_and_off_keeps_the_ids_from_before_it_existed():
     from alignlab.platform.config import config_hash, pretrain_from_dict, to_dict
-    from alignlab.platform.models import ADDED_MODEL_FIELDS, PRETRAIN_CODE_VERSION, RUNTIME_FIELDS, model_id
-    from alignlab.platform.pretrain import resolve_precision
+    from alignlab.platform.pretrain.models import ADDED_MODEL_FIELDS, PRETRAIN_CODE_VERSION, RUNTIME_FIELDS, model_id
+    from alignlab.platform.pretrain.pretrain import resolve_precision
 
     assert model_id("c", PHASED) != model_id("c", dataclasses.replace(PHASED, domain_fraction=0.5))
     assert model_id("c", PHASED) != model_id("c", dataclasses.replace(PHASED, domain_sources=("web",)))
@@ -69,7 +70,7 @@ def test_the_domain_phase_is_part_of_the_model_id_and_off_keeps_the_ids_from_bef
 
 
 def test_a_presets_domain_phase_is_turned_off_on_a_corpus_without_its_sources(capsys):
-    from alignlab.platform.corpus_flags import fit_domain_phase
+    from alignlab.platform.data.corpus_flags import fit_domain_phase
 
     assert fit_domain_phase(PHASED, ["bundled", "software"]) is PHASED
     assert fit_domain_phase(SMOKE, ["bundled"]) is SMOKE
@@ -132,7 +133,7 @@ def test_the_last_steps_train_on_the_domain_rows_only_and_a_resume_inside_the_do
 
 @pytest.mark.ray
 def test_pretraining_under_ray_ends_on_the_domain_sources_rows(two_source_corpus, tmp_path):
-    from alignlab.platform.pretrain_ray import pretrain
+    from alignlab.platform.pretrain.driver import pretrain
 
     out = tmp_path / "probe"
     out.mkdir()
@@ -147,8 +148,8 @@ def test_pretraining_under_ray_ends_on_the_domain_sources_rows(two_source_corpus
 
 @pytest.mark.ray
 def test_a_domain_phase_on_a_corpus_without_its_source_is_refused_naming_the_corpus(smoke_corpus, tmp_path):
-    from alignlab.platform.corpus import load_manifest
-    from alignlab.platform.pretrain_ray import pretrain
+    from alignlab.platform.data.corpus import load_manifest
+    from alignlab.platform.pretrain.driver import pretrain
 
     cid = load_manifest(smoke_corpus)["corpus_id"]
     with pytest.raises(ValueError, match=rf"names software, which corpus {cid} has no documents of \(it has bundled\)"):

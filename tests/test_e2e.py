@@ -113,7 +113,7 @@ def _study_trials(journal: Path) -> list:
 def test_a_search_killed_mid_way_resumes_from_its_finished_trials(tmp_path):
     from optuna.trial import TrialState
 
-    from alignlab.platform.optuna_study import DRIVER, INTERRUPTED, RETRY_OF, counted
+    from alignlab.platform.study.optuna_study import DRIVER, INTERRUPTED, RETRY_OF, counted
 
     storage = tmp_path / "storage"
     cmd = [sys.executable, str(REPO / "studies" / "finetune_search.py"), "--preset", "smoke", "--storage", str(storage),

@@ -13,7 +13,7 @@ transformers = pytest.importorskip("transformers", reason="export needs transfor
 from tiny_model import real_texts, tiny_pretrained  # noqa: E402
 
 from alignlab.platform.cli import main  # noqa: E402
-from alignlab.platform.finetune import load_pretrained  # noqa: E402
+from alignlab.platform.fel.finetune import load_pretrained  # noqa: E402
 from alignlab.platform.model import Encoder  # noqa: E402
 
 
@@ -110,7 +110,7 @@ def test_without_nsp_the_pooler_is_the_documented_identity_and_a_used_folder_is_
 
 
 def test_an_encoder_with_a_tensor_bert_lacks_is_refused(tmp_path):
-    from alignlab.platform import export
+    from alignlab.platform.pretrain import export
 
     mdir = tiny_pretrained(tmp_path, "mlm", steps=1)
     sd = torch.load(mdir / "final" / "model.pt", weights_only=True)
@@ -199,7 +199,7 @@ def test_the_pre_ln_config_names_its_architecture_and_shifts_the_positions_past_
 
 
 def test_a_pre_ln_encoder_without_its_final_layernorm_is_refused(tmp_path):
-    from alignlab.platform import export
+    from alignlab.platform.pretrain import export
 
     mdir = tiny_pretrained(tmp_path, "mlm", steps=1, model=_pre_ln_model())
     sd = torch.load(mdir / "final" / "model.pt", weights_only=True)

@@ -82,8 +82,8 @@ def test_pretrain_itself_refuses_an_impossible_request_before_writing_the_model_
                                                                                       tmp_path):
     import dataclasses
 
-    from alignlab.platform.config import PRETRAIN_PRESETS
-    from alignlab.platform.pretrain_ray import pretrain
+    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.resources import ResourceRequestError
 
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], use_gpu=True)
@@ -141,7 +141,7 @@ def tiny_root(tmp_path_factory):
     sys.path.insert(0, str(Path(__file__).parent))
     from tiny_model import tiny_pretrained
 
-    from alignlab.platform.protocol import build_tasks
+    from alignlab.platform.fel.protocol import build_tasks
 
     root = tmp_path_factory.mktemp("faults-root")
     mdir = tiny_pretrained(root)
@@ -150,15 +150,15 @@ def tiny_root(tmp_path_factory):
 
 
 def _ft(**kw):
-    from alignlab.platform.config import FinetuneConfig
+    from alignlab.platform.fel.finetune_config import FinetuneConfig
 
     return FinetuneConfig(**{**dict(task="ct", budget=10, max_epochs=3, patience=1, batch_size=8, lr=1e-3,
                                     selection="honest"), **kw})
 
 
 def test_a_calculation_whose_validation_numbers_are_never_finite_fails_with_its_reason(tiny_root):
-    from alignlab.platform.finetune import NonFiniteError, finetune_calculation, load_pretrained
-    from alignlab.platform.protocol import TaskData, fel_split
+    from alignlab.platform.fel.finetune import NonFiniteError, finetune_calculation, load_pretrained
+    from alignlab.platform.fel.protocol import TaskData, fel_split
 
     _, mdir, tdir = tiny_root
     ft = _ft(lr=1e30)  # the first update makes every weight huge: the validation perplexity is inf or nan
@@ -173,9 +173,10 @@ def test_a_study_records_a_diverged_calculation_as_failed_finishes_the_others_an
     import dataclasses
 
     from alignlab.platform.config import to_dict
-    from alignlab.platform.report import collect_results, write_report
+    from alignlab.platform.report.report import collect_results, write_report
     from alignlab.platform.storage import as_storage, read_json, study_dir, write_json
-    from alignlab.platform.study import calc_id, run_trials
+    from alignlab.platform.study.grid import run_trials
+    from alignlab.platform.study.spec import calc_id
 
     root, mdir, tdir = tiny_root
     st = as_storage(root)
@@ -218,7 +219,8 @@ def test_a_ctrl_c_after_a_tune_run_of_calculations_stops_the_driver_with_keyboar
 
     from alignlab.platform.config import to_dict
     from alignlab.platform.storage import as_storage, read_json, study_dir
-    from alignlab.platform.study import calc_id, run_trials
+    from alignlab.platform.study.grid import run_trials
+    from alignlab.platform.study.spec import calc_id
 
     root, mdir, tdir = tiny_root
     st, sdir, ft = as_storage(root), study_dir(root, "ctrl-c"), _ft()
@@ -234,8 +236,9 @@ def test_a_ctrl_c_after_a_tune_run_of_calculations_stops_the_driver_with_keyboar
 def test_a_search_records_a_diverged_trial_as_failed_and_picks_its_best_among_the_others(ray_session, tiny_root):
     from alignlab.platform.config import to_dict
     from alignlab.platform.storage import as_storage, study_dir
-    from alignlab.platform.study import calc_id, run_search
-    from alignlab.platform.study_spec import SearchParam, SearchSpec
+    from alignlab.platform.study.search import run_search
+    from alignlab.platform.study.spec import calc_id
+    from alignlab.platform.study.spec import SearchParam, SearchSpec
 
     root, mdir, tdir = tiny_root
     st = as_storage(root)
@@ -263,8 +266,9 @@ def test_a_pretraining_loop_stops_at_the_first_non_finite_loss_before_reporting_
     sys.path.insert(0, str(Path(__file__).parent))
     from tiny_model import batches, tiny_tokenizer
 
-    from alignlab.platform.config import PRETRAIN_PRESETS
-    from alignlab.platform.pretrain import NonFiniteLossError, Pretrainer, train_loop
+    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.pretrain.loop import NonFiniteLossError, train_loop
+    from alignlab.platform.pretrain.pretrain import Pretrainer
 
     tok = tiny_tokenizer(tmp_path / "tok")
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], lr=1e30, max_steps=8, precision="fp32")
@@ -282,9 +286,10 @@ def test_a_diverging_pretraining_run_stops_with_one_clear_error_and_is_never_reg
     worker group (where it would diverge again, or fail at once, for ever)."""
     import dataclasses
 
-    from alignlab.platform.config import PRETRAIN_PRESETS
-    from alignlab.platform.pretrain import NonFiniteLossError
-    from alignlab.platform.pretrain_ray import is_finished, list_models, pretrain
+    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.pretrain.loop import NonFiniteLossError
+    from alignlab.platform.pretrain.models import is_finished, list_models
+    from alignlab.platform.pretrain.driver import pretrain
 
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], lr=1e30, max_steps=6, checkpoint_every=2, log_every=1)
     root = tmp_path / "root"
@@ -309,9 +314,10 @@ def test_two_data_parallel_workers_stop_together_at_a_non_finite_loss_and_none_w
     step; a rank that stopped alone would leave the other waiting in the next gradient all-reduce for ever."""
     import dataclasses
 
-    from alignlab.platform.config import PRETRAIN_PRESETS
-    from alignlab.platform.pretrain import NonFiniteLossError
-    from alignlab.platform.pretrain_ray import is_finished, pretrain
+    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.pretrain.loop import NonFiniteLossError
+    from alignlab.platform.pretrain.models import is_finished
+    from alignlab.platform.pretrain.driver import pretrain
 
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], lr=1e30, max_steps=6, checkpoint_every=2, log_every=1,
                               num_workers=2, cpus_per_worker=0.5)
@@ -353,7 +359,7 @@ def test_a_storage_uri_with_credentials_never_shows_them_in_a_refusal(tmp_path):
 
 
 def test_a_tune_param_space_gets_the_root_without_credentials_and_the_trial_gets_the_real_one():
-    from alignlab.platform.study_grid import trial_calc, tune_safe
+    from alignlab.platform.study.grid import trial_calc, tune_safe
 
     real = "s3://AKIAEXAMPLE:wJalrXUtnFEMI@bucket/prefix"
     calc = {"calc_id": "ct-1", "storage": real, "finetune": {"lr": 1e-3}}
@@ -366,7 +372,7 @@ def test_a_tune_param_space_gets_the_root_without_credentials_and_the_trial_gets
 def test_the_train_workers_get_the_real_root_inside_their_function_not_in_the_recorded_train_loop_config():
     import inspect
 
-    from alignlab.platform.pretrain_ray import worker_fn
+    from alignlab.platform.pretrain.driver import worker_fn
     from alignlab.platform.storage import redact
 
     real = "s3://AKIAEXAMPLE:wJalrXUtnFEMI@bucket/prefix"

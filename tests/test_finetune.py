@@ -13,19 +13,21 @@ import torch
 from alignlab.platform.registry import resolve_objectives
 from alignlab.objectives.hyperlink import TAGS as WHP_TAGS
 from alignlab.platform.cli import main
-from alignlab.platform.config import MODEL_SIZES, FinetuneConfig
+from alignlab.platform.config import MODEL_SIZES
+from alignlab.platform.fel.finetune_config import FinetuneConfig
 from alignlab.objectives.acronym_detection import pair_input as ad_input
-from alignlab.objectives.concept_tagging import query_input as ct_input, tags_to_brackets, word_pieces
-from alignlab.platform.finetune import (Calculation, build_task_model, encode_examples, evaluate_examples,
-                                        finetune_calculation, finetuned_dir, load_finetuned, load_pretrained,
-                                        save_finetuned)
-from alignlab.platform.inference import FastEncoder, Predictor, _mkl_linear_ok, _mkldnn_linear_ok
+from alignlab.platform.fel.task_kinds import query_input as ct_input, word_pieces
+from alignlab.objectives.concept_tagging import tags_to_brackets
+from alignlab.platform.fel.finetune import (Calculation, build_task_model, finetune_calculation, finetuned_dir,
+                                            load_finetuned, load_pretrained, save_finetuned)
+from alignlab.platform.fel.task_scoring import encode_examples, evaluate_examples
+from alignlab.platform.fel.inference import FastEncoder, Predictor, _mkl_linear_ok, _mkldnn_linear_ok
 from alignlab.platform.model import AlignModel
 from alignlab.platform.storage import write_json
 from alignlab.objectives.ad_data import ADExample
 from alignlab.objectives.ct_data import CTExample
-from alignlab.platform.task_files import write_jsonl
-from alignlab.platform.tokenizer import Tokenizer, train_tokenizer
+from alignlab.platform.fel.task_files import write_jsonl
+from alignlab.platform.data.tokenizer import Tokenizer, train_tokenizer
 
 MODEL_ID = "tiny-mlm+nsp+whp+pad-test"
 
@@ -86,7 +88,7 @@ DATA = {"ct": (CT_TRAIN, CT_VAL, CT_TEST), "ad": (AD_TRAIN, AD_VAL, AD_TEST)}
 @pytest.fixture(scope="module")
 def storage(tmp_path_factory):
     """A storage root holding one tiny pretrained model (mlm, nsp, whp, pad) written as `models.export_final` does."""
-    from alignlab.platform.sources import read_bundled
+    from alignlab.platform.data.sources import read_bundled
 
     root = tmp_path_factory.mktemp("ft-storage")
     final = root / "models" / MODEL_ID / "final"
@@ -342,7 +344,7 @@ SCRIPTED = [(0.60, 2.0), (0.62, 1.8), (0.63, 1.9), (0.64, 2.0), (0.65, 2.1), (0.
 
 
 def test_training_goes_on_until_neither_best_perplexity_nor_best_accuracy_improved_for_patience_epochs(pre, monkeypatch):
-    import alignlab.platform.finetune as ft
+    import alignlab.platform.fel.finetune as ft
 
     train, val, test = DATA["ct"]
     n_val_units = sum(len(e.tokens) for e in val)
@@ -424,7 +426,7 @@ def test_the_fast_predictor_matches_the_module_forward(storage, pre):
     model, tok = ft.model, ft.tok
     enc = encode_examples("ad", AD_TEST[:1], tok, model.cfg.max_len)
     backends = ["aten"] + (["mkldnn"] if _mkldnn_linear_ok() else []) + (["mkl"] if _mkl_linear_ok() else [])
-    from alignlab.platform.inference import default_backend
+    from alignlab.platform.fel.inference import default_backend
 
     # The predictor takes the backend this CPU runs fastest (timed once): MKL on Intel, oneDNN on AMD.
     assert Predictor(ft).enc.backend == default_backend() and default_backend() in backends
@@ -601,7 +603,7 @@ def test_a_calculation_on_cuda_gives_the_cpu_numbers_and_its_saved_model_loads_a
 @pytest.mark.ray
 @pytest.mark.parametrize("gpus", [0, pytest.param(0.5, marks=CUDA)])
 def test_an_fel_trial_runs_on_cuda_exactly_when_ray_gave_it_a_gpu(ray_session, gpus):
-    from alignlab.platform.study_grid import trial_device
+    from alignlab.platform.study.grid import trial_device
 
     # Ray sets the trial's CUDA_VISIBLE_DEVICES to its own GPU, which torch then calls cuda:0.
     assert ray_session.get(ray_session.remote(trial_device).options(num_gpus=gpus).remote()) == \
@@ -613,7 +615,7 @@ def test_an_fel_trial_runs_on_cuda_exactly_when_ray_gave_it_a_gpu(ray_session, g
 
 @pytest.mark.parametrize("scheme", ["pred", "pred+trm"])
 def test_refit_trains_the_selected_epochs_again_on_training_and_validation_examples_and_keeps_that_model(pre, scheme):
-    from alignlab.platform.finetune import _Fit
+    from alignlab.platform.fel.finetune import _Fit
 
     cfg = _cfg("ct", scheme=scheme, max_epochs=6, patience=6, refit=True)
     plain = finetune_calculation(pre, dataclasses.replace(cfg, refit=False), CT_TRAIN, CT_TEST, val=CT_VAL)
@@ -638,8 +640,9 @@ def test_refit_is_refused_on_the_examples_it_trains_on_and_with_paper_selection(
 
 
 def test_refit_off_leaves_a_configs_dict_and_ids_as_they_were_before_the_field():
-    from alignlab.platform.config import FINETUNE_PRESETS, config_hash, to_dict
-    from alignlab.platform.finetune import finetuned_id
+    from alignlab.platform.config import config_hash, to_dict
+    from alignlab.platform.presets import FINETUNE_PRESETS
+    from alignlab.platform.fel.finetune import finetuned_id
 
     off, on = _cfg("ct"), _cfg("ct", refit=True)
     assert "refit" not in to_dict(off) and to_dict(on)["refit"] is True
@@ -679,8 +682,8 @@ def test_reading_every_layer_gives_the_head_each_layers_normalised_output_side_b
 
 
 def test_mean_pooling_gives_each_word_the_mean_of_its_pieces_and_first_pooling_its_first_piece(pre):
-    from alignlab.platform.head_input import HeadInput
-    from alignlab.platform.task_scoring import unit_vectors
+    from alignlab.platform.fel.head_input import HeadInput
+    from alignlab.platform.fel.task_scoring import unit_vectors
 
     ex = _multi_piece_example(pre.tok)
     ids, first = ct_input(pre.tok, ex.tokens, pre.model_cfg.max_len)
@@ -698,8 +701,8 @@ def test_mean_pooling_gives_each_word_the_mean_of_its_pieces_and_first_pooling_i
 
 
 def test_a_kept_pretrained_head_widened_to_every_layer_starts_as_the_pretrained_head(pre):
-    from alignlab.platform.head_input import HeadInput
-    from alignlab.platform.task_scoring import logits_and_labels
+    from alignlab.platform.fel.head_input import HeadInput
+    from alignlab.platform.fel.task_scoring import logits_and_labels
 
     for task, aligned in (("ct", "whp"), ("ad", "pad")):
         enc = encode_examples(task, DATA[task][2][:4], pre.tok, pre.model_cfg.max_len)
@@ -712,8 +715,8 @@ def test_a_kept_pretrained_head_widened_to_every_layer_starts_as_the_pretrained_
 
 @pytest.mark.parametrize("scheme", ["pred", "pred+trm"])
 def test_a_saved_model_reading_every_layer_with_mean_pooling_serves_what_it_was_scored_with(storage, pre, scheme):
-    from alignlab.platform.head_input import head_input
-    from alignlab.platform.task_scoring import logits_and_labels
+    from alignlab.platform.fel.head_input import head_input
+    from alignlab.platform.fel.task_scoring import logits_and_labels
 
     cfg = _cfg("ct", scheme=scheme, feature_layers="all", word_pooling="mean", max_epochs=4)
     res = finetune_calculation(pre, cfg, CT_TRAIN, CT_TEST, val=CT_VAL)
@@ -743,8 +746,9 @@ def test_an_ad_head_reading_every_layer_is_served_from_its_cls_vectors(storage, 
 
 
 def test_the_head_input_fields_stay_out_of_a_configs_dict_and_ids_at_their_defaults_and_are_validated():
-    from alignlab.platform.config import FINETUNE_PRESETS, config_hash, to_dict
-    from alignlab.platform.finetune import finetuned_id
+    from alignlab.platform.config import config_hash, to_dict
+    from alignlab.platform.presets import FINETUNE_PRESETS
+    from alignlab.platform.fel.finetune import finetuned_id
 
     plain, wide = _cfg("ct"), _cfg("ct", feature_layers="all", word_pooling="mean")
     assert not {"feature_layers", "word_pooling"} & set(to_dict(plain))

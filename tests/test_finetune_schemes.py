@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from alignlab.platform.config import SCHEMES, ModelConfig
-from alignlab.platform.finetune_schemes import trainable_parameters
+from alignlab.platform.fel.finetune_schemes import trainable_parameters
 from alignlab.platform.model import AlignModel
 from alignlab.platform.task import head_for, task_names
 

@@ -17,9 +17,10 @@ from collate_reference import ReferenceCollator  # noqa: E402
 from tiny_model import batches, tiny_tokenizer  # noqa: E402
 
 from alignlab.platform.batching import Collator  # noqa: E402
-from alignlab.platform.config import PRETRAIN_PRESETS  # noqa: E402
-from alignlab.platform.prefetch import Prefetcher  # noqa: E402
-from alignlab.platform.pretrain import Pretrainer, build_objectives, train_loop  # noqa: E402
+from alignlab.platform.presets import PRETRAIN_PRESETS  # noqa: E402
+from alignlab.platform.pretrain.prefetch import Prefetcher  # noqa: E402
+from alignlab.platform.pretrain.pretrain import Pretrainer, build_objectives
+from alignlab.platform.pretrain.loop import train_loop  # noqa: E402
 
 SMOKE = PRETRAIN_PRESETS["smoke"]
 VARIANTS = {
@@ -64,7 +65,7 @@ def test_the_array_collation_makes_exactly_the_batches_of_the_per_row_collation_
 
     import pyarrow.parquet as pq
 
-    from alignlab.platform.tokenizer import Tokenizer
+    from alignlab.platform.data.tokenizer import Tokenizer
 
     corpus_tok = Tokenizer(smoke_corpus / "tokenizer.model")
     names = json.loads((smoke_corpus / "manifest.json").read_text())["shards"]["train"]

@@ -85,8 +85,8 @@ def test_a_remote_model_from_before_markers_is_finished_but_one_mid_upload_is_no
 def test_a_saved_finetuned_model_with_a_truncated_weights_file_is_refused_on_load(tmp_path):
     from tiny_model import tiny_pretrained
 
-    from alignlab.platform.config import FinetuneConfig
-    from alignlab.platform.finetune import finetune_calculation, load_finetuned, load_pretrained, save_finetuned
+    from alignlab.platform.fel.finetune_config import FinetuneConfig
+    from alignlab.platform.fel.finetune import finetune_calculation, load_finetuned, load_pretrained, save_finetuned
     from alignlab.objectives.ct_data import CTExample
 
     pre = load_pretrained(tiny_pretrained(tmp_path, "mlm", steps=1))
@@ -106,9 +106,10 @@ def test_a_finished_model_keeps_its_last_checkpoint_and_a_truncated_weights_file
         ray_session, smoke_corpus, tmp_path):
     import dataclasses
 
-    from alignlab.platform.config import PRETRAIN_PRESETS
-    from alignlab.platform.finetune import load_pretrained
-    from alignlab.platform.pretrain_ray import is_finished, list_models, pretrain
+    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.fel.finetune import load_pretrained
+    from alignlab.platform.pretrain.models import is_finished, list_models
+    from alignlab.platform.pretrain.driver import pretrain
 
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], max_steps=6, checkpoint_every=2)
     root = tmp_path / "root"
@@ -134,8 +135,8 @@ def test_a_finished_model_keeps_its_last_checkpoint_and_a_truncated_weights_file
 
 @pytest.mark.ray
 def test_a_corpus_with_a_shard_cut_short_is_unfinished_and_built_again(ray_session, tmp_path):
-    from alignlab.platform.config import CORPUS_PRESETS
-    from alignlab.platform.corpus import MANIFEST, build_corpus, corpus_finished
+    from alignlab.platform.presets import CORPUS_PRESETS
+    from alignlab.platform.data.corpus import MANIFEST, build_corpus, corpus_finished
     from alignlab.platform.storage import as_storage
 
     st = as_storage(tmp_path / "st")
@@ -153,7 +154,7 @@ def test_a_corpus_with_a_shard_cut_short_is_unfinished_and_built_again(ray_sessi
 
 
 def test_task_data_with_a_file_cut_short_is_unfinished_and_built_again(tmp_path):
-    from alignlab.platform.protocol import build_tasks, tasks_finished
+    from alignlab.platform.fel.protocol import build_tasks, tasks_finished
     from alignlab.platform.storage import as_storage
 
     st = as_storage(tmp_path / "st")

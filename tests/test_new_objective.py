@@ -102,9 +102,9 @@ def by_value():
 
 
 def test_a_registered_objective_labels_corpus_words_on_their_first_subword(word_length, tmp_path):
-    from alignlab.platform.corpus import chunk_document
-    from alignlab.platform.documents import Document
-    from alignlab.platform.tokenizer import Tokenizer, train_tokenizer
+    from alignlab.platform.data.corpus import chunk_document
+    from alignlab.platform.data.documents import Document
+    from alignlab.platform.data.tokenizer import Tokenizer, train_tokenizer
 
     train_tokenizer(["a quick brown fox jumped over extraordinarily lazy dogs"] * 50, tmp_path / "t.model",
                     vocab_size=60)
@@ -123,10 +123,12 @@ def test_a_registered_objective_labels_corpus_words_on_their_first_subword(word_
 @pytest.mark.ray
 def test_a_toy_objective_from_a_test_module_is_labelled_pretrained_and_reported(ray_session, word_length, by_value,
                                                                                 tmp_path):
-    from alignlab.platform.config import CORPUS_PRESETS, PRETRAIN_PRESETS, to_dict
-    from alignlab.platform.corpus import build_corpus, corpus_id, load_manifest
-    from alignlab.platform.pretrain_ray import pretrain
-    from alignlab.platform.report import pretrain_table
+    from alignlab.platform.config import to_dict
+    from alignlab.platform.presets import CORPUS_PRESETS, PRETRAIN_PRESETS
+    from alignlab.platform.data.corpus import build_corpus, load_manifest
+    from alignlab.platform.data.corpus_identity import corpus_id
+    from alignlab.platform.pretrain.driver import pretrain
+    from alignlab.platform.report.report import pretrain_table
 
     ccfg = dataclasses.replace(CORPUS_PRESETS["smoke"], hold_out_tasks=False)
     cdir = build_corpus(ccfg, tmp_path, progress=False)

@@ -10,7 +10,7 @@ import pytest
 from test_studies import load_script
 
 from alignlab.platform.config import PRESETS
-from alignlab.platform.objective_search import MixSearchSpec, pareto_front, search_id
+from alignlab.platform.study.objective_search import MixSearchSpec, pareto_front, search_id
 
 REPO = Path(__file__).resolve().parents[1]
 SWNER = "name=swner,kind=tagging,pool=examples/software_ner/pool.jsonl,test=examples/software_ner/test.jsonl"
@@ -46,9 +46,9 @@ def test_a_mini_trial_leaves_ray_data_a_whole_cpu_on_two_cpus_without_changing_t
     """The mini search hung on 2 CPUs (trial 0.1 + worker 1.0 left Ray Data 0.9 CPU): the worker's logical CPUs
     are cut to fit, its torch threads and the model id are not."""
     import alignlab.platform.registry  # noqa: F401 -- objective names need the registry
-    from alignlab.platform.config import PRETRAIN_PRESETS
-    from alignlab.platform.models import model_id
-    from alignlab.platform.objective_search import TRIAL_CPUS, beside_trials
+    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.pretrain.models import model_id
+    from alignlab.platform.study.objective_search import TRIAL_CPUS, beside_trials
     from alignlab.platform.resources import RAY_DATA_CPUS
 
     mini = dataclasses.replace(PRETRAIN_PRESETS["mini"], objectives="mlm,nsp")
@@ -67,7 +67,7 @@ def test_a_mini_trial_leaves_ray_data_a_whole_cpu_on_two_cpus_without_changing_t
 def test_the_search_runs_at_smoke_on_ray_and_reports_a_pareto_front(ray_session, storage_root):
     import time
 
-    from alignlab.platform.objective_search import run_objective_search
+    from alignlab.platform.study.objective_search import run_objective_search
 
     spec = load_script("objective_mix").build("smoke")
     t0 = time.time()
@@ -116,7 +116,7 @@ def test_the_search_runs_at_smoke_on_ray_and_reports_a_pareto_front(ray_session,
 
 def test_a_search_without_declared_tasks_keeps_its_name_and_the_id_it_had_before_tasks_could_be_declared():
     from alignlab.platform.config import config_hash
-    from alignlab.platform.study_tasks import search_with_tasks
+    from alignlab.platform.study.tasks import search_with_tasks
 
     for preset in PRESETS:
         spec = load_script("objective_mix").build(preset)
@@ -127,8 +127,8 @@ def test_a_search_without_declared_tasks_keeps_its_name_and_the_id_it_had_before
 
 
 def test_declared_tasks_name_the_search_and_its_id_and_the_first_one_is_maximized_unless_named(monkeypatch):
-    from alignlab.platform.study_tasks import declare_specs, search_with_tasks
-    from alignlab.platform.task_kinds import undeclare
+    from alignlab.platform.study.tasks import declare_specs, search_with_tasks
+    from alignlab.platform.fel.task_kinds import undeclare
 
     monkeypatch.chdir(REPO)
     spec = load_script("objective_mix").build("smoke")
@@ -156,7 +156,7 @@ def test_a_smoke_search_on_a_declared_task_maximizes_its_metric_and_names_it_in_
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    from alignlab.platform.task_kinds import undeclare
+    from alignlab.platform.fel.task_kinds import undeclare
 
     monkeypatch.chdir(REPO)
     try:

@@ -7,7 +7,7 @@ import torch
 
 from alignlab.platform.registry import resolve_objectives
 from alignlab.platform.batching import Collator
-from alignlab.platform.tokenizer import Tokenizer, train_tokenizer
+from alignlab.platform.data.tokenizer import Tokenizer, train_tokenizer
 
 WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau "
          "upsilon phi chi psi omega").split()
@@ -197,7 +197,7 @@ def test_pad_subword_regularization_resamples_the_chunk_but_keeps_its_words_and_
 
 def test_pad_pairs_are_the_stored_ones_on_the_first_pass_and_drawn_afresh_on_later_passes(tok):
     from alignlab.objectives.pseudo_acronym import PseudoAcronymConfig
-    from alignlab.platform.text import initials
+    from alignlab.platform.data.text import initials
 
     rows = _rows(tok, n=16)
     col = Collator([PseudoAcronymConfig().build(tok)], tok, max_len=64, layout_fraction=1.0)
@@ -222,7 +222,7 @@ def test_pad_pairs_are_the_stored_ones_on_the_first_pass_and_drawn_afresh_on_lat
 @pytest.mark.parametrize("form", ["letters", "text"])
 def test_a_pad_label_holds_for_the_words_its_example_shows_when_the_chunk_is_cut_to_a_shorter_length(tok, form):
     from alignlab.objectives.pseudo_acronym import PseudoAcronymConfig
-    from alignlab.platform.text import initials
+    from alignlab.platform.data.text import initials
 
     # 40-word chunks do not fit 32 tokens: the short-sequence phase cuts them, and a stored positive's span may be
     # in the part cut off. Every label must hold for the words the example shows.
@@ -277,7 +277,7 @@ def test_importing_one_objective_module_first_still_registers_them_all():
 
 def test_precision_auto_means_bf16_on_gpus_and_on_cpus_with_native_bf16_only():
     from alignlab.platform.config import PretrainConfig
-    from alignlab.platform.pretrain import cpu_has_bf16, use_bf16
+    from alignlab.platform.pretrain.pretrain import cpu_has_bf16, use_bf16
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert use_bf16("auto", cuda) and use_bf16("bf16", cpu) and not use_bf16("fp32", cuda)
@@ -292,8 +292,8 @@ def test_labelled_rows_pad_each_head_to_a_multiple_of_32_rows_and_change_no_loss
     import dataclasses
 
     from alignlab.platform import registry
-    from alignlab.platform.config import PRETRAIN_PRESETS
-    from alignlab.platform.pretrain import Pretrainer, forward_objectives
+    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.pretrain.pretrain import Pretrainer, forward_objectives
 
     labels = torch.tensor([4, 5, -100, 7, 9])  # position 0 labelled too: a padded row repeats it, unlabelled
     pos, target = registry.labelled_rows(labels)

@@ -17,9 +17,9 @@ from optuna.trial import TrialState
 
 from test_studies import load_script
 
-from alignlab.platform.optuna_study import (DRIVER, INTERRUPTED, OPTUNA_STORAGE_ENV, RETRY_OF, TUNE_TRIAL,
+from alignlab.platform.study.optuna_study import (DRIVER, INTERRUPTED, OPTUNA_STORAGE_ENV, RETRY_OF, TUNE_TRIAL,
                                             open_study, study_place, trial_counts)
-from alignlab.platform.search_importance import importance_lines
+from alignlab.platform.report.search_importance import importance_lines
 
 OBJECTIVE = "val_accuracy_at_best_ppl"
 SPACE = {"lr": FloatDistribution(1e-4, 1e-1, log=True), "dropout": FloatDistribution(0.0, 0.3),
@@ -52,7 +52,7 @@ def test_the_study_is_a_journal_file_unless_an_rdb_url_comes_from_the_flag_or_th
 
 
 def test_a_study_script_refuses_a_storage_that_is_not_a_url_in_one_line(capsys):
-    from alignlab.platform.study import study_main
+    from alignlab.platform.study.run import study_main
 
     with pytest.raises(SystemExit) as e:
         study_main(load_script("finetune_search").build, ["--preset", "smoke", "--optuna-storage", "optuna.db"])
@@ -64,8 +64,8 @@ def test_a_study_script_refuses_a_storage_that_is_not_a_url_in_one_line(capsys):
 def test_a_journal_at_a_remote_root_is_uploaded_after_each_trial_and_pulled_by_a_rerun_on_another_node(tmp_path):
     from test_storage import _remote_pair
 
-    from alignlab.platform.optuna_study import DriverSession
-    from alignlab.platform.study_search_tune import OptunaStudySearch
+    from alignlab.platform.study.optuna_study import DriverSession
+    from alignlab.platform.study.search_tune import OptunaStudySearch
 
     one, two = _remote_pair(tmp_path)
     rel = "studies/s/searches/ct.optuna.journal"
@@ -169,7 +169,7 @@ def _check_against_summary(loaded: optuna.Study, summary: dict, search) -> None:
 @pytest.mark.ray
 def test_a_smoke_search_leaves_a_journal_that_optuna_load_study_opens(ray_session, storage_root):
     from alignlab.platform.storage import read_json
-    from alignlab.platform.study import run_study
+    from alignlab.platform.study.run import run_study
 
     study, search = _smoke_ct_search("optuna_journal-smoke")
     report = run_study(study, storage_root, progress=False, max_concurrent=1)
@@ -190,7 +190,7 @@ def test_a_smoke_search_leaves_a_journal_that_optuna_load_study_opens(ray_sessio
     else:
         assert "none (" in line
     # The report is rewritten from the files alone (`alignlab report`), importances included.
-    from alignlab.platform.report import write_report
+    from alignlab.platform.report.report import write_report
 
     (sdir / "report.md").unlink()
     assert line in write_report(sdir).read_text()
@@ -199,7 +199,7 @@ def test_a_smoke_search_leaves_a_journal_that_optuna_load_study_opens(ray_sessio
 @pytest.mark.ray
 def test_an_rdb_url_holds_the_study_instead_of_a_journal(ray_session, storage_root, tmp_path):
     from alignlab.platform.storage import read_json
-    from alignlab.platform.study import run_study
+    from alignlab.platform.study.run import run_study
 
     study, search = _smoke_ct_search("optuna_rdb-smoke")
     url = f"sqlite:///{tmp_path}/optuna.db"
@@ -221,8 +221,8 @@ import ray
 from optuna.distributions import FloatDistribution
 from ray import tune
 
-from alignlab.platform.optuna_study import open_study, study_place
-from alignlab.platform.study_search_tune import OptunaStudySearch, TellTuneErrors, run_rounds
+from alignlab.platform.study.optuna_study import open_study, study_place
+from alignlab.platform.study.search_tune import OptunaStudySearch, TellTuneErrors, run_rounds
 
 root, num_samples = Path(sys.argv[1]), int(sys.argv[2])
 ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)

@@ -7,10 +7,12 @@ import dataclasses
 
 import pytest
 
-from alignlab.platform.config import FINETUNE_PRESETS, PRETRAIN_PRESETS, FinetuneConfig, to_dict
-from alignlab.platform.finetune import finetuned_id
-from alignlab.platform.finetune_config import finetune_from_dict
-from alignlab.platform.models import model_id
+from alignlab.platform.config import to_dict
+from alignlab.platform.fel.finetune_config import FinetuneConfig
+from alignlab.platform.presets import FINETUNE_PRESETS, PRETRAIN_PRESETS
+from alignlab.platform.fel.finetune import finetuned_id
+from alignlab.platform.fel.finetune_config import finetune_from_dict
+from alignlab.platform.pretrain.models import model_id
 from alignlab.platform.registry import default_set, objectives_like
 
 

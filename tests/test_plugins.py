@@ -26,7 +26,7 @@ import torch
 from alignlab.platform.batching import IGNORE
 from alignlab.platform.model import TokenHead
 from alignlab.platform.registry import Objective, classification_sums, register
-from alignlab.platform.task_kinds import declare_task
+from alignlab.platform.fel.task_kinds import declare_task
 
 
 @register

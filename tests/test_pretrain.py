@@ -11,9 +11,11 @@ import pytest
 import torch
 from fault_hooks import assert_ctrl_c_raises_keyboard_interrupt, crash_once_at
 
-from alignlab.platform.config import PRETRAIN_PRESETS
-from alignlab.platform.pretrain import Pretrainer, ProgressLine, train_loop
-from alignlab.platform.tokenizer import Tokenizer
+from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.pretrain.pretrain import Pretrainer
+from alignlab.platform.progress import ProgressLine
+from alignlab.platform.pretrain.loop import train_loop
+from alignlab.platform.data.tokenizer import Tokenizer
 
 SMOKE = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", log_every=1)
 
@@ -97,14 +99,15 @@ def _steps_logged(mdir):
 
 @pytest.fixture(scope="module")
 def uninterrupted(smoke_corpus, tmp_path_factory):
-    from alignlab.platform.pretrain_ray import pretrain
+    from alignlab.platform.pretrain.driver import pretrain
 
     return pretrain(smoke_corpus, SMOKE, tmp_path_factory.mktemp("straight"))
 
 
 @pytest.mark.ray
 def test_pretraining_writes_a_registered_model_with_eval_metrics_and_tensorboard(uninterrupted, smoke_corpus):
-    from alignlab.platform.pretrain_ray import list_models, pretrain
+    from alignlab.platform.pretrain.models import list_models
+    from alignlab.platform.pretrain.driver import pretrain
 
     ev = json.loads((uninterrupted / "final" / "eval.json").read_text())
     assert ev["step"] == SMOKE.max_steps
@@ -122,7 +125,7 @@ def test_pretraining_writes_a_registered_model_with_eval_metrics_and_tensorboard
 @pytest.mark.ray
 def test_a_ctrl_c_after_pretraining_under_ray_train_stops_the_driver_with_keyboard_interrupt(
         smoke_corpus, tmp_path, interactive_sigint):
-    from alignlab.platform.pretrain_ray import pretrain
+    from alignlab.platform.pretrain.driver import pretrain
 
     pretrain(smoke_corpus, dataclasses.replace(SMOKE, max_steps=2, checkpoint_every=2), tmp_path)
     assert_ctrl_c_raises_keyboard_interrupt()
@@ -130,9 +133,10 @@ def test_a_ctrl_c_after_pretraining_under_ray_train_stops_the_driver_with_keyboa
 
 @pytest.mark.ray
 def test_pretraining_prints_and_records_the_precision_it_trains_at(smoke_corpus, tmp_path, capsys):
-    from alignlab.platform.corpus import load_manifest
-    from alignlab.platform.pretrain import resolve_precision
-    from alignlab.platform.pretrain_ray import list_models, model_id, pretrain
+    from alignlab.platform.data.corpus import load_manifest
+    from alignlab.platform.pretrain.pretrain import resolve_precision
+    from alignlab.platform.pretrain.models import list_models, model_id
+    from alignlab.platform.pretrain.driver import pretrain
 
     cfg = dataclasses.replace(SMOKE, precision="auto", max_steps=2, checkpoint_every=2)
     used = resolve_precision(cfg).precision  # bf16 on a CPU with native bf16 matmuls, fp32 elsewhere
@@ -154,7 +158,7 @@ def test_pretraining_prints_and_records_the_precision_it_trains_at(smoke_corpus,
 @pytest.mark.ray
 def test_a_killed_worker_resumes_from_the_last_checkpoint_with_no_step_repeated_or_skipped(
         uninterrupted, smoke_corpus, tmp_path):
-    from alignlab.platform.pretrain_ray import pretrain
+    from alignlab.platform.pretrain.driver import pretrain
 
     # Checkpoints at steps 5 and 10: rank 0 exits hard after step 6, before reporting it; Ray Train restarts
     # the worker group, which must continue at step 6 from the step-5 checkpoint.
@@ -172,7 +176,7 @@ def test_pretraining_reads_its_rows_in_order_even_when_a_plain_ray_init_started_
     mini model id from such scripts trained on different rows (benchmarks/README.md, "Round 12")."""
     import ray.data
 
-    from alignlab.platform.pretrain_ray import pretrain
+    from alignlab.platform.pretrain.driver import pretrain
 
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = False  # what a process that only called ray.init() has
@@ -187,7 +191,8 @@ def test_pretraining_reads_its_rows_in_order_even_when_a_plain_ray_init_started_
 
 @pytest.mark.ray
 def test_rerunning_after_a_failed_run_continues_at_the_exact_step(uninterrupted, smoke_corpus, tmp_path):
-    from alignlab.platform.pretrain_ray import is_finished, pretrain
+    from alignlab.platform.pretrain.models import is_finished
+    from alignlab.platform.pretrain.driver import pretrain
 
     with pytest.raises(Exception):
         pretrain(smoke_corpus, SMOKE, tmp_path, max_failures=0, after_step=crash_once_at(11))
@@ -202,7 +207,7 @@ def test_rerunning_after_a_failed_run_continues_at_the_exact_step(uninterrupted,
 
 @pytest.mark.ray
 def test_bad_pretraining_requests_get_clear_errors(smoke_corpus, tmp_path):
-    from alignlab.platform.pretrain_ray import pretrain
+    from alignlab.platform.pretrain.driver import pretrain
 
     with pytest.raises(ValueError, match="not a finished corpus"):
         pretrain(tmp_path, SMOKE, tmp_path)
@@ -212,9 +217,9 @@ def test_bad_pretraining_requests_get_clear_errors(smoke_corpus, tmp_path):
 
 @pytest.mark.ray
 def test_whp_on_a_web_only_corpus_is_refused_before_training(ray_session, tmp_path):
-    from alignlab.platform.config import CORPUS_PRESETS
-    from alignlab.platform.corpus import build_corpus
-    from alignlab.platform.pretrain_ray import pretrain
+    from alignlab.platform.presets import CORPUS_PRESETS
+    from alignlab.platform.data.corpus import build_corpus
+    from alignlab.platform.pretrain.driver import pretrain
 
     f = tmp_path / "web.txt"
     f.write_text("\n\n".join(" ".join(["plain web text about models and data"] * 10) for _ in range(30)))
@@ -231,7 +236,7 @@ def test_pretraining_takes_a_corpus_folder_named_relative_to_the_working_directo
                                                                                    monkeypatch):
     import os
 
-    from alignlab.platform.pretrain_ray import pretrain
+    from alignlab.platform.pretrain.driver import pretrain
 
     monkeypatch.chdir(smoke_corpus.parent)
     relative = os.path.relpath(smoke_corpus)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from alignlab.platform.config import FinetuneConfig
-from alignlab.platform.protocol import NUM_FOLDS, TaskData, calculations, fel_split
+from alignlab.platform.fel.finetune_config import FinetuneConfig
+from alignlab.platform.fel.protocol import NUM_FOLDS, TaskData, calculations, fel_split
 from alignlab.objectives.ad_data import ADExample
 from alignlab.objectives.ct_data import CTExample
 

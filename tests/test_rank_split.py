@@ -1,4 +1,4 @@
-"""Each data-parallel rank reads only its own rows (issue #42): `pretrain_ray.data_config` on real Ray Data and a
+"""Each data-parallel rank reads only its own rows (issue #42): `pretrain.driver.data_config` on real Ray Data and a
 real 2-worker TorchTrainer. One worker streams the whole dataset unsplit (the rows every single-worker model was
 trained on); two workers each stream a disjoint half, the same half in the same order on every run (what an exact
 resume needs)."""
@@ -10,14 +10,14 @@ import json
 import pytest
 
 from alignlab.platform import registry as _registry  # noqa: F401 -- objective names resolve through it
-from alignlab.platform.config import PRETRAIN_PRESETS
+from alignlab.platform.presets import PRETRAIN_PRESETS
 
 ONE = dataclasses.replace(PRETRAIN_PRESETS["smoke"], cpus_per_worker=0.25, threads_per_worker=1)
 TWO = dataclasses.replace(ONE, num_workers=2)
 
 
 def test_one_worker_streams_the_whole_dataset_and_several_split_only_the_training_streams():
-    from alignlab.platform.pretrain_ray import data_config
+    from alignlab.platform.pretrain.driver import data_config
 
     assert data_config(ONE, {"train": 0, "eval": 0})._datasets_to_split == []
     cfg = data_config(TWO, {"train": 0, "domain": 0, "eval": 0})
@@ -26,7 +26,7 @@ def test_one_worker_streams_the_whole_dataset_and_several_split_only_the_trainin
 
 
 def test_the_split_names_other_models_only_for_several_workers():
-    from alignlab.platform.models import model_id
+    from alignlab.platform.pretrain.models import model_id
 
     # The mini preset (1 worker) keeps the id it had before the split (pinned in bf16, which "auto" resolves to only
     # on CPUs with native bf16; the pin moves with PRETRAIN_CODE_VERSION, which is in every id); the paper
@@ -44,7 +44,7 @@ def test_two_ranks_stream_disjoint_halves_the_same_way_on_every_run(ray_session,
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from alignlab.platform.pretrain_ray import data_config
+    from alignlab.platform.pretrain.driver import data_config
 
     out = tmp_path / "out"
     out.mkdir()

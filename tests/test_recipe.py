@@ -8,9 +8,10 @@ import math
 import pytest
 import torch
 
-from alignlab.platform.config import MODEL_SIZES, PRETRAIN_PRESETS, PretrainConfig
+from alignlab.platform.config import MODEL_SIZES, PretrainConfig
+from alignlab.platform.presets import PRETRAIN_PRESETS
 from alignlab.platform.model import Encoder
-from alignlab.platform.pretrain import Pretrainer, lr_lambda, make_optimizer
+from alignlab.platform.pretrain.pretrain import Pretrainer, lr_lambda, make_optimizer
 
 from tiny_model import batches, tiny_pretrained, tiny_tokenizer
 
@@ -181,7 +182,7 @@ def test_the_masking_curriculum_draws_uniform_masks_first_then_mlms_own_and_eval
     from tiny_model import real_texts
 
     from alignlab.objectives.masked_lm import MaskedLMConfig
-    from alignlab.platform.tokenizer import Tokenizer
+    from alignlab.platform.data.tokenizer import Tokenizer
 
     tok = tiny_tokenizer(tmp_path)  # then the corpus's token counts next to it, as a corpus build saves them
     counts = np.bincount([i for t in real_texts() for i in tok.sp.encode(t)], minlength=tok.vocab_size)
@@ -207,7 +208,7 @@ def test_the_masking_curriculum_draws_uniform_masks_first_then_mlms_own_and_eval
 
 def test_the_masking_curriculum_names_another_model_only_when_it_is_on():
     from alignlab.platform import registry  # noqa: F401 -- objective names resolve through it
-    from alignlab.platform.models import model_id
+    from alignlab.platform.pretrain.models import model_id
 
     paper = PRETRAIN_PRESETS["paper"]
     # The paper preset's id, pinned: the field leaves it alone when off (it moved only when PRETRAIN_CODE_VERSION
@@ -257,7 +258,7 @@ def test_sinusoidal_positions_are_the_scaled_sinusoids_and_no_training_step_move
 
 def test_the_position_kind_names_another_model_only_when_it_is_not_the_default_learned_table():
     from alignlab.platform import registry  # noqa: F401 -- objective names resolve through it
-    from alignlab.platform.models import model_id
+    from alignlab.platform.pretrain.models import model_id
 
     paper = PRETRAIN_PRESETS["paper"]
     # The paper preset's id, pinned: the field leaves it alone at its default (it moved only when
@@ -306,7 +307,7 @@ def test_a_strong_distance_bias_makes_a_tokens_output_blind_to_far_tokens_and_pa
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_the_fast_encoder_applies_the_distance_bias_like_the_module_forward(norm):
-    from alignlab.platform.inference import FastEncoder
+    from alignlab.platform.fel.inference import FastEncoder
 
     ids, seg = _inputs(T=12, B=1)
     torch.manual_seed(0)
@@ -339,11 +340,11 @@ CRAMMED = dict(model=dataclasses.replace(TINY, norm="pre", dropout=0.0, alibi=1.
 
 
 def test_a_crammed_model_finetunes_and_its_fast_predictor_matches_the_module_forward(tmp_path):
-    from alignlab.platform.config import FINETUNE_PRESETS
-    from alignlab.platform.finetune import finetune_calculation, load_pretrained, save_finetuned
-    from alignlab.platform.inference import Predictor
+    from alignlab.platform.presets import FINETUNE_PRESETS
+    from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained, save_finetuned
+    from alignlab.platform.fel.inference import Predictor
     from alignlab.platform.task import load_examples
-    from alignlab.platform.protocol import SHIPPED_TASK_DATA
+    from alignlab.platform.fel.protocol import SHIPPED_TASK_DATA
 
     mdir = tiny_pretrained(tmp_path, steps=4, **CRAMMED)
     pre = load_pretrained(mdir)
@@ -355,7 +356,7 @@ def test_a_crammed_model_finetunes_and_its_fast_predictor_matches_the_module_for
     fdir = save_finetuned(tmp_path, pre, cfg, result)
     pred = Predictor.load(fdir)
     model = pred.ft.model.eval()
-    from alignlab.objectives.concept_tagging import query_input as ct_input
+    from alignlab.platform.fel.task_kinds import query_input as ct_input
 
     words = list(examples[60].tokens)
     ids, first = ct_input(pred.tok, words, model.cfg.max_len)
@@ -371,8 +372,9 @@ def test_a_crammed_model_finetunes_and_its_fast_predictor_matches_the_module_for
 def test_a_crammed_recipe_pretrains_under_ray_train_and_its_id_names_the_recipe(smoke_corpus, tmp_path):
     import json
 
-    from alignlab.platform.corpus import load_manifest
-    from alignlab.platform.pretrain_ray import model_id, pretrain
+    from alignlab.platform.data.corpus import load_manifest
+    from alignlab.platform.pretrain.models import model_id
+    from alignlab.platform.pretrain.driver import pretrain
 
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", max_steps=4,
                               checkpoint_every=4, precision="fp32", **CRAMMED)

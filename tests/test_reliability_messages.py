@@ -38,7 +38,7 @@ def test_a_budget_that_the_validation_split_takes_whole_is_refused_naming_the_bu
 
 
 def test_the_smallest_budget_the_message_names_does_train_and_the_one_below_does_not(tiny_root):
-    from alignlab.platform.protocol import TaskData, fel_split
+    from alignlab.platform.fel.protocol import TaskData, fel_split
 
     _, _, tdir = tiny_root
     data = TaskData.load(tdir)
@@ -89,7 +89,7 @@ def _study_with_trial(tmp_path: Path, text: str) -> tuple[Path, str]:
 @pytest.mark.parametrize("text", ["", '{"calc_id": "ct-01'])
 def test_a_zero_length_trial_file_is_named_by_the_report_and_a_rerun_runs_its_calculation_again(tmp_path, text):
     from alignlab.platform.storage import as_storage
-    from alignlab.platform.trial_files import finished_calculations
+    from alignlab.platform.fel.trial_files import finished_calculations
 
     sdir, cid = _study_with_trial(tmp_path, text)
     code, out = _run(ALIGNLAB + ["report", str(sdir)], tmp_path)
@@ -112,13 +112,13 @@ def test_a_calculation_that_runs_out_of_memory_fails_alone_is_reported_and_a_rer
     trial writes its file as a failure with the reason, the report lists it, and it does not count as finished."""
     import torch
 
-    from alignlab.platform import finetune
+    from alignlab.platform.fel import finetune
     from alignlab.platform.config import to_dict
-    from alignlab.platform.report import collect_results, write_report
+    from alignlab.platform.report.report import collect_results, write_report
     from alignlab.platform.storage import as_storage, read_json, study_dir, write_json
-    from alignlab.platform.study import calc_id
-    from alignlab.platform.study_grid import run_one
-    from alignlab.platform.trial_files import finished_calculations
+    from alignlab.platform.study.spec import calc_id
+    from alignlab.platform.study.grid import run_one
+    from alignlab.platform.fel.trial_files import finished_calculations
 
     root, mdir, tdir = tiny_root
     st, sdir = as_storage(root), study_dir(root, "oom")

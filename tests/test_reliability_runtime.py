@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 
 def _cfg(**kw):
-    from alignlab.platform.config import PRETRAIN_PRESETS
+    from alignlab.platform.presets import PRETRAIN_PRESETS
 
     return dataclasses.replace(PRETRAIN_PRESETS["smoke"], **{**dict(max_steps=6, checkpoint_every=2, log_every=1,
                                                                     precision="fp32"), **kw})
@@ -31,7 +31,8 @@ def test_a_pretraining_run_that_runs_out_of_memory_stops_at_once_naming_the_mode
     from fault_hooks import OutOfMemoryAt, registered
 
     from alignlab.platform.out_of_memory import RECORD, OutOfMemory
-    from alignlab.platform.pretrain_ray import is_finished, pretrain
+    from alignlab.platform.pretrain.models import is_finished
+    from alignlab.platform.pretrain.driver import pretrain
 
     cfg, root, out = _cfg(), tmp_path / "root", tmp_path / "out"
     out.mkdir()
@@ -57,7 +58,8 @@ def test_one_of_two_data_parallel_workers_running_out_of_memory_ends_the_run_and
     from fault_hooks import OutOfMemoryAt, registered
 
     from alignlab.platform.out_of_memory import OutOfMemory
-    from alignlab.platform.pretrain_ray import is_finished, pretrain
+    from alignlab.platform.pretrain.models import is_finished
+    from alignlab.platform.pretrain.driver import pretrain
 
     cfg, root, out = _cfg(num_workers=2, cpus_per_worker=0.5), tmp_path / "root", tmp_path / "out"
     out.mkdir()
@@ -102,7 +104,8 @@ def test_a_disk_that_fills_while_a_checkpoint_is_written_names_the_folder_and_th
     from fault_hooks import FillDiskAt, Probe, registered
 
     from alignlab.platform.errors import _describe
-    from alignlab.platform.pretrain_ray import is_finished, pretrain
+    from alignlab.platform.pretrain.models import is_finished
+    from alignlab.platform.pretrain.driver import pretrain
 
     cfg, root, out = _cfg(), small_disk / "root", tmp_path / "out"
     out.mkdir()

@@ -264,7 +264,7 @@ def test_a_bad_lease_is_refused_naming_the_variable_and_the_value(text, monkeypa
 def test_every_lock_the_engine_takes_is_given_the_storage_so_remote_roots_are_locked_across_machines():
     """A call site that passes `st.local` (a path) would take only this machine's lock."""
     calls = []
-    for p in sorted(PLATFORM.glob("*.py")):
+    for p in sorted(PLATFORM.rglob("*.py")):
         for node in ast.walk(ast.parse(p.read_text(), str(p))):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("build_once", "artifact_lock") \
                     and p.name != "locks.py":

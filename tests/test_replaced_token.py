@@ -10,9 +10,9 @@ import torch
 from tiny_model import batches, tiny_tokenizer
 
 from alignlab.platform.registry import resolve_objectives
-from alignlab.platform.config import PRETRAIN_PRESETS
+from alignlab.platform.presets import PRETRAIN_PRESETS
 from alignlab.platform.model import AlignModel
-from alignlab.platform.pretrain import Pretrainer
+from alignlab.platform.pretrain.pretrain import Pretrainer
 
 ALL = "mlm,nsp,whp,pad,rtd"
 
@@ -94,7 +94,7 @@ def test_rtd_alone_and_an_untied_generator_of_a_chosen_width(tok):
 
 
 def test_objectives_accepts_rtd_in_the_cli_and_in_studies():
-    from alignlab.platform.study import sized_pretrain
+    from alignlab.platform.study.presets import sized_pretrain
 
     assert [c.name for c in resolve_objectives(ALL)] == ALL.split(",")
     assert sized_pretrain("smoke", 32, 1, ALL).objective_names == tuple(ALL.split(","))
@@ -128,7 +128,7 @@ def test_objective_ablation_rejects_an_unknown_objective_at_parse_time(capsys):
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies"))
     import objective_ablation as oa
-    from alignlab.platform.study import study_main
+    from alignlab.platform.study.run import study_main
 
     with pytest.raises(SystemExit) as e:
         study_main(oa.build, ["--preset", "smoke", "--objectives", "mlm,electra"], extra_objective_sets=True)
@@ -170,7 +170,7 @@ def test_smoke_pretraining_with_rtd_alone_and_with_all_five_objectives(smoke_cor
     import time
 
     from alignlab.platform.cli import main
-    from alignlab.platform.pretrain_ray import pretrain
+    from alignlab.platform.pretrain.driver import pretrain
 
     t0 = time.time()
     assert main(["pretrain", "--preset", "smoke", "--objectives", "rtd", "--corpus", str(smoke_corpus),

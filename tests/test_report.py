@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from alignlab.platform.protocol import calculations
-from alignlab.platform.report import _table
-from alignlab.platform.significance import significant_gain, welch_better
+from alignlab.platform.fel.protocol import calculations
+from alignlab.platform.report.report import _table
+from alignlab.platform.report.significance import significant_gain, welch_better
 
 POINTS = calculations()  # ten (fold, seed)
 # Baseline accuracies that vary a lot from split to split (some folds are harder than others).

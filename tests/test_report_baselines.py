@@ -6,7 +6,7 @@ import json
 
 from toy_study import write_toy_study
 
-from alignlab.platform.report import collect_results, write_report
+from alignlab.platform.report.report import collect_results, write_report
 
 
 def _study(tmp_path, ct_floor: float, ad_floor: float):

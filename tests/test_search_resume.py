@@ -14,8 +14,8 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
-from alignlab.platform import optuna_study as os_
-from alignlab.platform.optuna_study import (DRIVER, INTERRUPTED, RETRY_OF, DriverSession, open_study,
+from alignlab.platform.study import optuna_study as os_
+from alignlab.platform.study.optuna_study import (DRIVER, INTERRUPTED, RETRY_OF, DriverSession, open_study,
                                             recover_interrupted, study_place, trial_counts)
 
 SPACE = {"lr": FloatDistribution(0.0, 1.0)}
@@ -41,7 +41,7 @@ def _driver(study, driver: str, *, host: str, pid: int, alive: float) -> optuna.
 
 
 def _searcher(study, session, num_samples=3, max_concurrent=1, complete_key=None):
-    from alignlab.platform.study_search_tune import OptunaStudySearch
+    from alignlab.platform.study.search_tune import OptunaStudySearch
 
     return OptunaStudySearch(study, session, SPACE, metrics=["acc"], num_samples=num_samples,
                              max_concurrent=max_concurrent, keep=("acc", "epoch", "failed"), complete_key=complete_key)
@@ -172,7 +172,7 @@ def test_a_study_made_by_another_kind_of_search_is_refused(tmp_path):
 def test_a_resumed_searchs_eta_counts_only_the_trials_this_session_ran(capsys):
     """8 of 10 trials came from a dead driver's session; this session finished 1 in 10 s: ~10 s per trial, so the
     last one is ~10 s away, not 10 s / 9 (the old ETA took the resumed trials as this session's)."""
-    from alignlab.platform.study_grid import Progress
+    from alignlab.platform.study.grid import Progress
 
     prog = Progress(10, True, what="search s", already=8)
     prog.t0 -= 10.0  # this session started 10 s ago

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from alignlab.platform.config import PRESETS, FinetuneConfig
-from alignlab.platform.study import SearchParam, SearchSpec, Study, planned_calc_ids
+from alignlab.platform.config import PRESETS
+from alignlab.platform.fel.finetune_config import FinetuneConfig
+from alignlab.platform.study.spec import SearchParam, SearchSpec, Study, planned_calc_ids
 
 STUDIES = Path(__file__).resolve().parents[1] / "studies"
 SEARCH_SCRIPTS = ("objective_mix",)
@@ -77,7 +78,7 @@ def test_a_presets_objective_settings_carry_over_to_the_studys_objective_subsets
     from alignlab.objectives.masked_lm import MaskedLMConfig
     from alignlab.objectives.pseudo_acronym import PseudoAcronymConfig
     from alignlab.platform import presets
-    from alignlab.platform.config import PRETRAIN_PRESETS
+    from alignlab.platform.presets import PRETRAIN_PRESETS
     from alignlab.platform.registry import objectives_like, resolve_objectives
 
     base = dataclasses.replace(PRETRAIN_PRESETS["mini"], objectives=resolve_objectives(
@@ -120,7 +121,7 @@ def test_finetune_search_runs_one_honest_search_per_task():
 
 
 def _task_data():
-    from alignlab.platform.protocol import TaskData
+    from alignlab.platform.fel.protocol import TaskData
     from alignlab.objectives.ad_data import ADExample
     from alignlab.objectives.ct_data import CTExample
 
@@ -139,8 +140,8 @@ def test_no_searched_example_is_in_the_test_set_of_a_calculation_that_reports_th
     """Nested selection: every example any trial of a search trains or validates on (for every scheme of the
     space, the multitask scheme's other-task examples included) lies outside the test set of every calculation
     its best setting is reported on; and every searched point is reported by exactly one search."""
-    from alignlab.platform.protocol import fel_split
-    from alignlab.platform.study import search_examples
+    from alignlab.platform.fel.protocol import fel_split
+    from alignlab.platform.study.search import search_examples
 
     data = _task_data()
     study = load_script("finetune_search").build(preset)
@@ -201,7 +202,7 @@ def test_a_study_rejects_a_baseline_that_has_no_calculations():
 
 @pytest.mark.ray
 def test_finetune_search_at_smoke_runs_end_to_end_on_ray(ray_session, storage_root):
-    from alignlab.platform.study import run_study
+    from alignlab.platform.study.run import run_study
     from alignlab.platform.storage import read_json
 
     study = load_script("finetune_search").build("smoke")
@@ -238,9 +239,10 @@ def test_finetune_search_at_smoke_runs_end_to_end_on_ray(ray_session, storage_ro
 
 def test_a_named_precision_trains_the_models_auto_trains_on_that_kind_of_cpu_under_its_own_study(tmp_path,
                                                                                                  monkeypatch):
-    from alignlab.platform import pretrain, study_run
-    from alignlab.platform.models import model_id
-    from alignlab.platform.study import with_precision
+    from alignlab.platform.pretrain import pretrain
+    from alignlab.platform.study import run as study_run
+    from alignlab.platform.pretrain.models import model_id
+    from alignlab.platform.study.spec import with_precision
 
     script = load_script("objective_ablation")
     study = script.build("mini")
@@ -274,7 +276,7 @@ def test_a_named_precision_trains_the_models_auto_trains_on_that_kind_of_cpu_und
 
 
 def test_pretrain_seeds_make_the_pretraining_run_a_factor_of_every_cell():
-    from alignlab.platform.study import with_pretrain_seeds
+    from alignlab.platform.study.spec import with_pretrain_seeds
 
     study = load_script("objective_ablation").build("mini")
     assert with_pretrain_seeds(study, 1) is study

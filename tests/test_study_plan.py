@@ -24,7 +24,7 @@ def _snapshot(root: Path) -> dict:
 
 
 def test_a_dry_run_on_an_empty_root_lists_every_model_and_calculation_as_to_make_and_writes_nothing(tmp_path, capsys):
-    from alignlab.platform.study_run import study_main
+    from alignlab.platform.study.run import study_main
 
     root = tmp_path / "root"
     assert study_main(_build("objective_ablation"), ["--preset", "smoke", "--storage", str(root), "--dry-run"]) is None
@@ -37,9 +37,9 @@ def test_a_dry_run_on_an_empty_root_lists_every_model_and_calculation_as_to_make
 @pytest.fixture(scope="module")
 def trained(smoke_corpus, storage_root):
     """The smoke objective ablation's first model, pretrained for real at the session's root."""
-    from alignlab.platform.study_spec import with_precision
+    from alignlab.platform.study.spec import with_precision
     from alignlab.platform.config import check_preset
-    from alignlab.platform.pretrain_ray import pretrain
+    from alignlab.platform.pretrain.driver import pretrain
 
     study = with_precision(_build("objective_ablation")(check_preset("smoke")), "auto")
     return study, pretrain(smoke_corpus, study.models[0].pretrain, storage_root)
@@ -66,8 +66,8 @@ def test_a_smoke_run_records_its_throughput_in_eval_json_and_tensorboard(trained
 @pytest.mark.ray
 def test_a_dry_run_knows_the_trained_model_and_estimates_the_others_from_its_throughput(trained, smoke_corpus,
                                                                                          storage_root, capsys):
-    from alignlab.platform.plan import study_plan
-    from alignlab.platform.study_run import study_main
+    from alignlab.platform.study.plan import study_plan
+    from alignlab.platform.study.run import study_main
 
     study, mdir = trained
     before = _snapshot(storage_root)

@@ -16,9 +16,9 @@ from alignlab.objectives.ct_data import CTExample
 from alignlab.objectives import bracketed
 from alignlab.platform import task as T
 from alignlab.platform.cli import main
-from alignlab.platform.protocol import SHIPPED_TASK_DATA, context_free_baselines
-from alignlab.platform.task_files import TaskDataError
-from alignlab.platform.text import words_of
+from alignlab.platform.fel.protocol import SHIPPED_TASK_DATA, context_free_baselines
+from alignlab.platform.fel.task_files import TaskDataError
+from alignlab.platform.data.text import words_of
 
 NPM = SHIPPED_TASK_DATA
 

@@ -1,4 +1,4 @@
-"""Tasks from files (platform/task_kinds.py): the three kinds' validation with FILE:LINE, heads made from the
+"""Tasks from files (platform/fel/task_kinds.py): the three kinds' validation with FILE:LINE, heads made from the
 data, context-free baselines, entity span F1, a full FEL calculation of each kind on a tiny real model, and the
 study transform that gives a declared task rows of its own."""
 from __future__ import annotations
@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from alignlab.platform.task import task, task_names
-from alignlab.platform.task_files import TaskDataError
-from alignlab.platform.task_kinds import declarations, declare_all, declare_task, is_span_scheme, undeclare
+from alignlab.platform.fel.task_files import TaskDataError
+from alignlab.platform.fel.task_kinds import declarations, declare_all, declare_task, undeclare
+from alignlab.platform.fel.task_kind_data import is_span_scheme
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "software_ner"
@@ -143,9 +144,9 @@ def test_a_name_taken_by_other_files_is_refused(declared, tmp_path):
 @pytest.mark.parametrize("kind", ["sequence", "pair", "tagging"])
 def test_a_calculation_of_each_kind_runs_on_a_tiny_model_and_keeps_the_aligned_head_only_when_it_fits(
         declared, tmp_path, kind):
-    from alignlab.platform.config import FINETUNE_PRESETS
-    from alignlab.platform.finetune import build_task_model, finetune_calculation, load_pretrained
-    from alignlab.platform.protocol import test_unit_metrics
+    from alignlab.platform.presets import FINETUNE_PRESETS
+    from alignlab.platform.fel.finetune import build_task_model, finetune_calculation, load_pretrained
+    from alignlab.platform.fel.protocol import test_unit_metrics
 
     from tests.tiny_model import tiny_pretrained
 
@@ -177,7 +178,7 @@ def _study_script(name: str):
 
 
 def test_a_declared_task_gets_rows_like_the_study_task_aligned_with_the_same_objective(declared):
-    from alignlab.platform.study_tasks import with_tasks
+    from alignlab.platform.study.tasks import with_tasks
 
     declared("swner", "tagging", EXAMPLE / "pool.jsonl", EXAMPLE / "test.jsonl", aligned_objective="whp")
     base = _study_script("data_budget").build("smoke")
@@ -199,7 +200,7 @@ def test_a_declared_task_gets_rows_like_the_study_task_aligned_with_the_same_obj
                                            ("name=a,kind=tagging,pool=p,test=t,colour=red", "unknown key 'colour'"),
                                            ("name=a,kind", "'kind' is not KEY=VALUE")])
 def test_a_bad_task_spec_says_what_is_wrong(spec, message):
-    from alignlab.platform.study_tasks import parse_task_spec
+    from alignlab.platform.study.tasks import parse_task_spec
 
     with pytest.raises(ValueError, match=message):
         parse_task_spec(spec)

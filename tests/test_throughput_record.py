@@ -51,9 +51,10 @@ def test_a_plan_estimates_from_measured_rates_and_says_where_they_come_from():
 def test_the_loop_counts_real_tokens_and_rows_and_a_resume_keeps_them(smoke_corpus):
     import pyarrow.parquet as pq
 
-    from alignlab.platform.config import PRETRAIN_PRESETS
-    from alignlab.platform.pretrain import Pretrainer, to_numpy_rows, train_loop
-    from alignlab.platform.tokenizer import Tokenizer
+    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows
+    from alignlab.platform.pretrain.loop import train_loop
+    from alignlab.platform.data.tokenizer import Tokenizer
 
     # Each batch collated at its own step, in stream order (no length bucketing), so a fresh trainer remakes them.
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], max_steps=3, checkpoint_every=3, log_every=1,
@@ -81,7 +82,7 @@ def test_the_report_has_a_cost_row_per_pretrained_model_and_the_fel_device_time(
 
     import pandas as pd
 
-    from alignlab.platform.report import cost_table
+    from alignlab.platform.report.report import cost_table
 
     rec = summary(num_tokens=3_000_000, num_samples=30_000, seconds=600.0, num_devices=4,
                   device_name="NVIDIA A10G", precision="bf16", fpt=flops_per_token(768, 3, 3072, 128))

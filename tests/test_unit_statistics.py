@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from alignlab.platform.significance import Comparison, correct_family, significant_gain
-from alignlab.platform.unit_statistics import (bootstrap_ci, fold_means, holm, paired_units, permutation_p,
+from alignlab.platform.report.significance import Comparison, correct_family, significant_gain
+from alignlab.platform.report.unit_statistics import (bootstrap_ci, fold_means, holm, paired_units, permutation_p,
                                                unit_columns, unit_table)
 
 

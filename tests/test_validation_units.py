@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alignlab.platform.config import FinetuneConfig
-from alignlab.platform.protocol import TaskData, calculations, fel_split, validation_split
+from alignlab.platform.fel.finetune_config import FinetuneConfig
+from alignlab.platform.fel.protocol import TaskData, calculations, fel_split, validation_split
 from alignlab.objectives.ad_data import ADExample
 from alignlab.objectives.ct_data import CTExample
 

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from alignlab.platform.config import CORPUS_PRESETS, PRETRAIN_PRESETS
+from alignlab.platform.presets import CORPUS_PRESETS, PRETRAIN_PRESETS
 
 GOLDEN = Path(__file__).with_name("golden_versions.json")
 UPDATE = os.environ.get("ALIGNLAB_UPDATE_GOLDEN") == "1"
@@ -63,11 +63,11 @@ def _check(key: str, now: dict, constant: str, where: str, same) -> None:
 def _smoke_corpus_rows(tmp: Path) -> list[dict]:
     """The labelled rows of a small bundled corpus, made by the corpus stage's own code without Ray: staging
     (`stage_documents`), the objectives' fit, the tokenizer, and `ChunkLabeler` called as Ray Data calls it."""
-    from alignlab.platform.corpus import ChunkLabeler
-    from alignlab.platform.corpus_sources import stage_documents
+    from alignlab.platform.data.corpus import ChunkLabeler
+    from alignlab.platform.data.corpus_sources import stage_documents
     from alignlab.platform.registry import corpus_labellers
-    from alignlab.platform.sources import read_bundled
-    from alignlab.platform.tokenizer import train_tokenizer
+    from alignlab.platform.data.sources import read_bundled
+    from alignlab.platform.data.tokenizer import train_tokenizer
 
     cfg = dataclasses.replace(CORPUS_PRESETS["smoke"], max_docs_per_lang=60, vocab_size=400, docs_per_shard=40,
                               allow_smaller_vocab=True)
@@ -86,13 +86,13 @@ def _smoke_corpus_rows(tmp: Path) -> list[dict]:
 
 
 def test_labelled_shards_change_only_with_the_corpus_code_version(tmp_path):
-    from alignlab.platform.corpus_identity import CORPUS_CODE_VERSION
+    from alignlab.platform.data.corpus_identity import CORPUS_CODE_VERSION
 
     rows = _smoke_corpus_rows(tmp_path)
     assert len(rows) > 50
     digest = hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()
     _check("corpus rows", {"version": CORPUS_CODE_VERSION, "rows": len(rows), "sha256": digest},
-           "CORPUS_CODE_VERSION", "platform/corpus_identity.py", lambda g, n: g == n)
+           "CORPUS_CODE_VERSION", "platform/data/corpus_identity.py", lambda g, n: g == n)
 
 
 # ---------------------------------------------------------------- pretraining: model, objectives, collation, optimizer
@@ -125,8 +125,8 @@ def _close(gold: dict, now: dict) -> bool:
 def test_trained_weights_change_only_with_the_pretraining_code_version(tmp_path):
     from tiny_model import batches, tiny_tokenizer
 
-    from alignlab.platform.models import PRETRAIN_CODE_VERSION
-    from alignlab.platform.pretrain import Pretrainer
+    from alignlab.platform.pretrain.models import PRETRAIN_CODE_VERSION
+    from alignlab.platform.pretrain.pretrain import Pretrainer
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -141,4 +141,4 @@ def test_trained_weights_change_only_with_the_pretraining_code_version(tmp_path)
         torch.set_num_threads(threads)
     assert weights and all(np.isfinite(v).all() for v in weights.values())
     _check("model weights", {"version": PRETRAIN_CODE_VERSION, "weights": weights},
-           "PRETRAIN_CODE_VERSION", "platform/models.py", _close)
+           "PRETRAIN_CODE_VERSION", "platform/pretrain/models.py", _close)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from alignlab.platform.report import collect_results, write_report
+from alignlab.platform.report.report import collect_results, write_report
 
 
 def write_toy_study(tmp_path: Path, name: str, title: str, trials: list[dict],

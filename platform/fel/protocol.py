@@ -1,0 +1,285 @@
+"""The FEL protocol (paper §3.4): the task datasets a study uses, and the ten calculations per data point.
+
+- AD: 5-fold cross-validation over snippets (a snippet's positive and negative share a fold) x 2
+  seeds; the training set of budget n is sampled from the four training folds, the fifth is the test set.
+- CT: 5 random samples of n from the 275-query pool ("fold" numbers the sample), tested on the
+  200-query set, x 2 seeds.
+The examples of a calculation depend on (task, budget, fold) only: the two seeds of a fold train on
+the same sample, validate on the same split and test on the same set; the seed changes the
+initialisation (fresh heads, dropout) and the batch order only (`finetune.finetune_calculation`).
+In "honest" selection a validation split (`val_fraction` of n) is carved from the sampled budget,
+so the model trains on the rest and the test set only scores the selected epochs.
+Searches (`search_split`, `search_groups`) are nested: a search whose setting is reported on AD's
+fold f samples only from fold f's four training folds; CT's searches sample from the pool.
+Each task object (`alignlab.platform.task`) owns its data layout, folds, searches and baselines; this
+module runs the protocol over whichever task a config names.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import random
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from alignlab.platform.config import config_hash
+from alignlab.platform.fel.finetune_config import FinetuneConfig
+from alignlab.platform.locks import build_once
+from alignlab.platform.storage import MARKER, as_storage, write_json, write_marker, write_text
+from alignlab.platform.task import Task, registered_tasks, task as task_named
+from alignlab.platform.fel.task_scoring import evaluate_examples
+from alignlab.platform.fel.task_files import write_jsonl
+from alignlab.platform.fel.task_scoring import UNIT_SCORES
+from alignlab.platform.data.sources import read_bundled
+
+NUM_FOLDS = 5
+NUM_SEEDS = 2
+
+
+def calculations() -> list[tuple[int, int]]:
+    """(fold, seed) of the ten calculations of one data point."""
+    return [(fold, seed) for fold in range(NUM_FOLDS) for seed in range(NUM_SEEDS)]
+
+
+# The objectives room (a namespace package: no origin of its own) ships the real-text task data.
+SHIPPED_TASK_DATA = Path(next(iter(importlib.util.find_spec("alignlab.objectives").submodule_search_locations))) / "task_data" / "npm"
+TASK_BUILDER_VERSION = 3
+"""Bumped when build_tasks writes different files for the same arguments (3: hand-labelled CT by default,
+out-of-domain AD, article titles for the gazetteer baseline)."""
+
+
+@dataclass
+class TaskData:
+    tdir: Path
+    files: dict[str, list]
+    """Every registered task's examples by its `Task.data_files` names, also readable as attributes
+    (`data.<name>`): a new task brings its own files without a change here."""
+
+    def __getattr__(self, name: str) -> list:
+        files = self.__dict__.get("files") or {}
+        if name in files:
+            return files[name]
+        raise AttributeError(f"TaskData has no task file named {name!r} (registered: {', '.join(files)})")
+
+    @classmethod
+    def load(cls, tdir: Path) -> "TaskData":
+        """Every registered task's files (`Task.data_files`) from the task folder."""
+        tdir = Path(tdir)
+        fields = {}
+        for t in registered_tasks():
+            for field_name, (fname, required) in t.data_files.items():
+                path = tdir / fname
+                fields[field_name] = t.load_examples(path) if required or path.exists() else []
+        return cls(tdir, fields)
+
+    def extra_tests(self, task: str) -> dict[str, list]:
+        """Test sets every calculation of `task` is also scored on, besides its protocol test set."""
+        return task_named(task).extra_tests(self)
+
+
+def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int | None = None, seed: int = 0,
+                **options) -> Path:
+    """Build (or find) every registered task's data in one folder (`Task.build_data`); the documents a task
+    marks are listed for holdout. `options` are the tasks' own (`Task.build_options`: AD's `target_snippets`,
+    CT's `ct_data`), each at its default unless given."""
+    tasks = registered_tasks()
+    rel, options = tasks_rel(langs=langs, max_docs_per_lang=max_docs_per_lang, seed=seed, **options)
+    st = as_storage(root)
+    tdir = st.local / rel
+    build_once(st, rel.replace("/", "-"), lambda: tasks_finished(st, rel),
+               lambda: _build_tasks(st, rel, tasks, langs, max_docs_per_lang, seed, options), label=f"[{rel}]",
+               leftovers=(f"{rel}/*.tmp", f"{rel}/.*.tmp-*"))
+    return tdir
+
+
+def tasks_rel(*, langs=("en", "es", "fr"), max_docs_per_lang: int | None = None, seed: int = 0,
+              **options) -> tuple[str, dict]:
+    """The task folder (relative to the root) that `build_tasks` with these arguments builds or finds, and the
+    tasks' options completed with their defaults; nothing is built (`alignlab plan` asks this too)."""
+    tasks = registered_tasks()
+    defaults = {k: v for t in tasks for k, v in t.build_options.items()}
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        raise TypeError(f"build_tasks got unknown task options {', '.join(unknown)} (known: {', '.join(defaults)})")
+    options = {**defaults, **options}
+    parts = [t.build_key(options) for t in tasks]  # validates each task's options first
+    key = config_hash({"langs": list(langs), "max_docs": max_docs_per_lang, "seed": seed,
+                       "builder": TASK_BUILDER_VERSION, **{k: v for p in parts for k, v in p.items()}})
+    return "tasks/" + "-".join([*(tag for t in tasks if (tag := t.folder_tag(options))), key]), options
+
+
+def tasks_finished(st, rel: str) -> bool:
+    """Is the task folder `rel` finished at the root (its size marker whole, or, built before markers, its
+    stats.json) and present in this node's cache?"""
+    return st.finished(rel, legacy="stats.json") and st.pull(rel, marker="stats.json")
+
+
+def _build_tasks(st, rel: str, tasks: list, langs, max_docs_per_lang: int | None, seed: int, options: dict) -> None:
+    tdir = st.local / rel
+    docs = list(read_bundled(langs, max_docs_per_lang=max_docs_per_lang))
+    built = [t.build_data(docs, seed=seed, options=options) for t in tasks]
+    tdir.mkdir(parents=True, exist_ok=True)
+    for b in built:
+        for name, content in b.files.items():
+            if isinstance(content, str):
+                write_text(tdir / name, content)
+            else:
+                write_jsonl(tdir / name, content)
+    doc_ids = sorted(set().union(*(b.heldout_doc_ids for b in built)))
+    write_text(tdir / "heldout_doc_ids.txt", "".join(d + "\n" for d in doc_ids))
+    # In name order, so the file is the same however the tasks are registered.
+    stats = dict(sorted(((k, v) for b in built for k, v in b.stats.items()), key=lambda kv: kv[0]))
+    write_json(tdir / "stats.json", {**stats, "heldout_documents": len(doc_ids)})
+    write_marker(tdir)
+    st.push(rel, last=("stats.json", MARKER))
+
+
+def grouped_folds(examples: list, group) -> list[list[int]]:
+    """Example indices per fold; examples of one `group(ex)` land in the same fold (fixed, seed-independent)."""
+    groups = sorted({group(ex) for ex in examples})
+    random.Random(12345).shuffle(groups)
+    fold_of = {g: i % NUM_FOLDS for i, g in enumerate(groups)}
+    folds: list[list[int]] = [[] for _ in range(NUM_FOLDS)]
+    for i, ex in enumerate(examples):
+        folds[fold_of[group(ex)]].append(i)
+    return folds
+
+
+def pool_size(data: TaskData, task: str, fold: int) -> int:
+    """Examples a calculation of this fold can sample its budget from."""
+    return len(task_named(task).pool_and_test(data, fold)[0])
+
+
+def _sample(pool: list, task: str, cfg: FinetuneConfig, key: str) -> tuple[list, list]:
+    """(train, val) of a budget drawn from `pool` by `key`; val is empty in "paper" selection."""
+    if cfg.budget > len(pool):
+        raise ValueError(f"budget {cfg.budget} exceeds the {len(pool)} {task.upper()} training examples available")
+    check_honest_budget(cfg)
+    sample = random.Random(key).sample(pool, cfg.budget)
+    if cfg.selection == "paper":
+        return sample, []
+    return validation_split(sample, task, validation_size(cfg.budget, cfg.val_fraction))
+
+
+def validation_split(sample: list, task: str, n_val: int) -> tuple[list, list]:
+    """(train, val) of a sampled budget: whole test units (`Task.test_unit`) go to validation in the order they
+    first appear until it holds at least `n_val` examples. A unit cut in two (AD: a snippet's positive in
+    training, its negative in validation) would flatter validation and the epochs selected on it. Where every
+    example is its own unit (CT) this is the first `n_val` examples, as before."""
+    units = [task_named(task).test_unit(ex) for ex in sample]
+    size = Counter(units)
+    val_units, n = set(), 0
+    for u in dict.fromkeys(units):
+        if n >= n_val:
+            break
+        val_units.add(u)
+        n += size[u]
+    return ([ex for ex, u in zip(sample, units) if u not in val_units],
+            [ex for ex, u in zip(sample, units) if u in val_units])
+
+
+def validation_size(budget: int, val_fraction: float) -> int:
+    """Examples of an honest calculation's budget held out for selection: at least 2, so a perplexity exists."""
+    return max(2, round(val_fraction * budget))
+
+
+def check_honest_budget(cfg: FinetuneConfig) -> None:
+    """Refuse an honest calculation whose validation split would take its whole budget (no training example
+    left), naming the smallest budget that leaves one."""
+    if cfg.selection == "paper" or cfg.budget > validation_size(cfg.budget, cfg.val_fraction):
+        return
+    smallest = next(b for b in range(cfg.budget + 1, 10 * cfg.budget + 100)
+                    if b > validation_size(b, cfg.val_fraction))
+    raise ValueError(f"{cfg.task.upper()} budget {cfg.budget} in {cfg.selection} selection: the validation split "
+                     f"({validation_size(cfg.budget, cfg.val_fraction)} examples, val_fraction {cfg.val_fraction}, "
+                     f"at least 2) takes the whole budget and leaves no training example; use --budget "
+                     f"{smallest} or more, or --selection paper")
+
+
+def fel_split(data: TaskData, task: str, cfg: FinetuneConfig) -> tuple[list, list, list]:
+    """(train, val, test) of one calculation; val is empty in "paper" selection.
+
+    Keyed by (task, budget, fold), never by the seed: the paper's "two random seeds" train the same
+    sample twice with a different initialisation and batch order (§3.4: five samples x two seeds)."""
+    pool, test = task_named(task).pool_and_test(data, cfg.fold)
+    train, val = _sample(pool, task, cfg, f"{task}-{cfg.budget}-{cfg.fold}")
+    return train, val, test
+
+
+def multitask_train(data: TaskData, cfg: FinetuneConfig) -> list:
+    """The training sample of the task's multitask partner for the same calculation (scheme mt:pred+trm)."""
+    other = dataclasses.replace(cfg, task=task_named(cfg.task).multitask_partner)
+    return fel_split(data, other.task, other)[0]
+
+
+def search_groups(task: str, points) -> dict[int | None, tuple[tuple[int, int], ...]]:
+    """The searches a searched cell needs (nested selection): outer fold -> the (fold, seed) points that
+    report that search's best setting.
+
+    AD's test fold changes with the fold, and every snippet is in some fold's test set, so one search
+    cannot serve all folds: fold f gets its own search, inside f's four training folds (nested
+    cross-validation). CT's test set is the same separate 200-query set for every calculation, so one
+    search on the pool serves every sample (key None)."""
+    points = tuple((int(f), int(s)) for f, s in points)
+    return task_named(task).search_groups(points)
+
+
+def search_split(data: TaskData, task: str, cfg: FinetuneConfig) -> tuple[list, list]:
+    """(train, val) of a search trial whose setting is reported on the calculations of outer fold `cfg.fold`.
+
+    Drawn from that fold's training pool only (AD: the four other folds; CT: the pool), by a key of its
+    own, so the search never sees the test set of a calculation that reports its setting. Searches
+    select in honest mode: val is carved from the budget as in a calculation."""
+    t = task_named(task)
+    pool, _ = t.pool_and_test(data, cfg.fold)
+    key = f"search-{task}-{cfg.budget}-{t.search_pool_key(cfg.fold)}"
+    return _sample(pool, task, dataclasses.replace(cfg, selection="honest"), key)
+
+
+def baseline_names() -> tuple[str, ...]:
+    """Every task's context-free baselines, in task order (the report's columns)."""
+    return tuple(dict.fromkeys(b for t in registered_tasks() for b in t.baselines))
+
+
+def context_free_baselines(task: str, train: list, test: list, *, data: TaskData | None = None,
+                           **context) -> dict[str, float]:
+    """Every context-free baseline of `task` (`Task.baseline_scores`), trained on `train` (the calculation's
+    budget) and scored on `test`, as {"baseline_<name>": accuracy}, plus "baseline_best" and
+    "baseline_best_name" (the strongest; a model's effect only counts above it)."""
+    t = task_named(task)
+    # What a task's baselines read from its task folder besides the examples (`Task.baseline_context`), unless given.
+    context = {**(t.baseline_context(data) if data is not None else {}), **context}
+    out = {f"baseline_{k}": v for k, v in t.baseline_scores(train, test, **context).items()}
+    best = max(out, key=lambda k: out[k])
+    return {**out, "baseline_best": out[best], "baseline_best_name": best[len("baseline_"):]}
+
+
+UNIT_COUNTS = ("accuracy", "perplexity", "count", "num_examples")
+
+
+def test_unit_metrics(model, tok, cfg: FinetuneConfig, test: list) -> dict:
+    """The selected model's task-specific metrics on its test set (`Task.unit_metrics`: a tagging task's span F1),
+    scored only for a task that has some."""
+    if type(task_named(cfg.task)).unit_metrics is Task.unit_metrics:
+        return {}
+    m = evaluate_examples(model, cfg.task, test, tok, options=cfg.task_options)
+    return {k: v for k, v in m.items() if k not in UNIT_COUNTS}
+
+
+def extra_test_scores(model, tok, cfg: FinetuneConfig, tests: dict[str, list], budget: list, *,
+                      data: TaskData | None = None) -> dict:
+    """The selected model's accuracy on each extra test set (out-of-domain AD, a user's --eval-file), with
+    the context-free baselines trained on the same budget and scored on that set:
+    {"eval_<name>_accuracy", "eval_<name>_perplexity", "eval_<name>_baseline_<b>", ...}, and the per-test-unit
+    scores the report resamples ("eval_<name>_unit_correct", ...: `task_scoring.scores_per_test_unit`)."""
+    out: dict = {}
+    for name, examples in tests.items():
+        m = evaluate_examples(model, cfg.task, examples, tok, options=cfg.task_options, per_unit=True)
+        out[f"eval_{name}_accuracy"], out[f"eval_{name}_perplexity"] = m["accuracy"], m["perplexity"]
+        out.update({f"eval_{name}_{k}": m[k] for k in UNIT_SCORES})
+        out.update({f"eval_{name}_{k}": v for k, v in m.items() if k not in UNIT_COUNTS + UNIT_SCORES})
+        out[f"eval_{name}_num_test"] = len(examples)
+        for k, v in context_free_baselines(cfg.task, budget, examples, data=data).items():
+            out[f"eval_{name}_{k}"] = v
+    return out

@@ -1,0 +1,375 @@
+"""Ray edge of pretraining: a `TorchTrainer` whose workers stream their shard of the corpus and checkpoint, and
+the export of the finished model to `final/`. Ids, markers and the model folder's layout are in `models.py`."""
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from alignlab.platform.config import PretrainConfig, pretrain_from_dict, to_dict
+from alignlab.platform.data.corpus_embeddings import WORD_EMBEDDINGS, save, training_sequences, word_embeddings
+from alignlab.platform.locks import build_once
+from alignlab.platform.pretrain.models import (DIVERGED, FINAL_MARKER, check_corpus_for, diverged_reason, export_final,
+                                               fetch_model, keep_checkpoints_default, model_finished, model_id,
+                                               prune_checkpoints)
+from alignlab.platform import out_of_memory, run_snapshot
+from alignlab.platform.disk_space import checkpoint_disk_full, no_space_left
+from alignlab.platform.pretrain.domain_phase import check_domain_sources, rows_of_sources
+from alignlab.platform.pretrain.loop import NonFiniteLossError, train_loop
+from alignlab.platform.pretrain.pretrain import resolve_precision, Pretrainer
+from alignlab.platform.ray_env import own_sigint, ensure_ray, post_progress
+from alignlab.platform.storage import Storage, as_storage, corpus_dir, model_dir, resolve_root, write_json
+from alignlab.platform.resources import RAY_DATA_CPUS, check_request
+from alignlab.platform.data.corpus import warn_if_corpus_repeats, shard_names, CORPUS_SMALL_FILES_ONLY, MANIFEST
+from alignlab.platform.progress import ProgressLine
+from alignlab.platform.throughput import run_throughput
+from alignlab.platform.data.tokenizer import Tokenizer
+from alignlab.platform.devices import use_device
+
+
+def worker_resources(cfg: PretrainConfig) -> dict:
+    """One Train worker's Ray resources (`use_gpu` alone would reserve only {"GPU": 1}, RAY_NOTES §1)."""
+    resources = {"CPU": cfg.cpus_per_worker}
+    if cfg.use_gpu:
+        resources["GPU"] = 1
+    return resources
+
+
+def check_pretrain_resources(cfg: PretrainConfig) -> None:
+    """Refuse, within seconds, a pretraining run the cluster can never schedule (issue #17): its workers, plus
+    one CPU left for Ray Data's reads. Ray must be initialised."""
+    check_request(f"pretraining ({cfg.num_workers} Train worker{'s' if cfg.num_workers != 1 else ''}"
+                  f"{', use_gpu' if cfg.use_gpu else ''})", worker_resources(cfg), cfg.num_workers,
+                  spare_cpus=RAY_DATA_CPUS,
+                  hint="use a smaller preset, fewer workers or CPUs per worker, or a cluster that has them")
+
+
+def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int = 2, name: str = "train",
+             after_step: Callable[..., None] | None = None, keep_checkpoints: int | None = None) -> Path:
+    """Pretrain (or find) the model for (corpus, cfg). Returns the model folder; `final/` exists on return.
+
+    `keep_checkpoints`: how many Train checkpoints the finished model keeps (default: $ALIGNLAB_KEEP_CHECKPOINTS
+    or 1); the others are deleted once `final/` exists (`prune_checkpoints`).
+
+    `after_step(rank=, step=, model_dir=, flush=, trainer=)` is called on every worker after each logged step
+    (every `log_every` steps), before its metrics are written or checkpointed: the resume tests inject their crash through it, and the
+    data-parallel tests read each rank's weights and rows (`trainer.last_row_ids`) there (production code carries
+    no fault or probe of its own).
+    It travels to the workers pickled, so it must be importable there or pickled by value."""
+    st = as_storage(root)
+    cdir = Path(cdir).resolve()  # the Train workers start in another working directory
+    manifest = check_corpus_for(cfg, cdir)
+    check_domain_sources(cfg, manifest)
+    warn_if_corpus_repeats(manifest, cfg)
+    cid = manifest["corpus_id"]
+    if not manifest.get("holdout"):  # a study refuses such a corpus (holdout.require_holdout); a lone run is warned
+        print(f"[pretrain] warning: corpus {cid} records no content holdout (built before the rule, or with "
+              "hold_out_tasks off): its models may have read task test text; rebuild it with `alignlab corpus build` "
+              "(docs/holdout.md)", flush=True)
+    requested = cfg.precision
+    cfg = resolve_precision(cfg)  # the workers train at the precision the id names, wherever they run
+    mid = model_id(cid, cfg)
+    build_once(st, f"model-{mid}", lambda: model_finished(st, mid),
+               lambda: _pretrain_locked(st, cdir, manifest, cfg, requested, mid, max_failures=max_failures, name=name,
+                                        after_step=after_step, keep_checkpoints=keep_checkpoints),
+               label=f"[pretrain {mid}]",
+               leftovers=(f"models/{mid}/final.*",))
+    return fetch_model(st, mid, weights=False)
+
+
+def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfig, requested: str, mid: str, *,
+                     max_failures: int, name: str, after_step, keep_checkpoints: int | None) -> None:
+    """Train model `mid` (or resume its Train run) and export it; its lock is held."""
+    import ray.data
+    import ray.train
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    cid = manifest["corpus_id"]
+    mdir = model_dir(st.local, mid)
+    # A `final/` that is there but incomplete (a truncated model.pt, an interrupted upload) is made again below:
+    # the rerun resumes the Train run from its last checkpoint and exports anew.
+    if (reason := diverged_reason(st, mid)) is not None:
+        raise NonFiniteLossError(f"pretraining of {mid} diverged before: {reason} (delete "
+                                 f"{st.url(f'models/{mid}/{DIVERGED}')} to try again)")
+    keep = keep_checkpoints or keep_checkpoints_default()
+    ensure_ray()
+    check_pretrain_resources(cfg)  # before anything is written: an impossible request would wait forever
+    why = ""
+    if requested == "auto":
+        why = " (auto: GPU workers)" if cfg.use_gpu else \
+            f" (auto: this CPU {'has' if cfg.precision == 'bf16' else 'lacks'} native bf16 matmuls)"
+    print(f"[pretrain {mid}] precision {cfg.precision}{why}; global batch {cfg.batch_size} "
+          f"({cfg.num_workers} x {cfg.worker_batch_size})", flush=True)
+    write_json(mdir / "config.json", {"model_id": mid, "corpus_id": cid, "corpus_dir": str(cdir),
+                                      "precision": cfg.precision, "requested_precision": requested,
+                                      "global_batch_size": cfg.batch_size, "pretrain": to_dict(cfg)})
+    st.push_file(f"models/{mid}/config.json")
+
+    # Shards are read where they are -- the local corpus folder, or the remote root (never copied to a node) --
+    # in the manifest's order, so the row stream is the same on every run.
+    base = st.ray_path(f"corpus/{cid}/shards") if st.remote else str(cdir / "shards")
+
+    def shard_paths(split: str) -> list[str]:
+        return [f"{base}/{name}" for name in shard_names(cdir, manifest, split)]
+
+    fs = st.ray_filesystem()
+    if cfg.corpus_embeddings and not (mdir / WORD_EMBEDDINGS).is_file():  # made once: a resumed run reuses it
+
+        t0 = time.perf_counter()
+        tok_size = Tokenizer(cdir / "tokenizer.model").vocab_size
+        table = word_embeddings(training_sequences(shard_paths("train"), fs, tok_size), tok_size, cfg.model.hidden,
+                                cfg.corpus_embeddings, seed=cfg.seed)
+        save(mdir / WORD_EMBEDDINGS, table)
+        st.push_file(f"models/{mid}/{WORD_EMBEDDINGS}")
+        print(f"[pretrain {mid}] word embeddings from the corpus's co-occurrences in {time.perf_counter() - t0:.1f}s",
+              flush=True)
+    datasets = {"train": ray.data.read_parquet(shard_paths("train"), filesystem=fs, num_cpus=0.25)}
+    if cfg.domain_sources:  # the domain phase's rows, and the other rows for the steps before it
+        datasets["domain"] = datasets["train"].map_batches(
+            rows_of_sources, fn_args=(cfg.domain_sources, True), batch_format="pyarrow", num_cpus=0.25)
+        datasets["train"] = datasets["train"].map_batches(
+            rows_of_sources, fn_args=(cfg.domain_sources, False), batch_format="pyarrow", num_cpus=0.25)
+    if shard_paths("eval"):
+        datasets["eval"] = ray.data.read_parquet(shard_paths("eval"), filesystem=fs, num_cpus=0.25)
+    resources = worker_resources(cfg)
+    trainer = TorchTrainer(
+        worker_fn(st.uri),
+        # The objective configs travel as objects too: a plugin objective's class reaches the workers by pickling,
+        # where its name alone would be unknown (registry docstring).
+        train_loop_config={"cfg": to_dict(cfg), "objectives": cfg.objectives, "storage": st.shown, "corpus_id": cid,
+                           "corpus_dir": str(cdir), "model_id": mid, "after_step": after_step},
+        scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu, resources_per_worker=resources),
+        run_config=RunConfig(
+            # The id is content-addressed, so reusing the name on a rerun resumes the same run on purpose.
+            name=name, storage_path=st.ray_path(f"models/{mid}/ray"), storage_filesystem=fs,
+            failure_config=FailureConfig(max_failures=max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=2),
+        ),
+        datasets=datasets,
+        dataset_config=data_config(cfg, datasets),
+    )
+    out_of_memory.clear(st, mid)  # this attempt's own: an earlier one may have had a smaller device or more workers
+    if note := run_snapshot.repair(st, mid, name):  # a disk that filled during the last attempt
+        print(f"[pretrain {mid}] {note}", flush=True)
+    try:
+        with own_sigint():
+            trainer.fit()
+    except Exception as e:
+        if (reason := diverged_reason(st, mid)) is not None:  # one line, not Ray's nested worker traceback
+            raise NonFiniteLossError(f"pretraining of {mid} stopped: {reason}") from e
+        _raise_if_out_of_memory(st, mid)
+        if no_space_left(e):  # one line naming the folder, not the worker group's nested traceback
+            raise checkpoint_disk_full(st.url(f"models/{mid}/ray/{name}"),
+                                       None if st.remote else mdir / "ray" / name) from e
+        raise
+    _raise_if_out_of_memory(st, mid)
+    if (reason := diverged_reason(st, mid)) is not None:  # the workers stopped at a non-finite loss
+        raise NonFiniteLossError(f"pretraining of {mid} stopped: {reason}")
+    if not model_finished(st, mid):
+        raise RuntimeError(f"pretraining of {mid} ended without writing {st.url(f'models/{mid}/final')}")
+    if pruned := prune_checkpoints(st, mid, name, keep):
+        print(f"[pretrain {mid}] finished; deleted {len(pruned)} older checkpoint(s), kept the last {keep}", flush=True)
+
+
+def _raise_if_out_of_memory(st: Storage, mid: str) -> None:
+    if (line := out_of_memory.recorded(st, mid)) is not None:
+        out_of_memory.clear(st, mid)
+        raise out_of_memory.OutOfMemory(f"pretraining of {mid} stopped: {line}")
+
+
+def data_config(cfg: PretrainConfig, datasets: dict):
+    """How the row streams reach the workers. One worker: the whole stream, unsplit (the rows and order every
+    single-worker model was trained on). Several: the training streams ("train", and "domain" when there is one)
+    are split by Ray Data's `streaming_split(world, equal=True)`, so each rank reads and collates only its own
+    rows (input bandwidth grows with the workers) and every rank gets the same number of rows, hence of steps.
+    `preserve_order` makes which rows reach which rank, and in what order, the same on every run of the same
+    world size (RAY_NOTES §2), so a resumed rank skips exactly the batches its checkpoint consumed. "eval" stays
+    whole: rank 0 evaluates it alone."""
+    from ray.train import DataConfig
+
+    if cfg.num_workers == 1:
+        return DataConfig(datasets_to_split=[])
+    split = [name for name in ("train", "domain") if name in datasets]
+    options = DataConfig.default_ingest_options()
+    options.preserve_order = True
+    return DataConfig(datasets_to_split=split, execution_options={name: options for name in split})
+
+
+def worker_fn(storage_uri: str) -> Callable[[dict], None]:
+    """The Train workers' function, carrying the real storage root. Train V2 records `train_loop_config` in its
+    run state (the dashboard, export events), so that config holds the root without credentials
+    (`Storage.shown`) and the real one rides inside this function, pickled into the object store."""
+    def train_fn(config: dict) -> None:
+        _train_fn(config, storage_uri)
+
+    return train_fn
+
+
+def _train_fn(config: dict, storage_uri: str) -> None:
+    """Runs on every Train worker."""
+    import ray.train
+    from ray.train import Checkpoint
+    from ray.train.torch import prepare_model
+
+    cfg = pretrain_from_dict({**config["cfg"], "objectives": config["objectives"]})
+    # Re-resolved on this node: a remote root's cache folder is this node's own.
+    st, mid = resolve_root(storage_uri), config["model_id"]
+    if st.remote:
+        st.pull(f"corpus/{config['corpus_id']}", marker=MANIFEST, exclude=CORPUS_SMALL_FILES_ONLY)
+        cdir = corpus_dir(st.local, config["corpus_id"])
+    else:
+        cdir = Path(config["corpus_dir"])
+    mdir = model_dir(st.local, mid)
+    if (reason := diverged_reason(st, mid)) is not None:  # a retry after divergence: the same data diverges again
+        raise NonFiniteLossError(reason)
+    if out_of_memory.recorded(st, mid) is not None:  # the restart after a rank ran out of memory: stop at once
+        return
+    # Ray sets OMP_NUM_THREADS from the worker's CPUs (1 for fractions); set torch's threads explicitly.
+    torch.set_num_threads(cfg.threads_per_worker or max(1, int(cfg.cpus_per_worker)))
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = rank_device()
+    tok = Tokenizer(cdir / "tokenizer.model")
+    wrap = (lambda m: prepare_model(m, move_to_device=False)) if world > 1 else None
+    table = None
+    if cfg.corpus_embeddings:  # written by the driver before the workers started
+        if st.remote:
+            st.pull_file(f"models/{mid}/{WORD_EMBEDDINGS}")
+        table = np.load(mdir / WORD_EMBEDDINGS)
+    trainer = Pretrainer(cfg, tok, rank=rank, world=world, device=str(device), wrap=wrap,
+                         reduce_counts=_all_reduce_sum if world > 1 else None, word_embeddings=table)
+    ck = ray.train.get_checkpoint()
+    if ck:
+        with ck.as_directory() as d:
+            # weights_only: a checkpoint in a shared bucket must not be able to run code when loaded.
+            trainer.load_state_dict(torch.load(Path(d) / "state.pt", weights_only=True))
+    writer = None
+    if rank == 0:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(str(mdir / "tensorboard"))
+    shard = ray.train.get_dataset_shard("train")
+    after_step = config.get("after_step")
+
+    domain = ray.train.get_dataset_shard("domain") if cfg.domain_sources else None
+
+    def epoch_batches(epoch: int, of=shard):  # this rank's rows (data_config): batches of its share of the step
+        return of.iter_batches(batch_size=cfg.worker_batch_size, batch_format="numpy", drop_last=True,
+                               local_shuffle_buffer_size=cfg.worker_batch_size * 4,
+                               local_shuffle_seed=cfg.seed + epoch, prefetch_batches=2)
+
+    progress = ProgressLine(mid, cfg.max_steps, trainer.state.step) if rank == 0 else None
+
+    def report(metrics: dict, checkpoint_now: bool) -> None:
+        if progress is not None and (line := progress.update(metrics["step"], metrics["train/loss"])):
+            post_progress(line)
+        if after_step is not None:
+            after_step(rank=rank, step=metrics["step"], model_dir=mdir, flush=writer.flush if writer else lambda: None,
+                       trainer=trainer)
+        if writer is not None:
+            for k, v in metrics.items():
+                if k not in ("step", "epoch", "phase"):
+                    writer.add_scalar(k, v, metrics["step"])
+        if not checkpoint_now:
+            # Not reported to Ray Train: its report queue holds one result and the controller takes it at its health
+            # check, every 2 s (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S), so `ray.train.report` every `log_every` steps
+            # capped a small model at log_every / 2 s steps per second (the mini preset's 5 steps/s, ~4x slower than
+            # its steps take). The metrics reach TensorBoard and the progress line above; checkpoints are reported.
+            return
+        if writer is not None and st.remote:
+            writer.flush()
+            st.push(f"models/{mid}/tensorboard")
+        with tempfile.TemporaryDirectory() as d:
+            ckpt = None
+            if rank == 0:
+                torch.save(trainer.state_dict(), Path(d) / "state.pt")
+                ckpt = Checkpoint.from_directory(d)
+            ray.train.report(metrics, checkpoint=ckpt)
+
+    all_finite = (lambda ok: ok) if world == 1 else _all_ranks(str(device))
+    try:
+        if trainer.state.step < cfg.max_steps:
+            try:
+                train_loop(trainer, epoch_batches, report=report, log_every=cfg.log_every, all_finite=all_finite,
+                           domain_batches=(lambda epoch: epoch_batches(epoch, domain)) if domain is not None else None)
+            except NonFiniteLossError as e:
+                if rank == 0:
+                    write_json(mdir / DIVERGED, {"error": str(e), "step": trainer.state.step})
+                    st.push_file(f"models/{mid}/{DIVERGED}")
+                # Return, not raise: Train V2 retries a worker group after any error (FailureConfig), and the
+                # same data diverges again. Every rank stopped at this step (all_finite); the driver reads
+                # diverged.json and raises the one-line error.
+                return
+            except out_of_memory.ERRORS:
+                # The same batch runs out of memory again: record the line and stop, not retry. A lone worker
+                # returns; among several the others wait in a collective, so this one raises, and the restarted
+                # group stops at once on the record (above).
+                out_of_memory.record(st, mid, mdir, out_of_memory.pretrain_message(cfg, device, trainer.state.step))
+                if world == 1:
+                    return
+                raise
+        # Every rank's counts (all ranks reach this point, or none: they stop at the same step).
+        counts = torch.tensor([trainer.state.num_tokens, trainer.state.num_samples], dtype=torch.int64, device=device)
+        if world > 1:
+            _all_reduce_sum(counts)
+        throughput = run_throughput(trainer, int(counts[0]), int(counts[1]))
+        if rank == 0:
+            eval_metrics = {}
+            try:
+                eval_shard = ray.train.get_dataset_shard("eval")
+            except KeyError:
+                eval_shard = None
+            if eval_shard is not None:
+                eval_metrics = trainer.evaluate(
+                    eval_shard.iter_batches(batch_size=cfg.batch_size, batch_format="numpy"),
+                    max_batches=cfg.eval_batches)
+            for k, v in eval_metrics.items():
+                writer.add_scalar(k, v, trainer.state.step)
+            for k in ("tokens_per_s", "samples_per_s", "mfu", "device_hours"):
+                if throughput[k] is not None:
+                    writer.add_scalar(f"throughput/{k}", throughput[k], trainer.state.step)
+            writer.flush()
+            st.push(f"models/{mid}/tensorboard")
+            export_final(trainer, tok, mdir, eval_metrics, throughput)
+            print(f"[pretrain {mid}] {throughput['tokens_per_s']:,.0f} tokens/s, {throughput['samples_per_s']:,.1f} "
+                  f"samples/s on {world} x {throughput['device']} ({throughput['precision']}), MFU "
+                  f"{'unknown' if throughput['mfu'] is None else format(throughput['mfu'], '.1%')}, "
+                  f"{throughput['device_hours']:.4f} device-hours", flush=True)
+            st.push(f"models/{mid}/final", last=(FINAL_MARKER,))
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def rank_device() -> torch.device:
+    """The device Ray Train assigned this rank, made current before the model is built. On a multi-GPU node every
+    rank sees all the node's GPUs and a bare "cuda" is GPU 0 for all of them; `get_device` picks the rank's own
+    (the CPU for CPU workers). prepare_model's DDP asks get_device too, so the model and DDP agree."""
+    from ray.train.torch import get_device
+
+    return use_device(get_device())
+
+
+def _all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    """The ranks' sum of `t` (Pretrainer's `reduce_counts`: each objective's count of scored items)."""
+    import torch.distributed as dist
+
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t
+
+
+def _all_ranks(device: str) -> Callable[[bool], bool]:
+    """`train_loop`'s `all_finite` for data-parallel workers: a MIN all-reduce of each rank's flag."""
+    import torch.distributed as dist
+
+    def all_finite(ok: bool) -> bool:
+        flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item())
+
+    return all_finite

@@ -1,0 +1,358 @@
+"""Multi-objective pretraining: the plain-PyTorch step, evaluation and checkpoint state (the loop: loop.py).
+
+No Ray here (STYLE.md): the Ray Train driver (`pretrain/driver.py`) and the tests drive it. The total loss
+is the weighted sum of the enabled objectives' losses (each optionally divided by the log of its
+number of classes, `PretrainConfig.loss_scaling`); each unscaled term is logged as
+`train/<objective>/loss`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from alignlab.platform import registry as _registry  # noqa: F401 -- objective names resolve through it
+from alignlab.platform.batching import Collator
+from alignlab.platform.config import PretrainConfig
+from alignlab.platform.model import AlignModel
+
+
+EVAL_STEP_BASE = 1 << 40
+"""Evaluation batches draw their on-the-fly labels from steps no training run reaches: fixed across evals."""
+
+
+def build_objectives(cfg: PretrainConfig, tokenizer) -> dict:
+    return {c.name: c.build(tokenizer) for c in cfg.objectives}
+
+
+def loss_coefficients(cfg: PretrainConfig, objectives: dict) -> dict[str, float]:
+    """Each objective's factor in the total loss: its weight, divided by log(num_classes) under
+    `loss_scaling="log_classes"` (MUPPET §3.2: a uniform guess then costs 1 for every objective)."""
+    coef = {}
+    for name, obj in objectives.items():
+        c = obj.weight
+        if cfg.loss_scaling == "log_classes":
+            n = int(obj.num_classes)
+            if n < 2:
+                raise ValueError(f"objective {name!r} declares {n} classes; log_classes scaling needs at least 2")
+            c /= math.log(n)
+        coef[name] = c
+    return coef
+
+
+def forward_objectives(model: AlignModel, objectives: dict, batch: dict[str, torch.Tensor]):
+    """Every objective's model-time input edit, the encoder once, then every objective's head and loss.
+    Module-level so DDP wraps one call."""
+    for name, obj in objectives.items():
+        batch = obj.edit_input(model.heads[name], batch)
+    # A batch the host found unpadded (`Pretrainer.prepare`) attends without a mask: SDPA may then choose its
+    # flash or memory-efficient kernel, and the device is never asked whether the mask is all ones.
+    mask = batch["attention_mask"] if batch.get("has_padding", True) else None
+    hidden = model.encoder(batch["input_ids"], batch["segment_ids"], mask)
+    return {name: obj.loss_and_sums(model.heads[name], hidden, batch) for name, obj in objectives.items()}
+
+
+class _Forward(torch.nn.Module):
+    """Wraps AlignModel so that DDP sees the whole multi-objective forward as one module call."""
+
+    def __init__(self, model: AlignModel, objectives: dict):
+        super().__init__()
+        self.model = model
+        self.objectives = objectives
+
+    def forward(self, batch):
+        return forward_objectives(self.model, self.objectives, batch)
+
+
+def cpu_has_bf16() -> bool:
+    """Does this CPU multiply bf16 natively (AVX512-BF16 or AMX)? Elsewhere bf16 autocast is emulated and slower."""
+    try:
+        flags = next((ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def use_bf16(precision: str, device: torch.device) -> bool:
+    if precision == "auto":
+        return device.type == "cuda" or (device.type == "cpu" and cpu_has_bf16())
+    return precision == "bf16"
+
+
+def resolve_precision(cfg: PretrainConfig) -> PretrainConfig:
+    """`cfg` with "auto" precision replaced by what it picks here: "bf16" for GPU workers and on a CPU with
+    native bf16 matmuls, "fp32" elsewhere. A model's id and its training use the resolved value, so the
+    same request on a CPU without bf16 names (and trains) another model than on one with it."""
+    if cfg.precision != "auto":
+        return cfg
+    return dataclasses.replace(cfg, precision="bf16" if cfg.use_gpu or cpu_has_bf16() else "fp32")
+
+
+def lr_lambda(cfg: PretrainConfig) -> Callable[[int], float]:
+    def f(step: int) -> float:
+        warm = min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
+        if cfg.decay == "linear":
+            return warm * max(0.0, 1.0 - step / cfg.max_steps)
+        if cfg.decay == "cosine":
+            return warm * 0.5 * (1.0 + math.cos(math.pi * min(1.0, step / cfg.max_steps)))
+        return warm
+
+    return f
+
+
+def make_optimizer(model: torch.nn.Module, cfg: PretrainConfig) -> torch.optim.Optimizer:
+    """Adam with the config's betas and eps; AdamW when weight decay is on, decaying only matrices and embeddings
+    (BERT's rule: biases and LayerNorm parameters are 1-d and exempt).
+
+    Fused (one kernel over every parameter) on CPU and CUDA: on CPU PyTorch's default is a Python loop over the
+    parameters, 4.6 ms a step for the mini model against 0.7 ms fused (benchmarks/adam_cpu.py)."""
+    kw = dict(lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps)
+    if {p.device.type for p in model.parameters()} <= {"cpu", "cuda"}:
+        kw["fused"] = True
+    if not cfg.weight_decay:
+        return torch.optim.Adam(model.parameters(), **kw)
+    params = list(model.parameters())
+    decay = [p for p in params if p.dim() >= 2]
+    rest = [p for p in params if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                              {"params": rest, "weight_decay": 0.0}], **kw)
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    """Optimizer steps done."""
+    epoch: int = 0
+    batches_in_epoch: int = 0
+    """Data position: row batches consumed in the current pass over the shards."""
+    phase: int = 0
+    """0, or 1 in the domain phase (`PretrainConfig.domain_fraction`), whose passes are counted from epoch 0 again."""
+    history: list = field(default_factory=list)
+    num_tokens: int = 0
+    """Real (non-padding) tokens this rank trained on, over all the run's lives (checkpointed)."""
+    num_samples: int = 0
+    """Rows this rank trained on, over all the run's lives."""
+    train_seconds: float = 0.0
+    """Wall time inside `train_loop`, over all the run's lives up to the last checkpoint (start-up excluded)."""
+
+
+def prepare_batch(batch: dict[str, torch.Tensor], labelled_keys: tuple[str, ...], *, pin: bool) -> dict:
+    """The host's part of a step, done before it: whether the batch has padding (`has_padding`, a Python bool), the
+    labelled positions of the objectives' `labelled_keys` (`registry.labelled`), and with `pin` (for a GPU) the
+    tensors in pinned memory, so that the copy to the device is asynchronous. Each answers on the host what the
+    step would otherwise ask the device, waiting for it."""
+    out = dict(batch)
+    out["has_padding"] = not bool(batch["attention_mask"].all())
+    for key in labelled_keys:
+        if key in out:
+            out[f"{key}.rows"], out[f"{key}.targets"] = _registry.labelled_rows(out[key].reshape(-1))
+    if pin:
+        out = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+    return out
+
+
+class Pretrainer:
+    """Model + objectives + optimizer + collator for one worker.
+
+    Data parallelism (`world` > 1): each rank is given only its own rows of the step (`cfg.worker_batch_size` of
+    them; the driver splits the stream, `pretrain.driver.data_config`) and collates them with its own key of the
+    step's randomness (seed, rank, step), so no rank reads or collates another's rows. Each objective's mean loss
+    is reweighted by the rank's share of the objective's global count (`reduce_counts`, an all-reduce), so that
+    DDP's average of the ranks' gradients is the gradient of the mean loss over all the ranks' rows. With one
+    worker, rank 0's key and the whole stream: what a single worker always trained on. With W workers the rows of
+    a step and their labels depend on W (determinism is per seed, world size and precision)."""
+
+    def __init__(self, cfg: PretrainConfig, tokenizer, *, rank: int = 0, world: int = 1, device: str = "cpu",
+                 wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+                 reduce_counts: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 word_embeddings: np.ndarray | None = None):
+        if world != cfg.num_workers:
+            raise ValueError(f"this run has {world} Train workers but its config says num_workers={cfg.num_workers}")
+        self.cfg, self.tok, self.device = cfg, tokenizer, torch.device(device)
+        self.rank, self.world, self.reduce_counts = rank, world, reduce_counts
+        torch.manual_seed(cfg.seed)
+        self.objectives = build_objectives(cfg, tokenizer)
+        self.model = AlignModel(cfg.model, tokenizer.vocab_size, self.objectives).to(self.device)
+        if (word_embeddings is not None) != bool(cfg.corpus_embeddings):
+            raise ValueError(f"PretrainConfig.corpus_embeddings={cfg.corpus_embeddings} "
+                             + ("needs the corpus's word_embeddings table (corpus_embeddings.word_embeddings)"
+                                if cfg.corpus_embeddings else "is off, but a word_embeddings table was given"))
+        if word_embeddings is not None:
+            emb = self.model.encoder.tok.weight
+            if tuple(word_embeddings.shape) != tuple(emb.shape):
+                raise ValueError(f"word_embeddings table is {tuple(word_embeddings.shape)}; this model's embeddings "
+                                 f"are {tuple(emb.shape)} (vocabulary x hidden)")
+            with torch.no_grad():
+                emb.copy_(torch.as_tensor(word_embeddings, dtype=emb.dtype))
+        if world > 1:  # the same initial weights on every rank, then each rank's own dropout masks
+            torch.manual_seed(cfg.seed * 1_000_003 + rank + 1)
+        fwd = _Forward(self.model, self.objectives)
+        self.forward = wrap(fwd) if wrap else fwd
+        if cfg.compile:  # batches are then padded to the step's full length, so the shapes repeat
+            self.forward = torch.compile(self.forward)
+        self.optimizer = make_optimizer(self.model, cfg)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
+        # Each rank its own stream of randomness over its own rows (rank 0's alone with one worker).
+        def collator(objectives) -> Collator:
+            return Collator(objectives, tokenizer, max_len=cfg.seq_len or cfg.model.max_len,
+                            layout_fraction=cfg.layout_fraction, subword_alpha=cfg.subword_regularization_alpha,
+                            seed=cfg.seed, rank=rank, pad_to_max_len=cfg.compile)
+
+        self.collate = collator(list(self.objectives.values()))
+        # The curriculum's early batches: the same collator with each objective's `curriculum()` config where it has
+        # one (MLM: uniform masks).
+        self.curriculum_collate = None
+        if cfg.curriculum_fraction:
+            self.curriculum_collate = collator([o.config.curriculum().build(tokenizer)
+                                                if hasattr(o.config, "curriculum") else o
+                                                for o in self.objectives.values()])
+        self.state = TrainState()
+        self.last_row_ids: list[str] = []
+        """The rows (`doc_id#chunk_index`) this rank trained on at its last step."""
+        self.autocast = use_bf16(cfg.precision, self.device)
+        self.precision = "bf16" if self.autocast else "fp32"
+        """The matmul precision this trainer actually uses (recorded in the model's eval.json)."""
+        self.coefficients = loss_coefficients(cfg, self.objectives)
+        self.labelled_keys = tuple(k for o in self.objectives.values() for k in o.labelled_keys)
+        self._sums: torch.Tensor | None = None
+        """Per step since the last `read_metrics`, summed on the device: total loss, then each objective's loss,
+        count and correct."""
+        self._summed_steps = 0
+
+    def to_device(self, batch: dict) -> dict:
+        return {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+                for k, v in batch.items()}
+
+    def batch(self, rows: dict, *, step: int, epoch: int = 0, max_len: int | None = None) -> dict[str, torch.Tensor]:
+        """This rank's training batch at `step`: its own rows (`cfg.worker_batch_size` of them), collated."""
+        batch, self.last_row_ids = self.rank_batch(rows, step=step, epoch=epoch, max_len=max_len)
+        return batch
+
+    def rank_batch(self, rows: dict, *, step: int, epoch: int = 0, max_len: int | None = None,
+                   batches: int = 1) -> tuple[dict[str, torch.Tensor], list[str]]:
+        """`batch` and the ids of its rows, changing no state of the trainer (the prefetch thread calls it).
+        `batches` > 1: the rows of that many steps, collated together (a length-bucketing window, bucketing.py)."""
+        n = len(rows["doc_id"])
+        if self.world > 1 and n != batches * self.cfg.worker_batch_size:
+            raise ValueError(f"rank {self.rank} of {self.world} needs its {self.cfg.worker_batch_size} rows of the "
+                             f"step's global batch of {self.cfg.batch_size}"
+                             f"{f' for each of {batches} steps' if batches > 1 else ''}, got {n}")
+        ids = [f"{d}#{c}" for d, c in zip(rows["doc_id"], rows.get("chunk_index", range(n)))]
+        return self.collator_at(step)(rows, step=step, max_len=max_len, epoch=epoch), ids
+
+    def prepare(self, batch: dict[str, torch.Tensor]) -> dict:
+        """`prepare_batch` for this trainer's objectives and device (off the training thread when prefetching)."""
+        return prepare_batch(batch, self.labelled_keys, pin=self.device.type == "cuda")
+
+    def collator_at(self, step: int) -> Collator:
+        """The collator of optimizer step `step`: the objectives' curriculum configs early
+        (`PretrainConfig.curriculum_fraction`; MLM's uniform masks), their own otherwise."""
+        return self.curriculum_collate if self.cfg.curriculum_at(step) else self.collate
+
+    def _global_share(self, out: dict) -> dict[str, torch.Tensor | float]:
+        """Each objective's factor that turns this rank's mean loss into its share of the global batch's mean
+        (world x local count / global count; DDP then averages over the world). 1 on a single worker."""
+        if self.world == 1 or self.reduce_counts is None:
+            return {n: 1.0 for n in out}
+        local = torch.stack([sums["count"].detach().float().reshape(()) for _, sums in out.values()])
+        total = self.reduce_counts(local.clone())
+        share = torch.where(total > 0, self.world * local / total.clamp_min(1.0), torch.ones_like(local))
+        return dict(zip(out, share))
+
+    def train_step(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """One step and its metrics (a host sync: the loop calls `step`, and `read_metrics` every log_every)."""
+        self.step(batch)
+        return self.read_metrics()
+
+    def step(self, batch: dict) -> None:
+        """One optimizer step on a collated (or `prepare`d) batch, without waiting for the device: its loss and
+        counts are added to sums kept on the device, read by `read_metrics`."""
+        if "has_padding" not in batch:
+            batch = self.prepare(batch)
+        self.forward.train()
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            out = self.forward(self.to_device(batch))
+        share = self._global_share(out)
+        total = sum(self.coefficients[n] * share[n] * loss for n, (loss, _) in out.items())
+        self.optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        if self.cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.state.step += 1
+        parts = [total] + [x for loss, sums in out.values() for x in (loss, sums["count"], sums["correct"])]
+        v = torch.stack([x.detach().float().reshape(()) for x in parts])
+        self._sums = v if self._sums is None else self._sums + v
+        self._summed_steps += 1
+
+    def read_metrics(self) -> dict[str, float]:
+        """The steps since the last read: mean total and per-objective loss, accuracy over their counts, and the
+        learning rate now. One host sync."""
+        if self._sums is None:
+            raise ValueError("read_metrics before any step since the last read")
+        v, k = self._sums.tolist(), self._summed_steps
+        self._sums, self._summed_steps = None, 0
+        metrics = {"train/loss": v[0] / k, "lr": self.scheduler.get_last_lr()[0]}
+        for i, name in enumerate(self.objectives):
+            loss, n, correct = v[1 + 3 * i: 4 + 3 * i]
+            metrics[f"train/{name}/loss"] = loss / k
+            if n:
+                metrics[f"train/{name}/accuracy"] = correct / n
+        return metrics
+
+    @torch.no_grad()
+    def evaluate(self, row_batches: Iterable[dict], *, max_batches: int,
+                 collate: Callable[..., dict] | None = None) -> dict[str, float]:
+        """Accuracy and perplexity per objective on held-out chunks (dropout off, fixed randomness). `collate`:
+        another collator than the training one (benchmarks score every recipe on the same examples and masks)."""
+        self.model.eval()
+        collate = collate or self.collate
+        totals: dict[str, dict[str, float]] = {n: {} for n in self.objectives}
+        for i, rows in enumerate(row_batches):
+            if i >= max_batches:
+                break
+            batch = self.to_device(collate(rows, step=EVAL_STEP_BASE + i))
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+                out = forward_objectives(self.model, self.objectives, batch)
+            for name, (_, sums) in out.items():
+                for k, v in sums.items():
+                    totals[name][k] = totals[name].get(k, 0.0) + float(v)
+        result = {}
+        for name, sums in totals.items():
+            for k, v in self.objectives[name].finalize(sums).items():
+                result[f"eval/{name}/{k}"] = v
+        return result
+
+    def state_dict(self) -> dict:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "step": self.state.step, "epoch": self.state.epoch, "batches_in_epoch": self.state.batches_in_epoch,
+            "phase": self.state.phase, "torch_rng": torch.get_rng_state(),
+            "num_tokens": self.state.num_tokens, "num_samples": self.state.num_samples,
+            "train_seconds": self.state.train_seconds,
+        }
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.model.load_state_dict(sd["model"])
+        self.optimizer.load_state_dict(sd["optimizer"])
+        self.scheduler.load_state_dict(sd["scheduler"])
+        self.state.step, self.state.epoch, self.state.batches_in_epoch = sd["step"], sd["epoch"], sd["batches_in_epoch"]
+        self.state.phase = sd.get("phase", 0)  # checkpoints from before the domain phase existed
+        self.state.num_tokens, self.state.num_samples = sd.get("num_tokens", 0), sd.get("num_samples", 0)
+        self.state.train_seconds = sd.get("train_seconds", 0.0)
+        torch.set_rng_state(sd["torch_rng"])
+
+
+def to_numpy_rows(table) -> dict:
+    """A pyarrow table / pandas frame → the dict-of-columns rows `Collator` takes (tests, benchmarks)."""
+    if hasattr(table, "to_pydict"):
+        return {k: np.asarray(v, dtype=object) for k, v in table.to_pydict().items()}
+    return {k: table[k].to_numpy() for k in table.columns}
+

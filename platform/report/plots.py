@@ -1,0 +1,156 @@
+"""The PNG plots of a study report (report.py writes the tables; columns.py reads the baselines and test sets): the effect plot the report leads with (each
+cell's difference from its baseline with its 95% interval, beside the baselines), accuracy bars per condition,
+accuracy against the data budget, and the other kinds a study asks for in `study["plots"]`."""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from alignlab.platform.report.columns import extra_test_sets, strongest_baseline
+
+
+def plots(sdir: Path, df: pd.DataFrame, study: dict) -> list[Path]:
+    """The study's PNG plots (`study["plots"]`: bars, budget, ...) under sdir/plots; the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pdir = sdir / "plots"
+    pdir.mkdir(exist_ok=True)
+    made = []
+    kinds = study.get("plots") or ["bars"]
+    if "bars" in kinds:
+        made.append(_bars(df, "accuracy", "", pdir / "accuracy_by_condition.png"))
+    for name in extra_test_sets(df):  # every extra test set gets its bars, with its own baselines
+        made.append(_bars(df[df[f"eval_{name}_accuracy"].notna()], f"eval_{name}_accuracy", f"eval_{name}_",
+                          pdir / f"accuracy_{name}_by_condition.png", title=f"test set: {name}"))
+    groups = list(dict.fromkeys(df["group"] if "group" in df else df["row"]))
+    gcol = "group" if "group" in df else "row"
+    if "budget" in kinds and "ft_budget" in df:
+        # One panel per group (task); a line per column (model), across the group's rows (budgets).
+        fig, axes = plt.subplots(1, len(groups), figsize=(4.5 * len(groups), 3.5), squeeze=False)
+        for ax, g in zip(axes[0], groups):
+            for c, sub in df[df[gcol] == g].groupby("col", sort=False):
+                m = sub.groupby("ft_budget")["accuracy"]
+                ax.errorbar(m.mean().index, 100 * m.mean(), yerr=100 * m.std(ddof=1).fillna(0), label=c, capsize=3,
+                            marker="o")
+            b = df[df[gcol] == g].groupby("ft_budget")["baseline_best"].mean()
+            ax.plot(b.index, 100 * b, "k--", label="strongest context-free baseline")
+            if df["ft_budget"].max() > 10 * df["ft_budget"].min():
+                ax.set_xscale("log")
+            ax.set_title(g)
+            ax.set_xlabel("finetuning examples (n)")
+            ax.set_ylabel("accuracy % (best-perplexity epoch)")
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        made.append(save_figure(fig, pdir / "accuracy_vs_budget.png"))
+    if "by_size" in kinds:
+        # One panel per group (task): accuracy along the columns (depths, then the heads-discarded column),
+        # one line per row (width, and the model pretrained without the aligned objective).
+        fig, axes = plt.subplots(1, len(groups), figsize=(4.5 * len(groups), 3.5), squeeze=False)
+        cols = list(dict.fromkeys(df["col"]))
+        for ax, g in zip(axes[0], groups):
+            sub_g = df[df[gcol] == g]
+            for r in dict.fromkeys(sub_g["row"]):
+                xs, ms, sds = [], [], []
+                for j, c in enumerate(cols):
+                    acc = sub_g[(sub_g["row"] == r) & (sub_g["col"] == c)]["accuracy"]
+                    if len(acc):
+                        xs.append(j)
+                        ms.append(100 * acc.mean())
+                        sds.append(100 * acc.std(ddof=1) if len(acc) > 1 else 0.0)
+                ax.errorbar(xs, ms, yerr=sds, label=r, capsize=3, marker="o")
+            ax.axhline(100 * strongest_baseline(sub_g)[1], color="k", ls="--", label="strongest context-free baseline")
+            ax.set_xticks(range(len(cols)), cols)
+            ax.set_title(g)
+            ax.set_xlabel("layers (* = pretrained heads discarded)")
+            ax.set_ylabel("accuracy % (best-perplexity epoch)")
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        made.append(save_figure(fig, pdir / "accuracy_by_model_size.png"))
+    return made
+
+
+EFFECT_CAPTION = ("Each cell's difference from its row's baseline model in accuracy points, with its 95% interval "
+                  "(test units resampled, or over the pretraining runs; see the significance section). Solid line: "
+                  "the baseline model (0). Dashed marks: the row's strongest context-free baseline, drawn at its "
+                  "distance from the baseline model. Filled markers: bold cells (Holm-corrected p < 0.05 and the "
+                  "cell's interval above the context-free baseline). Differences of a few tenths of a point are "
+                  "visible here; bars from zero would hide them.")
+
+
+def effect_plot(pdir: Path, tables: dict[str, dict]) -> Path:
+    """`effects.png`: one panel per metric or test set of `tables` ({metric: {(row, col): Comparison}}), one line
+    per compared cell: its difference from the baseline with the interval, the baseline model at 0 and the
+    strongest context-free baseline marked where it lies relative to the baseline model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pdir.mkdir(parents=True, exist_ok=True)
+    panels = [(m, c) for m, c in tables.items() if c]
+    height = max(len(c) for _, c in panels)
+    ncols = min(3, len(panels))  # wrapped, so a report with many extra test sets stays readable
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.5 * ncols, (1.6 + 0.45 * height) * nrows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (metric, comparisons) in zip(axes.flat, panels):
+        labels = [f"{r}: {c}" for r, c in comparisons]
+        for y, cmp in enumerate(comparisons.values()):
+            diff = 100 * cmp.diff
+            err = ([[diff - 100 * cmp.ci_low], [100 * cmp.ci_high - diff]] if not math.isnan(cmp.ci_low) else None)
+            ax.errorbar([diff], [y], xerr=err, fmt="o", color="C0", mfc="C0" if cmp.bold else "white", capsize=3)
+            if not math.isnan(cmp.floor):
+                ax.plot([100 * (cmp.floor - cmp.base_mean)] * 2, [y - 0.35, y + 0.35], "k--", lw=1)
+        ax.axvline(0.0, color="k", lw=1, label="baseline model")
+        ax.plot([], [], "k--", lw=1, label="strongest context-free baseline")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2)
+        ax.set_yticks(range(len(labels)), labels)
+        ax.invert_yaxis()
+        ax.set_xlabel("difference from the baseline (accuracy points)")
+        ax.set_title(metric)
+    fig.tight_layout()
+    return save_figure(fig, pdir / "effects.png")
+
+
+def _bars(df: pd.DataFrame, acc: str, prefix: str, path: Path, title: str = "") -> Path:
+    """Accuracy per row and column with error bars, and each row's strongest context-free baseline."""
+    import matplotlib.pyplot as plt
+
+    rows = list(dict.fromkeys(df["row"]))
+    cols = list(dict.fromkeys(df["col"]))
+    fig, ax = plt.subplots(figsize=(1.5 + 1.2 * len(rows) * len(cols) / 2, 3.5))
+    w = 0.8 / len(cols)
+    for j, c in enumerate(cols):
+        means = [100 * df[(df.row == r) & (df.col == c)][acc].mean() for r in rows]
+        sds = [100 * df[(df.row == r) & (df.col == c)][acc].std(ddof=1) for r in rows]
+        ax.bar(np.arange(len(rows)) + j * w, means, w, yerr=np.nan_to_num(sds), capsize=3, label=c)
+    base = [100 * strongest_baseline(df[df.row == r], prefix)[1] for r in rows]
+    ax.scatter(np.arange(len(rows)) + 0.4 - w / 2, base, marker="_", s=400, color="k", zorder=3,
+               label="strongest context-free baseline")
+    ax.set_xticks(np.arange(len(rows)) + 0.4 - w / 2, rows)
+    ax.set_ylabel("accuracy % (best-perplexity epoch)")
+    if title:
+        ax.set_title(title)
+    # Below the axes: inside, the legend can hide a baseline marker near the top.
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=len(cols) + 1)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def save_figure(fig, path: Path) -> Path:
+    """Write a PNG under a temporary name and rename it: a crash never leaves half a plot."""
+    import matplotlib.pyplot as plt
+
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path

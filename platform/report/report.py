@@ -1,0 +1,356 @@
+"""Study reports: results.parquet (one row per calculation), report.md (paper-style tables with
+significance against the study's baseline), PNG plots, and pointers to the TensorBoard runs.
+
+Cells read "acc ± std / ppl ± std" (accuracy in %, mean ± one standard deviation over the ten
+calculations). A cell is **bold** when its accuracy is above its baseline's with a Holm-corrected p < 0.05 over
+every comparison of the report (`significance`: test units resampled, or the pretraining runs when a column has
+several) and its 95% interval is above the row's strongest context-free baseline; the baseline is underlined.
+The report leads with an effect plot (each cell's difference from its baseline, with its interval). The baseline
+is the study's baseline column in the same row, or -- when the study names baseline cells (the
+paper's Tables 1-2) -- the one baseline cell of the row's group (e.g. its task). Searches (Optuna)
+get a section of their own.
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from alignlab.platform.report.significance import (P_VALUE, RUN_KEY, Comparison, correct_family, significance_section,
+                                            significant_gain)
+from alignlab.platform.storage import read_json, write_text
+from alignlab.platform.task import registered_tasks, task as task_named
+from alignlab.platform.fel.trial_files import read_trial
+from alignlab.platform.report.columns import baseline_names, extra_test_sets, extra_test_text, strongest_baseline
+from alignlab.platform.report.plots import EFFECT_CAPTION, effect_plot, plots as make_plots
+from alignlab.platform.report.search_importance import importance_lines
+
+
+def collect_results(sdir: Path) -> pd.DataFrame:
+    """Gather the study's finished trial files into results.parquet (temp name, renamed)."""
+    study = read_json(sdir / "study.json")
+    cells = study.get("cells", {})
+    rows = []
+    for cid in study["calculations"]:
+        f = sdir / "trials" / f"{cid}.json"
+        if f.exists():
+            row = read_trial(f)
+            # The study's current labels win over those a trial file was written with.
+            row.update(cells.get(cid, {}))
+            row.setdefault("group", row["row"])
+            model = study.get("models", {}).get(row.get("model_key"))
+            if model is not None:
+                row[RUN_KEY] = int(model["pretrain"].get("seed", 0))
+            rows.append(row)
+    df = pd.DataFrame(rows)
+    tmp = sdir / "results.parquet.tmp"
+    df.to_parquet(tmp, index=False)
+    os.replace(tmp, sdir / "results.parquet")
+    return df
+
+
+def _fmt(values: pd.Series, scale: float = 1.0, digits: int = 1) -> str:
+    v = values.dropna().to_numpy() * scale
+    if len(v) == 0:
+        return "–"
+    sd = v.std(ddof=1) if len(v) > 1 else 0.0
+    return f"{v.mean():.{digits}f} ± {sd:.{digits}f}"
+
+
+def baseline_of(df: pd.DataFrame, study: dict) -> dict[str, tuple[str, str]]:
+    """Each row's baseline cell (row, col): its group's baseline cell, or the baseline column in the same row."""
+    group = dict(zip(df["row"], df["group"] if "group" in df else df["row"]))
+    cells = [tuple(c) for c in study.get("baseline_cells") or []]
+    out = {}
+    for r in dict.fromkeys(df["row"]):
+        mine = [c for c in cells if group.get(c[0], c[0]) == group[r]]
+        out[r] = mine[0] if mine else (r, study["baseline_col"])
+    return out
+
+
+def compare_cells(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], acc: str,
+                  prefix: str = "") -> dict[tuple[str, str], Comparison]:
+    """Every non-baseline cell against its row's baseline on `acc` (bold for a family of one: `correct_family`)."""
+    comparisons = {}
+    base_cells = set(baselines.values())
+    for r in dict.fromkeys(df["row"]):
+        br, bc = baselines[r]
+        base = df[(df["row"] == br) & (df["col"] == bc)]
+        for c in dict.fromkeys(df["col"]):
+            sub = df[(df["row"] == r) & (df["col"] == c)]
+            if sub.empty or (r, c) in base_cells or base.empty:
+                continue
+            # An effect counts only above what no model is needed for: the strongest context-free baseline.
+            comparisons[(r, c)] = significant_gain(sub, base, acc, floor=strongest_baseline(sub, prefix)[1])
+    return comparisons
+
+
+def _table(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], acc: str, ppl: str, prefix: str = "",
+           comparisons: dict | None = None) -> tuple[list[str], dict[tuple[str, str], Comparison]]:
+    """The table of `acc` / `ppl`, bold by `comparisons` (Holm-corrected over the report; without them, over
+    this table alone)."""
+    if comparisons is None:
+        comparisons = correct_family({acc: compare_cells(df, baselines, acc, prefix)})[acc]
+    cols = list(dict.fromkeys(df["col"]))
+    lines = ["| | " + " | ".join(cols) + " | strongest context-free |", "|---|" + "---|" * (len(cols) + 1)]
+    base_cells = set(baselines.values())
+    for r in dict.fromkeys(df["row"]):
+        cells = []
+        for c in cols:
+            sub = df[(df["row"] == r) & (df["col"] == c)]
+            if sub.empty:
+                cells.append("/")
+                continue
+            text = f"{_fmt(sub[acc], 100)} / {_fmt(sub[ppl], 1, 2)} (n={len(sub)})"
+            if (r, c) in base_cells:
+                text = f"<u>{text}</u>"
+            elif comparisons.get((r, c)) is not None and comparisons[(r, c)].bold:
+                text = f"**{text}**"
+            cells.append(text)
+        name, mean = strongest_baseline(df[df["row"] == r], prefix)
+        cells.append(f"{100 * mean:.1f} ({name})" if name != "–" else "–")
+        lines.append(f"| {r} | " + " | ".join(cells) + " |")
+    return lines, comparisons
+
+
+def _all_comparisons(df: pd.DataFrame, baselines: dict[str, tuple[str, str]]) -> dict[str, dict]:
+    """Every comparison of the report (its family for Holm): both tables, then each extra test set."""
+    tables = {"accuracy": compare_cells(df, baselines, "accuracy"),
+              "best_accuracy": compare_cells(df, baselines, "best_accuracy")}
+    for name in extra_test_sets(df):
+        tables[name] = compare_cells(df[df[f"eval_{name}_accuracy"].notna()], baselines, f"eval_{name}_accuracy",
+                                     prefix=f"eval_{name}_")
+    return correct_family(tables)
+
+
+def _unit_names(df: pd.DataFrame) -> str:
+    """What the test units of the report's tasks are ("texts for ct, snippets for ad")."""
+    tasks = list(dict.fromkeys(df["ft_task"].dropna())) if "ft_task" in df.columns else []
+    return ", ".join(f"{task_named(t).test_units} for {t.upper()}" for t in tasks) or "test units"
+
+
+def write_report(sdir: Path) -> Path:
+    sdir = Path(sdir)
+    study = read_json(sdir / "study.json")
+    df = pd.read_parquet(sdir / "results.parquet")
+    # Calculations recorded as failed (a diverged model: no finite selection number) have no metrics; they are
+    # listed in a section of their own and left out of every table.
+    failed = df[df["status"] == "failed"] if "status" in df.columns else df.iloc[:0]
+    df = df.drop(index=failed.index)
+    baselines = baseline_of(df, study) if not df.empty else {}
+    if study.get("baseline_cells"):
+        base = ", ".join(f"{c} in row {r}" for r, c in study["baseline_cells"]) + " (each for the rows of its group)"
+    else:
+        base = f"column {study['baseline_col']}, row by row"
+    modes = sorted(df["selection"].unique()) if not df.empty else []
+    if "refit" in df.columns and not df.empty:  # rows from before the field have no refit: NaN, i.e. off
+        refit = df["refit"].fillna(False).astype(bool)
+        modes = [m if m != "honest" else ("honest, refit" if refit[df["selection"] == m].all() else
+                                          "honest" if not refit[df["selection"] == m].any() else "honest (some refit)")
+                 for m in modes]
+    # Rows from before the head-input fields have no column: they read the last layer at a word's first piece.
+    inputs = sorted(df["head_input"].fillna("last:first").unique()) if "head_input" in df.columns else ["last:first"]
+    failed_note = f"; {len(failed)} failed (see Failed calculations)" if len(failed) else ""
+    out = [f"# {study['title']}", "", f"Study `{study['name']}` — {len(df)} of {len(study['calculations'])} "
+           f"calculations finished{failed_note}.", "",
+           f"**Selection mode: {', '.join(modes) or '–'}** "
+           "(`honest`: epochs selected on a validation split carved from the training budget, test set touched "
+           "once per selected epoch; `refit`: then trained again to those epochs on the whole budget, training and "
+           "validation examples, as the context-free baselines are fitted; `paper`: epochs selected on the test set, as "
+           "in the paper — for reproduction only).",
+           "", f"**Head input: {', '.join(inputs) if not df.empty else '–'}** (`FinetuneConfig.feature_layers:word_pooling`"
+           "; `last:first`, the paper's: the last layer at each word's first piece; `all`: the embedding output and "
+           "every layer's side by side; `mean`: a word's pieces averaged; AD reads [CLS] either way).",
+           "", f"Cells: accuracy % ± std / perplexity ± std over the calculations (n). Baseline: <u>{base}</u>. "
+           f"**Bold**: above the row's baseline with Holm-corrected p < {P_VALUE} over every comparison of this "
+           "report (test units resampled, seeds averaged within each fold; over the pretraining runs when each "
+           "column has several) **and** the cell's 95% interval above the row's strongest context-free baseline "
+           "(last column); intervals, p-values and the family in the significance section "
+           "(docs/statistics.md).", ""]
+    if study.get("notes"):
+        out += [study["notes"], ""]
+    if df.empty:
+        out.append("No finished calculations yet.")
+    else:
+        tables = _all_comparisons(df, baselines)
+        out += ["## Accuracy at the best-perplexity epoch", ""]
+        out += _table(df, baselines, "accuracy", "perplexity", comparisons=tables["accuracy"])[0] + [""]
+        out += _side_by_side(df)
+        out += ["## Best accuracy (and its perplexity)", ""]
+        out += _table(df, baselines, "best_accuracy", "perplexity_at_best_accuracy",
+                      comparisons=tables["best_accuracy"])[0] + [""]
+        out += ["## Epochs to convergence (epoch of the best selection perplexity)", "",
+                "| | " + " | ".join(dict.fromkeys(df["col"])) + " |", "|---|" + "---|" * df["col"].nunique()]
+        for r in dict.fromkeys(df["row"]):
+            cells = [_fmt(df[(df["row"] == r) & (df["col"] == c)]["epochs"].astype(float), 1, 1)
+                     for c in dict.fromkeys(df["col"])]
+            out.append(f"| {r} | " + " | ".join(cells) + " |")
+        out += ["", "## Context-free baselines on the same splits", ""] + _baseline_section(df, "")
+        for name in extra_test_sets(df):
+            out += ["", f"## Test set `{name}`", "", extra_test_text().get(name, "A user's own test file "
+                    "(--eval-file); the models are those selected above, scored once more."), "",
+                    "### Accuracy at the best-perplexity epoch", ""]
+            lines, _ = _table(df[df[f"eval_{name}_accuracy"].notna()], baselines, f"eval_{name}_accuracy",
+                              f"eval_{name}_perplexity", prefix=f"eval_{name}_", comparisons=tables[name])
+            out += lines + ["", f"### Context-free baselines on `{name}`", ""] + _baseline_section(df, f"eval_{name}_")[2:]
+        if any(tables.values()):
+            out += [""] + significance_section(tables, baselines, _unit_names(df))
+    if len(failed):
+        out += ["", "## Failed calculations", "",
+                "Recorded as failed, with no result: they are left out of every table above. A rerun does not repeat "
+                "them, except those that ran out of memory; delete a calculation's `trials/<calc-id>.json` to run it "
+                "again.", "",
+                "| row | column | fold | seed | calculation | reason |", "|---|---|---|---|---|---|"]
+        for _, r in failed.iterrows():
+            reason = str(r.get("error", "")).replace("|", "/").replace("\n", " ")
+            out.append(f"| {r['row']} | {r['col']} | {r.get('ft_fold', '?')} | {r.get('ft_seed', '?')} | "
+                       f"{r['calc_id']} | {reason} |")
+    if study.get("searches"):
+        out += [""] + _search_section(study["searches"], sdir)
+    out += ["", "## Pretrained models", "", "Held-out evaluation of each pretrained model (accuracy % / perplexity).", ""]
+    out += pretrain_table(study)
+    out += ["", "What each model's pretraining cost (docs/throughput.md: real tokens, MFU against the device's peak; "
+            "– where unknown or recorded before throughput was).", ""] + cost_table(study, df)
+    # matplotlib only when there are results (plots.py imports it in its functions)
+    plots = make_plots(sdir, df, study) if not df.empty else []
+    if plots:
+        out += ["", "## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in plots]
+    if not df.empty and any(tables.values()):  # the report leads with the effects: differences with intervals
+        effects = effect_plot(sdir / "plots", tables)
+        out[4:4] = ["## Effects", "", f"![effects](plots/{effects.name})", "", EFFECT_CAPTION, ""]
+    out += ["", "## Files", "", "- `results.parquet`: one row per calculation (config, metrics, baselines, timings, node).",
+            f"- TensorBoard: `tensorboard --logdir {sdir}` (one run per calculation with hparams, plus the "
+            "pretraining runs under each model's folder).", ""]
+    path = sdir / "report.md"
+    write_text(path, "\n".join(out))
+    return path
+
+
+def _side_by_side(df: pd.DataFrame) -> list[str]:
+    """For each row scored on extra test sets (AD: out of domain), its protocol test set and every extra set
+    side by side, per model, each with its strongest context-free baseline."""
+    out = []
+    for r in dict.fromkeys(df["row"]):
+        sub_r = df[df["row"] == r]
+        names = [n for n in extra_test_sets(df) if sub_r[f"eval_{n}_accuracy"].notna().any()]
+        if not names:
+            continue
+        sets = [("", "test"), *((f"eval_{n}_", n) for n in names)]
+        out += [f"{r} on each of its test sets (accuracy % at the best-perplexity epoch, mean ± std):", "",
+                "| model | " + " | ".join(label for _, label in sets) + " |", "|---|" + "---|" * len(sets)]
+        for c in dict.fromkeys(sub_r["col"]):
+            sub = sub_r[sub_r["col"] == c]
+            out.append(f"| {c} | " + " | ".join(_fmt(sub[f"{p}accuracy"], 100) for p, _ in sets) + " |")
+        floors = [strongest_baseline(sub_r, p) for p, _ in sets]
+        out.append("| strongest context-free | " + " | ".join(f"{100 * m:.1f} ({n})" for n, m in floors) + " |")
+        out.append("")
+    return out
+
+
+def _baseline_notes(tasks=None) -> list[str]:
+    """The description of its own context-free baselines (`Task.baseline_notes`) of each task of `tasks` (the
+    report's; None: every registered task), in task order: a study of one task is not told about the others'."""
+    return [t.baseline_notes for t in registered_tasks()
+            if t.baseline_notes and (tasks is None or t.name in set(tasks))]
+
+
+def _baseline_section(df: pd.DataFrame, prefix: str) -> list[str]:
+    """Each row's context-free baselines (mean ± std over its calculations) and the strongest one, named."""
+    sub_df = df[df[f"{prefix}baseline_best"].notna()] if f"{prefix}baseline_best" in df else df.iloc[0:0]
+    names = baseline_names(sub_df, prefix)
+    if sub_df.empty or not names:
+        return ["No context-free baselines in these results."]
+    out = ["An effect only counts when it beats these; a cell is bold only when it is significantly above its "
+           "baseline model **and** above the strongest of them. Majority: the most frequent training label. "
+           + " ".join(_baseline_notes(sub_df["ft_task"] if "ft_task" in sub_df else None)), "",
+           "| | " + " | ".join(names) + " | strongest |", "|---|" + "---|" * (len(names) + 1)]
+    for r in dict.fromkeys(sub_df["row"]):
+        sub = sub_df[sub_df["row"] == r]
+        cells = [_fmt(sub[f"{prefix}baseline_{n}"], 100) if sub[f"{prefix}baseline_{n}"].notna().any() else "/"
+                 for n in names]
+        best, mean = strongest_baseline(sub, prefix)
+        out.append(f"| {r} | " + " | ".join(cells) + f" | {best} ({100 * mean:.1f}) |")
+    return out
+
+
+def _search_section(searches: list[dict], sdir: Path) -> list[str]:
+    """Each Optuna search: what it maximized, how its trials ended, the best setting, the top trials and the
+    parameter importances (`search_importance`)."""
+    out = ["## Hyperparameter searches (Optuna TPE on Ray Tune)", "",
+           "Every search selects in `honest` mode: trials train on one sampled budget and are scored on its "
+           "validation split (the test set is never loaded); the objective is validation accuracy at the "
+           "best-validation-perplexity epoch. Trials a scheduler stopped early count as *pruned* (Optuna "
+           "PRUNED, never COMPLETE), and the best setting is chosen among the trials that ran to their own end. "
+           "The best setting was then run as the calculations of its cell in the tables above. Selection is "
+           "nested: a search samples only from what the calculations reporting its setting may train on (AD: "
+           "one search per test fold, inside the other four folds; CT: the pool, never the test set).", ""]
+    for s in searches:
+        name = s["name"]
+        statuses = [t["status"] for t in s["trials"]]
+        counts = ", ".join(f"{statuses.count(k)} {k}" for k in ("complete", "pruned", "failed", "error") if k in statuses)
+        out += [f"### {name} → cell {s['row']} / {s['col']}", "",
+                f"Model `{s['model']}`; {s['num_samples']} trials ({counts}); {s['sampler']}; pruning: "
+                f"{s['scheduler']} (grace period {s['grace_period']} epochs); trials sample only from the training "
+                f"data of fold {s['search_fold']}, seed {s['search_seed']}; its setting is reported on (fold, seed) "
+                f"{', '.join(f'({f}, {sd})' for f, sd in s.get('final_points', []))}.", "",
+                "Best: " + ", ".join(f"`{k}={_short(v)}`" for k, v in s["best_params"].items())
+                + f" — validation accuracy {100 * s['best_value']:.1f} %.", ""]
+        keys = [p["name"] for p in s["space"]]
+        ranked = sorted((t for t in s["trials"] if t["status"] != "error"),
+                        key=lambda t: (t["status"] == "complete", t.get(s["objective"]) or -1), reverse=True)
+        out += ["| " + " | ".join(keys) + " | status | epochs | val acc % |", "|" + "---|" * (len(keys) + 3)]
+        for t in ranked[:10]:
+            v = t.get(s["objective"])
+            out.append("| " + " | ".join(_short(t["params"].get(k)) for k in keys)
+                       + f" | {t['status']} | {t.get('epoch', '?')} | {'–' if v is None else f'{100 * v:.1f}'} |")
+        out += [""] + importance_lines(sdir, s.get("optuna"), name, [s["objective"]])
+    return out
+
+
+def _short(v) -> str:
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def pretrain_table(study: dict) -> list[str]:
+    """Held-out accuracy / perplexity of every objective that some model of the study was pretrained with, one
+    column per objective: in the order of the model with the most objectives, then any others as they come."""
+    models = study.get("models", {})
+    root_models = Path(study["corpus_dir"]).parent.parent / "models"
+    richest_first = sorted(models.values(), key=lambda info: -len(info["pretrain"]["objectives"]))
+    metrics = list(dict.fromkeys(o["name"] for info in richest_first for o in info["pretrain"]["objectives"]))
+    lines = ["| model | objectives | steps | " + " | ".join(m.upper() for m in metrics) + " |",
+             "|---|---|---|" + "---|" * len(metrics)]
+    for key, info in models.items():
+        ev_file = root_models / info["model_id"] / "final" / "eval.json"
+        ev = read_json(ev_file) if ev_file.exists() else {}
+        objs = "+".join(o["name"] for o in info["pretrain"]["objectives"])
+        cells = []
+        for m in metrics:
+            a, p = ev.get(f"eval/{m}/accuracy"), ev.get(f"eval/{m}/perplexity")
+            cells.append(f"{100 * a:.1f} / {p:.2f}" if a is not None and not math.isnan(a) else "/")
+        lines.append(f"| {key} | {objs} | {ev.get('step', '?')} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def cost_table(study: dict, df: pd.DataFrame) -> list[str]:
+    """Each pretrained model's throughput record (its eval.json's "throughput"), and the FEL trials' device time."""
+    root_models = Path(study["corpus_dir"]).parent.parent / "models"
+    lines = ["| model | device | precision | tokens/s | samples/s | MFU | training s | device-hours |",
+             "|---|---|---|---|---|---|---|---|"]
+    for key, info in study.get("models", {}).items():
+        ev_file = root_models / info["model_id"] / "final" / "eval.json"
+        tp = (read_json(ev_file) if ev_file.exists() else {}).get("throughput") or {}
+
+        def cell(k, fmt):
+            return "–" if tp.get(k) is None else format(tp[k], fmt)
+
+        lines.append(f"| {key} | {tp.get('num_devices', '–')} x {tp.get('device', '–')} | {tp.get('precision', '–')} | "
+                     f"{cell('tokens_per_s', ',.0f')} | {cell('samples_per_s', ',.1f')} | {cell('mfu', '.1%')} | "
+                     f"{cell('train_seconds', ',.0f')} | {cell('device_hours', '.4f')} |")
+    if "device_seconds" in df:
+        secs = df["device_seconds"].dropna()
+        lines += ["", f"FEL calculations: {len(secs)} with a recorded device time, {secs.sum() / 3600:.3f} "
+                      f"device-hours in all ({secs.mean():.1f} s each on average)." if len(secs) else ""]
+    return lines

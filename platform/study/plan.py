@@ -1,0 +1,141 @@
+"""What a study needs before anything runs: which models and calculations exist at the storage root, which must
+be made, and an estimate of the device-hours they cost (`alignlab plan`, and `--dry-run` on every study script).
+
+Read only: nothing is built, locked or written, and Ray is not started. The ids are the ones `run_study` would
+use, which hash the corpus id, which hashes the held-out task documents; so they are exact only once the task
+folder exists at the root. Before that every model and calculation counts as to be made. Estimates come from
+measured throughput (`throughput.measured_rates`: the models at the root, else `throughput.MEASURED`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from alignlab.platform.storage import Storage, as_storage
+from alignlab.platform.study.spec import calc_id
+from alignlab.platform.throughput import estimate_device_hours, measured_rates
+
+# The corpus and model ids, the protocol and the registry (torch, pyarrow) are imported inside `study_plan`:
+# importing the plan's formatting loads none of them.
+
+
+def study_plan(study, root: Path | Storage, *, device: str = "cpu") -> dict:
+    """The plan of `study` at `root` on `device` ("cpu" or a GPU name such as "H100", matched against the device
+    names runs recorded): {"models": [...], "calculations": {...}, "searches": [...], "device_hours": ...}."""
+    from alignlab.platform.data.corpus_identity import HELDOUT_FILE, _read_ids, content_holdout, corpus_id
+    from alignlab.platform.pretrain.models import model_finished, model_id
+    from alignlab.platform.fel.protocol import tasks_rel
+    from alignlab.platform.registry import corpus_labellers
+
+    st = as_storage(root)
+    rel, _ = tasks_rel(langs=study.task_langs, max_docs_per_lang=study.task_max_docs_per_lang,
+                       seed=study.corpus.seed, **dict(study.task_options))
+    tdir = st.local / rel
+    cid = None
+    if st.finished(rel, legacy="stats.json") and (tdir / HELDOUT_FILE).is_file():
+        # As build_corpus names it: the held-out ids, and the content holdout of the task folders it checks.
+        ccfg = dataclasses.replace(study.corpus, holdout_ids_file=str(tdir / HELDOUT_FILE))
+        ids, tdirs = _read_ids(tdir / HELDOUT_FILE), {tdir}
+        if ccfg.hold_out_tasks:  # the corpus's own task folder (heldout_doc_ids), when it exists already
+            own, _ = tasks_rel(max_docs_per_lang=ccfg.task_max_docs_per_lang, seed=ccfg.seed)
+            if not (st.local / own / HELDOUT_FILE).is_file():
+                ids = None
+            else:
+                ids |= _read_ids(st.local / own / HELDOUT_FILE)
+                tdirs.add(st.local / own)
+        if ids is not None:
+            cid = corpus_id(ccfg, sorted(ids), labellers=corpus_labellers(), content=content_holdout(sorted(tdirs)))
+    corpus_built = cid is not None and st.finished(f"corpus/{cid}", legacy="manifest.json")
+    rates = measured_rates(st.local / "models")
+    gpu = device.lower() != "cpu"
+    models, mids = [], {}
+    for m in study.models:
+        cfg = m.pretrain
+        precision = cfg.precision if cfg.precision != "auto" else ("bf16" if gpu else _cpu_precision())
+        mid = model_id(cid, dataclasses.replace(cfg, precision=precision)) if cid else None
+        mids[m.key] = mid
+        done = bool(mid) and model_finished(st, mid)
+        size = f"{cfg.model.hidden}x{cfg.model.num_layers}"
+        hours, source = (0.0, "exists") if done else estimate_device_hours(
+            size, device, precision, cfg.max_steps * cfg.batch_size, rates)
+        models.append({"key": m.key, "model_id": mid, "size": size, "precision": precision, "steps": cfg.max_steps,
+                       "global_batch": cfg.batch_size, "workers": cfg.num_workers, "exists": done,
+                       "device_hours": hours, "source": source})
+    finished = {f[: -len(".json")] for f in st.list(f"studies/{study.name}/trials") if f.endswith(".json")}
+    pending = len(study.calcs)
+    if cid and not study.eval_files:  # with extra test files the ids also hash the staged files' names
+        ids = [calc_id(mids[c.model], c.finetune, "", tdir.name) for c in study.calcs]
+        pending = sum(i not in finished for i in ids)
+    searched = {f for f in st.list(f"studies/{study.name}/searches") if f.endswith(".json")}
+    searches = [{"name": s.name, "trials": s.num_samples, "done": f"{s.name}.json" in searched}
+                for declared in study.searches for s in declared.nested()]
+    search_trials = sum(s["trials"] for s in searches if not s["done"])
+    per_calc = fel_seconds(st.local / "studies", device)
+    fel_hours = None if per_calc is None else (pending + search_trials) * per_calc / 3600
+    model_hours = [m["device_hours"] for m in models]
+    total = None if None in model_hours or fel_hours is None else sum(model_hours) + fel_hours
+    return {"study": study.name, "device": device, "tasks_built": cid is not None, "corpus_id": cid,
+            "corpus_built": corpus_built, "models": models,
+            "calculations": {"total": len(study.calcs), "pending": pending, "seconds_each": per_calc,
+                             "device_hours": fel_hours},
+            "searches": searches, "device_hours": total}
+
+
+def default_device(study) -> str:
+    """The device kind a plan estimates for when none is named: this machine's first GPU when the study's models
+    train on GPUs and one is here, "cpu" otherwise (a GPU study planned on a laptop needs `--device NAME`)."""
+    import torch
+
+    if any(m.pretrain.use_gpu for m in study.models) and torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return "cpu"
+
+
+def _cpu_precision() -> str:
+    from alignlab.platform.pretrain.pretrain import cpu_has_bf16
+
+    return "bf16" if cpu_has_bf16() else "fp32"
+
+
+def fel_seconds(studies_root: Path, device: str) -> float | None:
+    """The mean device-seconds of a finished FEL calculation on `device` over the trial files under
+    `studies_root` (all studies), or None when none ran there."""
+    secs = []
+    for f in Path(studies_root).glob("*/trials/*.json"):
+        try:
+            row = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        name = str(row.get("device_name") or row.get("device") or "")
+        on = name == "cpu" if device.lower() == "cpu" else device.lower() in name.lower()
+        s = row.get("device_seconds", row.get("seconds"))
+        if on and isinstance(s, (int, float)):
+            secs.append(float(s))
+    return sum(secs) / len(secs) if secs else None
+
+
+def format_plan(p: dict) -> str:
+    """The plan as a person reads it: one line per model, the calculations, the total."""
+    def hours(h):
+        return "unknown" if h is None else f"{h:.3g} device-h"
+
+    lines = [f"Plan of study {p['study']} on {p['device']} (nothing has run):",
+             "  task data and corpus: " + ("corpus " + p["corpus_id"] + (" built" if p["corpus_built"] else
+                                                                          " to build")
+                                           if p["tasks_built"] else "not built yet (model ids not known yet)"),
+             "  models:"]
+    for m in p["models"]:
+        state = "exists" if m["exists"] else "to train"
+        lines.append(f"    {m['key']:<24} {m['size']:>7} {m['precision']:<5} {m['steps']} steps x {m['global_batch']} "
+                     f"({m['workers']} worker{'s' if m['workers'] != 1 else ''})  {state:<8}  {hours(m['device_hours'])}"
+                     f"  [{m['source']}]  {m['model_id'] or ''}")
+    c = p["calculations"]
+    each = "no measured FEL calculation on this device" if c["seconds_each"] is None else \
+        f"{c['seconds_each']:.1f} device-s each, mean of the trial files at the root"
+    lines.append(f"  FEL calculations: {c['total']}, of which {c['pending']} to run  {hours(c['device_hours'])}  "
+                 f"[{each}]")
+    for s in p["searches"]:
+        lines.append(f"  search {s['name']}: {s['trials']} trials, {'done' if s['done'] else 'to run'}")
+    lines.append(f"  estimated total: {hours(p['device_hours'])}")
+    return "\n".join(lines)
