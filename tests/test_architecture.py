@@ -1,4 +1,5 @@
-"""The engine stays without names and keeps Ray at its edges (DESIGN.md, "The objective interface").
+"""The engine stays without names and keeps Ray at its edges
+(docs/architecture.md#the-import-rules-and-the-tests-that-keep-them).
 
 These walk `platform/` with `ast`, so they fail the moment someone writes `if task == "ct"` or
 `import ray` in a core module, rather than when the next objective is added and something breaks."""
