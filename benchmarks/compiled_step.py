@@ -1,6 +1,6 @@
 """Does `torch.compile` make the mini model's CPU training step faster? (issue #15)
 
-A mini training step on a 2-core CPU is mostly per-operation cost, not arithmetic (`benchmarks/README.md`, Round 6),
+A mini training step on a 2-core CPU is mostly per-operation cost, not arithmetic (docs/journal/round-06.md),
 which is what a compiler that fuses operations removes. This benchmark times full training steps of the mini preset's
 model with the study's four objectives, eager and under `torch.compile` (Inductor, the engine's forward wrapped as
 data-parallel training wraps it), on the same batches, at 64 and 128 tokens (the mini preset's two phases). It

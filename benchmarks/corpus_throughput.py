@@ -25,7 +25,8 @@ Per build:
 
 A build that does not finish within `--timeout` is stopped (SIGINT, then SIGTERM, then SIGKILL of the
 child's process group) and reported as "timeout". (Labelling actors take half a CPU each, so that Ray Data
-keeps a whole CPU for its own tasks on a 2-CPU machine -- RAY_NOTES.md §2; `--ray-cpus` starts Ray with
+keeps a whole CPU for its own tasks on a 2-CPU machine -- docs/cluster.md#ray-data-needs-a-whole-cpu; `--ray-cpus`
+starts Ray with
 another logical CPU count.)
 
 Run from the repo root (see benchmarks/README.md):

@@ -36,7 +36,7 @@ import os
 # Several models train in this one process, each with its own shapes (widths, 64 and 128 tokens, evaluation
 # batches). oneDNN keeps the kernels it built in a cache of 1,024 by default; these recipes need more, and past
 # it every step rebuilds kernels: 15-22% fewer steps for a mini recipe when four recipes run side by side, and
-# not the same share for each (benchmarks/README.md, "Round 6"). It is read when oneDNN starts, so before torch.
+# not the same share for each (docs/journal/round-06.md). It is read when oneDNN starts, so before torch.
 os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16384")
 
 import argparse

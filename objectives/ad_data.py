@@ -28,7 +28,7 @@ at chance):
     the kernel K(c, l) = q_l / (1 - q_c) with p K = p does not, so a mutated letter is distributed
     like the letter it replaced.
 Uniform span lengths and plain word-initial replacements let the letters-only baseline well above
-chance (benchmarks/README.md, "AD negatives").
+chance (docs/journal/benchmark-notes.md, "AD negatives").
 
 What it is not: human-labelled. Positives are only acronyms that the text itself introduces as
 "long form (ACRO)" and whose letters are the long form's word initials.
@@ -253,7 +253,7 @@ def build_ad_dataset(docs: Iterable[Document], *, seed: int = 0, target_snippets
     positive's length, is never the positive, never a word of the snippet, never an initialism of
     the entity span or of another known long form in the snippet, and a mutated one never an
     initialism of any span. stats["doc_ids"] lists the documents used, so pretraining can hold them
-    out. (What the bundled summaries yield: benchmarks/README.md, "AD negatives".)
+    out. (What the bundled summaries yield: docs/journal/benchmark-notes.md, "AD negatives".)
     """
     if target_snippets < 1:
         raise ValueError(f"target_snippets must be >= 1, got {target_snippets}")

@@ -45,7 +45,7 @@ class MaskedLMConfig:
 
     def curriculum(self) -> "MaskedLMConfig":
         """What MLM collates with in a curriculum's first steps (`PretrainConfig.curriculum_fraction`): uniform
-        masks, on which a small encoder learns to use the context faster (benchmarks/README.md, "Round 4")."""
+        masks, on which a small encoder learns to use the context faster (docs/journal/round-04.md)."""
         return dataclasses.replace(self, alpha=0.0)
 
     def build(self, tokenizer) -> "MaskedLM":

@@ -1,6 +1,6 @@
 """Frozen, validated configs for every stage, their dict round-trip and content hash, and the presets.
 
-A run is a typed config built in Python (STYLE.md). Each stage has one dataclass; a config's
+A run is a typed config built in Python (docs/architecture.md#configs). Each stage has one dataclass; a config's
 identity is the hash of its canonical dict, so the same request finds the same artifact.
 Presets: `smoke` (seconds; tests), `mini` (the README demo on a 2-core laptop CPU), `paper`
 (the paper's settings, §3.3-3.4).
@@ -96,7 +96,7 @@ class ModelConfig:
     """Encoder weight init. "bert" (vanilla BERT): normal with std 0.02 everywhere. "fan_in": normal with
     std 1/sqrt(fan-in) per matrix, so attention logits start at order 1 at any width (at 128 wide, 0.02 starts
     with near-uniform attention). "bert" stays the default because fan_in did not help real PAD or CT at mini
-    scale (measured in benchmarks/match_probe.py and README, "What the mini study shows")."""
+    scale (benchmarks/match_probe.py; docs/journal/mini-study.md)."""
 
     position: str = "learned"
     """Position embeddings. "learned" (BERT, the paper): a trained table, random at the start. "sinusoidal": the
@@ -110,7 +110,7 @@ class ModelConfig:
     its neighbours from the first step and the last almost everywhere. 0 (BERT, the paper) turns it off. Issue #15:
     a small encoder whose attention starts uniform spends thousands of steps predicting masks from token
     frequencies alone before attention finds the neighbours; the bias hands it local context at step 0
-    (benchmarks/README.md, "Round 3"). FEL and serving use it; `alignlab export` writes such a model as
+    (docs/journal/round-03.md). FEL and serving use it; `alignlab export` writes such a model as
     transformers custom code (BERT and RoBERTa have no such bias; platform/pretrain/hf/modeling_alignlab.py)."""
 
     def __post_init__(self) -> None:
@@ -176,14 +176,14 @@ class PretrainConfig:
     the rest at `seq_len` (cramming's and BERT's 90/10 split, inverted: short sequences are cheap steps early)."""
     curriculum_fraction: float = 0.0
     """The first `curriculum_fraction` of the steps collate with each objective's `curriculum()` config where it
-    has one (MLM's: uniform masks, BERT's, before the paper's rare-weighted ones; benchmarks/README.md, "Round
-    4"), the rest with the objectives' own. Held-out evaluation always uses their own. 0 (off) is the paper's."""
+    has one (MLM's: uniform masks, BERT's, before the paper's rare-weighted ones; docs/journal/round-04.md),
+    the rest with the objectives' own. Held-out evaluation always uses their own. 0 (off) is the paper's."""
     domain_sources: tuple[str, ...] = ()
     domain_fraction: float = 0.0
     """A domain-adaptive final phase (Gururangan et al. 2020): the last `domain_fraction` of the steps train on these
     sources' rows only (`SOURCES`; a row's source is its doc_id's prefix), the steps before on the other sources,
     one learning-rate schedule. Both set or both empty (off); the corpus must hold both kinds (checked at the start).
-    No preset has one: at mini it did not help CT (benchmarks/README.md, "Round 9")."""
+    No preset has one: at mini it did not help CT (docs/journal/round-09.md)."""
     grad_clip: float = 1.0
     layout_fraction: float = 0.25
     """Share of the rows that an objective's own example layout can take (`Objective.example_format`, e.g. PAD's

@@ -2,7 +2,8 @@
 
 A Ray worker on a node with several GPUs may see all of them: Ray Train sets CUDA_VISIBLE_DEVICES of every worker
 of a node to the union of the node's workers' GPUs (so NCCL can see its peers), and a bare "cuda" then means GPU 0
-for every rank (RAY_NOTES §5, pitfall 23). The worker's own GPU is the position, in that visible list, of the
+for every rank (docs/cluster.md#every-gpu-of-a-node-is-visible-to-every-worker). The worker's own GPU is the position,
+in that visible list, of the
 lowest GPU id Ray assigned it -- the rule of `ray.train.torch.get_device`, written here as a pure function so
 that Tune trials (which have no Train context) use the same rule and a test can check it without GPUs.
 No Ray import: callers pass `ray.get_gpu_ids()` in.

@@ -9,8 +9,8 @@ flock. Given the `Storage` of a remote root, the lock also takes, inside the loc
 `<remote root>/.locks/<what>.lock` (`remote_lock`: a conditional create with a lease renewed by a heartbeat),
 which serialises machines that share only the root, each with its own local cache. Where the store offers no
 conditional create here (`hdfs://`, `abfs://`, ...; s3:// and gs:// do) it warns once and two machines are
-not serialised: each builds under its own temporary name and the later publish wins (README "Failure
-behaviour").
+not serialised: each builds under its own temporary name and the later publish wins
+(docs/guarantees.md#failure-behaviour).
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ CORPUS_PRESETS: dict[str, CorpusConfig] = {
                           max_len=64, docs_per_shard=100, task_max_docs_per_lang=3000),
     # The bundled Wikipedia summaries plus 40k PyPI package summaries (platform/data/corpus_data/): the mini study's CT
     # test set is npm package summaries, and software-domain text lowered CT's perplexity on the FEL validation
-    # splits over three pretraining seeds, at the same accuracy (benchmarks/README.md, "Round 8"). WHP and PAD
+    # splits over three pretraining seeds, at the same accuracy (docs/journal/round-08.md). WHP and PAD
     # still learn from the Wikipedia part.
     "mini": CorpusConfig(sources=(SourceSpec(name="bundled"), SourceSpec(name="software")), vocab_size=8000,
                          tokenizer_sample_docs=12000, max_len=128, docs_per_shard=2000),
@@ -47,16 +47,16 @@ def _pretrain_presets() -> dict[str, PretrainConfig]:
     return {
         "smoke": PretrainConfig(model=MODEL_SIZES["tiny"], batch_size=16, lr=1e-3, max_steps=12, checkpoint_every=5,
                                 eval_batches=2, num_workers=1, cpus_per_worker=0.5, threads_per_worker=1),
-        # The laptop-cramming recipe (issue #15, benchmarks/laptop_budget.py; README "What the mini study shows"):
+        # The laptop-cramming recipe (issue #15, benchmarks/laptop_budget.py; docs/journal/mini-study.md):
         # pre-LN blocks, no dropout, the first half of the steps on 64-token examples, linear decay to zero at the
         # last step, and a distance bias on attention (ALiBi slopes 4 and 1/4): without it the 128x2 encoder never
-        # starts to predict a masked token from its context within this budget (benchmarks/README.md, "Round 3"); it
+        # starts to predict a masked token from its context within this budget (docs/journal/round-03.md); it
         # exports as transformers custom code. 3,000 steps, not 2,000: held-out MLM and CT on validation were higher
-        # in each of 3 pretraining seeds, NSP, WHP and PAD level (benchmarks/README.md, "Round 12"); the study
-        # still fits ~30 minutes on a 2-core laptop CPU from a fresh install. PAD gets half of the linked rows because
-        # it is the slowest objective to leave chance; at this budget it does in some runs only (the README says so).
-        # The word embeddings start from the corpus's co-occurrence statistics (std 0.1): MLM at [MASK] ~3x, CT on
-        # validation higher in each of 3 pretraining seeds, for ~6 s a model (benchmarks/README.md, "Round 14").
+        # in each of 3 pretraining seeds, NSP, WHP and PAD level (docs/journal/round-12.md); the study
+        # still fits the README's laptop budget from a fresh install. PAD gets half of the linked rows because
+        # it is the slowest objective to leave chance; at this budget it does in some runs only (docs/results.md).
+        # The word embeddings start from the corpus's co-occurrence statistics (std 0.1): MLM at [MASK] and CT on
+        # validation higher in each of 3 pretraining seeds, for seconds a model (docs/journal/round-14.md).
         "mini": PretrainConfig(model=dataclasses.replace(MODEL_SIZES["128x2"], norm="pre", dropout=0.0, alibi=4.0),
                                batch_size=32, lr=1e-3, warmup_steps=100, decay="linear", max_steps=3000, short_seq_len=64,
                                short_seq_fraction=0.5, checkpoint_every=500, eval_batches=20, num_workers=1,

@@ -377,8 +377,8 @@ def labelled_rows(labels_N: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The flat positions whose label is not IGNORE and their labels, padded with position 0 and label IGNORE to a
     multiple of `LABELLED_ROW_MULTIPLE` rows. Why: how many positions a batch labels (MLM's masks, WHP's linked
     tokens) changes every step, and on CPU oneDNN builds a kernel per matmul shape and keeps 1,024 of them; a mini
-    pretraining run meets more shapes than that, keeps rebuilding kernels (~6% of its step time) and grows its
-    memory by ~1.7 GB (benchmarks/README.md, "Labelled rows on CPU").
+    pretraining run meets more shapes than that, keeps rebuilding kernels and grows its memory
+    (figures: benchmarks/README.md, "Labelled rows on CPU").
     Padded to a multiple of 32, MLM's ~300-600 rows take a handful of shapes. The padded rows cost a few percent of
     a head's matmul and count nowhere: `classification_sums` skips IGNORE labels."""
     pos = torch.nonzero(labels_N != IGNORE).squeeze(1)

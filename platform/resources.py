@@ -2,7 +2,8 @@
 
 Ray does not fail a request that no node can hold: a Train worker group or a Tune trial that asks for a GPU
 on a CPU-only cluster, or for more CPUs than any node has, waits forever ("No available node types can
-fulfill resource request", RAY_NOTES §1). `check_request` compares a request with what the cluster has --
+fulfill resource request", docs/cluster.md#a-gpu-worker-needs-its-cpus-named). `check_request` compares a request with
+what the cluster has --
 its live nodes and, where an autoscaler is configured, the node types it may add (up to their
 `max_workers`) -- and raises `ResourceRequestError` (a ValueError: one line from the error boundary,
 exit 2) naming what was asked and what exists. A GPU request on a cluster that is only this machine also
@@ -16,7 +17,7 @@ from alignlab.platform.ray_env import started_locally
 
 RAY_DATA_CPUS = 1.0
 """CPUs a pretraining run must leave free: Ray Data's file listing task needs one whole CPU, and without it
-the training input pipeline waits at 0 rows (RAY_NOTES pitfall 1)."""
+the training input pipeline waits at 0 rows (docs/cluster.md#ray-data-needs-a-whole-cpu)."""
 
 
 class ResourceRequestError(ValueError):

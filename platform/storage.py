@@ -1,4 +1,4 @@
-"""Where things are written: one storage root, laid out so a person can find things by eye (DESIGN.md).
+"""Where things are written: one storage root, laid out so a person can find things by eye (docs/guarantees.md).
 
 Every write that a crash could leave half-done goes to a temporary name and is renamed last.
 """

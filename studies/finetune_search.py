@@ -20,7 +20,8 @@ search's choice (`SearchSpec.nested`, `protocol.search_groups`, `protocol.search
 - CT: every calculation tests on the separate 200-query set, so one search (`ct`), sampling from the
   275-query pool, serves all ten.
 
-Pitfall (RAY_NOTES §3, pitfall 9): Ray's OptunaSearch tells Optuna that an ASHA-stopped trial
+Pitfall (docs/cluster.md#asha-stopped-trials-reach-optuna-as-complete): Ray's OptunaSearch tells Optuna that an
+ASHA-stopped trial
 COMPLETED with its early value, which biases TPE toward settings that look good early. The runner
 (`alignlab.platform.study.search.run_search`) tells Optuna PRUNED instead, with the per-epoch values as
 intermediate values, and picks the best setting among trials that ran to their own end only, so

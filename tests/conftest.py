@@ -8,7 +8,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """A real local Ray: 2 CPUs, no dashboard, started once per session (RAY_NOTES.md)."""
+    """A real local Ray: 2 CPUs, no dashboard, started once per session (docs/cluster.md#a-local-ray-for-tests)."""
     import ray
 
     from alignlab.platform.ray_env import quiet_ray_data

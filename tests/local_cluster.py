@@ -5,7 +5,7 @@ Ray process on the machine, the test session's own instance included), this clus
 temp dir, and stopping it kills only the processes that belong to it: those whose command line names
 that temp dir, and their descendants (workers, the job driver, the fake autoscaler's worker nodes).
 Token authentication is on, as on a real cluster: one random token, given to every process by
-`RAY_AUTH_TOKEN` (RAY_NOTES.md §0).
+`RAY_AUTH_TOKEN` (docs/cluster.md#token-auth-and-the-ray-cli).
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The engine stays without names, keeps Ray at its edges (DESIGN.md, "The objective interface") and its modules
-import each other without a circle (issue #45).
+"""The engine stays without names, keeps Ray at its edges
+(docs/architecture.md#the-import-rules-and-the-tests-that-keep-them), and its modules import each other without a
+circle.
 
 These walk `platform/` with `ast`, so they fail the moment someone writes `if task == "ct"`, `import ray` in a
 core module or an import that closes a circle, rather than when the next objective is added and something

@@ -1,4 +1,4 @@
-"""cluster.yaml passes the schema that `ray up` checks (offline: RAY_NOTES.md §4)."""
+"""cluster.yaml passes the schema that `ray up` checks (offline: docs/cluster.md#validating-clusteryaml-offline)."""
 from pathlib import Path
 
 import pytest

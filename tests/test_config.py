@@ -194,8 +194,8 @@ def test_alignlab_pretrain_trains_at_the_precision_its_flag_names(tmp_path, monk
     assert asked == ["fp32", "bf16", PRETRAIN_PRESETS["smoke"].precision]
 
 
-def test_the_readme_cost_table_follows_from_the_paper_presets_global_batch(monkeypatch):
-    """README "What the presets cost": examples = max_steps x the global batch (500M, not 500M x workers), FLOPs per
+def test_the_cost_table_of_the_cluster_page_follows_from_the_paper_presets_global_batch(monkeypatch):
+    """docs/cluster.md, "What the presets cost": examples = max_steps x the global batch (500M, not 500M x workers), FLOPs per
     example from the throughput benchmark's formula, hours at the assumed 50 TFLOP/s of an A10G."""
     import re
     import sys
@@ -205,10 +205,10 @@ def test_the_readme_cost_table_follows_from_the_paper_presets_global_batch(monke
     monkeypatch.syspath_prepend(str(repo / "benchmarks"))
     from pretrain_throughput import model_flops
 
-    readme = (repo / "README.md").read_text()
+    readme = (repo / "docs" / "cluster.md").read_text()
     p = PRETRAIN_PRESETS["paper"]
     examples = p.max_steps * p.batch_size
-    masked = 0.15 * p.model.max_len  # the README: MLM decoded on 15% of 128 positions
+    masked = 0.15 * p.model.max_len  # the page: MLM decoded on 15% of 128 positions
     hours = {s: model_flops(s, 1, p.model.max_len, 111_000, masked) * examples / 50e12 / 3600
              for s in ("256x1", "512x3", "768x3")}
     row = re.search(r"\| one 768x3 model \| `paper` \| 500M examples \(([\d.e]+) FLOP\) \| ≈ (\d+) A10G-hours", readme)

@@ -1,6 +1,6 @@
 """The corpus build is a pure function of its config: two builds of one config write the same corpus.
 
-Content addressing (README, "What a run does") relies on it: a corpus id names a config and its
+Content addressing (docs/guarantees.md) relies on it: a corpus id names a config and its
 input, so every build under that id must hold the same tokenizer, token counts and shard rows in the
 same order, or models pretrained "on the same corpus" would differ by where it happened to be built.
 

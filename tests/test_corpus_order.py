@@ -1,7 +1,7 @@
 """The order of a corpus's rows: documents spread over the shards by a hash of their id (`shuffle_documents`).
 
 Pretraining streams the shards in order through a shuffle buffer of a few batches, so a corpus whose shards
-held the documents in reading order taught one language or source at a time (benchmarks/README.md, "Round 8").
+held the documents in reading order taught one language or source at a time (docs/journal/round-08.md).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Bad input through the real command line and the real study scripts: each case exits non-zero within a
 time limit, prints one line naming the flag or file and the problem, shows no traceback, and registers
-nothing under the storage root. (The first slice of issue #17; see README "Failure behaviour".)"""
+nothing under the storage root. (The first slice of issue #17; see docs/guarantees.md.)"""
 from __future__ import annotations
 
 import os

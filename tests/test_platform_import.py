@@ -1,4 +1,5 @@
-"""`platform/` must never shadow the standard library's `platform` (DESIGN.md, RAY_NOTES.md §4)."""
+"""`platform/` must never shadow the standard library's `platform`
+(docs/cluster.md#platform-must-not-shadow-the-standard-library)."""
 import subprocess
 import sys
 from pathlib import Path

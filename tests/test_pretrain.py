@@ -173,7 +173,7 @@ def test_a_killed_worker_resumes_from_the_last_checkpoint_with_no_step_repeated_
 def test_pretraining_reads_its_rows_in_order_even_when_a_plain_ray_init_started_ray(uninterrupted, smoke_corpus,
                                                                                    tmp_path):
     """A script that calls `ray.init()` itself never ran alignlab's DataContext setup; before the fix two runs of one
-    mini model id from such scripts trained on different rows (benchmarks/README.md, "Round 12")."""
+    mini model id from such scripts trained on different rows (docs/journal/round-12.md)."""
     import ray.data
 
     from alignlab.platform.pretrain.driver import pretrain

@@ -294,7 +294,7 @@ def _build(cfg: CorpusConfig, st: Storage, cid: str, final: Path, held: tuple, l
                 fn_constructor_kwargs=dict(tokenizer_path=f"{work}/tokenizer.model", chunk_len=cfg.chunk_len,
                                            labellers=labellers, seed=cfg.seed, storage=st.uri),
                 # Half a CPU per actor: on a 2-CPU machine two actors must leave Ray Data a whole CPU for its
-                # own tasks, or the pipeline waits forever at 0 rows (RAY_NOTES pitfall 1).
+                # own tasks, or the pipeline waits forever at 0 rows (docs/cluster.md#ray-data-needs-a-whole-cpu).
                 compute=ray.data.ActorPoolStrategy(size=max(1, min(num_workers, len(items)))), batch_size=1,
                 num_cpus=0.5,
             )

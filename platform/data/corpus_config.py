@@ -107,7 +107,7 @@ class CorpusConfig:
     source's English, Spanish and French articles by title, then the next source's, and pretraining, which
     streams the shards in order through a shuffle buffer of a few batches, would see one language or source at
     a time (the mini preset's 2,000 steps ended on French text and never reached most of its software summaries;
-    benchmarks/README.md, "Round 8"). Off is how corpora were built before this field, with their ids."""
+    docs/journal/round-08.md). Off is how corpora were built before this field, with their ids."""
     eval_fraction: float = 0.02
     """Fraction of documents (by id hash) held out of training for the final pretraining evaluation."""
     holdout_ids_file: str | None = None

@@ -6,8 +6,8 @@ positive pointwise mutual information of the pieces within `WINDOW` of each othe
 counts smoothed to the power 0.75, Levy, Goldberg & Dagan 2015), factorised by a truncated SVD into `hidden`
 dimensions (U * sqrt(S)). The encoder's word embeddings start there, scaled to the configured per-entry standard
 deviation; every other weight starts as before. Only the training split is counted, never the held-out rows or a
-task's data. The decoder of MLM is tied to these embeddings, so it starts from them too (benchmarks/README.md,
-"Round 14").
+task's data. The decoder of MLM is tied to these embeddings, so it starts from them too (why, and what it
+changed: docs/journal/round-14.md).
 
 The table is made once per model by the driver, written atomically next to the model (`WORD_EMBEDDINGS`), and read
 by every Train worker before its first step; a resumed run loads its checkpoint's weights instead.

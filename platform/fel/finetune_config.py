@@ -46,7 +46,7 @@ class FinetuneConfig:
     """Honest selection only: once the epochs are selected on the validation split, train again from the same
     initialisation on the whole budget (training + validation examples) to those epochs, and score and keep that.
     The context-free baselines are fitted on the whole budget, so with refit the model learns from as many
-    labelled examples as they do (README, "FEL"). Not in a config's dict (nor its ids) when off."""
+    labelled examples as they do (docs/fel.md). Not in a config's dict (nor its ids) when off."""
     feature_layers: str = field(default="last", metadata={"omit_at_default": True})
     """What the task heads read (`head_input`): "last", the encoder's output (the paper's); "all", the embedding
     output and every layer's side by side. Not in a config's dict (nor its ids) at "last", as word_pooling at "first"."""

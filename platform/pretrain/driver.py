@@ -32,7 +32,8 @@ from alignlab.platform.devices import use_device
 
 
 def worker_resources(cfg: PretrainConfig) -> dict:
-    """One Train worker's Ray resources (`use_gpu` alone would reserve only {"GPU": 1}, RAY_NOTES §1)."""
+    """One Train worker's Ray resources (`use_gpu` alone would reserve only {"GPU": 1},
+    docs/cluster.md#a-gpu-worker-needs-its-cpus-named)."""
     resources = {"CPU": cfg.cpus_per_worker}
     if cfg.use_gpu:
         resources["GPU"] = 1
@@ -188,7 +189,8 @@ def data_config(cfg: PretrainConfig, datasets: dict):
     are split by Ray Data's `streaming_split(world, equal=True)`, so each rank reads and collates only its own
     rows (input bandwidth grows with the workers) and every rank gets the same number of rows, hence of steps.
     `preserve_order` makes which rows reach which rank, and in what order, the same on every run of the same
-    world size (RAY_NOTES §2), so a resumed rank skips exactly the batches its checkpoint consumed. "eval" stays
+    world size (docs/cluster.md#streaming-split-gives-every-rank-the-same-number-of-rows), so a resumed rank skips
+    exactly the batches its checkpoint consumed. "eval" stays
     whole: rank 0 evaluates it alone."""
     from ray.train import DataConfig
 

@@ -1,6 +1,7 @@
 """The pretraining loop: row batches in, optimizer steps, metrics every `log_every` steps, checkpoints.
 
-No Ray here (STYLE.md): `train_loop` takes an iterator of row batches per pass, a `report` callable and an
+No Ray here (docs/architecture.md#ray-at-the-edges): `train_loop` takes an iterator of row batches per pass, a
+`report` callable and an
 `all_finite` collective; the Ray Train driver (`pretrain/driver.py`) and the tests supply them. Batches are collated and
 prepared on a background thread `PretrainConfig.prefetch_batches` ahead (`prefetch.Prefetcher`), keyed by step as
 on the training thread, and the step waits for the device only when metrics are read.

@@ -1,6 +1,7 @@
 """Multi-objective pretraining: the plain-PyTorch step, evaluation and checkpoint state (the loop: loop.py).
 
-No Ray here (STYLE.md): the Ray Train driver (`pretrain/driver.py`) and the tests drive it. The total loss
+No Ray here (docs/architecture.md#ray-at-the-edges): the Ray Train driver (`pretrain/driver.py`) and the tests drive it.
+The total loss
 is the weighted sum of the enabled objectives' losses (each optionally divided by the log of its
 number of classes, `PretrainConfig.loss_scaling`); each unscaled term is logged as
 `train/<objective>/loss`.
@@ -109,7 +110,7 @@ def make_optimizer(model: torch.nn.Module, cfg: PretrainConfig) -> torch.optim.O
     (BERT's rule: biases and LayerNorm parameters are 1-d and exempt).
 
     Fused (one kernel over every parameter) on CPU and CUDA: on CPU PyTorch's default is a Python loop over the
-    parameters, 4.6 ms a step for the mini model against 0.7 ms fused (benchmarks/adam_cpu.py)."""
+    parameters, several times slower for the mini model than fused (benchmarks/adam_cpu.py; benchmarks/README.md)."""
     kw = dict(lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps)
     if {p.device.type for p in model.parameters()} <= {"cpu", "cuda"}:
         kw["fused"] = True

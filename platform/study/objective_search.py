@@ -15,9 +15,10 @@ objectives (CT toward WHP, AD toward PAD, the paper's Table 5), so the interesti
 itself; a fixed weighted sum would hide it behind an arbitrary exchange rate between CT and AD points.
 
 Trials run one at a time by default (`max_concurrent=1`): each starts a TorchTrainer whose Ray Data pipeline
-needs a free CPU (RAY_NOTES pitfall 1), so side-by-side trials on a small box starve each other. No scheduler
-and no pruning: a pretraining run is only comparable at its full budget. The trial is a Tune function
-trainable that drives its own TorchTrainer (the Train-V2 pattern of RAY_NOTES §3; `Tuner(trainer)` is gone).
+needs a free CPU (docs/cluster.md#ray-data-needs-a-whole-cpu), so side-by-side trials on a small box starve each
+other. No scheduler and no pruning: a pretraining run is only comparable at its full budget. The trial is a Tune
+function trainable that drives its own TorchTrainer (the Train-V2 pattern of
+docs/cluster.md#a-torchtrainer-inside-a-tune-trial-or-a-task; `Tuner(trainer)` is gone).
 
 Its state is a persistent Optuna study (`optuna_study`: a journal file by default), so a search killed mid-way
 resumes through Optuna, and the report adds Optuna's parameter importances, one plot per task.
@@ -146,7 +147,8 @@ TRIAL_CPUS = 0.1
 
 def beside_trials(cfg: PretrainConfig, total_cpus: float, concurrent: int) -> PretrainConfig:
     """`cfg` with each Train worker's logical CPUs cut so that `concurrent` trials, each a driver of `TRIAL_CPUS`
-    plus its pretraining run, still leave Ray Data its whole CPU (RAY_NOTES pitfall 1) on `total_cpus`.
+    plus its pretraining run, still leave Ray Data its whole CPU
+    (docs/cluster.md#ray-data-starves-beside-a-01-cpu-trial-on-2-cpus) on `total_cpus`.
 
     Found running the mini search on 2 CPUs: trial 0.1 + worker 1.0 left 0.9, and the run's parquet reads waited
     for ever. `cpus_per_worker` is a runtime field (not in the model id) and torch's thread count is kept, so the

@@ -12,7 +12,7 @@ or on purpose -- runs only the calculations without one. The table is the same e
 finished search is written to `searches/<name>.json` and is not repeated on a rerun.
 
 Grid axes and Optuna spaces combine by running one search per grid cell (`SearchSpec`): Optuna
-rejects `grid_search` axes (STYLE.md).
+rejects `grid_search` axes (docs/architecture.md#ray-at-the-edges).
 """
 from __future__ import annotations
 
@@ -60,7 +60,8 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
     `trial_resources` are one FEL trial's Ray resources ({"cpu": 1} by default); `max_parallel_pretrain`
     > 1 pretrains independent models side by side (each as a Ray task driving its own TorchTrainer) --
     for clusters: on a 2-CPU machine two trainers and their Ray Data pipelines starve each other of CPUs
-    (RAY_NOTES pitfall 1), so locally the default 1 (one after the other) is the safe choice. `optuna_storage`:
+    (docs/cluster.md#ray-data-needs-a-whole-cpu), so locally the default 1 (one after the other) is the safe choice.
+    `optuna_storage`:
     an RDB URL for the searches' Optuna studies instead of their journal files (`optuna_study`)."""
     from alignlab.platform.data.corpus import build_corpus, load_manifest
     from alignlab.platform.fel.protocol import build_tasks
@@ -238,7 +239,8 @@ def pretrain_models(study: Study, cdir: Path, root: Path | Storage, *, max_paral
 
 
 def _pretrain_task(cdir: str, cfg: dict, root: str, objectives: tuple = ()) -> str:
-    """A Ray task driving one pretraining run (the TorchTrainer-in-a-task pattern of RAY_NOTES §3)."""
+    """A Ray task driving one pretraining run (the TorchTrainer-in-a-task pattern of
+    docs/cluster.md#a-torchtrainer-inside-a-tune-trial-or-a-task)."""
     from alignlab.platform.pretrain.driver import pretrain
 
     quiet_ray_data()  # the DataContext is per process: same deterministic row order as from the driver

@@ -32,7 +32,8 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
     `$ALIGNLAB_OPTUNA_STORAGE`). A rerun of an interrupted search runs only the trials the study still lacks,
     trying again the points its dead driver was running (`study.search_tune.run_rounds`).
 
-    Pruning vs. Optuna (RAY_NOTES pitfall 9): a trial's last report carries `search_complete=1` only when the
+    Pruning vs. Optuna (docs/cluster.md#asha-stopped-trials-reach-optuna-as-complete): a trial's last report carries
+    `search_complete=1` only when the
     calculation ran to its own end (patience or max_epochs); the searcher tells Optuna PRUNED for every other
     one (keeping the per-epoch values it reported as intermediate values, which TPE ranks below every
     completed trial), and the best setting is chosen among completed trials only -- all of them compared at

@@ -65,7 +65,8 @@ class OptunaStudySearch(Searcher):
     - Each trial's last values of `keep` become its user attributes: the search's summary is read from the
       study alone.
     - `complete_key`: a trial whose last result lacks it was stopped early by the scheduler and is told
-      PRUNED, with its per-epoch values as intermediate values (RAY_NOTES pitfall 9: Ray's own OptunaSearch
+      PRUNED, with its per-epoch values as intermediate values
+      (docs/cluster.md#asha-stopped-trials-reach-optuna-as-complete: Ray's own OptunaSearch
       tells COMPLETE with the early value). A result with `failed` (diverged) is told FAIL, which TPE leaves out.
     - A Tune error is told FAIL by `tell_error`, which `TellTuneErrors` calls with the error's text.
     - `on_told` runs after every tell (the journal's upload for a remote root).
