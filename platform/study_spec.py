@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from alignlab.platform.config import CorpusConfig, FinetuneConfig, PretrainConfig, config_hash
+from alignlab.platform.config import PRECISIONS, CorpusConfig, FinetuneConfig, PretrainConfig, config_hash
 
 DEFAULT_TRIAL_RESOURCES = {"cpu": 1}
 """Ray resources of one FEL trial; on a GPU cluster e.g. {"cpu": 1, "gpu": 0.25} (`--gpus-per-trial`)."""
@@ -260,8 +260,8 @@ def with_precision(study: Study, precision: str) -> Study:
     report of the default command is never replaced by another precision's."""
     if precision == "auto":
         return study
-    if precision not in ("fp32", "bf16"):
-        raise ValueError(f"--precision must be auto, fp32 or bf16, got {precision!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"--precision must be {', '.join(PRECISIONS)}, got {precision!r}")
     models = tuple(dataclasses.replace(m, pretrain=dataclasses.replace(m.pretrain, precision=precision))
                    for m in study.models)
     return dataclasses.replace(study, name=f"{study.name}-{precision}", models=models,
