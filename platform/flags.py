@@ -6,6 +6,7 @@ against) and its help. A parser calls `add_<flag>_flag(parser)`; what differs be
 from __future__ import annotations
 
 from alignlab.platform.config import PRECISIONS, PRESETS
+from alignlab.platform.errors import positive_int
 
 STORAGE_HELP = ("storage root: a local path, file:// URI, or a remote URI such as s3://bucket/prefix "
                 "(default ./alignlab-storage)")
@@ -28,6 +29,11 @@ def add_debug_flag(parser) -> None:
 def add_precision_flag(parser, *, default: str | None = "auto", help: str) -> None:
     """`--precision auto|fp32|bf16` (`PretrainConfig.precision`); `default` None: the preset's."""
     parser.add_argument("--precision", choices=PRECISIONS, default=default, help=help)
+
+
+def add_max_concurrent_flag(parser, *, default: int | None, help: str) -> None:
+    """`--max-concurrent N` (N >= 1): at most N trials at once."""
+    parser.add_argument("--max-concurrent", type=positive_int, default=default, help=help)
 
 
 def add_optuna_storage_flag(parser, help: str) -> None:

@@ -255,8 +255,8 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
     (`alignlab study NAME` runs a script's `main` with it; default the script's file name)."""
     from alignlab.platform.cli import objective_names
     from alignlab.platform.corpus_flags import add_corpus_arguments
-    from alignlab.platform.flags import (add_debug_flag, add_optuna_storage_flag, add_precision_flag, add_preset_flag,
-                                         add_storage_flag)
+    from alignlab.platform.flags import (add_debug_flag, add_max_concurrent_flag, add_optuna_storage_flag,
+                                         add_precision_flag, add_preset_flag, add_storage_flag)
     from alignlab.platform.study_tasks import add_task_arguments
     from alignlab.platform.errors import Parser, name_list, nonneg_float, positive_float, positive_int, run_guarded
 
@@ -264,9 +264,8 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
     add_preset_flag(ap)
     add_debug_flag(ap)
     add_storage_flag(ap)
-    ap.add_argument("--max-concurrent", type=positive_int, default=None,
-                    help="at most this many FEL trials at once (default: no cap -- as many as the cluster holds, "
-                         "and an autoscaler adds nodes for the trials still waiting)")
+    add_max_concurrent_flag(ap, default=None, help="at most this many FEL trials at once (default: no cap -- as many "
+                            "as the cluster holds, and an autoscaler adds nodes for the trials still waiting)")
     ap.add_argument("--cpus-per-trial", type=positive_float, default=1.0, help="Ray CPUs per FEL trial (default 1)")
     ap.add_argument("--gpus-per-trial", type=nonneg_float, default=0.0,
                     help="Ray GPUs per FEL trial, e.g. 0.25 to share a GPU by four trials (default 0)")

@@ -43,7 +43,8 @@ def build(preset: str) -> MixSearchSpec:
 def main(argv=None, prog=None):
     """The script's command line (`python studies/objective_mix.py` and `alignlab study objective_mix`)."""
     from alignlab.platform.errors import Parser, run_guarded
-    from alignlab.platform.flags import add_optuna_storage_flag, add_precision_flag, add_preset_flag, add_storage_flag
+    from alignlab.platform.flags import (add_max_concurrent_flag, add_optuna_storage_flag, add_precision_flag,
+                                         add_preset_flag, add_storage_flag)
     from alignlab.platform.storage import resolve_root
     from alignlab.platform.study_tasks import add_task_arguments, declare_specs, search_with_tasks
 
@@ -51,8 +52,7 @@ def main(argv=None, prog=None):
     add_preset_flag(ap)
     add_storage_flag(ap)
     ap.add_argument("--num-samples", type=int, default=None, help="Optuna trials (default: the preset's)")
-    ap.add_argument("--max-concurrent", type=int, default=1,
-                    help="trials at once (default 1: each trains a model; >1 is for clusters)")
+    add_max_concurrent_flag(ap, default=1, help="trials at once (default 1: each trains a model; >1 is for clusters)")
     add_optuna_storage_flag(ap, help="RDB URL of the search's Optuna study, e.g. sqlite:///optuna.db (default: "
                             "$ALIGNLAB_OPTUNA_STORAGE, else the journal file search.optuna.journal beside search.json)")
     add_precision_flag(ap, help="matmul precision of pretraining (default auto); fp32 or bf16 trains the same models "

@@ -118,3 +118,11 @@ def test_the_flags_of_the_front_door_are_those_of_the_script(name, capsys, monke
     assert door.startswith(f"usage: alignlab study {name} ")
     assert options(door) == options(script.stdout)
     assert "--preset" in options(door)[0] and "--storage" in options(door)[0]
+
+
+def test_plan_takes_a_studys_name_as_it_takes_the_scripts_path(capsys, tmp_path):
+    flags = ["--preset", "smoke", "--storage", str(tmp_path / "root")]
+    assert cli.main(["plan", "learning_rate", *flags]) == 0
+    by_name = capsys.readouterr().out
+    assert cli.main(["plan", str(STUDIES / "learning_rate.py"), *flags]) == 0
+    assert capsys.readouterr().out == by_name and "learning_rate-smoke" in by_name
