@@ -364,9 +364,10 @@ def _evaluate(args, root: Path) -> int:
     ft = load_finetuned(_finetuned_folder(root, args.model))
     if args.task not in ft.task_heads:
         raise ValueError(f"finetuned model {args.model} was trained for {', '.join(ft.task_heads)}, not {args.task}")
-    examples = task(args.task).load_examples(args.file)  # TaskDataError (a ValueError) names every file:line
-    m = evaluate_examples(ft.model, args.task, examples, ft.tok, options=ft.cfg.task_options)
-    unit = task(args.task).unit
+    t = task(args.task)  # resolved once
+    examples = t.load_examples(args.file)  # TaskDataError (a ValueError) names every file:line
+    m = evaluate_examples(ft.model, t, examples, ft.tok, options=ft.cfg.task_options)
+    unit = t.unit
     print(f"{args.file}: {args.task.upper()} accuracy {m['accuracy']:.4f}  perplexity {m['perplexity']:.4f}  "
           f"({m['count']} {unit}, {m['num_examples']} examples, model {args.model})")
     if args.json:
