@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     add_kind_predict_arguments(pr)  # a declared task's (the finetuned model's folder declares it)
     add_storage_flag(pr)
 
-    sub.add_parser("study", help="alignlab study NAME [flags]: studies/NAME.py's study, with its flags (--help: the list)")
+    sub.add_parser("study", help="alignlab study NAME [flags]: studies/NAME.py's study with its flags (--help: list)")
     rp = sub.add_parser("report", help="(re)write a study's report from its results")
     rp.add_argument("study_dir")
     pl = sub.add_parser("plan", help="a study script's models, calculations and estimated device-hours, before "

@@ -285,8 +285,9 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
     ap.add_argument("--eval-file", action="append", default=[], metavar="TASK=PATH",
                     help="also score every finetuned calculation of TASK (ct or ad) on this JSONL test file; "
                          "repeatable, e.g. --eval-file ct=my_ct.jsonl --eval-file ad=my_ad.jsonl")
-    add_optuna_storage_flag(ap, help="RDB URL of the searches' Optuna studies, e.g. sqlite:///optuna.db or postgresql://… "
-                         "(default: $ALIGNLAB_OPTUNA_STORAGE, else a journal file beside each search)")
+    add_optuna_storage_flag(ap, help="RDB URL of the searches' Optuna studies, e.g. sqlite:///optuna.db or "
+                            "postgresql://… (default: $ALIGNLAB_OPTUNA_STORAGE, else a journal file beside each "
+                            "search)")
     ap.add_argument("--pretrain-seeds", type=positive_int, default=1, metavar="N",
                     help="pretrain every model N times (seeds seed..seed+N-1) and test across the runs: the "
                          "pretraining seed becomes a factor, not a constant (default 1; the study then gets its own "
