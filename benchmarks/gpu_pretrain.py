@@ -30,7 +30,6 @@ A CPU dry run of the code paths (no figures worth keeping):
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime as dt
 import gc
 import json
@@ -153,7 +152,7 @@ def bench_models(sizes, tok, table, *, batch: int, steps: int, rounds: int, warm
               f"{row['alignlab_tokens_per_s']:>10,} tok/s MFU {mfu('alignlab')}"
               + (f"  | HF {row['hf_step_ms']:7.2f} ms/step {row['hf_tokens_per_s']:>10,} tok/s MFU {mfu('hf')}"
                  f"  | ratio {row['ratio_tokens_per_s']:.2f}x" if with_hf else ""), flush=True)
-        del al, hf, on_device, hf_inputs, collated
+        al = hf = on_device = hf_inputs = collated = None  # free the device memory before the next size
         gc.collect()
         if device == "cuda":
             torch.cuda.empty_cache()

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 import torch
 
 from alignlab.platform.registry import objective_config
-from alignlab.platform.config import MODEL_SIZES
+from alignlab.platform.config import MODEL_SIZES, NORMS, PRECISIONS
 from alignlab.platform.presets import FINETUNE_PRESETS, PRETRAIN_PRESETS
 from alignlab.platform.fel.finetune import Pretrained, finetune_calculation
 from alignlab.platform.data.corpus_embeddings import for_corpus
@@ -57,11 +57,11 @@ def main(argv=None) -> None:
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--ffn", type=int, default=512)
     p.add_argument("--init", choices=("bert", "fan_in"), default="bert")
-    p.add_argument("--norm", choices=("post", "pre"), default="post", help="pre: the mini recipe's blocks")
+    p.add_argument("--norm", choices=NORMS, default="post", help="pre: the mini recipe's blocks")
     p.add_argument("--dropout", type=float, default=0.1, help="0: the mini recipe's")
     p.add_argument("--acronym-fraction", type=float, default=0.5)
     p.add_argument("--pad-subword-alpha", type=float, default=0.0)
-    p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto")
+    p.add_argument("--precision", choices=PRECISIONS, default="auto")
     p.add_argument("--score-on", choices=("validation", "test"), default="validation",
                    help="FEL's scoring split (default validation: the test set stays unseen)")
     p.add_argument("--threads", type=int, default=2)

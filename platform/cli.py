@@ -10,6 +10,7 @@
     alignlab finetune ... --save                      keep the model under <storage>/finetuned/<id>/
     alignlab evaluate --model FINETUNED_ID --task {ct,ad} FILE [--json OUT]
     alignlab predict --model FINETUNED_ID "a query"  |  --acronym ACR --snippet TEXT
+    alignlab study NAME [flags]                       run studies/NAME.py's study with its flags (`--help`: the list)
     alignlab report STUDY_DIR
     alignlab export --model ID OUT_DIR                a transformers BertModel folder, RobertaPreLayerNormModel if
                                                       pre-LN, custom code (trust_remote_code) with a distance
@@ -25,7 +26,8 @@ import json
 import sys
 from pathlib import Path
 
-from alignlab.platform.config import LOSS_SCALINGS, MODEL_SIZES, PRESETS, SCHEMES, SELECTION_MODES, check_preset
+from alignlab.platform.config import (FEATURE_LAYERS, LOSS_SCALINGS, MODEL_SIZES, SCHEMES, SELECTION_MODES,
+                                      WORD_POOLINGS, check_preset)
 from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS, PRETRAIN_PRESETS
 from alignlab.platform.data.corpus_flags import (add_corpus_arguments, corpus_flags_given, corpus_from_args,
                                                  fit_domain_phase)
@@ -44,27 +46,29 @@ from alignlab.platform.fel.finetune_schemes import MULTITASK
 from alignlab.platform.fel.task_scoring import evaluate_examples
 from alignlab.platform.fel.inference import Predictor
 from alignlab.platform.pretrain.export import export_model
-from alignlab.platform.study.run import study_main
 from alignlab.platform.ray_env import ensure_ray
+from alignlab.platform.flags import add_debug_flag, add_precision_flag, add_preset_flag, add_storage_flag
+from alignlab.platform.study.command import plan_command, study_command
 
 # Each command imports what only it needs inside its branch (the corpus and the model store bring pyarrow, the
 # report pandas and scipy): `alignlab --help` and the light commands do not load them.
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default="mini", help=f"one of {', '.join(PRESETS)} (default mini)")
-    p.add_argument("--storage", default=None, help="storage root: a local path, file:// URI or remote URI such as s3://bucket/prefix "
-                        "(default ./alignlab-storage)")
+    add_preset_flag(p)
+    add_storage_flag(p)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if (code := study_command(argv)) is not None:  # `alignlab [--debug] study NAME ...`: the script's own parser
+        return code
     # Declared before the parser is built: `--task NAME` of fel/finetune/evaluate/validate accepts their names.
     code = run_guarded(lambda: declare_specs(specs_in(argv)), argv)
     if code:
         return code
     ap = Parser(prog="alignlab", description="Objective-aligned pretraining and FEL studies on Ray.")
-    ap.add_argument("--debug", action="store_true", help="show the traceback of an error (or set ALIGNLAB_DEBUG=1)")
+    add_debug_flag(ap)
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     corpus = sub.add_parser("corpus", help="build corpus shards").add_subparsers(dest="action", required=True)
@@ -86,12 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     pt.add_argument("--max-steps", type=positive_int, default=None)
     pt.add_argument("--loss-scaling", choices=LOSS_SCALINGS, default=None,
                     help="divide each objective's loss by log(number of classes) (MUPPET §3.2); default none")
-    pt.add_argument("--precision", choices=("auto", "fp32", "bf16"), default=None,
-                    help="matmul precision (default: the preset's, auto: bf16 on a GPU or a CPU with native bf16 "
-                         "matmuls, fp32 elsewhere); part of the model id")
+    add_precision_flag(pt, default=None, help="matmul precision (default: the preset's, auto: bf16 on a GPU or a "
+                       "CPU with native bf16 matmuls, fp32 elsewhere); part of the model id")
 
     md = sub.add_parser("models", help="list pretrained models")
-    md.add_argument("--storage", default=None)
+    add_storage_flag(md)
 
     data = sub.add_parser("data", help="FEL task data").add_subparsers(dest="action", required=True)
     bt = data.add_parser("build-tasks", help="build the CT and AD datasets (hand-labelled CT, bundled + npm AD)")
@@ -118,9 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         for t in registered_tasks():
             t.add_finetune_arguments(f, seen)  # the tasks' own options (AD's --acronym-form)
         f.add_argument("--selection", choices=SELECTION_MODES)
-        f.add_argument("--feature-layers", choices=["last", "all"],
+        f.add_argument("--feature-layers", choices=FEATURE_LAYERS,
                        help="what the task head reads: the last layer (the paper's) or every layer side by side")
-        f.add_argument("--word-pooling", choices=["first", "mean"],
+        f.add_argument("--word-pooling", choices=WORD_POOLINGS,
                        help="a CT word's vector: its first piece's (the paper's) or the mean of its pieces'")
         f.add_argument("--discard-head", action="store_true", help="start a fresh head (the paper's * models)")
         f.add_argument("--tasks-dir", default=None, help="task data folder (default: build the bundled tasks)")
@@ -136,19 +139,20 @@ def main(argv: list[str] | None = None) -> int:
     add_declare_argument(ev)
     ev.add_argument("file")
     ev.add_argument("--json", default=None, help="also write the metrics to this JSON file")
-    ev.add_argument("--storage", default=None)
+    add_storage_flag(ev)
     pr = sub.add_parser("predict", help="tag a query (CT) or score an acronym against a snippet (AD)")
     pr.add_argument("--model", required=True, help="finetuned model id (printed by `alignlab finetune --save`)")
     for t in registered_tasks():  # each task's own inputs
         t.add_predict_arguments(pr)
     add_kind_predict_arguments(pr)  # a declared task's (the finetuned model's folder declares it)
-    pr.add_argument("--storage", default=None)
+    add_storage_flag(pr)
 
+    sub.add_parser("study", help="alignlab study NAME [flags]: studies/NAME.py's study with its flags (--help: list)")
     rp = sub.add_parser("report", help="(re)write a study's report from its results")
     rp.add_argument("study_dir")
     pl = sub.add_parser("plan", help="a study script's models, calculations and estimated device-hours, before "
                         "anything runs (the script's --dry-run)")
-    pl.add_argument("script", help="a study script, e.g. studies/objective_ablation.py")
+    pl.add_argument("script", help="a study script or a study's name, e.g. studies/objective_ablation.py or model_size")
     pl.add_argument("script_args", nargs=argparse.REMAINDER, help="its own flags: --preset, --storage, --device ...")
 
     ex = sub.add_parser("export", help="write a pretrained model as a Hugging Face transformers folder "
@@ -157,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("--model", required=True, help="pretrained model id (see `alignlab models`)")
     ex.add_argument("out_dir", help="folder to write (new or empty); AutoModel.from_pretrained(OUT_DIR) loads it "
                     "(with trust_remote_code=True for a distance-biased model)")
-    ex.add_argument("--storage", default=None)
+    add_storage_flag(ex)
 
     args = ap.parse_args(argv)
     return run_guarded(lambda: _dispatch(args), argv)
@@ -235,19 +239,7 @@ def _dispatch(args) -> int:
         print(f"Exported: {out}")
         return 0
     if args.cmd == "plan":
-        import importlib.util
-        import inspect
-
-        spec = importlib.util.spec_from_file_location("alignlab_study_script", args.script)
-        if spec is None or not Path(args.script).is_file():
-            raise ValueError(f"alignlab plan: {args.script} is not a study script (a .py file with a `build`)")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        if not callable(getattr(mod, "build", None)):
-            raise ValueError(f"alignlab plan: {args.script} defines no build(preset) function")
-        study_main(mod.build, [*args.script_args, "--dry-run"],
-                   extra_objective_sets="extra" in inspect.signature(mod.build).parameters)
-        return 0
+        return plan_command(args.script, args.script_args)
     if args.cmd == "report":
         from alignlab.platform.report.report import collect_results, write_report
 
@@ -315,17 +307,18 @@ def _finetune(args, root: Path) -> int:
     tdir = Path(args.tasks_dir) if args.tasks_dir else build_tasks(root, max_docs_per_lang=3000 if args.preset == "smoke" else None)
     data = TaskData.load(tdir)
     points = [(args.fold, args.seed)] if args.cmd == "finetune" else calculations()
+    t = task(cfg.task)  # resolved once, passed to every calculation
     rows = []
     for fold, seed in points:
         c = dataclasses.replace(cfg, fold=fold, seed=seed)
-        train, val, test = fel_split(data, c.task, c)
+        train, val, test = fel_split(data, t, c)
         # The partner task's training sample of the same calculation, as in a study.
-        other = multitask_train(data, c) if c.scheme == MULTITASK else None
-        calc = finetune_calculation(pre, c, train, test, val=val, other_task_train=other)
+        other = multitask_train(data, c, task=t) if c.scheme == MULTITASK else None
+        calc = finetune_calculation(pre, c, train, test, val=val, other_task_train=other, task=t)
         res = calc.row
-        res.update(test_unit_metrics(calc.model, pre.tok, c, test))
-        res.update(context_free_baselines(c.task, train + val, test, data=data))
-        res.update(extra_test_scores(calc.model, pre.tok, c, data.extra_tests(c.task), train + val, data=data))
+        res.update(test_unit_metrics(calc.model, pre.tok, c, test, task=t))
+        res.update(context_free_baselines(t, train + val, test, data=data))
+        res.update(extra_test_scores(calc.model, pre.tok, c, data.extra_tests(t), train + val, data=data, task=t))
         saved = save_finetuned(root.local, pre, c, calc) if getattr(args, "save", False) else None
         if saved is not None:
             root.push(f"finetuned/{saved.name}", last=(MARKER,))
@@ -359,9 +352,10 @@ def _evaluate(args, root: Path) -> int:
     ft = load_finetuned(_finetuned_folder(root, args.model))
     if args.task not in ft.task_heads:
         raise ValueError(f"finetuned model {args.model} was trained for {', '.join(ft.task_heads)}, not {args.task}")
-    examples = task(args.task).load_examples(args.file)  # TaskDataError (a ValueError) names every file:line
-    m = evaluate_examples(ft.model, args.task, examples, ft.tok, options=ft.cfg.task_options)
-    unit = task(args.task).unit
+    t = task(args.task)  # resolved once
+    examples = t.load_examples(args.file)  # TaskDataError (a ValueError) names every file:line
+    m = evaluate_examples(ft.model, t, examples, ft.tok, options=ft.cfg.task_options)
+    unit = t.unit
     print(f"{args.file}: {args.task.upper()} accuracy {m['accuracy']:.4f}  perplexity {m['perplexity']:.4f}  "
           f"({m['count']} {unit}, {m['num_examples']} examples, model {args.model})")
     if args.json:

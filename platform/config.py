@@ -23,6 +23,10 @@ PACKAGED_SOURCES = ("bundled", "software")
 SCHEMES = ("pred", "pred+trm", "pred+trm+emb", "mt:pred+trm")
 SELECTION_MODES = ("honest", "paper")
 LOSS_SCALINGS = ("none", "log_classes")
+PRECISIONS = ("auto", "fp32", "bf16")
+"""Matmul precision of pretraining (`PretrainConfig.precision`); "auto" is resolved on the machine that runs it."""
+FEATURE_LAYERS = ("last", "all")
+WORD_POOLINGS = ("first", "mean")
 NORMS = ("post", "pre")
 POSITIONS = ("learned", "sinusoidal")
 DECAYS = ("constant", "linear", "cosine")
@@ -260,7 +264,7 @@ class PretrainConfig:
         if self.domain_fraction and not 0 < self.domain_start_step < self.max_steps:
             raise ValueError(f"PretrainConfig.domain_fraction {self.domain_fraction} of max_steps {self.max_steps} "
                              "leaves no step for one of the two phases")
-        _choice(self, "precision", ("auto", "fp32", "bf16"))
+        _choice(self, "precision", PRECISIONS)
         _choice(self, "loss_scaling", LOSS_SCALINGS)
         if not 0.0 <= self.layout_fraction <= 1.0:
             raise ValueError(f"PretrainConfig.layout_fraction must be in [0, 1], got {self.layout_fraction}")

@@ -36,5 +36,10 @@ def build(preset: str) -> Study:
                        "first table, BEST-ACC/PPL the second.")
 
 
+def main(argv=None, prog=None):
+    """The script's command line (`python studies/backprop.py` and `alignlab study backprop`)."""
+    return study_main(build, argv, prog=prog)
+
+
 if __name__ == "__main__":
-    study_main(build)
+    main()

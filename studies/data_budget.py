@@ -72,5 +72,10 @@ def build(preset: str) -> Study:
                  task_max_docs_per_lang=SMOKE_TASK_DOCS if preset == "smoke" else None, notes=notes)
 
 
+def main(argv=None, prog=None):
+    """The script's command line (`python studies/data_budget.py` and `alignlab study data_budget`)."""
+    return study_main(build, argv, prog=prog)
+
+
 if __name__ == "__main__":
-    study_main(build)
+    main()

@@ -83,5 +83,10 @@ def build(preset: str) -> Study:
                        f"reports it on that fold only; CT's one search samples from the pool, never the test set.")
 
 
+def main(argv=None, prog=None):
+    """The script's command line (`python studies/finetune_search.py` and `alignlab study finetune_search`)."""
+    return study_main(build, argv, prog=prog)
+
+
 if __name__ == "__main__":
-    study_main(build)
+    main()

@@ -40,5 +40,10 @@ def build(preset: str) -> Study:
                        f"with patience {base.patience}.")
 
 
+def main(argv=None, prog=None):
+    """The script's command line (`python studies/learning_rate.py` and `alignlab study learning_rate`)."""
+    return study_main(build, argv, prog=prog)
+
+
 if __name__ == "__main__":
-    study_main(build)
+    main()

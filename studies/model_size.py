@@ -58,5 +58,10 @@ def build(preset: str) -> Study:
                        "(the paper: 256/512/768 × 1/2/3).")
 
 
+def main(argv=None, prog=None):
+    """The script's command line (`python studies/model_size.py` and `alignlab study model_size`)."""
+    return study_main(build, argv, prog=prog)
+
+
 if __name__ == "__main__":
-    study_main(build)
+    main()

@@ -54,5 +54,10 @@ def build(preset: str, extra: tuple[str, ...] = ()) -> Study:
                  task_max_docs_per_lang=3000 if preset == "smoke" else None)
 
 
+def main(argv=None, prog=None):
+    """The script's command line (`python studies/objective_ablation.py` and `alignlab study objective_ablation`)."""
+    return study_main(build, argv, extra_objective_sets=True, prog=prog)
+
+
 if __name__ == "__main__":
-    study_main(build, extra_objective_sets=True)
+    main()

@@ -41,24 +41,23 @@ def build(preset: str) -> MixSearchSpec:
         task_max_docs_per_lang=SMOKE_TASK_DOCS if preset == "smoke" else None)
 
 
-def main(argv=None):
+def main(argv=None, prog=None):
+    """The script's command line (`python studies/objective_mix.py` and `alignlab study objective_mix`)."""
     from alignlab.platform.errors import Parser, run_guarded
-    from alignlab.platform.study.optuna_study import rdb_url
+    from alignlab.platform.flags import (add_max_concurrent_flag, add_optuna_storage_flag, add_precision_flag,
+                                         add_preset_flag, add_storage_flag)
     from alignlab.platform.storage import resolve_root
     from alignlab.platform.study.tasks import add_task_arguments, declare_specs, search_with_tasks
 
-    ap = Parser(description=build.__doc__)
-    ap.add_argument("--preset", default="mini", help="smoke | mini | paper (default mini)")
-    ap.add_argument("--storage", default=None, help="storage root (default ./alignlab-storage)")
+    ap = Parser(prog=prog, description=build.__doc__)
+    add_preset_flag(ap)
+    add_storage_flag(ap)
     ap.add_argument("--num-samples", type=int, default=None, help="Optuna trials (default: the preset's)")
-    ap.add_argument("--max-concurrent", type=int, default=1,
-                    help="trials at once (default 1: each trains a model; >1 is for clusters)")
-    ap.add_argument("--optuna-storage", default=None, metavar="URL", type=rdb_url,
-                    help="RDB URL of the search's Optuna study, e.g. sqlite:///optuna.db (default: "
-                         "$ALIGNLAB_OPTUNA_STORAGE, else the journal file search.optuna.journal beside search.json)")
-    ap.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
-                    help="matmul precision of pretraining (default auto); fp32 or bf16 trains the same models on "
-                         "every machine (the search then gets its own name and report)")
+    add_max_concurrent_flag(ap, default=1, help="trials at once (default 1: each trains a model; >1 is for clusters)")
+    add_optuna_storage_flag(ap, help="RDB URL of the search's Optuna study, e.g. sqlite:///optuna.db (default: "
+                            "$ALIGNLAB_OPTUNA_STORAGE, else the journal file search.optuna.journal beside search.json)")
+    add_precision_flag(ap, help="matmul precision of pretraining (default auto); fp32 or bf16 trains the same models "
+                       "on every machine (the search then gets its own name and report)")
     add_task_arguments(ap)
     ap.add_argument("--maximize", action="append", default=[], metavar="TASK[:METRIC]",
                     help="what the search maximizes, e.g. ner or ner:span_f1 (repeatable: a Pareto search; default: "

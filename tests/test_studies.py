@@ -15,7 +15,7 @@ from alignlab.platform.study.spec import SearchParam, SearchSpec, Study, planned
 STUDIES = Path(__file__).resolve().parents[1] / "studies"
 SEARCH_SCRIPTS = ("objective_mix",)
 """Scripts that build a search over pretraining (not a `Study` grid); tested in test_objective_mix.py."""
-SCRIPTS = sorted(p.stem for p in STUDIES.glob("*.py") if p.stem not in SEARCH_SCRIPTS)
+SCRIPTS = sorted(p.stem for p in STUDIES.glob("*.py") if p.stem not in SEARCH_SCRIPTS and not p.stem.startswith("_"))
 
 
 def load_script(name: str):

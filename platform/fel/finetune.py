@@ -47,10 +47,10 @@ from alignlab.platform.fel.finetune_schemes import MULTITASK, trainable_paramete
 from alignlab.platform.fel.head_input import LAST_LAYER_FIRST_PIECE, HeadInput, fits, reads_of, task_head, widened
 from alignlab.platform.model import AlignModel
 from alignlab.platform.storage import MARKER, folder_finished, publish_dir, read_json, write_json, write_marker
-from alignlab.platform.task import Encoded, head_for, registered_tasks, task as task_named
+from alignlab.platform.task import Encoded, Task, head_for, registered_tasks, task as task_named
 from alignlab.platform.fel.task_kinds import declarations, declare_all
-from alignlab.platform.fel.task_scoring import (encode_examples, logits_and_labels, UNIT_SCORES, metrics_from_logits,
-                                                on_device, scores_per_test_unit, unit_vectors)
+from alignlab.platform.fel.task_scoring import (encode_examples, logits_and_labels, UNIT_SCORES, as_task,
+                                                metrics_from_logits, on_device, scores_per_test_unit, unit_vectors)
 from alignlab.platform.data.tokenizer import Tokenizer, check_model_vocabulary
 
 
@@ -111,11 +111,11 @@ class NonFiniteError(ValueError):
 class _Features:
     """Frozen-encoder outputs, computed once (scheme `pred`)."""
 
-    def __init__(self, model: AlignModel, task: str, enc: Encoded):
+    def __init__(self, model: AlignModel, task: Task, enc: Encoded):
         model.eval()
         with torch.no_grad():
             x, self.y = unit_vectors(model, task, enc)
-        self.x, self.row_of_unit = x.clone(), task_named(task).unit_rows(enc).to(x.device)
+        self.x, self.row_of_unit = x.clone(), task.unit_rows(enc).to(x.device)
 
     def units_of_rows(self, rows: torch.Tensor) -> torch.Tensor:
         return torch.nonzero(torch.isin(self.row_of_unit, rows)).squeeze(1)
@@ -159,25 +159,26 @@ class Calculation:
 
 
 def finetune_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, val=None, other_task_train=None,
-                         on_epoch=None, device: str | torch.device = "cpu") -> Calculation:
+                         on_epoch=None, device: str | torch.device = "cpu", task: Task | None = None) -> Calculation:
     """Finetune on `train`, select epochs on `val` (honest) or `test` (paper); the result row and kept model
     (on `device`). With `cfg.refit`, the selected epochs are then trained again on `train` + `val` from the same
-    initialisation, and those models are scored and kept."""
+    initialisation, and those models are scored and kept. `task`: the object of `cfg.task`, when the caller
+    (a trial) has resolved it; else it is looked up here, once, and passed down."""
     t0 = time.time()
     if cfg.selection == "honest" and not val:
         raise ValueError("honest selection needs a validation split (carve it from the training budget)")
     if cfg.refit and test is val:
         raise ValueError("FinetuneConfig.refit trains on the validation split, so it cannot be scored on it: "
                          "set refit=False where the validation split is the test set (searches, validation tables)")
-    task = cfg.task
+    task = as_task(task if task is not None else cfg.task)
     tok, L = pre.tok, pre.model_cfg.max_len
 
-    def encode(t: str, examples) -> Encoded:
+    def encode(t: Task, examples) -> Encoded:
         return on_device(encode_examples(t, examples, tok, L, cfg.task_options), device)
 
     enc_train, enc_test = encode(task, train), encode(task, test)
     enc_sel = enc_test if cfg.selection == "paper" else encode(task, val)
-    tasks = task_heads(cfg)
+    tasks = (task, task_named(task.multitask_partner)) if cfg.scheme == MULTITASK else (task,)
     multitask, other = len(tasks) > 1, tasks[-1]
     if multitask and not other_task_train:
         raise ValueError("scheme mt:pred+trm needs the other task's training examples (other_task_train)")
@@ -211,7 +212,7 @@ def finetune_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, v
     if best_ppl[0] is None or best_acc[0] is None:
         last = history[-1]
         raise NonFiniteError(
-            f"{task.upper()} calculation (fold {cfg.fold}, seed {cfg.seed}, lr {cfg.lr:g}): the "
+            f"{task.name.upper()} calculation (fold {cfg.fold}, seed {cfg.seed}, lr {cfg.lr:g}): the "
             f"{'test' if cfg.selection == 'paper' else 'validation'} numbers were never finite in "
             f"{len(history)} epoch{'s' if len(history) != 1 else ''} (last: accuracy {last['accuracy']}, "
             f"perplexity {last['perplexity']}); the model diverged")
@@ -247,14 +248,16 @@ class _Fit:
     """One training run of a calculation: a task model from the pretrained weights (its head initialised by the
     seed), its optimizer and its batch order (seeded by seed and fold), on the encoded examples `enc_fit`."""
 
-    def __init__(self, pre: Pretrained, cfg: FinetuneConfig, tasks: tuple[str, ...], enc_fit: Encoded,
+    def __init__(self, pre: Pretrained, cfg: FinetuneConfig, tasks: tuple[str | Task, ...], enc_fit: Encoded,
                  enc_other: Encoded | None, device):
+        tasks = tuple(as_task(t) for t in tasks)
+        names = tuple(t.name for t in tasks)
         self.cfg, self.task, self.tasks, self.enc_fit, self.enc_other = cfg, tasks[0], tasks, enc_fit, enc_other
-        self.model = build_task_model(pre, self.task, keep_head=cfg.keep_head, dropout=cfg.dropout,
+        self.model = build_task_model(pre, names[0], keep_head=cfg.keep_head, dropout=cfg.dropout,
                                       seed=cfg.seed, reads=reads_of(cfg)).to(device)
-        self.opt = torch.optim.Adam(trainable_parameters(self.model, cfg.scheme, tasks), lr=cfg.lr)
+        self.opt = torch.optim.Adam(trainable_parameters(self.model, cfg.scheme, names), lr=cfg.lr)
         self.gen = torch.Generator().manual_seed(cfg.seed * 1000 + cfg.fold)
-        self.head, self.frozen, self.device = self.model.heads[self.task], cfg.scheme == "pred", device
+        self.head, self.frozen, self.device = self.model.heads[names[0]], cfg.scheme == "pred", device
         self.features = _Features(self.model, self.task, enc_fit) if self.frozen else None
 
     def epoch(self) -> None:
@@ -286,7 +289,7 @@ class _Fit:
                 (logits, labels), rows = logits_and_labels(self.model, self.task, enc), None
         m = metrics_from_logits(logits, labels)
         if examples is not None:
-            rows = task_named(self.task).unit_rows(enc) if rows is None else rows
+            rows = self.task.unit_rows(enc) if rows is None else rows
             m.update(scores_per_test_unit(self.task, examples, logits.argmax(-1) == labels, rows))
         return m
 

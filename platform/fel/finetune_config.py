@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from alignlab.platform.config import SCHEMES, SELECTION_MODES, _choice, _positive
+from alignlab.platform.config import FEATURE_LAYERS, SCHEMES, SELECTION_MODES, WORD_POOLINGS, _choice, _positive
 
 _task_registry: tuple[Callable[[], str], Callable[[], tuple[str, ...]], Callable[[], dict], Callable[[], dict]] | None = None
 
@@ -75,8 +75,8 @@ class FinetuneConfig:
         _choice(self, "scheme", SCHEMES)
         _choice(self, "selection", SELECTION_MODES)
         object.__setattr__(self, "task_options", _task_options(self.task_options))
-        _choice(self, "feature_layers", ("last", "all"))
-        _choice(self, "word_pooling", ("first", "mean"))
+        _choice(self, "feature_layers", FEATURE_LAYERS)
+        _choice(self, "word_pooling", WORD_POOLINGS)
         if self.refit and self.selection != "honest":
             raise ValueError(f"FinetuneConfig.refit needs honest selection (its validation split); selection is "
                              f"{self.selection!r}")

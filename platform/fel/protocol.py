@@ -27,8 +27,8 @@ from alignlab.platform.config import config_hash
 from alignlab.platform.fel.finetune_config import FinetuneConfig
 from alignlab.platform.locks import build_once
 from alignlab.platform.storage import MARKER, as_storage, write_json, write_marker, write_text
-from alignlab.platform.task import Task, registered_tasks, task as task_named
-from alignlab.platform.fel.task_scoring import evaluate_examples
+from alignlab.platform.task import Task, registered_tasks
+from alignlab.platform.fel.task_scoring import as_task, evaluate_examples
 from alignlab.platform.fel.task_files import write_jsonl
 from alignlab.platform.fel.task_scoring import UNIT_SCORES
 from alignlab.platform.data.sources import read_bundled
@@ -73,9 +73,9 @@ class TaskData:
                 fields[field_name] = t.load_examples(path) if required or path.exists() else []
         return cls(tdir, fields)
 
-    def extra_tests(self, task: str) -> dict[str, list]:
+    def extra_tests(self, task: str | Task) -> dict[str, list]:
         """Test sets every calculation of `task` is also scored on, besides its protocol test set."""
-        return task_named(task).extra_tests(self)
+        return as_task(task).extra_tests(self)
 
 
 def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int | None = None, seed: int = 0,
@@ -146,15 +146,16 @@ def grouped_folds(examples: list, group) -> list[list[int]]:
     return folds
 
 
-def pool_size(data: TaskData, task: str, fold: int) -> int:
+def pool_size(data: TaskData, task: str | Task, fold: int) -> int:
     """Examples a calculation of this fold can sample its budget from."""
-    return len(task_named(task).pool_and_test(data, fold)[0])
+    return len(as_task(task).pool_and_test(data, fold)[0])
 
 
-def _sample(pool: list, task: str, cfg: FinetuneConfig, key: str) -> tuple[list, list]:
+def _sample(pool: list, task: Task, cfg: FinetuneConfig, key: str) -> tuple[list, list]:
     """(train, val) of a budget drawn from `pool` by `key`; val is empty in "paper" selection."""
     if cfg.budget > len(pool):
-        raise ValueError(f"budget {cfg.budget} exceeds the {len(pool)} {task.upper()} training examples available")
+        raise ValueError(f"budget {cfg.budget} exceeds the {len(pool)} {task.name.upper()} training examples "
+                         "available")
     check_honest_budget(cfg)
     sample = random.Random(key).sample(pool, cfg.budget)
     if cfg.selection == "paper":
@@ -162,12 +163,13 @@ def _sample(pool: list, task: str, cfg: FinetuneConfig, key: str) -> tuple[list,
     return validation_split(sample, task, validation_size(cfg.budget, cfg.val_fraction))
 
 
-def validation_split(sample: list, task: str, n_val: int) -> tuple[list, list]:
+def validation_split(sample: list, task: str | Task, n_val: int) -> tuple[list, list]:
     """(train, val) of a sampled budget: whole test units (`Task.test_unit`) go to validation in the order they
     first appear until it holds at least `n_val` examples. A unit cut in two (AD: a snippet's positive in
     training, its negative in validation) would flatter validation and the epochs selected on it. Where every
     example is its own unit (CT) this is the first `n_val` examples, as before."""
-    units = [task_named(task).test_unit(ex) for ex in sample]
+    t = as_task(task)
+    units = [t.test_unit(ex) for ex in sample]
     size = Counter(units)
     val_units, n = set(), 0
     for u in dict.fromkeys(units):
@@ -197,23 +199,25 @@ def check_honest_budget(cfg: FinetuneConfig) -> None:
                      f"{smallest} or more, or --selection paper")
 
 
-def fel_split(data: TaskData, task: str, cfg: FinetuneConfig) -> tuple[list, list, list]:
+def fel_split(data: TaskData, task: str | Task, cfg: FinetuneConfig) -> tuple[list, list, list]:
     """(train, val, test) of one calculation; val is empty in "paper" selection.
 
     Keyed by (task, budget, fold), never by the seed: the paper's "two random seeds" train the same
     sample twice with a different initialisation and batch order (§3.4: five samples x two seeds)."""
-    pool, test = task_named(task).pool_and_test(data, cfg.fold)
-    train, val = _sample(pool, task, cfg, f"{task}-{cfg.budget}-{cfg.fold}")
+    t = as_task(task)
+    pool, test = t.pool_and_test(data, cfg.fold)
+    train, val = _sample(pool, t, cfg, f"{t.name}-{cfg.budget}-{cfg.fold}")
     return train, val, test
 
 
-def multitask_train(data: TaskData, cfg: FinetuneConfig) -> list:
-    """The training sample of the task's multitask partner for the same calculation (scheme mt:pred+trm)."""
-    other = dataclasses.replace(cfg, task=task_named(cfg.task).multitask_partner)
+def multitask_train(data: TaskData, cfg: FinetuneConfig, *, task: Task | None = None) -> list:
+    """The training sample of the task's multitask partner for the same calculation (scheme mt:pred+trm);
+    `task`: the object of `cfg.task` when the caller has it."""
+    other = dataclasses.replace(cfg, task=as_task(task if task is not None else cfg.task).multitask_partner)
     return fel_split(data, other.task, other)[0]
 
 
-def search_groups(task: str, points) -> dict[int | None, tuple[tuple[int, int], ...]]:
+def search_groups(task: str | Task, points) -> dict[int | None, tuple[tuple[int, int], ...]]:
     """The searches a searched cell needs (nested selection): outer fold -> the (fold, seed) points that
     report that search's best setting.
 
@@ -222,19 +226,19 @@ def search_groups(task: str, points) -> dict[int | None, tuple[tuple[int, int], 
     cross-validation). CT's test set is the same separate 200-query set for every calculation, so one
     search on the pool serves every sample (key None)."""
     points = tuple((int(f), int(s)) for f, s in points)
-    return task_named(task).search_groups(points)
+    return as_task(task).search_groups(points)
 
 
-def search_split(data: TaskData, task: str, cfg: FinetuneConfig) -> tuple[list, list]:
+def search_split(data: TaskData, task: str | Task, cfg: FinetuneConfig) -> tuple[list, list]:
     """(train, val) of a search trial whose setting is reported on the calculations of outer fold `cfg.fold`.
 
     Drawn from that fold's training pool only (AD: the four other folds; CT: the pool), by a key of its
     own, so the search never sees the test set of a calculation that reports its setting. Searches
     select in honest mode: val is carved from the budget as in a calculation."""
-    t = task_named(task)
+    t = as_task(task)
     pool, _ = t.pool_and_test(data, cfg.fold)
-    key = f"search-{task}-{cfg.budget}-{t.search_pool_key(cfg.fold)}"
-    return _sample(pool, task, dataclasses.replace(cfg, selection="honest"), key)
+    key = f"search-{t.name}-{cfg.budget}-{t.search_pool_key(cfg.fold)}"
+    return _sample(pool, t, dataclasses.replace(cfg, selection="honest"), key)
 
 
 def baseline_names() -> tuple[str, ...]:
@@ -242,12 +246,12 @@ def baseline_names() -> tuple[str, ...]:
     return tuple(dict.fromkeys(b for t in registered_tasks() for b in t.baselines))
 
 
-def context_free_baselines(task: str, train: list, test: list, *, data: TaskData | None = None,
+def context_free_baselines(task: str | Task, train: list, test: list, *, data: TaskData | None = None,
                            **context) -> dict[str, float]:
     """Every context-free baseline of `task` (`Task.baseline_scores`), trained on `train` (the calculation's
     budget) and scored on `test`, as {"baseline_<name>": accuracy}, plus "baseline_best" and
     "baseline_best_name" (the strongest; a model's effect only counts above it)."""
-    t = task_named(task)
+    t = as_task(task)
     # What a task's baselines read from its task folder besides the examples (`Task.baseline_context`), unless given.
     context = {**(t.baseline_context(data) if data is not None else {}), **context}
     out = {f"baseline_{k}": v for k, v in t.baseline_scores(train, test, **context).items()}
@@ -258,28 +262,30 @@ def context_free_baselines(task: str, train: list, test: list, *, data: TaskData
 UNIT_COUNTS = ("accuracy", "perplexity", "count", "num_examples")
 
 
-def test_unit_metrics(model, tok, cfg: FinetuneConfig, test: list) -> dict:
+def test_unit_metrics(model, tok, cfg: FinetuneConfig, test: list, *, task: Task | None = None) -> dict:
     """The selected model's task-specific metrics on its test set (`Task.unit_metrics`: a tagging task's span F1),
-    scored only for a task that has some."""
-    if type(task_named(cfg.task)).unit_metrics is Task.unit_metrics:
+    scored only for a task that has some. `task`: the object of `cfg.task` when the caller has it."""
+    t = as_task(task if task is not None else cfg.task)
+    if type(t).unit_metrics is Task.unit_metrics:
         return {}
-    m = evaluate_examples(model, cfg.task, test, tok, options=cfg.task_options)
+    m = evaluate_examples(model, t, test, tok, options=cfg.task_options)
     return {k: v for k, v in m.items() if k not in UNIT_COUNTS}
 
 
 def extra_test_scores(model, tok, cfg: FinetuneConfig, tests: dict[str, list], budget: list, *,
-                      data: TaskData | None = None) -> dict:
+                      data: TaskData | None = None, task: Task | None = None) -> dict:
     """The selected model's accuracy on each extra test set (out-of-domain AD, a user's --eval-file), with
     the context-free baselines trained on the same budget and scored on that set:
     {"eval_<name>_accuracy", "eval_<name>_perplexity", "eval_<name>_baseline_<b>", ...}, and the per-test-unit
     scores the report resamples ("eval_<name>_unit_correct", ...: `task_scoring.scores_per_test_unit`)."""
+    t = as_task(task if task is not None else cfg.task)
     out: dict = {}
     for name, examples in tests.items():
-        m = evaluate_examples(model, cfg.task, examples, tok, options=cfg.task_options, per_unit=True)
+        m = evaluate_examples(model, t, examples, tok, options=cfg.task_options, per_unit=True)
         out[f"eval_{name}_accuracy"], out[f"eval_{name}_perplexity"] = m["accuracy"], m["perplexity"]
         out.update({f"eval_{name}_{k}": m[k] for k in UNIT_SCORES})
         out.update({f"eval_{name}_{k}": v for k, v in m.items() if k not in UNIT_COUNTS + UNIT_SCORES})
         out[f"eval_{name}_num_test"] = len(examples)
-        for k, v in context_free_baselines(cfg.task, budget, examples, data=data).items():
+        for k, v in context_free_baselines(t, budget, examples, data=data).items():
             out[f"eval_{name}_{k}"] = v
     return out

@@ -17,14 +17,20 @@ import torch.nn.functional as F
 
 from alignlab.platform.fel.head_input import head_input
 from alignlab.platform.model import AlignModel
-from alignlab.platform.task import Encoded, task as task_named
+from alignlab.platform.task import Encoded, Task, task as task_named
 from alignlab.platform.data.tokenizer import Tokenizer
 
 
-def encode_examples(task: str, examples, tok: Tokenizer, max_len: int, options=()) -> Encoded:
+def as_task(task: str | Task) -> Task:
+    """A task object: `task` itself when it is one (a trial resolves its task once and passes the object down),
+    else the registered task of that name."""
+    return task if isinstance(task, Task) else task_named(task)
+
+
+def encode_examples(task: str | Task, examples, tok: Tokenizer, max_len: int, options=()) -> Encoded:
     """Padded inputs and labels of `task`'s examples (the task's own input encoding; `options`:
-    FinetuneConfig.task_options)."""
-    return task_named(task).encode(examples, tok, max_len, options)
+    FinetuneConfig.task_options). `task`, here and below: a task object, or a registered task's name."""
+    return as_task(task).encode(examples, tok, max_len, options)
 
 
 def on_device(enc: Encoded, device) -> Encoded:
@@ -32,17 +38,19 @@ def on_device(enc: Encoded, device) -> Encoded:
     return dataclasses.replace(enc, **{f.name: getattr(enc, f.name).to(device) for f in dataclasses.fields(enc)})
 
 
-def unit_vectors(model: AlignModel, task: str, enc: Encoded) -> tuple[torch.Tensor, torch.Tensor]:
+def unit_vectors(model: AlignModel, task: str | Task, enc: Encoded) -> tuple[torch.Tensor, torch.Tensor]:
     """What `task`'s head reads at each scored unit (`Task.unit`; `head_input.HeadInput`), and the units' labels."""
-    reads = head_input(model.heads[task])
+    t = as_task(task)
+    reads = head_input(model.heads[t.name])
     hidden = model.encoder(enc.input_ids, enc.segment_ids, enc.attention_mask, layers=reads.layers)
-    return task_named(task).units(hidden, enc, reads.pooling)
+    return t.units(hidden, enc, reads.pooling)
 
 
-def logits_and_labels(model: AlignModel, task: str, enc: Encoded) -> tuple[torch.Tensor, torch.Tensor]:
+def logits_and_labels(model: AlignModel, task: str | Task, enc: Encoded) -> tuple[torch.Tensor, torch.Tensor]:
     """Task logits for the scored units (`Task.unit`) and their labels."""
-    h, labels = unit_vectors(model, task, enc)
-    return model.heads[task](h), labels
+    t = as_task(task)
+    h, labels = unit_vectors(model, t, enc)
+    return model.heads[t.name](h), labels
 
 
 def metrics_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
@@ -58,12 +66,12 @@ def metrics_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> dict[str,
 UNIT_SCORES = ("unit_keys", "unit_count", "unit_correct")
 
 
-def scores_per_test_unit(task: str, examples, hit_N: torch.Tensor, rows_N: torch.Tensor) -> dict[str, list]:
+def scores_per_test_unit(task: str | Task, examples, hit_N: torch.Tensor, rows_N: torch.Tensor) -> dict[str, list]:
     """Per test unit of `examples` (`Task.test_unit`), in the order units first appear: "unit_keys" (a short hash
     of the unit's text: the same unit has the same key in every calculation, so units shared by calculations,
     CT's one test set, are resampled together), "unit_count" (scored words or pairs) and "unit_correct". `hit_N`
     says whether each scored unit was right, `rows_N` its example (`Task.unit_rows`)."""
-    t = task_named(task)
+    t = as_task(task)
     units = [t.test_unit(ex) for ex in examples]
     index = {u: i for i, u in enumerate(dict.fromkeys(units))}
     of_scored = torch.tensor([index[u] for u in units], dtype=torch.long)[rows_N.cpu()]
@@ -73,12 +81,13 @@ def scores_per_test_unit(task: str, examples, hit_N: torch.Tensor, rows_N: torch
     return dict(zip(UNIT_SCORES, (keys, count.tolist(), correct.tolist())))
 
 
-def evaluate_examples(model: AlignModel, task: str, examples, tok: Tokenizer, *, options=(),
+def evaluate_examples(model: AlignModel, task: str | Task, examples, tok: Tokenizer, *, options=(),
                       batch_size: int = 64, per_unit: bool = False) -> dict:
     """Accuracy and perplexity = exp(mean cross-entropy) over every scored unit (CT words, AD pairs) of
     `examples`, in batches so a large user file fits in memory; with `per_unit`, `scores_per_test_unit` too."""
+    task = as_task(task)
     if not examples:
-        raise ValueError(f"no {task.upper()} examples to evaluate")
+        raise ValueError(f"no {task.name.upper()} examples to evaluate")
     model.eval()
     device = next(model.parameters()).device  # a calculation's kept model is where it was trained
     nll, correct, count, hits, rows, preds, pred_rows = 0.0, 0, 0, [], [], [], []
@@ -93,13 +102,13 @@ def evaluate_examples(model: AlignModel, task: str, examples, tok: Tokenizer, *,
             count += labels.numel()
             if per_unit:
                 hits.append(hit.cpu())
-                rows.append(task_named(task).unit_rows(enc).cpu() + start)
+                rows.append(task.unit_rows(enc).cpu() + start)
             # Every unit's prediction and example, for a task's own metrics (`Task.unit_metrics`: span F1).
             preds += logits.argmax(-1).tolist()
-            pred_rows += (task_named(task).unit_rows(enc) + start).tolist()
+            pred_rows += (task.unit_rows(enc) + start).tolist()
     units = scores_per_test_unit(task, examples, torch.cat(hits), torch.cat(rows)) if per_unit else {}
     if count == 0:
         return {"accuracy": float("nan"), "perplexity": float("nan"), "count": 0, "num_examples": len(examples),
                 **units}
     return {"accuracy": correct / count, "perplexity": math.exp(nll / count), "count": count,
-            "num_examples": len(examples), **units, **task_named(task).unit_metrics(preds, pred_rows, examples)}
+            "num_examples": len(examples), **units, **task.unit_metrics(preds, pred_rows, examples)}

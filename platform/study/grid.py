@@ -157,17 +157,18 @@ def run_one(calc: dict, device: str = "cpu") -> dict:
     started = time.time()
     declare_all(calc.get("declared_tasks"))
     ft = finetune_from_dict(calc["finetune"])
+    t = task(ft.task)  # the trial's task object, resolved once and passed to everything below
     calc = localize(calc)
     sdir = Path(calc["study_dir"])
     data = TaskData.load(Path(calc["task_dir"]))
-    train, val, test = fel_split(data, ft.task, ft)
-    other = other_task_train(data, ft)
+    train, val, test = fel_split(data, t, ft)
+    other = other_task_train(data, ft, task=t)
     pre = load_pretrained(calc["model_dir"])
     tb_dir = sdir / "tensorboard" / f"{calc['row']}|{calc['col']}|{calc['calc_id']}".replace("/", "_").replace(" ", "_")
     writer = SummaryWriter(str(tb_dir))
     try:
         try:
-            done = finetune_calculation(pre, ft, train, test, val=val, other_task_train=other, device=device,
+            done = finetune_calculation(pre, ft, train, test, val=val, other_task_train=other, device=device, task=t,
                                         on_epoch=lambda e, m: [writer.add_scalar(f"select/{k}", v, e) for k, v in m.items()])
         except NonFiniteError as e:
             # Recorded as failed, with its reason: the study goes on, the report lists it, a rerun keeps it.
@@ -179,13 +180,13 @@ def run_one(calc: dict, device: str = "cpu") -> dict:
                 torch.cuda.empty_cache()  # the actor is reused for the next calculation (reuse_actors)
             line = out_of_memory.finetune_message(ft, pre.model_cfg.label, device)
             return _write_trial(calc, sdir, tb_dir, {"status": "failed", "error": line, RETRY: True}, started)
-        tests = {**data.extra_tests(ft.task), **{name: task(ft.task).load_examples(sdir / "eval" / f)
-                                                 for name, f in calc.get("eval_sets", {}).items()}}
+        tests = {**data.extra_tests(t), **{name: t.load_examples(sdir / "eval" / f)
+                                           for name, f in calc.get("eval_sets", {}).items()}}
         res = dict(done.row)
-        res.update(test_unit_metrics(done.model, pre.tok, ft, test))
-        res.update(extra_test_scores(done.model, pre.tok, ft, tests, train + val, data=data))
+        res.update(test_unit_metrics(done.model, pre.tok, ft, test, task=t))
+        res.update(extra_test_scores(done.model, pre.tok, ft, tests, train + val, data=data, task=t))
         # Baselines learn from the whole budget the model had (its training and validation examples).
-        res.update(context_free_baselines(ft.task, train + val, test, data=data))
+        res.update(context_free_baselines(t, train + val, test, data=data))
         hp = {f"ft/{k}": v for k, v in calc["finetune"].items()}
         hp.update({"model": calc["model_key"], "model_id": calc["model_id"], "row": calc["row"], "col": calc["col"]})
         writer.add_hparams(hp, {f"result/{k}": res[k] for k in ("accuracy", "perplexity", "best_accuracy", "epochs")},
@@ -237,8 +238,9 @@ def localize(calc: dict) -> dict:
             "study_dir": str(study_dir(st.local, calc["study_name"]))}
 
 
-def other_task_train(data, ft: FinetuneConfig):
-    """The multitask partner's training sample for the multitask scheme (`mt:pred+trm`), else None."""
+def other_task_train(data, ft: FinetuneConfig, *, task=None):
+    """The multitask partner's training sample for the multitask scheme (`mt:pred+trm`), else None (`task`: the
+    object of `ft.task` when the caller has it)."""
     from alignlab.platform.fel.protocol import multitask_train
 
-    return multitask_train(data, ft) if ft.scheme == "mt:pred+trm" else None
+    return multitask_train(data, ft, task=task) if ft.scheme == "mt:pred+trm" else None

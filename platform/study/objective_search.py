@@ -39,7 +39,7 @@ from alignlab.platform.data.corpus_config import CorpusConfig
 from alignlab.platform.fel.finetune_config import FinetuneConfig, finetune_from_dict
 from alignlab.platform.ray_env import own_sigint, quiet_ray_data, ensure_ray
 from alignlab.platform.storage import Storage, as_storage, read_json, study_dir, write_json, write_text, resolve_root
-from alignlab.platform.task import task_names
+from alignlab.platform.task import task, task_names
 from alignlab.platform.registry import objective_config, resolve_objectives
 from alignlab.platform.resources import RAY_DATA_CPUS
 from alignlab.platform.study.grid import trial_device
@@ -212,15 +212,17 @@ def mix_trial(config: dict, storage_uri: str | None = None, concurrent: int = 1)
     out = {"model_id": mdir.name, "objectives": "+".join(pre_cfg.objective_names), "pretrain_s": pretrain_s}
     device = trial_device()  # "cuda" only when the trial itself was given a GPU
     scores = {}
-    for task in ctx.get("tasks") or task_names():
+    for name in ctx.get("tasks") or task_names():
+        t = task(name)  # resolved once, passed to every calculation of the task
         per_point = []
         for fold, seed in ctx["points"]:
-            ft = dataclasses.replace(base, task=task, fold=fold, seed=seed, refit=False)  # scored on val: no refit
-            train, val, _ = fel_split(data, task, ft)  # the test split is not used by a search
-            calc = finetune_calculation(pre, ft, train, val, val=val, device=device)
-            per_point.append({"accuracy": calc.row["accuracy"], **test_unit_metrics(calc.model, pre.tok, ft, val)})
+            ft = dataclasses.replace(base, task=name, fold=fold, seed=seed, refit=False)  # scored on val: no refit
+            train, val, _ = fel_split(data, t, ft)  # the test split is not used by a search
+            calc = finetune_calculation(pre, ft, train, val, val=val, device=device, task=t)
+            per_point.append({"accuracy": calc.row["accuracy"],
+                              **test_unit_metrics(calc.model, pre.tok, ft, val, task=t)})
         for metric in per_point[0]:  # accuracy, and the task's own metrics (a tagging task's span F1)
-            scores[val_metric(task, metric)] = float(np.mean([p[metric] for p in per_point]))
+            scores[val_metric(name, metric)] = float(np.mean([p[metric] for p in per_point]))
     tune.report({**out, **scores, "val_scores": json.dumps(scores)})
 
 

@@ -20,7 +20,7 @@ import dataclasses
 import time
 from pathlib import Path
 
-from alignlab.platform.config import config_hash, pretrain_from_dict, to_dict, PRESETS, check_preset
+from alignlab.platform.config import config_hash, pretrain_from_dict, to_dict, check_preset
 from alignlab.platform.locks import artifact_lock
 from alignlab.platform.storage import Storage, as_storage, study_dir, write_json, resolve_root
 from alignlab.platform.study.grid import check_trial_resources, run_trials
@@ -34,6 +34,8 @@ from alignlab.platform.fel.task_files import write_jsonl
 from alignlab.platform.data.corpus_flags import add_corpus_arguments, corpus_from_args, fit_domain_phase
 from alignlab.platform.study.tasks import add_task_arguments, declare_specs, with_tasks
 from alignlab.platform.errors import Parser, name_list, nonneg_float, positive_float, positive_int, run_guarded
+from alignlab.platform.flags import (add_debug_flag, add_max_concurrent_flag, add_optuna_storage_flag, add_precision_flag,
+                                     add_preset_flag, add_storage_flag)
 from alignlab.platform.study.plan import default_device, format_plan, study_plan
 
 # The stages a study runs (corpus, pretraining, FEL, report: torch, pyarrow, pandas, optuna) are imported inside
@@ -251,26 +253,24 @@ def _pretrain_task(cdir: str, cfg: dict, root: str, objectives: tuple = ()) -> s
 # ---------------------------------------------------------------- the command line of a study script
 
 
-def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bool = False) -> Path | None:
+def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bool = False,
+               prog: str | None = None) -> Path | None:
     """The whole command line of a study script: `--preset`, `--storage`, concurrency, per-trial resources, and
     the corpus flags (`corpus_flags`: `--source NAME --path P ...`; a study on another corpus than its preset's
     is another study, named after that corpus).
 
     `extra_objective_sets`: the study's `build(preset, extra=...)` also takes extra objective sets, one model
     each, from a repeatable `--objectives` (the optional extra rows of an ablation, e.g. with RTD).
-    With `--dry-run` it prints the study's plan (`plan`) and returns None."""
+    With `--dry-run` it prints the study's plan (`plan`) and returns None. `prog`: the name usage and errors show
+    (`alignlab study NAME` runs a script's `main` with it; default the script's file name)."""
     from alignlab.platform.registry import objective_names
-    from alignlab.platform.study.optuna_study import rdb_url
 
-    ap = Parser(description=build.__doc__)
-    ap.add_argument("--preset", default="mini", choices=PRESETS, help="smoke | mini | paper (default mini)")
-    ap.add_argument("--debug", action="store_true", help="show the traceback of an error (or set ALIGNLAB_DEBUG=1)")
-    ap.add_argument("--storage", default=None,
-                    help="storage root: a local path, file:// URI, or a remote URI such as s3://bucket/prefix "
-                         "(default ./alignlab-storage)")
-    ap.add_argument("--max-concurrent", type=positive_int, default=None,
-                    help="at most this many FEL trials at once (default: no cap -- as many as the cluster holds, "
-                         "and an autoscaler adds nodes for the trials still waiting)")
+    ap = Parser(prog=prog, description=build.__doc__)
+    add_preset_flag(ap)
+    add_debug_flag(ap)
+    add_storage_flag(ap)
+    add_max_concurrent_flag(ap, default=None, help="at most this many FEL trials at once (default: no cap -- as many "
+                            "as the cluster holds, and an autoscaler adds nodes for the trials still waiting)")
     ap.add_argument("--cpus-per-trial", type=positive_float, default=1.0, help="Ray CPUs per FEL trial (default 1)")
     ap.add_argument("--gpus-per-trial", type=nonneg_float, default=0.0,
                     help="Ray GPUs per FEL trial, e.g. 0.25 to share a GPU by four trials (default 0)")
@@ -290,17 +290,16 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
     ap.add_argument("--eval-file", action="append", default=[], metavar="TASK=PATH",
                     help="also score every finetuned calculation of TASK (ct or ad) on this JSONL test file; "
                          "repeatable, e.g. --eval-file ct=my_ct.jsonl --eval-file ad=my_ad.jsonl")
-    ap.add_argument("--optuna-storage", default=None, metavar="URL", type=rdb_url,
-                    help="RDB URL of the searches' Optuna studies, e.g. sqlite:///optuna.db or postgresql://… "
-                         "(default: $ALIGNLAB_OPTUNA_STORAGE, else a journal file beside each search)")
+    add_optuna_storage_flag(ap, help="RDB URL of the searches' Optuna studies, e.g. sqlite:///optuna.db or "
+                            "postgresql://… (default: $ALIGNLAB_OPTUNA_STORAGE, else a journal file beside each "
+                            "search)")
     ap.add_argument("--pretrain-seeds", type=positive_int, default=1, metavar="N",
                     help="pretrain every model N times (seeds seed..seed+N-1) and test across the runs: the "
                          "pretraining seed becomes a factor, not a constant (default 1; the study then gets its own "
                          "name and report)")
-    ap.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
-                    help="matmul precision of pretraining (default auto: bf16 on a GPU or a CPU with native bf16 "
-                         "matmuls, fp32 elsewhere); fp32 or bf16 trains the same models on every machine (the study "
-                         "then gets its own name and report)")
+    add_precision_flag(ap, help="matmul precision of pretraining (default auto: bf16 on a GPU or a CPU with native "
+                       "bf16 matmuls, fp32 elsewhere); fp32 or bf16 trains the same models on every machine (the "
+                       "study then gets its own name and report)")
     if extra_objective_sets:
         ap.add_argument("--objectives", action="append", default=[], metavar="OBJS",
                         type=name_list(objective_names, "objective"),

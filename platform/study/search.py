@@ -140,6 +140,7 @@ def search_trial(config: dict, storage_uri: str | None = None) -> None:
     from alignlab.platform.fel.finetune import NonFiniteError, finetune_calculation, load_pretrained
     from alignlab.platform.fel.protocol import TaskData
     from alignlab.platform.fel.task_kinds import declare_all
+    from alignlab.platform.task import task
 
     torch.set_num_threads(config.get("threads", 1))
     calc = localize(trial_calc(config["calc"], storage_uri))
@@ -147,8 +148,9 @@ def search_trial(config: dict, storage_uri: str | None = None) -> None:
     params = {k: v for k, v in config.items() if k not in ("calc", "threads")}
     # A trial is scored on its validation split: refit (which trains on it) belongs to the reported calculations.
     ft = dataclasses.replace(finetune_from_dict(calc["finetune"]), **params, refit=False)
+    t = task(ft.task)  # the trial's task object, resolved once and passed down
     data = TaskData.load(Path(calc["task_dir"]))
-    train, val, other = search_examples(data, ft)
+    train, val, other = search_examples(data, ft, task=t)
     pre = load_pretrained(calc["model_dir"])
     best = {"ppl": math.inf, "acc": float("nan"), "epoch": 0}
 
@@ -161,7 +163,7 @@ def search_trial(config: dict, storage_uri: str | None = None) -> None:
 
     try:
         res = finetune_calculation(pre, ft, train, val, val=val, other_task_train=other, on_epoch=on_epoch,
-                                   device=trial_device()).row
+                                   device=trial_device(), task=t).row
     except NonFiniteError as e:
         # A diverged trial is a failed trial with its reason, not a Tune error: Optuna is told FAIL, the
         # search goes on, and its summary lists the trial as failed.
@@ -174,10 +176,12 @@ def search_trial(config: dict, storage_uri: str | None = None) -> None:
                  "epochs": res["epochs"], "search_complete": 1})
 
 
-def search_examples(data, ft: FinetuneConfig) -> tuple[list, list, list | None]:
+def search_examples(data, ft: FinetuneConfig, *, task=None) -> tuple[list, list, list | None]:
     """Every example a search trial learns or selects from: (train, val, the other task's training examples
-    for the multitask scheme or None). `ft` is `SearchSpec.search_finetune()` with the trial's values."""
+    for the multitask scheme or None). `ft` is `SearchSpec.search_finetune()` with the trial's values; `task`
+    the object of `ft.task` when the caller has it."""
     from alignlab.platform.fel.protocol import search_split
 
-    train, val = search_split(data, ft.task, ft)
-    return train, val, other_task_train(data, ft)
+    train, val = search_split(data, ft.task if task is None else task, ft)
+    return train, val, other_task_train(data, ft, task=task)
+

@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from alignlab.platform.config import PretrainConfig, config_hash
+from alignlab.platform.config import PRECISIONS, PretrainConfig, config_hash
 from alignlab.platform.data.corpus_config import CorpusConfig
 from alignlab.platform.fel.finetune_config import FinetuneConfig
 
@@ -265,8 +265,8 @@ def with_precision(study: Study, precision: str) -> Study:
     report of the default command is never replaced by another precision's."""
     if precision == "auto":
         return study
-    if precision not in ("fp32", "bf16"):
-        raise ValueError(f"--precision must be auto, fp32 or bf16, got {precision!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"--precision must be {', '.join(PRECISIONS)}, got {precision!r}")
     models = tuple(dataclasses.replace(m, pretrain=dataclasses.replace(m.pretrain, precision=precision))
                    for m in study.models)
     return dataclasses.replace(study, name=f"{study.name}-{precision}", models=models,
