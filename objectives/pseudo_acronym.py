@@ -53,7 +53,7 @@ from alignlab.platform.batching import IGNORE
 from alignlab.platform.model import SequenceHead
 from alignlab.platform.registry import CorpusLabels, Objective, classification_sums, register
 from alignlab.platform.data.text import (INELIGIBLE, LETTERS, InitialCache, check_span_lengths, initials_string,
-                                    letter_distribution, mutation_kernel)
+                                         letter_distribution, mutation_kernel)
 
 _OTHER_RETRIES = 16
 _MUTATE_RETRIES = 64

@@ -21,7 +21,7 @@ import dataclasses
 
 from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS
 from alignlab.platform.study.presets import (SIZE_GRID, SMOKE_TASK_DOCS, largest_size, protocol_points, sized_pretrain,
-                                            without_aligned)
+                                             without_aligned)
 from alignlab.platform.study.run import study_main
 from alignlab.platform.study.spec import CalcSpec, ModelSpec, Study
 

@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 from test_studies import load_script
 
 from alignlab.platform.study.optuna_study import (DRIVER, INTERRUPTED, OPTUNA_STORAGE_ENV, RETRY_OF, TUNE_TRIAL,
-                                            open_study, study_place, trial_counts)
+                                                  open_study, study_place, trial_counts)
 from alignlab.platform.report.search_importance import importance_lines
 
 OBJECTIVE = "val_accuracy_at_best_ppl"

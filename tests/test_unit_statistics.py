@@ -13,7 +13,7 @@ import pytest
 
 from alignlab.platform.report.significance import Comparison, correct_family, significant_gain
 from alignlab.platform.report.unit_statistics import (bootstrap_ci, fold_means, holm, paired_units, permutation_p,
-                                               unit_columns, unit_table)
+                                                      unit_columns, unit_table)
 
 
 def test_holm_multiplies_the_ith_smallest_by_m_minus_i_and_keeps_the_order():

@@ -29,7 +29,7 @@ from alignlab.platform.batching import IGNORE
 from alignlab.platform.config import PretrainConfig, to_dict
 from alignlab.platform.data.corpus_config import CorpusConfig
 from alignlab.platform.data.corpus_identity import (HELDOUT_FILE, content_holdout, corpus_id, heldout_doc_ids,
-                                              source_fingerprint)
+                                                    source_fingerprint)
 # Staging is called through this module's name `_stage_documents` (benchmarks/corpus_throughput.py times it).
 from alignlab.platform.data.corpus_sources import documents_from_columns, iter_sources, stage_documents as _stage_documents
 from alignlab.platform.data.documents import CorpusInputError, Document

@@ -32,7 +32,7 @@ from alignlab.platform.task import (BuiltData, SequenceTask, TokenTask, origin, 
                                     task_names, registered_tasks, task)
 from alignlab.platform.fel.task_files import TaskDataError, majority_baseline
 from alignlab.platform.fel.task_kind_data import (FORMATS, PairExample, TextExample, bag_of_words_baseline, is_span_scheme,
-                                                 labels_of, lexicon_baseline, overlap_baseline, texts_of)
+                                                  labels_of, lexicon_baseline, overlap_baseline, texts_of)
 from alignlab.platform.data.holdout import HeldOutText
 from alignlab.platform.data.tokenizer import _split_at_word_starts
 from alignlab.platform.registry import registered, clash

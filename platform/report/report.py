@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from alignlab.platform.report.significance import (P_VALUE, RUN_KEY, Comparison, correct_family, significance_section,
-                                            significant_gain)
+                                                   significant_gain)
 from alignlab.platform.storage import read_json, write_text
 from alignlab.platform.task import registered_tasks, task as task_named
 from alignlab.platform.fel.trial_files import read_trial

@@ -150,7 +150,7 @@ def run_one(calc: dict, device: str = "cpu") -> dict:
     from alignlab.platform import out_of_memory
     from alignlab.platform.fel.finetune import NonFiniteError, finetune_calculation, load_pretrained
     from alignlab.platform.fel.protocol import (TaskData, context_free_baselines, extra_test_scores, fel_split,
-                                            test_unit_metrics)
+                                                test_unit_metrics)
     from alignlab.platform.task import task
     from alignlab.platform.fel.task_kinds import declare_all
 

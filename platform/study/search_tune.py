@@ -26,7 +26,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 from ray.tune.search import Searcher
 
 from alignlab.platform.study.optuna_study import (LEASE_INTERVAL_S, DriverSession, StudyPlace, attr_value, give_back,
-                                            recover_interrupted, trial_counts)
+                                                  recover_interrupted, trial_counts)
 from alignlab.platform.study.spec import SearchParam, SearchSpec
 
 
