@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from alignlab.platform.throughput import (estimate_device_hours, flops_per_token, peak_flops, same_device,
+from alignlab.platform.throughput import (MEASURED, estimate_device_hours, flops_per_token, peak_flops, same_device,
                                           summary)
 
 
@@ -44,8 +44,10 @@ def test_a_plan_estimates_from_measured_rates_and_says_where_they_come_from():
     hours, where = estimate_device_hours("128x2", "H100", "bf16", 3_600_000, rates)
     assert hours == pytest.approx(1.0) and "storage root" in where
     assert same_device("h100", "NVIDIA H100 80GB HBM3") and not same_device("cpu", "NVIDIA H100 80GB HBM3")
-    hours, where = estimate_device_hours("768x3", "H100", "bf16", 10, rates)
-    assert hours is None and "no measured throughput of 768x3 on H100" in where
+    hours, where = estimate_device_hours("768x3", "H100", "bf16", 3_600_000, rates)  # none at the root: the table
+    assert hours == pytest.approx(1000.0 / MEASURED[("768x3", "NVIDIA H100 80GB HBM3")]) and "benchmark table" in where
+    hours, where = estimate_device_hours("768x3", "A10G", "bf16", 10, rates)
+    assert hours is None and "no measured throughput of 768x3 on A10G" in where
 
 
 def test_the_loop_counts_real_tokens_and_rows_and_a_resume_keeps_them(smoke_corpus):
