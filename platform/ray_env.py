@@ -107,6 +107,8 @@ def _forward_progress(interval_s: float = 2.0) -> None:
     stop = threading.Event()
 
     def drain() -> bool:
+        if not ray.is_initialized():  # a call on the actor would start a new local Ray (Ray's auto-init)
+            return False
         try:
             for line in ray.get(sink.take.remote(), timeout=30):
                 print(line, flush=True)
