@@ -10,7 +10,9 @@ load hits both:
   run on the background thread of `prefetch.Prefetcher` at depth 2, as `train_loop` runs it, on rows read in
   length buckets of the preset's `bucket_batches` row batches (`bucketing.py`), as `train_loop` reads them.
 Reading is included in both: `pyarrow.parquet.ParquetFile.iter_batches` over the training shards, each record
-batch turned into numpy columns (an object array of per-row id arrays, as Ray Data's numpy batches are).
+batch turned into numpy columns for `old` (an object array of per-row id arrays, as Ray Data's numpy batches are)
+and into rows by `batching.rows_from_arrow` for `new` (list columns stay flat arrays, as the driver reads Ray Data's
+Arrow batches).
 
 Reported per path: real (non-padding) tokens per CPU-second of the process (`time.process_time`, all threads:
 with `taskset -c 1` that is one core's rate, and it does not count time the core spent on other processes) over
@@ -32,6 +34,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
@@ -39,7 +42,7 @@ import machine_info  # benchmarks/, on sys.path when a benchmark runs as a scrip
 from bench_corpus import only_folder
 from collate_reference import ReferenceCollator
 
-from alignlab.platform.batching import Collator
+from alignlab.platform.batching import Collator, rows_from_arrow
 from alignlab.platform.bucketing import bucketed
 from alignlab.platform.presets import PRETRAIN_PRESETS
 from alignlab.platform.pretrain.prefetch import Prefetcher
@@ -53,14 +56,17 @@ CONFIGS = (("mini", 64), ("mini", 128), ("paper", 128))
 """(preset, sequence length): the mini preset trains its first half at 64 tokens, the rest and the paper at 128."""
 
 
-def row_batches(corpus: Path, batch_size: int):
-    """Training rows as the pretraining loop gets them, read from the shards for ever (cycling)."""
+def row_batches(corpus: Path, batch_size: int, *, arrow: bool = False):
+    """Training rows read from the shards for ever (cycling): numpy columns as Ray Data's numpy batches are (an
+    object array of per-row arrays for a list column), or with `arrow` as the pretraining driver turns Ray Data's
+    Arrow batches into rows (`batching.rows_from_arrow`: a list column stays one flat array)."""
     manifest = json.loads((corpus / "manifest.json").read_text())
     while True:
         for name in manifest["shards"]["train"]:
             for rb in pq.ParquetFile(corpus / "shards" / name).iter_batches(batch_size=batch_size):
                 if rb.num_rows == batch_size:
-                    yield {c: rb.column(c).to_numpy(zero_copy_only=False) for c in rb.schema.names}
+                    yield rows_from_arrow(rb) if arrow else \
+                        {c: rb.column(c).to_numpy(zero_copy_only=False) for c in rb.schema.names}
 
 
 def run_path(path: str, collators: dict, rows_it, n: int, length: int, first_step: int, labelled_keys, pin: bool,
@@ -103,11 +109,15 @@ def run_path(path: str, collators: dict, rows_it, n: int, length: int, first_ste
 
 
 def same_batches(collators: dict, check: list, length: int) -> bool:
-    """The new collation gives exactly the old batches for the same rows and steps (a sample of them)."""
+    """The new collation gives exactly the old batches for the same rows and steps (a sample of them), from numpy
+    rows and from the same rows read as the driver reads them (`rows_from_arrow`)."""
     for step, rows in check[:: max(1, len(check) // 8)]:
-        old, new = collators["old"](rows, step=step, max_len=length), collators["new"](rows, step=step, max_len=length)
-        if old.keys() != new.keys() or not all(torch.equal(old[k], new[k]) for k in old):
-            return False
+        arrow_rows = rows_from_arrow(pa.table({k: pa.array(list(v)) for k, v in rows.items()}))
+        old = collators["old"](rows, step=step, max_len=length)
+        for new in (collators["new"](rows, step=step, max_len=length),
+                    collators["new"](arrow_rows, step=step, max_len=length)):
+            if old.keys() != new.keys() or not all(torch.equal(old[k], new[k]) for k in old):
+                return False
     return True
 
 
@@ -126,7 +136,7 @@ def bench(corpus: Path, tok: Tokenizer, preset: str, length: int, *, rounds: int
     for r in range(rounds + 1):  # round 0 warms both paths up and is not counted
         for path in (("old", "new") if r % 2 else ("new", "old")):
             # The same rows and steps for both paths in a round.
-            rows_it = row_batches(corpus, cfg.batch_size)
+            rows_it = row_batches(corpus, cfg.batch_size, arrow=path == "new")
             for _ in range(r * batches):  # each round its own rows, skipped before the clock starts
                 next(rows_it)
             got = run_path(path, collators, rows_it, batches, length, r * batches, labelled_keys, pin,

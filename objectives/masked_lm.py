@@ -52,6 +52,18 @@ class MaskedLMConfig:
         return MaskedLM(self, tokenizer)
 
 
+def _gumbel_at(rng: np.random.Generator, shape: tuple[int, int], where: np.ndarray) -> np.ndarray:
+    """`rng.gumbel(size=shape)[where]`, drawing what that call draws but taking logarithms only where needed (most
+    of a collated window is padding). NumPy's Gumbel sampler is `-log(-log(1 - U))` for a uniform U, drawn again
+    when U is 0; on that (2^-53 per draw) this falls back to the sampler itself, from the same state."""
+    state = rng.bit_generator.state
+    u = 1.0 - rng.random(size=shape)
+    if (u == 1.0).any():
+        rng.bit_generator.state = state
+        return rng.gumbel(size=shape)[where]
+    return -np.log(-np.log(u[where]))
+
+
 class MaskedLM(Objective):
     name = "mlm"
     labelled_keys = ("mlm",)
@@ -74,7 +86,8 @@ class MaskedLM(Objective):
         # Weighted sampling without replacement per row by the Gumbel-top-k trick: a row's n_pred largest keys,
         # found as those at or above its n_pred-th largest (a sort, not an argsort and its inverse; the keys are
         # continuous, so ties between candidates have probability zero).
-        keys = np.where(cand, log_w + rng.gumbel(size=(B, T)), -np.inf)
+        keys = np.full((B, T), -np.inf)
+        keys[cand] = log_w[cand] + _gumbel_at(rng, (B, T), cand)
         kth = -np.sort(-keys, axis=1)[np.arange(B), np.maximum(n_pred - 1, 0)]
         chosen = cand & (keys >= kth[:, None]) & (n_pred > 0)[:, None]
         pos = np.flatnonzero(chosen)

@@ -47,23 +47,30 @@ class NextSentence(Objective):
         rows_of: dict[str, list[int]] = {}
         for i, d in enumerate(ex.doc_id):
             rows_of.setdefault(d, []).append(i)
-        for i in (i for i in range(n) if ex.fmt[i] == "pair"):
-            if ex.b[i] is not None and rng.random() < self.config.next_prob:
-                labels[i] = 1
+        random, integers, next_prob = rng.random, rng.integers, self.config.next_prob
+        b, doc_id, a_orig = ex.b, ex.doc_id, ex.a_orig
+        label_lists = [(ex.b_labels[key], ex.a_labels_orig[key]) for key in ex.b_labels]
+        out = [IGNORE] * n
+        for i, f in enumerate(ex.fmt):
+            if f != "pair":
                 continue
-            mine = rows_of[ex.doc_id[i]]
+            if b[i] is not None and random() < next_prob:
+                out[i] = 1
+                continue
+            mine = rows_of[doc_id[i]]
             if len(mine) == n:
-                labels[i] = 1 if ex.b[i] is not None else IGNORE
+                out[i] = 1 if b[i] is not None else IGNORE
                 continue
-            j = int(rng.integers(n - len(mine)))
+            j = int(integers(n - len(mine)))
             for t in mine:
                 if t > j:
                     break
                 j += 1
-            ex.b[i] = ex.a_orig[j]
-            for key in ex.b_labels:
-                ex.b_labels[key][i] = ex.a_labels_orig[key][j]
-            labels[i] = 0
+            b[i] = a_orig[j]
+            for b_labels, a_labels in label_lists:
+                b_labels[i] = a_labels[j]
+            out[i] = 0
+        labels[:] = out
         ex.example_labels["nsp"] = labels
 
     @property

@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import torch
 
+from alignlab.platform.batching import Ragged
+
 Collate = Callable[[dict, int, int], tuple[dict[str, torch.Tensor], list[str]]]
 """collate(rows, offset, batches) -> (batch, row ids): the rows of `batches` row batches collated at the step
 `offset` steps after the one the caller resumed at (negative for the first window of a resume inside it)."""
@@ -34,7 +36,9 @@ def _concat(batches: Sequence[dict]) -> dict:
     out = {}
     for c in batches[0]:
         cols = [b[c] for b in batches]
-        if all(isinstance(x, np.ndarray) for x in cols):
+        if all(isinstance(x, Ragged) for x in cols):
+            out[c] = Ragged.concat(cols)
+        elif all(isinstance(x, np.ndarray) for x in cols):
             out[c] = np.concatenate(cols)
         else:  # a list column (rows built by hand): kept a list
             out[c] = [v for x in cols for v in x]
@@ -96,5 +100,6 @@ def _window(batches: list[dict], w: int, window: int, skip: int, offset: int, ke
         width = int(real[rows].max()) if trim else T
         idx = torch.from_numpy(rows)
         # Token-level tensors are [B, T] (the window's width); example-level ones [B].
-        sub = {k: (v[idx, :width] if v.dim() >= 2 and v.shape[1] == T else v[idx]) for k, v in batch.items()}
+        sub = {k: (v[:, :width] if v.dim() >= 2 and v.shape[1] == T else v).index_select(0, idx)
+               for k, v in batch.items()}
         yield w * window + j + 1, sub, [ids[t] for t in rows.tolist()]

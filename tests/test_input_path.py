@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import torch
 
@@ -16,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from collate_reference import ReferenceCollator  # noqa: E402
 from tiny_model import batches, tiny_tokenizer  # noqa: E402
 
-from alignlab.platform.batching import Collator  # noqa: E402
+from alignlab.platform.batching import Collator, Ragged, rows_from_arrow  # noqa: E402
 from alignlab.platform.presets import PRETRAIN_PRESETS  # noqa: E402
 from alignlab.platform.pretrain.prefetch import Prefetcher  # noqa: E402
 from alignlab.platform.pretrain.pretrain import Pretrainer, build_objectives
@@ -40,15 +41,24 @@ def _objectives(tok, names: str, overrides: dict) -> list:
     return list(build_objectives(cfg, tok).values())
 
 
+def _as_read_by_the_driver(rows: dict) -> dict:
+    """The same rows as the pretraining driver hands them over: from Arrow, list columns as `Ragged`."""
+    return rows_from_arrow(pa.table({k: pa.array([x.tolist() if isinstance(x, np.ndarray) else x for x in v])
+                                     for k, v in rows.items()}))
+
+
 def _assert_same_batches(old: ReferenceCollator, new: Collator, row_batches: list[dict], lengths) -> None:
     for length in lengths:
         for step, rows in enumerate(row_batches):
+            arrow_rows = _as_read_by_the_driver(rows)
+            assert isinstance(arrow_rows["a_ids"], Ragged)
             for epoch in (0, 1):  # PAD draws its pairs afresh after the first pass
                 a = old(rows, step=step, max_len=length, epoch=epoch)
-                b = new(rows, step=step, max_len=length, epoch=epoch)
-                assert a.keys() == b.keys()
-                for k in a:
-                    assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), (k, length, step, epoch)
+                for b in (new(rows, step=step, max_len=length, epoch=epoch),
+                          new(arrow_rows, step=step, max_len=length, epoch=epoch)):
+                    assert a.keys() == b.keys()
+                    for k in a:
+                        assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), (k, length, step, epoch)
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -77,6 +87,46 @@ def test_the_array_collation_makes_exactly_the_batches_of_the_per_row_collation_
     kw = dict(max_len=64, layout_fraction=0.5)
     _assert_same_batches(ReferenceCollator(objs, corpus_tok, **kw), Collator(objs, corpus_tok, **kw), row_batches[:12],
                          (64, 32))
+
+
+def test_a_ragged_column_reads_like_the_numpy_column_of_ray_datas_batches():
+    arr = pa.array([[1, 2], None, [], [3, 4, 5], [6]], type=pa.list_(pa.int32())).slice(1, 4)
+    col = Ragged.from_arrow(arr)
+    assert len(col) == 4 and col[0] is None and col[1].tolist() == [] and col[-1].tolist() == [6]
+    assert [None if x is None else x.tolist() for x in col] == [None, [], [3, 4, 5], [6]]
+    assert col.lengths().tolist() == [0, 0, 3, 1]
+    assert [x.tolist() for x in col[2:]] == [[3, 4, 5], [6]]
+    joined = Ragged.concat([col, Ragged.from_arrow(pa.array([[7, 8]], type=pa.list_(pa.int32())))])
+    assert [None if x is None else x.tolist() for x in joined] == [None, [], [3, 4, 5], [6], [7, 8]]
+    with pytest.raises(IndexError):
+        col[4]
+
+
+class _EditsInPlace:
+    """An objective that edits the chunk lists it is handed in place, as a plugin may."""
+    name, example_format, labelled_keys = "edits", "pair", ()
+
+    def load(self, ex, rows):
+        pass
+
+    def corrupt(self, ex, rng):
+        for i in range(0, len(ex.a), 2):
+            ex.a[i][0] = 7
+            if ex.b[i]:
+                ex.b[i][-1] = 9
+
+    def add_labels(self, batch, ex, rng):
+        pass
+
+
+def test_a_chunk_an_objective_edited_in_place_is_collated_with_its_edit(tok):
+    objs = [*_objectives(tok, "nsp,whp", {}), _EditsInPlace()]
+    rows = batches(tok)[0]
+    from_numpy = Collator(objs, tok, max_len=64)(rows, step=1)
+    from_arrow = Collator(objs, tok, max_len=64)(_as_read_by_the_driver(rows), step=1)
+    for k in from_numpy:
+        assert torch.equal(from_numpy[k], from_arrow[k]), k
+    assert (from_arrow["input_ids"][::2, 1] == 7).all()
 
 
 def test_padding_to_the_full_length_changes_only_the_padding(tok):

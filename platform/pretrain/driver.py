@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from alignlab.platform.batching import rows_from_arrow
 from alignlab.platform.config import PretrainConfig, pretrain_from_dict, to_dict
 from alignlab.platform.data.corpus_embeddings import WORD_EMBEDDINGS, save, training_sequences, word_embeddings
 from alignlab.platform.locks import build_once
@@ -261,9 +262,11 @@ def _train_fn(config: dict, storage_uri: str) -> None:
     domain = ray.train.get_dataset_shard("domain") if cfg.domain_sources else None
 
     def epoch_batches(epoch: int, of=shard):  # this rank's rows (data_config): batches of its share of the step
-        return of.iter_batches(batch_size=cfg.worker_batch_size, batch_format="numpy", drop_last=True,
-                               local_shuffle_buffer_size=cfg.worker_batch_size * 4,
-                               local_shuffle_seed=cfg.seed + epoch, prefetch_batches=2)
+        # Arrow batches, each list column kept as one flat array (`rows_from_arrow`): Ray Data's numpy format would
+        # make an array per row of every list column, on the worker's own cores.
+        return map(rows_from_arrow, of.iter_batches(batch_size=cfg.worker_batch_size, batch_format="pyarrow",
+                                                    drop_last=True, local_shuffle_buffer_size=cfg.worker_batch_size * 4,
+                                                    local_shuffle_seed=cfg.seed + epoch, prefetch_batches=2))
 
     progress = ProgressLine(mid, cfg.max_steps, trainer.state.step) if rank == 0 else None
 
@@ -328,7 +331,7 @@ def _train_fn(config: dict, storage_uri: str) -> None:
                 eval_shard = None
             if eval_shard is not None:
                 eval_metrics = trainer.evaluate(
-                    eval_shard.iter_batches(batch_size=cfg.batch_size, batch_format="numpy"),
+                    map(rows_from_arrow, eval_shard.iter_batches(batch_size=cfg.batch_size, batch_format="pyarrow")),
                     max_batches=cfg.eval_batches)
             for k, v in eval_metrics.items():
                 writer.add_scalar(k, v, trainer.state.step)
