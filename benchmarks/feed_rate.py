@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import shlex
@@ -168,6 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-record", action="store_true", help=f"print only; do not add to {RESULTS.name}")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
+    gc.freeze()  # as the pretraining worker does before its loop (pretrain/driver.py)
     corpus = a.corpus or only_folder(a.storage, "corpus")
     tok = Tokenizer(corpus / "tokenizer.model")
     command = "python " + " ".join(shlex.quote(x) for x in [sys.argv[0], *(argv if argv is not None else sys.argv[1:])])

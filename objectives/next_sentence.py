@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from alignlab.platform.batching import IGNORE
+from alignlab.platform.draws import OneByOne
 from alignlab.platform.model import SequenceHead
 from alignlab.platform.registry import Objective, classification_sums, register
 
@@ -47,7 +48,9 @@ class NextSentence(Objective):
         rows_of: dict[str, list[int]] = {}
         for i, d in enumerate(ex.doc_id):
             rows_of.setdefault(d, []).append(i)
-        random, integers, next_prob = rng.random, rng.integers, self.config.next_prob
+        one_by_one = OneByOne.of(rng)  # the same draws as rng.random() and rng.integers(m), made cheaply
+        random, integers = (one_by_one.random, one_by_one.integers) if one_by_one else (rng.random, rng.integers)
+        next_prob = self.config.next_prob
         b, doc_id, a_orig = ex.b, ex.doc_id, ex.a_orig
         label_lists = [(ex.b_labels[key], ex.a_labels_orig[key]) for key in ex.b_labels]
         out = [IGNORE] * n
@@ -70,6 +73,8 @@ class NextSentence(Objective):
             for b_labels, a_labels in label_lists:
                 b_labels[i] = a_labels[j]
             out[i] = 0
+        if one_by_one:
+            one_by_one.close()
         labels[:] = out
         ex.example_labels["nsp"] = labels
 

@@ -364,8 +364,9 @@ def _token_buffer(ex: Examples, cls: int, sep: int) -> tuple[np.ndarray, np.ndar
         return size + n_changed - len(x)
 
     if a_read is not None:
-        at = a_read.bounds
-        a_at = [a_base + at[i] if a_read.unedited(i, x) else place(x) for i, x in enumerate(ex.a)]
+        flat, at = a_read.flat, a_read.bounds
+        a_at = [a_base + s if type(x) is list and x == flat[s:e] else place(x)
+                for x, s, e in zip(ex.a, at, at[1:])]
         first_of = {id(x): j for j, x in enumerate(ex.a_orig)}
     else:
         a_at = [place(x) for x in ex.a]
@@ -388,7 +389,10 @@ def _token_buffer(ex: Examples, cls: int, sep: int) -> tuple[np.ndarray, np.ndar
 
 def _lengths(lists: list) -> np.ndarray:
     """len() of each list, 0 for None."""
-    return np.fromiter((0 if x is None else len(x) for x in lists), dtype=np.int64, count=len(lists))
+    try:
+        return np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+    except TypeError:  # a None among them
+        return np.array([0 if x is None else len(x) for x in lists], dtype=np.int64)
 
 
 def _starts(n: np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ from collate_reference import ReferenceCollator  # noqa: E402
 from tiny_model import batches, tiny_tokenizer  # noqa: E402
 
 from alignlab.platform.batching import Collator, Ragged, rows_from_arrow  # noqa: E402
+from alignlab.platform.draws import OneByOne  # noqa: E402
 from alignlab.platform.presets import PRETRAIN_PRESETS  # noqa: E402
 from alignlab.platform.pretrain.prefetch import Prefetcher  # noqa: E402
 from alignlab.platform.pretrain.pretrain import Pretrainer, build_objectives
@@ -100,6 +101,24 @@ def test_a_ragged_column_reads_like_the_numpy_column_of_ray_datas_batches():
     assert [None if x is None else x.tolist() for x in joined] == [None, [], [3, 4, 5], [6], [7, 8]]
     with pytest.raises(IndexError):
         col[4]
+
+
+def test_draws_computed_one_by_one_are_the_generators_own_and_leave_it_where_its_calls_would():
+    for seed in range(20):
+        calls, computed = np.random.default_rng([seed, 1]), np.random.default_rng([seed, 1])
+        if seed % 2:  # a generator holding half a word from an earlier bounded draw
+            calls.integers(5), computed.integers(5)
+        one = OneByOne.of(computed)
+        plan = np.random.default_rng(seed)
+        for _ in range(1500):
+            if plan.random() < 0.5:
+                assert calls.random() == one.random()
+            else:  # 1 draws nothing; the large ranges make Lemire's method reject and draw again
+                m = int(plan.choice([1, 2, 3, 4095, 2**31 + 12345, 3_000_000_000, int(plan.integers(1, 5000))]))
+                assert int(calls.integers(m)) == one.integers(m), (seed, m)
+        one.close()
+        assert calls.bit_generator.state == computed.bit_generator.state
+        assert calls.gumbel(size=4).tolist() == computed.gumbel(size=4).tolist()
 
 
 class _EditsInPlace:

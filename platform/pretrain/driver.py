@@ -2,6 +2,7 @@
 the export of the finished model to `final/`. Ids, markers and the model folder's layout are in `models.py`."""
 from __future__ import annotations
 
+import gc
 import tempfile
 import time
 from collections.abc import Callable
@@ -297,6 +298,9 @@ def _train_fn(config: dict, storage_uri: str) -> None:
             ray.train.report(metrics, checkpoint=ckpt)
 
     all_finite = (lambda ok: ok) if world == 1 else _all_ranks(str(device))
+    # What is alive now (Ray, torch, the model) lives as long as the worker: kept out of the garbage collector's
+    # full passes, which the collation's many short-lived lists set off, so that each pass scans only new objects.
+    gc.freeze()
     try:
         if trainer.state.step < cfg.max_steps:
             try:
