@@ -20,7 +20,9 @@ re-reads window p // window, collates and sorts it the same way, and skips its f
 """
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 
 import numpy as np
 import torch
@@ -45,16 +47,44 @@ def _concat(batches: Sequence[dict]) -> dict:
     return out
 
 
+Window = tuple[list[dict], int, int, int]
+"""(row batches, window index, batches of it to skip, offset): one window to collate and cut (`window_batches`)."""
+
+
 def bucketed(row_batches: Iterator[dict], window: int, *, skip: int, key: Sequence[int], collate: Collate,
-             trim: bool = True, counted: list[int] | None = None) -> Iterator[tuple[int, dict, list[str]]]:
+             trim: bool = True, counted: list[int] | None = None,
+             elsewhere: tuple[Callable[[Window], Future], int] | None = None) -> Iterator[tuple[int, dict, list[str]]]:
     """(data position, batch, row ids) in bucketed order, from the data position after `skip`.
     `key`: each window's batch order is drawn from (*key, window index): pass (seed, phase, epoch) so that every
     pass has its own order and a resumed run the same one. `trim`: cut each batch to its longest example (False
     for static shapes, `PretrainConfig.compile`). `counted[0]`, if given, counts the row batches read from the
-    stream (skipped ones included)."""
+    stream (skipped ones included).
+    `elsewhere` = (submit, ahead): each window is handed to `submit`, which returns a future of the window's
+    `window_batches` made elsewhere (collating processes), with up to `ahead` windows in flight; the batches and
+    their order are the same."""
+    windows = _windows(row_batches, window, skip, counted if counted is not None else [0])
+    if elsewhere is None:
+        for batches, w, skip_w, offset in windows:
+            yield from window_batches(batches, w, window, skip_w, offset, key, collate, trim)
+        return
+    submit, ahead = elsewhere
+    pending: deque[Future] = deque()
+    try:
+        for job in windows:
+            pending.append(submit(job))
+            while len(pending) > max(0, ahead - 1):
+                yield from pending.popleft().result()
+        while pending:
+            yield from pending.popleft().result()
+    finally:
+        for f in pending:
+            f.cancel()
+
+
+def _windows(row_batches: Iterator[dict], window: int, skip: int, counted: list[int]) -> Iterator[Window]:
+    """The windows to collate from the data position after `skip` on."""
     if window < 1:
         raise ValueError(f"bucket window must be >= 1 row batch, got {window}")
-    counted = counted if counted is not None else [0]
     first_window, skip_in_window = divmod(skip, window)
     w = 0
     while True:
@@ -68,15 +98,15 @@ def bucketed(row_batches: Iterator[dict], window: int, *, skip: int, key: Sequen
         if not batches:
             return
         if w >= first_window:
-            yield from _window(batches, w, window, skip_in_window if w == first_window else 0,
-                               w * window - skip, key, collate, trim)
+            yield batches, w, skip_in_window if w == first_window else 0, w * window - skip
         if len(batches) < window:
             return
         w += 1
 
 
-def _window(batches: list[dict], w: int, window: int, skip: int, offset: int, key: Sequence[int],
-            collate: Collate, trim: bool) -> Iterator[tuple[int, dict, list[str]]]:
+def window_batches(batches: list[dict], w: int, window: int, skip: int, offset: int, key: Sequence[int],
+                   collate: Collate, trim: bool) -> Iterator[tuple[int, dict, list[str]]]:
+    """The batches of window `w` (its first `skip` left out), each with its data position and row ids."""
     if window == 1:
         if not skip:
             batch, ids = collate(batches[0], offset, 1)

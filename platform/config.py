@@ -212,6 +212,10 @@ class PretrainConfig:
     batch (`bucketing.py`), which cuts the padding a batch computes on; 1 trains the rows in stream order."""
     prefetch_batches: int = field(default=2, metadata={"omit_at_default": True})
     """Batches collated ahead on a background thread (in pinned memory for a GPU); 0: on the training thread."""
+    collate_workers: int = field(default=0, metadata={"omit_at_default": True})
+    """Processes per worker that collate its windows of rows outside the training process (`loop.CollatingProcesses`:
+    for GPU workers, whose training thread must not share its interpreter lock with the collation); 0: the
+    prefetch thread collates. The same batches either way."""
     compile: bool = field(default=False, metadata={"omit_at_default": True})
     """`torch.compile` the forward pass, with every batch padded to the full sequence length (static shapes)."""
     use_gpu: bool = False
@@ -269,9 +273,9 @@ class PretrainConfig:
         if not 0.0 <= self.layout_fraction <= 1.0:
             raise ValueError(f"PretrainConfig.layout_fraction must be in [0, 1], got {self.layout_fraction}")
         if min(self.warmup_steps, self.grad_clip, self.subword_regularization_alpha, self.corpus_embeddings,
-               self.prefetch_batches) < 0:
-            raise ValueError("PretrainConfig.warmup_steps, grad_clip, subword_regularization_alpha, corpus_embeddings "
-                             "and prefetch_batches must be >= 0")
+               self.prefetch_batches, self.collate_workers) < 0:
+            raise ValueError("PretrainConfig.warmup_steps, grad_clip, subword_regularization_alpha, corpus_embeddings, "
+                             "prefetch_batches and collate_workers must be >= 0")
 
     def dict_form(self, out: dict) -> dict:
         """`to_dict`'s form: the layout fraction under the key its objective declares (ids made before stay)."""

@@ -223,6 +223,36 @@ def test_collating_on_a_prefetch_thread_trains_the_same_weights_on_the_same_rows
         assert torch.equal(v, resumed.model.state_dict()[k]), k
 
 
+def test_collating_processes_train_the_same_weights_on_the_same_rows_and_resume_exactly(tok):
+    # Windows of 2 row batches over passes of 3: whole and partial windows, and a resume inside a window.
+    cfg = dataclasses.replace(SMOKE, objectives="mlm,nsp,whp,pad", max_steps=7, checkpoint_every=3, precision="fp32",
+                              prefetch_batches=0, bucket_batches=2)
+    plain, plain_metrics, plain_rows = _run(tok, cfg)
+    apart, apart_metrics, apart_rows = _run(tok, dataclasses.replace(cfg, collate_workers=2, prefetch_batches=2))
+    assert apart_rows == plain_rows and len(plain_rows) == 7
+
+    def timeless(m):
+        return {k: v for k, v in m.items() if k != "data_wait_fraction" and not k.startswith("throughput/")}
+    assert [timeless(m) for m in apart_metrics] == [timeless(m) for m in plain_metrics]
+    for k, v in plain.model.state_dict().items():
+        assert torch.equal(v, apart.model.state_dict()[k]), k
+    stopped = Pretrainer(dataclasses.replace(cfg, max_steps=4, collate_workers=1), tok)
+    train_loop(stopped, lambda epoch: iter(batches(tok, num=3)), report=lambda m, c: None, log_every=1)
+    assert (stopped.state.step, stopped.state.epoch, stopped.state.batches_in_epoch) == (4, 1, 1)
+    resumed, _, resumed_rows = _run(tok, dataclasses.replace(cfg, collate_workers=1),
+                                    steps_from=stopped.state_dict())
+    assert resumed_rows == plain_rows[4:]
+    for k, v in plain.model.state_dict().items():
+        assert torch.equal(v, resumed.model.state_dict()[k]), k
+
+
+def test_an_error_in_a_collating_process_stops_the_loop_with_that_error(tok):
+    cfg = dataclasses.replace(SMOKE, objectives="mlm,nsp", max_steps=3, collate_workers=1)
+    broken = [{k: v for k, v in rows.items() if k != "has_next"} for rows in batches(tok, num=3)]
+    with pytest.raises(KeyError, match="has_next"):
+        train_loop(Pretrainer(cfg, tok), lambda epoch: iter(broken), report=lambda m, c: None)
+
+
 def test_metrics_read_every_few_steps_are_the_means_of_the_steps_read_one_by_one(tok):
     cfg = dataclasses.replace(SMOKE, objectives="mlm,nsp", precision="fp32", model=dataclasses.replace(
         SMOKE.model, dropout=0.0))

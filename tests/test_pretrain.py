@@ -190,6 +190,17 @@ def test_pretraining_reads_its_rows_in_order_even_when_a_plain_ray_init_started_
 
 
 @pytest.mark.ray
+def test_a_train_worker_collating_in_processes_of_its_own_trains_the_same_weights(uninterrupted, smoke_corpus,
+                                                                                   tmp_path):
+    from alignlab.platform.pretrain.driver import pretrain
+
+    mdir = pretrain(smoke_corpus, dataclasses.replace(SMOKE, collate_workers=1), tmp_path)
+    assert mdir.name == uninterrupted.name  # where batches are collated is not part of what the model learns
+    for (k, a), b in zip(_weights(uninterrupted).items(), _weights(mdir).values()):
+        assert torch.equal(a, b), f"{k} differs from the run that collated on the worker's thread"
+
+
+@pytest.mark.ray
 def test_rerunning_after_a_failed_run_continues_at_the_exact_step(uninterrupted, smoke_corpus, tmp_path):
     from alignlab.platform.pretrain.models import is_finished
     from alignlab.platform.pretrain.driver import pretrain

@@ -8,17 +8,18 @@ on the training thread, and the step waits for the device only when metrics are 
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
-from alignlab.platform.bucketing import bucketed
+import numpy as np
+import torch
+
+from alignlab.platform.bucketing import bucketed, window_batches
 from alignlab.platform.pretrain.prefetch import Prefetcher
+from alignlab.platform.pretrain.pretrain import Pretrainer, RankCollate, TrainState, prepare_batch
 from alignlab.platform.throughput import run_throughput
-
-if TYPE_CHECKING:
-    from alignlab.platform.pretrain.pretrain import Pretrainer, TrainState
 
 
 class NonFiniteLossError(ValueError):
@@ -37,10 +38,18 @@ def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict
 
     `all_finite(ok)`: whether every rank's loss of this step is finite, given this rank's (data-parallel
     workers pass an all-reduce), so that all ranks stop at the same step and none waits in a collective."""
-    cfg, st = trainer.cfg, trainer.state
+    cfg = trainer.cfg
     if cfg.domain_fraction and domain_batches is None:
         raise ValueError(f"PretrainConfig.domain_sources {'+'.join(cfg.domain_sources)}: train_loop needs "
                          "domain_batches for the domain phase")
+    with CollatingProcesses(trainer) as pool:
+        return _train(trainer, epoch_batches, report=report, log_every=log_every, all_finite=all_finite,
+                      domain_batches=domain_batches, pool=pool)
+
+
+def _train(trainer: Pretrainer, epoch_batches, *, report, log_every: int, all_finite, domain_batches,
+           pool: CollatingProcesses) -> TrainState:
+    cfg, st = trainer.cfg, trainer.state
     waited = 0.0
     t_start = time.perf_counter()
     seconds_before = st.train_seconds  # earlier lives' training time (a resumed run)
@@ -49,7 +58,8 @@ def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict
             st.phase, st.epoch, st.batches_in_epoch = 1, 0, 0
         stop_at, batches = (cfg.domain_start_step, epoch_batches) if st.phase == 0 else (cfg.max_steps, domain_batches)
         consumed = [0]
-        feed = _prepared(trainer, iter(batches(st.epoch)), consumed, skip=st.batches_in_epoch, stop_at=stop_at)
+        feed = _prepared(trainer, iter(batches(st.epoch)), consumed, skip=st.batches_in_epoch, stop_at=stop_at,
+                         pool=pool)
         with Prefetcher(feed, depth=cfg.prefetch_batches) as ready:
             while True:
                 t0 = time.perf_counter()
@@ -96,22 +106,104 @@ def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict
 
 
 def _prepared(trainer: Pretrainer, rows_it: Iterator[dict], consumed: list[int], *, skip: int,
-              stop_at: int) -> Iterator[tuple[int, dict, list[str]]]:
+              stop_at: int, pool: CollatingProcesses) -> Iterator[tuple[int, dict, list[str]]]:
     """(data position, prepared batch, row ids) for each step from the trainer's step up to `stop_at`, from the
     data position `skip` a resumed run had reached, in length buckets of `PretrainConfig.bucket_batches` row
     batches (`bucketing.bucketed`); `consumed[0]` counts the row batches read. Reads no trainer state the training
-    thread changes: the steps are counted here."""
+    thread changes: the steps are counted here. With collating processes, they make and prepare the batches, and
+    this thread only reads rows and pins what they made."""
     cfg, st = trainer.cfg, trainer.state
     start, epoch = st.step, st.epoch
-
-    def collate(rows: dict, offset: int, batches: int):
-        return trainer.rank_batch(rows, step=start + offset, epoch=epoch, max_len=cfg.seq_len_at(start + offset),
-                                  batches=batches)
-
+    key, trim = (cfg.seed, st.phase, epoch), not cfg.compile
+    collate = functools.partial(_collate_at, trainer.rank_collate, start=start, epoch=epoch)
+    elsewhere = pool.windows(start=start, epoch=epoch, key=key, trim=trim) if pool.active else None
     step = start
-    for position, batch, ids in bucketed(rows_it, cfg.bucket_batches, skip=skip, key=(cfg.seed, st.phase, epoch),
-                                         collate=collate, trim=not cfg.compile, counted=consumed):
+    for position, batch, ids in bucketed(rows_it, cfg.bucket_batches, skip=skip, key=key, collate=collate, trim=trim,
+                                         counted=consumed, elsewhere=elsewhere):
         if step >= stop_at:
             return
-        yield position, trainer.prepare(batch), ids
+        yield position, (pool.receive(batch) if elsewhere else trainer.prepare(batch)), ids
         step += 1
+
+
+def _collate_at(rc: RankCollate, rows: dict, offset: int, batches: int, *, start: int, epoch: int):
+    step = start + offset
+    return rc(rows, step=step, epoch=epoch, max_len=rc.cfg.seq_len_at(step), batches=batches)
+
+
+class CollatingProcesses:
+    """`PretrainConfig.collate_workers` processes that collate, cut and prepare windows of rows beside the training
+    process, so that the batches are made outside its interpreter lock (on a GPU the training thread needs it to
+    launch kernels, and the collation thread held it half of the time). Each process gets the trainer's
+    `RankCollate` once (by cloudpickle, so plugin objectives travel too) and makes exactly the batches the
+    trainer's own thread would: the randomness is keyed by step. The batches come back as numpy arrays (pickled;
+    one copy) and are pinned here for a GPU. With 0 workers, nothing starts and the loop collates on its thread."""
+
+    def __init__(self, trainer: Pretrainer):
+        self.workers = trainer.cfg.collate_workers
+        self.window = trainer.cfg.bucket_batches
+        self.pin = trainer.device.type == "cuda"
+        self._trainer = trainer
+        self._pool = None
+
+    @property
+    def active(self) -> bool:
+        return self._pool is not None
+
+    def __enter__(self) -> "CollatingProcesses":
+        if self.workers:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            import cloudpickle
+
+            # spawn, not fork: the training process runs threads (Ray's, the prefetcher), which a fork would copy
+            # mid-flight.
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_start_collating,
+                                             initargs=(cloudpickle.dumps(self._trainer.rank_collate),))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def windows(self, *, start: int, epoch: int, key: tuple, trim: bool):
+        """`bucketing.bucketed`'s `elsewhere`: a window goes to the next free process; one more than the processes
+        is kept in flight, so that a made window waits whenever the training step comes for it."""
+        def submit(job):
+            batches, w, skip_w, offset = job
+            return self._pool.submit(_collate_window, batches, w, self.window, skip_w, offset, key, trim, start, epoch)
+
+        return submit, self.workers + 1
+
+    def receive(self, batch: dict) -> dict:
+        out = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in batch.items()}
+        if self.pin:
+            out = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+        return out
+
+
+_COLLATE: RankCollate | None = None
+"""In a collating process: the trainer's `RankCollate` (`_start_collating`)."""
+
+
+def _start_collating(payload: bytes) -> None:
+    global _COLLATE
+    import cloudpickle
+
+    torch.set_num_threads(1)
+    _COLLATE = cloudpickle.loads(payload)
+
+
+def _collate_window(batches: list[dict], w: int, window: int, skip: int, offset: int, key: tuple, trim: bool,
+                    start: int, epoch: int) -> list[tuple[int, dict, list[str]]]:
+    """In a collating process: window `w`'s batches, prepared (host-side, not pinned) and as numpy arrays."""
+    rc = _COLLATE
+    collate = functools.partial(_collate_at, rc, start=start, epoch=epoch)
+    out = []
+    for position, batch, ids in window_batches(batches, w, window, skip, offset, key, collate, trim):
+        ready = prepare_batch(batch, rc.labelled_keys, pin=False)
+        out.append((position, {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in ready.items()}, ids))
+    return out

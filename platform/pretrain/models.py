@@ -25,10 +25,10 @@ from alignlab.platform.errors import positive_int
 from alignlab.platform.throughput import run_throughput
 
 RUNTIME_FIELDS = ("checkpoint_every", "log_every", "eval_batches", "cpus_per_worker", "threads_per_worker",
-                  "prefetch_batches")
+                  "prefetch_batches", "collate_workers")
 """PretrainConfig fields that change how a run is executed, not what the model learns: checkpoint and report
 frequency, how many held-out batches the final evaluation reads, the resources and threads of a worker, and how
-many batches are collated ahead.
+many batches are collated ahead, and where.
 Every other field is in the id: in particular `num_workers`: `batch_size` is the global batch whatever the
 workers, but each of N workers reads its own share of the rows and draws its own labels and dropout masks
 (`pretrain.driver.data_config`), so N workers train another model than one; `precision`, "auto" resolved to what

@@ -156,6 +156,35 @@ def prepare_batch(batch: dict[str, torch.Tensor], labelled_keys: tuple[str, ...]
     return out
 
 
+@dataclass(frozen=True)
+class RankCollate:
+    """How one rank turns its rows into batches, and nothing else of the trainer: picklable, so that collating
+    processes (`PretrainConfig.collate_workers`) make exactly the batches the trainer's own thread would."""
+
+    cfg: PretrainConfig
+    main: Collator
+    curriculum: Collator | None
+    """The objectives' curriculum configs, for the first `PretrainConfig.curriculum_fraction` of the steps."""
+    rank: int
+    world: int
+    labelled_keys: tuple[str, ...]
+
+    def collator_at(self, step: int) -> Collator:
+        return self.curriculum if self.cfg.curriculum_at(step) else self.main
+
+    def __call__(self, rows: dict, *, step: int, epoch: int = 0, max_len: int | None = None,
+                 batches: int = 1) -> tuple[dict[str, torch.Tensor], list[str]]:
+        """The batch of `rows` at `step` and the ids of its rows; `batches` > 1: the rows of that many steps,
+        collated together (a length-bucketing window, bucketing.py)."""
+        n = len(rows["doc_id"])
+        if self.world > 1 and n != batches * self.cfg.worker_batch_size:
+            raise ValueError(f"rank {self.rank} of {self.world} needs its {self.cfg.worker_batch_size} rows of the "
+                             f"step's global batch of {self.cfg.batch_size}"
+                             f"{f' for each of {batches} steps' if batches > 1 else ''}, got {n}")
+        ids = [f"{d}#{c}" for d, c in zip(rows["doc_id"], rows.get("chunk_index", range(n)))]
+        return self.collator_at(step)(rows, step=step, max_len=max_len, epoch=epoch), ids
+
+
 class Pretrainer:
     """Model + objectives + optimizer + collator for one worker.
 
@@ -211,6 +240,8 @@ class Pretrainer:
             self.curriculum_collate = collator([o.config.curriculum().build(tokenizer)
                                                 if hasattr(o.config, "curriculum") else o
                                                 for o in self.objectives.values()])
+        self.labelled_keys = tuple(k for o in self.objectives.values() for k in o.labelled_keys)
+        self.rank_collate = RankCollate(cfg, self.collate, self.curriculum_collate, rank, world, self.labelled_keys)
         self.state = TrainState()
         self.last_row_ids: list[str] = []
         """The rows (`doc_id#chunk_index`) this rank trained on at its last step."""
@@ -218,7 +249,6 @@ class Pretrainer:
         self.precision = "bf16" if self.autocast else "fp32"
         """The matmul precision this trainer actually uses (recorded in the model's eval.json)."""
         self.coefficients = loss_coefficients(cfg, self.objectives)
-        self.labelled_keys = tuple(k for o in self.objectives.values() for k in o.labelled_keys)
         self._sums: torch.Tensor | None = None
         """Per step since the last `read_metrics`, summed on the device: total loss, then each objective's loss,
         count and correct."""
@@ -237,13 +267,7 @@ class Pretrainer:
                    batches: int = 1) -> tuple[dict[str, torch.Tensor], list[str]]:
         """`batch` and the ids of its rows, changing no state of the trainer (the prefetch thread calls it).
         `batches` > 1: the rows of that many steps, collated together (a length-bucketing window, bucketing.py)."""
-        n = len(rows["doc_id"])
-        if self.world > 1 and n != batches * self.cfg.worker_batch_size:
-            raise ValueError(f"rank {self.rank} of {self.world} needs its {self.cfg.worker_batch_size} rows of the "
-                             f"step's global batch of {self.cfg.batch_size}"
-                             f"{f' for each of {batches} steps' if batches > 1 else ''}, got {n}")
-        ids = [f"{d}#{c}" for d, c in zip(rows["doc_id"], rows.get("chunk_index", range(n)))]
-        return self.collator_at(step)(rows, step=step, max_len=max_len, epoch=epoch), ids
+        return self.rank_collate(rows, step=step, epoch=epoch, max_len=max_len, batches=batches)
 
     def prepare(self, batch: dict[str, torch.Tensor]) -> dict:
         """`prepare_batch` for this trainer's objectives and device (off the training thread when prefetching)."""
@@ -252,7 +276,7 @@ class Pretrainer:
     def collator_at(self, step: int) -> Collator:
         """The collator of optimizer step `step`: the objectives' curriculum configs early
         (`PretrainConfig.curriculum_fraction`; MLM's uniform masks), their own otherwise."""
-        return self.curriculum_collate if self.cfg.curriculum_at(step) else self.collate
+        return self.rank_collate.collator_at(step)
 
     def _global_share(self, out: dict) -> dict[str, torch.Tensor | float]:
         """Each objective's factor that turns this rank's mean loss into its share of the global batch's mean
