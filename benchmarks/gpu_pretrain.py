@@ -160,7 +160,8 @@ def bench_models(sizes, tok, table, *, batch: int, steps: int, rounds: int, warm
 
 
 def ray_run(size: str, tok, *, batch: int, steps: int, num_rows: int, device: str, cpus: int,
-            cpus_per_worker: float, compile_model: bool = False, bucket_batches: int = 16) -> dict:
+            cpus_per_worker: float, compile_model: bool = False, bucket_batches: int = 16,
+            collate_workers: int = 0) -> dict:
     """`pretrain.driver.pretrain` with one Train worker on a synthetic corpus; figures from its reports."""
     import ray
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -169,7 +170,8 @@ def ray_run(size: str, tok, *, batch: int, steps: int, num_rows: int, device: st
     from alignlab.platform.ray_env import quiet_ray_data
 
     cfg = config(size, batch, device, num_workers=1, cpus_per_worker=cpus_per_worker, max_steps=steps,
-                 checkpoint_every=steps, eval_batches=2, compile=compile_model, bucket_batches=bucket_batches)
+                 checkpoint_every=steps, eval_batches=2, compile=compile_model, bucket_batches=bucket_batches,
+                 collate_workers=collate_workers)
     with tempfile.TemporaryDirectory(prefix="alignlab-gpu-") as d:
         d = Path(d)
         t = time.perf_counter()
@@ -200,7 +202,8 @@ def ray_run(size: str, tok, *, batch: int, steps: int, num_rows: int, device: st
     fpt = flops_per_token(MODEL_SIZES[size].hidden, MODEL_SIZES[size].num_layers, MODEL_SIZES[size].ffn, SEQ)
     return {"size": size, "batch": batch, "steps": steps, "rows": num_rows, "cpus": cpus,
             "cpus_per_worker": cpus_per_worker, "bucket_batches": cfg.bucket_batches, "compiled": cfg.compile,
-            "prefetch_batches": cfg.prefetch_batches, "corpus_write_s": round(corpus_s, 1),
+            "prefetch_batches": cfg.prefetch_batches, "collate_workers": cfg.collate_workers,
+            "corpus_write_s": round(corpus_s, 1),
             "fit_wall_s": round(fit_s, 1), "steady_step_ms": round(step_s * 1e3, 3),
             "steady_steps": b - a, "steady_tokens_per_s": round(tokens / step_s),
             "steady_mfu": None if peak is None else round(tokens / step_s * fpt / peak, 4),
@@ -226,6 +229,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cpus-per-worker", type=float, default=4.0)
     p.add_argument("--ray-compile", action="store_true", help="the Ray runs with PretrainConfig.compile")
     p.add_argument("--ray-bucket-batches", type=int, default=16, help="PretrainConfig.bucket_batches of the Ray runs")
+    p.add_argument("--ray-collate-workers", type=int, default=0,
+                   help="PretrainConfig.collate_workers of the Ray runs (0: collated on the worker's prefetch thread)")
     p.add_argument("--commit", default=os.environ.get("ALIGNLAB_COMMIT", "unknown"))
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
@@ -265,13 +270,16 @@ def main(argv: list[str] | None = None) -> None:
             try:
                 r = ray_run(size, tok, batch=args.batch, steps=args.ray_steps, num_rows=args.ray_rows,
                             device=args.device, cpus=args.ray_cpus, cpus_per_worker=args.cpus_per_worker,
-                            compile_model=args.ray_compile, bucket_batches=args.ray_bucket_batches)
+                            compile_model=args.ray_compile, bucket_batches=args.ray_bucket_batches,
+                            collate_workers=args.ray_collate_workers)
             except Exception:  # keep the other figures; the log shows why
                 traceback.print_exc()
                 r = {"size": size, "error": traceback.format_exc(limit=3)}
             result.setdefault("ray", {})[size + (" compiled" if args.ray_compile else "")
                                          + (f" bucket_batches={args.ray_bucket_batches}"
-                                            if args.ray_bucket_batches != 16 else "")] = r
+                                            if args.ray_bucket_batches != 16 else "")
+                                         + (f" collate_workers={args.ray_collate_workers}"
+                                            if args.ray_collate_workers else "")] = r
             save()
             if "error" not in r:
                 hf = result["models"].get(size, {}).get("hf_tokens_per_s")

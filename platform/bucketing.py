@@ -27,7 +27,7 @@ from concurrent.futures import Future
 import numpy as np
 import torch
 
-from alignlab.platform.batching import Ragged
+from alignlab.platform.batching import Ragged, rows_from_arrow
 
 Collate = Callable[[dict, int, int], tuple[dict[str, torch.Tensor], list[str]]]
 """collate(rows, offset, batches) -> (batch, row ids): the rows of `batches` row batches collated at the step
@@ -106,7 +106,9 @@ def _windows(row_batches: Iterator[dict], window: int, skip: int, counted: list[
 
 def window_batches(batches: list[dict], w: int, window: int, skip: int, offset: int, key: Sequence[int],
                    collate: Collate, trim: bool) -> Iterator[tuple[int, dict, list[str]]]:
-    """The batches of window `w` (its first `skip` left out), each with its data position and row ids."""
+    """The batches of window `w` (its first `skip` left out), each with its data position and row ids. Row batches
+    may come as Arrow tables (the driver's; they travel to a collating process cheaply) or as dicts of columns."""
+    batches = [b if isinstance(b, dict) else rows_from_arrow(b) for b in batches]
     if window == 1:
         if not skip:
             batch, ids = collate(batches[0], offset, 1)

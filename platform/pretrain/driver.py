@@ -263,11 +263,12 @@ def _train_fn(config: dict, storage_uri: str) -> None:
     domain = ray.train.get_dataset_shard("domain") if cfg.domain_sources else None
 
     def epoch_batches(epoch: int, of=shard):  # this rank's rows (data_config): batches of its share of the step
-        # Arrow batches, each list column kept as one flat array (`rows_from_arrow`): Ray Data's numpy format would
-        # make an array per row of every list column, on the worker's own cores.
-        return map(rows_from_arrow, of.iter_batches(batch_size=cfg.worker_batch_size, batch_format="pyarrow",
-                                                    drop_last=True, local_shuffle_buffer_size=cfg.worker_batch_size * 4,
-                                                    local_shuffle_seed=cfg.seed + epoch, prefetch_batches=2))
+        # Arrow tables: the collation turns them into rows with each list column kept as one flat array
+        # (`batching.rows_from_arrow`; Ray Data's numpy format would make an array per row of every list column, on
+        # the worker's own cores), and they travel to collating processes without a Python object per row.
+        return of.iter_batches(batch_size=cfg.worker_batch_size, batch_format="pyarrow", drop_last=True,
+                               local_shuffle_buffer_size=cfg.worker_batch_size * 4, local_shuffle_seed=cfg.seed + epoch,
+                               prefetch_batches=2)
 
     progress = ProgressLine(mid, cfg.max_steps, trainer.state.step) if rank == 0 else None
 
