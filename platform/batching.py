@@ -294,7 +294,11 @@ class Collator:
                     chunk_labelled[i] = chunk == ex.a_orig[i][:len(chunk)]
             # Label buffers hold every row's chunk, next chunk and lead back to back (labels are arrays: joining
             # them is cheap), the lead all IGNORE.
-            src = gather(2 + _starts(la), 2 + int(la.sum()) + _starts(lb), 2 + int(la.sum() + lb.sum()) + _starts(ll))
+            # Every position of the batch reads one element of a key's buffer: its label, or (padding) the
+            # buffer's first, IGNORE. One gather per key, no fill and masked store.
+            src = np.zeros(B * T, dtype=np.int64)
+            src[valid.reshape(-1)] = gather(2 + _starts(la), 2 + int(la.sum()) + _starts(lb),
+                                            2 + int(la.sum() + lb.sum()) + _starts(ll))
             ignore = np.full(2, IGNORE, dtype=np.int64)
             lead_ignore = np.full(int(ll.sum()), IGNORE, dtype=np.int64)
             own_rows = own.tolist()
@@ -303,8 +307,7 @@ class Collator:
                 a_labels = [(orig[i] if chunk_labelled[i] else None) if own_rows[i] else cur[i] for i in range(B)]
                 labels = np.concatenate([ignore, _flat_labels(a_labels, la), _flat_labels(ex.b_labels[k], lb),
                                          lead_ignore])
-                out[k] = np.full((B, T), IGNORE, dtype=np.int64)
-                out[k][valid] = labels[src]
+                out[k] = labels[src].reshape(B, T)
         for k, v in ex.example_labels.items():
             out[k] = np.asarray(v, dtype=np.int64)
         return out
