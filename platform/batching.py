@@ -77,6 +77,13 @@ class Ragged(Sequence):
     def __iter__(self):
         return (self[i] for i in range(len(self)))
 
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        """What `np.asarray` of the column gives: an object array of the rows, as in Ray Data's numpy batches."""
+        out = np.empty(len(self), dtype=object)
+        for i in range(len(self)):
+            out[i] = self[i]
+        return out if dtype is None else out.astype(dtype)
+
     def lengths(self) -> np.ndarray:
         """Each row's length (0 for a null row)."""
         n = np.diff(self.offsets)

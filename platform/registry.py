@@ -11,8 +11,10 @@ The verbs an objective may implement (defaults do nothing):
                 the statistics it adds to stats.json. The corpus stage calls it for every registered objective.
                 `corpus_columns` names the shard columns the objective reads (checked before training).
 - batch time:   `example_rows(rows)` says which rows may become examples of its own `example_format`;
-                `load(ex, rows)` copies its corpus columns into the example view; `corrupt(ex, rng)` edits the
-                list-of-examples view before tensors are made (NSP swaps next segments); `add_labels(batch, ex,
+                `load(ex, rows)` copies its corpus columns into the example view (`rows` is a dict of columns; a
+                list column is a `batching.Ragged`, whose row i is a numpy view); `corrupt(ex, rng)` edits the
+                list-of-examples view before tensors are made (NSP swaps next segments; a row's token list may
+                be replaced or edited in place); `add_labels(batch, ex,
                 rng)` edits/extends the tensor batch (MLM masks inputs); all run in the data pipeline. Every array an
                 objective adds is per row ([B] or [B, T]): length bucketing cuts a collated window into
                 batches by row (`bucketing.py`). `ex.epoch` is the pass over the corpus (PAD redraws its pairs

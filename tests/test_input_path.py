@@ -97,6 +97,8 @@ def test_a_ragged_column_reads_like_the_numpy_column_of_ray_datas_batches():
     assert [None if x is None else x.tolist() for x in col] == [None, [], [3, 4, 5], [6]]
     assert col.lengths().tolist() == [0, 0, 3, 1]
     assert [x.tolist() for x in col[2:]] == [[3, 4, 5], [6]]
+    as_numpy = np.asarray(col)
+    assert as_numpy.dtype == object and as_numpy[0] is None and as_numpy[2].tolist() == [3, 4, 5]
     joined = Ragged.concat([col, Ragged.from_arrow(pa.array([[7, 8]], type=pa.list_(pa.int32())))])
     assert [None if x is None else x.tolist() for x in joined] == [None, [], [3, 4, 5], [6], [7, 8]]
     with pytest.raises(IndexError):
