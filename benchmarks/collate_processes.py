@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import shlex
 import sys
@@ -26,12 +25,11 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import pyarrow.parquet as pq
 import torch
 
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import only_folder
-from feed_rate import OBJECTIVES
+from feed_rate import OBJECTIVES, record_batches
 
 from alignlab.platform.batching import Collator
 from alignlab.platform.bucketing import bucketed
@@ -41,16 +39,6 @@ from alignlab.platform.pretrain.loop import CollatingProcesses, _collate_at
 from alignlab.platform.pretrain.prefetch import Prefetcher
 from alignlab.platform.pretrain.pretrain import RankCollate, build_objectives, prepare_batch
 from alignlab.platform.registry import objectives_like
-
-
-def arrow_batches(corpus: Path, batch_size: int):
-    """Training rows as Arrow record batches, as the driver hands them to the loop, for ever (cycling)."""
-    manifest = json.loads((corpus / "manifest.json").read_text())
-    while True:
-        for name in manifest["shards"]["train"]:
-            for rb in pq.ParquetFile(corpus / "shards" / name).iter_batches(batch_size=batch_size):
-                if rb.num_rows == batch_size:
-                    yield rb
 
 
 def busy(ms: float) -> None:
@@ -67,7 +55,7 @@ def run(mode: str, workers: int, rc: RankCollate, corpus: Path, *, steps: int, s
     with CollatingProcesses(trainer) as pool:
         key, trim = (cfg.seed, 0, 0), True
         elsewhere = pool.windows(start=0, epoch=0, key=key, trim=trim) if pool.active else None
-        feed = bucketed(arrow_batches(corpus, cfg.batch_size), cfg.bucket_batches, skip=0, key=key,
+        feed = bucketed(record_batches(corpus, cfg.batch_size), cfg.bucket_batches, skip=0, key=key,
                         collate=lambda rows, off, n: _collate_at(rc, rows, off, n, start=0, epoch=0), trim=trim,
                         elsewhere=elsewhere)
         ready_batches = ((pool.receive(b) if elsewhere else prepare_batch(b, rc.labelled_keys, pin=False))

@@ -57,17 +57,23 @@ CONFIGS = (("mini", 64), ("mini", 128), ("paper", 128))
 """(preset, sequence length): the mini preset trains its first half at 64 tokens, the rest and the paper at 128."""
 
 
-def row_batches(corpus: Path, batch_size: int, *, arrow: bool = False):
-    """Training rows read from the shards for ever (cycling): numpy columns as Ray Data's numpy batches are (an
-    object array of per-row arrays for a list column), or with `arrow` as the pretraining driver turns Ray Data's
-    Arrow batches into rows (`batching.rows_from_arrow`: a list column stays one flat array)."""
+def record_batches(corpus: Path, batch_size: int):
+    """The training shards' rows as Arrow record batches of `batch_size`, for ever (cycling)."""
     manifest = json.loads((corpus / "manifest.json").read_text())
     while True:
         for name in manifest["shards"]["train"]:
             for rb in pq.ParquetFile(corpus / "shards" / name).iter_batches(batch_size=batch_size):
                 if rb.num_rows == batch_size:
-                    yield rows_from_arrow(rb) if arrow else \
-                        {c: rb.column(c).to_numpy(zero_copy_only=False) for c in rb.schema.names}
+                    yield rb
+
+
+def row_batches(corpus: Path, batch_size: int, *, arrow: bool = False):
+    """Training rows read from the shards for ever (cycling): numpy columns as Ray Data's numpy batches are (an
+    object array of per-row arrays for a list column), or with `arrow` as the pretraining driver turns Ray Data's
+    Arrow batches into rows (`batching.rows_from_arrow`: a list column stays one flat array)."""
+    for rb in record_batches(corpus, batch_size):
+        yield rows_from_arrow(rb) if arrow else \
+            {c: rb.column(c).to_numpy(zero_copy_only=False) for c in rb.schema.names}
 
 
 def run_path(path: str, collators: dict, rows_it, n: int, length: int, first_step: int, labelled_keys, pin: bool,

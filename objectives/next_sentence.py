@@ -41,7 +41,6 @@ class NextSentence(Objective):
 
     def corrupt(self, ex, rng: np.random.Generator) -> None:
         n = len(ex.a)
-        labels = np.full(n, IGNORE, dtype=np.int64)
         # Draws one row at a time, in row order (a partner's draw depends on the coin before it), so that the
         # stream of randomness keyed by (seed, step) gives every batch its pairs. The partner is the k-th row of
         # another document, found from the (few, ascending) rows of the row's own document, not a scan of the batch.
@@ -75,8 +74,7 @@ class NextSentence(Objective):
             out[i] = 0
         if one_by_one:
             one_by_one.close()
-        labels[:] = out
-        ex.example_labels["nsp"] = labels
+        ex.example_labels["nsp"] = np.array(out, dtype=np.int64)
 
     @property
     def num_classes(self) -> int:

@@ -89,18 +89,6 @@ class Ragged(Sequence):
         n = np.diff(self.offsets)
         return n if self.valid is None else np.where(self.valid, n, 0)
 
-    def lists(self) -> list[list[int] | None]:
-        """Every row as a list of Python ints (None for a null row): one `tolist` of the values, then slices."""
-        o = self.offsets
-        if not len(self):
-            return []
-        flat = self.values[o[0]:o[-1]].tolist()
-        bounds = (o - o[0]).tolist()
-        out = list(map(flat.__getitem__, map(slice, bounds[:-1], bounds[1:])))
-        if self.valid is not None:
-            out = [x if v else None for x, v in zip(out, self.valid.tolist())]
-        return out
-
 
 def rows_from_arrow(table) -> dict:
     """A pyarrow Table or RecordBatch as the dict-of-columns rows `Collator` takes: list columns as `Ragged`, the
@@ -338,7 +326,8 @@ class _Read:
 
 
 def _read(col) -> tuple[list, _Read | None]:
-    """A list column's rows as lists of Python ints (None for a null row), and the column read (`_Read`)."""
+    """A list column's rows as lists of Python ints (None for a null row), and the column read (`_Read`): for a
+    `Ragged` column, one `tolist` of its values, then slices."""
     if not isinstance(col, Ragged):
         return [None if x is None else _ints(x) for x in col], None
     if not len(col):
@@ -413,10 +402,9 @@ def _starts(n: np.ndarray) -> np.ndarray:
 def _flat_labels(arrays: list, n: np.ndarray) -> np.ndarray:
     """Label arrays back to back, each made exactly `n[i]` long: cut, or padded with IGNORE; None is all IGNORE."""
     arrays = list(arrays)
-    have = np.fromiter((0 if x is None else len(x) for x in arrays), dtype=np.int64, count=len(arrays))
-    missing = np.fromiter((x is None for x in arrays), dtype=bool, count=len(arrays))
+    have = np.fromiter((-1 if x is None else len(x) for x in arrays), dtype=np.int64, count=len(arrays))
     ignore = np.full(int(n.max(initial=0)), IGNORE, dtype=np.int64)  # only read: joined into a new array below
-    for i in np.flatnonzero((have != n) | missing).tolist():
+    for i in np.flatnonzero(have != n).tolist():
         x = arrays[i]
         if x is None:
             arrays[i] = ignore[:n[i]]
