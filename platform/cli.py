@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     pt.add_argument("--loss-scaling", choices=LOSS_SCALINGS, default=None,
                     help="divide each objective's loss by log(number of classes) (MUPPET §3.2); default none")
     add_precision_flag(pt, default=None, help="matmul precision (default: the preset's, auto: bf16 on a GPU or a "
-                       "CPU with native bf16 matmuls, fp32 elsewhere); part of the model id")
+                       "CPU where it trains faster, fp32 elsewhere); part of the model id")
 
     md = sub.add_parser("models", help="list pretrained models")
     add_storage_flag(md)

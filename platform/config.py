@@ -221,7 +221,7 @@ class PretrainConfig:
     use_gpu: bool = False
     precision: str = "auto"
     """Matmul precision of the forward pass: "fp32", "bf16" (autocast; weights, optimizer state and losses stay
-    fp32), or "auto": bf16 on a GPU and on CPUs with native bf16 matmuls (AVX512-BF16 or AMX), fp32 elsewhere."""
+    fp32), or "auto": bf16 on a GPU and on CPUs where it trains faster (AMX, or AVX512-BF16 on AMD), fp32 elsewhere."""
     loss_scaling: str = "none"
     """How each objective's loss is scaled before the weighted sum: "none", or "log_classes": divided by the log of
     its number of classes (MUPPET, Aghajanyan et al. 2021, §3.2), so that a 111K-way MLM and a 2-way NSP start on

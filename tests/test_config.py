@@ -157,9 +157,9 @@ def test_auto_precision_names_the_model_of_the_precision_it_resolves_to(monkeypa
     bf16, fp32 = (model_id("c", dataclasses.replace(auto, precision=p)) for p in ("bf16", "fp32"))
     assert bf16 != fp32
     assert model_id("c", auto) == model_id("c", P.resolve_precision(auto))
-    monkeypatch.setattr(P, "cpu_has_bf16", lambda: True)
+    monkeypatch.setattr(P, "cpu_prefers_bf16", lambda: True)
     assert P.resolve_precision(auto).precision == "bf16" and model_id("c", auto) == bf16
-    monkeypatch.setattr(P, "cpu_has_bf16", lambda: False)
+    monkeypatch.setattr(P, "cpu_prefers_bf16", lambda: False)
     assert P.resolve_precision(auto).precision == "fp32" and model_id("c", auto) == fp32
     # GPU workers train in bf16 under "auto", whatever the driver's CPU; explicit precisions stay as asked. The
     # device kind is in the id: a GPU's bf16 (or fp32) digits are not a CPU's.

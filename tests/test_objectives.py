@@ -275,15 +275,27 @@ def test_importing_one_objective_module_first_still_registers_them_all():
     assert out.stdout.strip() == "['mlm', 'nsp', 'pad', 'rtd', 'whp']", out.stderr[-2000:]
 
 
-def test_precision_auto_means_bf16_on_gpus_and_on_cpus_with_native_bf16_only():
+def test_precision_auto_means_bf16_on_gpus_and_on_cpus_where_bf16_trains_faster():
     from alignlab.platform.config import PretrainConfig
-    from alignlab.platform.pretrain.pretrain import cpu_has_bf16, use_bf16
+    from alignlab.platform.pretrain.pretrain import cpu_prefers_bf16, use_bf16
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert use_bf16("auto", cuda) and use_bf16("bf16", cpu) and not use_bf16("fp32", cuda)
-    assert use_bf16("auto", cpu) == cpu_has_bf16()
+    assert use_bf16("auto", cpu) == cpu_prefers_bf16()
     with pytest.raises(ValueError, match="precision"):
         PretrainConfig(precision="fp16")
+
+
+def test_cpus_train_in_bf16_only_with_amx_or_amd_avx512_bf16():
+    from alignlab.platform.pretrain.pretrain import bf16_is_faster
+
+    avx512 = {"avx512f", "avx512_vnni", "avx_vnni"}
+    assert bf16_is_faster("GenuineIntel", avx512 | {"avx512_bf16", "amx_bf16", "amx_tile"})
+    assert bf16_is_faster("AuthenticAMD", avx512 | {"avx512_bf16"})
+    # An Intel CPU with AVX512-BF16 and no AMX multiplies bf16 no faster than fp32; the casts make the step slower.
+    assert not bf16_is_faster("GenuineIntel", avx512 | {"avx512_bf16"})
+    assert not bf16_is_faster("AuthenticAMD", avx512)
+    assert not bf16_is_faster("", set())
 
 
 def test_labelled_rows_pad_each_head_to_a_multiple_of_32_rows_and_change_no_loss_gradient_or_metric(tok, monkeypatch):

@@ -250,13 +250,13 @@ def test_a_named_precision_trains_the_models_auto_trains_on_that_kind_of_cpu_und
     fp32 = with_precision(study, "fp32")
     assert fp32.name == f"{study.name}-fp32" and {m.pretrain.precision for m in fp32.models} == {"fp32"}
     assert [m.key for m in fp32.models] == [m.key for m in study.models] and fp32.calcs == study.calcs
-    # The id of `--precision fp32` on this machine is the id `auto` names on a CPU without native bf16, and
+    # The id of `--precision fp32` on this machine is the id `auto` names on a CPU where bf16 is no faster, and
     # `--precision bf16` that of `auto` on one with it: a named precision reuses the other kind of CPU's models.
     for has_bf16, named in ((False, "fp32"), (True, "bf16")):
-        monkeypatch.setattr(pretrain, "cpu_has_bf16", lambda: has_bf16)
+        monkeypatch.setattr(pretrain, "cpu_prefers_bf16", lambda: has_bf16)
         assert [model_id("c", m.pretrain) for m in study.models] == \
                [model_id("c", m.pretrain) for m in with_precision(study, named).models]
-    monkeypatch.setattr(pretrain, "cpu_has_bf16", lambda: True)
+    monkeypatch.setattr(pretrain, "cpu_prefers_bf16", lambda: True)
     assert model_id("c", study.models[0].pretrain) != model_id("c", fp32.models[0].pretrain)
     with pytest.raises(ValueError, match="fp16"):
         with_precision(study, "fp16")

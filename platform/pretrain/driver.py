@@ -105,7 +105,7 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
     why = ""
     if requested == "auto":
         why = " (auto: GPU workers)" if cfg.use_gpu else \
-            f" (auto: this CPU {'has' if cfg.precision == 'bf16' else 'lacks'} native bf16 matmuls)"
+            f" (auto: bf16 {'trains faster' if cfg.precision == 'bf16' else 'is no faster'} on this CPU)"
     print(f"[pretrain {mid}] precision {cfg.precision}{why}; global batch {cfg.batch_size} "
           f"({cfg.num_workers} x {cfg.worker_batch_size})", flush=True)
     write_json(mdir / "config.json", {"model_id": mid, "corpus_id": cid, "corpus_dir": str(cdir),

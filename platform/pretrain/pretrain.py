@@ -69,28 +69,43 @@ class _Forward(torch.nn.Module):
         return forward_objectives(self.model, self.objectives, batch)
 
 
-def cpu_has_bf16() -> bool:
-    """Does this CPU multiply bf16 natively (AVX512-BF16 or AMX)? Elsewhere bf16 autocast is emulated and slower."""
+def bf16_is_faster(vendor: str, flags: set[str]) -> bool:
+    """Does bf16 autocast train faster than fp32 on a CPU of this vendor ("GenuineIntel", "AuthenticAMD", ...) and
+    these /proc/cpuinfo flags? Only where PyTorch's bf16 matmuls run on units made for them, measured with the mini
+    step (benchmarks/cpu_precision.py, docs/pretrain.md#precision):
+    - Intel with AMX: bf16 (~3x the fp32 step);
+    - AMD with AVX512-BF16 (Zen 4 on): bf16 (README command 1 in 17 minutes against 22 in fp32);
+    - Intel with AVX512-BF16 but no AMX (Cooper Lake, or a VM that hides AMX): fp32. oneDNN's AVX512-BF16 kernels
+      multiply no faster than MKL's fp32 at these shapes, and autocast's casts made the step 1.2-1.3x slower;
+    - no bf16 instructions: fp32 (bf16 would be emulated)."""
+    if "amx_bf16" in flags:
+        return True
+    return vendor == "AuthenticAMD" and "avx512_bf16" in flags
+
+
+def cpu_prefers_bf16() -> bool:
+    """`bf16_is_faster` for the CPU this runs on (Linux; False where /proc/cpuinfo cannot be read)."""
     try:
-        flags = next((ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")), "").split()
+        lines = open("/proc/cpuinfo").read().splitlines()
     except OSError:
         return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    fields = dict((k.strip(), v.strip()) for k, _, v in (ln.partition(":") for ln in lines))  # the last CPU's
+    return bf16_is_faster(fields.get("vendor_id", ""), set(fields.get("flags", "").split()))
 
 
 def use_bf16(precision: str, device: torch.device) -> bool:
     if precision == "auto":
-        return device.type == "cuda" or (device.type == "cpu" and cpu_has_bf16())
+        return device.type == "cuda" or (device.type == "cpu" and cpu_prefers_bf16())
     return precision == "bf16"
 
 
 def resolve_precision(cfg: PretrainConfig) -> PretrainConfig:
-    """`cfg` with "auto" precision replaced by what it picks here: "bf16" for GPU workers and on a CPU with
-    native bf16 matmuls, "fp32" elsewhere. A model's id and its training use the resolved value, so the
-    same request on a CPU without bf16 names (and trains) another model than on one with it."""
+    """`cfg` with "auto" precision replaced by what it picks here: "bf16" for GPU workers and on a CPU where bf16
+    trains faster (`bf16_is_faster`), "fp32" elsewhere. A model's id and its training use the resolved value, so
+    the same request on another kind of CPU may name (and train) another model."""
     if cfg.precision != "auto":
         return cfg
-    return dataclasses.replace(cfg, precision="bf16" if cfg.use_gpu or cpu_has_bf16() else "fp32")
+    return dataclasses.replace(cfg, precision="bf16" if cfg.use_gpu or cpu_prefers_bf16() else "fp32")
 
 
 def lr_lambda(cfg: PretrainConfig) -> Callable[[int], float]:

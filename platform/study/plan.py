@@ -93,9 +93,9 @@ def default_device(study) -> str:
 
 
 def _cpu_precision() -> str:
-    from alignlab.platform.pretrain.pretrain import cpu_has_bf16
+    from alignlab.platform.pretrain.pretrain import cpu_prefers_bf16
 
-    return "bf16" if cpu_has_bf16() else "fp32"
+    return "bf16" if cpu_prefers_bf16() else "fp32"
 
 
 def fel_seconds(studies_root: Path, device: str) -> float | None:

@@ -257,7 +257,7 @@ def with_pretrain_seeds(study: Study, runs: int) -> Study:
 def with_precision(study: Study, precision: str) -> Study:
     """The study with every model pretrained at `precision` ("fp32" or "bf16") instead of its preset's ("auto").
 
-    `auto` is resolved on the machine that starts a run (bf16 where the CPU has native bf16 matmuls or on a GPU,
+    `auto` is resolved on the machine that starts a run (bf16 on a GPU or where the CPU trains faster in it,
     fp32 elsewhere), so one command trains other models, with other figures, on other machines. Naming the
     precision trains the same model ids everywhere, e.g. to compare two machines or to reproduce a result made
     on the other kind of CPU. A model id names its resolved precision, so `fp32` here reuses the models that
