@@ -211,7 +211,8 @@ class PretrainConfig:
     """Length bucketing: each window of this many row batches is reordered so that rows of similar length share a
     batch (`bucketing.py`), which cuts the padding a batch computes on; 1 trains the rows in stream order."""
     prefetch_batches: int = field(default=2, metadata={"omit_at_default": True})
-    """Batches collated ahead on a background thread (in pinned memory for a GPU); 0: on the training thread."""
+    """Batches collated ahead on a background thread (in pinned memory for a GPU), and Ray Data's row batches fetched
+    ahead as many; 0: both on the training thread, which is faster where torch's threads take every core."""
     collate_workers: int = field(default=0, metadata={"omit_at_default": True})
     """Processes per worker that collate its windows of rows outside the training process (`loop.CollatingProcesses`:
     for GPU workers, whose training thread must not share its interpreter lock with the collation); 0: the

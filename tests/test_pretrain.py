@@ -201,6 +201,19 @@ def test_a_train_worker_collating_in_processes_of_its_own_trains_the_same_weight
 
 
 @pytest.mark.ray
+def test_a_train_worker_reading_and_collating_on_its_training_thread_trains_the_same_weights(uninterrupted,
+                                                                                             smoke_corpus, tmp_path):
+    """`prefetch_batches=0` (the mini preset: a 2-core CPU has no core for a prefetch thread) fetches Ray Data's
+    rows and collates them on the training thread, nothing ahead; the rows and their order stay the same."""
+    from alignlab.platform.pretrain.driver import pretrain
+
+    mdir = pretrain(smoke_corpus, dataclasses.replace(SMOKE, prefetch_batches=0), tmp_path)
+    assert mdir.name == uninterrupted.name
+    for (k, a), b in zip(_weights(uninterrupted).items(), _weights(mdir).values()):
+        assert torch.equal(a, b), f"{k} differs from the run that prefetched on a thread"
+
+
+@pytest.mark.ray
 def test_rerunning_after_a_failed_run_continues_at_the_exact_step(uninterrupted, smoke_corpus, tmp_path):
     from alignlab.platform.pretrain.models import is_finished
     from alignlab.platform.pretrain.driver import pretrain

@@ -268,7 +268,7 @@ def _train_fn(config: dict, storage_uri: str) -> None:
         # the worker's own cores), and they travel to collating processes without a Python object per row.
         return of.iter_batches(batch_size=cfg.worker_batch_size, batch_format="pyarrow", drop_last=True,
                                local_shuffle_buffer_size=cfg.worker_batch_size * 4, local_shuffle_seed=cfg.seed + epoch,
-                               prefetch_batches=2)
+                               prefetch_batches=cfg.prefetch_batches)
 
     progress = ProgressLine(mid, cfg.max_steps, trainer.state.step) if rank == 0 else None
 
