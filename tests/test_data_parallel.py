@@ -25,7 +25,7 @@ from alignlab.platform import registry as _registry  # noqa: F401 -- objective n
 from alignlab.platform.presets import PRETRAIN_PRESETS
 
 # Dropout 0: with dropout each rank draws its own masks, and (c) would hold in distribution only. fp32: under bf16
-# autocast (precision "auto" on a CPU with native bf16) a matmul over 8 rows rounds otherwise than over 16.
+# autocast (precision "auto" on a CPU where bf16 trains faster) a matmul over 8 rows rounds otherwise than over 16.
 CFG = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", max_steps=6, checkpoint_every=2,
                           log_every=1, model=dataclasses.replace(PRETRAIN_PRESETS["smoke"].model, dropout=0.0),
                           cpus_per_worker=0.25, threads_per_worker=1, precision="fp32")

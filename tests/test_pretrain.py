@@ -139,10 +139,10 @@ def test_pretraining_prints_and_records_the_precision_it_trains_at(smoke_corpus,
     from alignlab.platform.pretrain.driver import pretrain
 
     cfg = dataclasses.replace(SMOKE, precision="auto", max_steps=2, checkpoint_every=2)
-    used = resolve_precision(cfg).precision  # bf16 on a CPU with native bf16 matmuls, fp32 elsewhere
+    used = resolve_precision(cfg).precision  # bf16 on a CPU where it trains faster, fp32 elsewhere
     mdir = pretrain(smoke_corpus, cfg, tmp_path)
     first = capsys.readouterr().out.splitlines()[0]
-    assert first.startswith(f"[pretrain {mdir.name}] precision {used} (auto: this CPU ")
+    assert first.startswith(f"[pretrain {mdir.name}] precision {used} (auto: bf16 ")
     info = json.loads((mdir / "config.json").read_text())
     assert (info["precision"], info["requested_precision"], info["global_batch_size"]) == (used, "auto", cfg.batch_size)
     assert json.loads((mdir / "final" / "eval.json").read_text())["precision"] == used

@@ -29,7 +29,7 @@ def test_the_split_names_other_models_only_for_several_workers():
     from alignlab.platform.pretrain.models import model_id
 
     # The mini preset (1 worker) keeps the id it had before the split (pinned in bf16, which "auto" resolves to only
-    # on CPUs with native bf16; the pin moves with PRETRAIN_CODE_VERSION, which is in every id); the paper
+    # on CPUs where it trains faster; the pin moves with PRETRAIN_CODE_VERSION, which is in every id); the paper
     # preset (4 workers) moves.
     mini = dataclasses.replace(PRETRAIN_PRESETS["mini"], precision="bf16")
     assert model_id("bundled-dabc0247e631", mini) == "128x2-mlm-4e053eabe6a6"

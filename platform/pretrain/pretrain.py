@@ -71,12 +71,11 @@ class _Forward(torch.nn.Module):
 
 def bf16_is_faster(vendor: str, flags: set[str]) -> bool:
     """Does bf16 autocast train faster than fp32 on a CPU of this vendor ("GenuineIntel", "AuthenticAMD", ...) and
-    these /proc/cpuinfo flags? Only where PyTorch's bf16 matmuls run on units made for them, measured with the mini
-    step (benchmarks/cpu_precision.py, docs/pretrain.md#precision):
-    - Intel with AMX: bf16 (~3x the fp32 step);
+    these /proc/cpuinfo flags? As measured with the mini step (benchmarks/cpu_precision.py, docs/pretrain.md#precision):
+    - Intel with AMX: bf16 (1.4x the fp32 step);
     - AMD with AVX512-BF16 (Zen 4 on): bf16 (README command 1 in 17 minutes against 22 in fp32);
-    - Intel with AVX512-BF16 but no AMX (Cooper Lake, or a VM that hides AMX): fp32. oneDNN's AVX512-BF16 kernels
-      multiply no faster than MKL's fp32 at these shapes, and autocast's casts made the step 1.2-1.3x slower;
+    - Intel with AVX512-BF16 but no AMX (measured on a VM that hides a Xeon's AMX): fp32. oneDNN's AVX512-BF16
+      matmuls are no faster than MKL's fp32 ones at these shapes, and autocast's casts made the step 1.2-1.4x slower;
     - no bf16 instructions: fp32 (bf16 would be emulated)."""
     if "amx_bf16" in flags:
         return True
