@@ -26,18 +26,9 @@ import machine_info  # benchmarks/, on sys.path when a benchmark runs as a scrip
 from bench_corpus import load_corpus
 from alignlab.platform.presets import PRETRAIN_PRESETS
 from alignlab.platform.data.corpus_embeddings import for_corpus
-from alignlab.platform.pretrain.pretrain import Pretrainer, resolve_precision, to_numpy_rows
+from alignlab.platform.pretrain.pretrain import Pretrainer, cpu_vendor_and_flags, resolve_precision, to_numpy_rows
 
 PRECISIONS = ("fp32", "bf16")
-
-
-def cpu_fields() -> tuple[str, set[str]]:
-    try:
-        lines = open("/proc/cpuinfo").read().splitlines()
-    except OSError:
-        return "", set()
-    fields = dict((k.strip(), v.strip()) for k, _, v in (ln.partition(":") for ln in lines))
-    return fields.get("vendor_id", ""), set(fields.get("flags", "").split())
 
 
 def matmul_gflops(dtype: torch.dtype, n: int = 2048, reps: int = 10) -> float:
@@ -63,7 +54,7 @@ def main(argv=None) -> None:
     command = "python benchmarks/cpu_precision.py " + " ".join(sys.argv[1:] if argv is None else argv)
     mini = PRETRAIN_PRESETS["mini"]
     auto = resolve_precision(mini).precision
-    vendor, flags = cpu_fields()
+    vendor, flags = cpu_vendor_and_flags()
     shown = sorted(f for f in flags if "bf16" in f or f.startswith("amx"))
     print(f"# {command}\n# {machine_info.cpu_model()} ({vendor}; {' '.join(shown) or 'no bf16 or AMX flags'}), "
           f"{a.threads} threads, torch {torch.__version__}, corpus {corpus.name}; precision auto -> {auto} here",

@@ -82,14 +82,19 @@ def bf16_is_faster(vendor: str, flags: set[str]) -> bool:
     return vendor == "AuthenticAMD" and "avx512_bf16" in flags
 
 
-def cpu_prefers_bf16() -> bool:
-    """`bf16_is_faster` for the CPU this runs on (Linux; False where /proc/cpuinfo cannot be read)."""
+def cpu_vendor_and_flags() -> tuple[str, set[str]]:
+    """This CPU's vendor_id and flags from /proc/cpuinfo (Linux; "" and none where it cannot be read)."""
     try:
         lines = open("/proc/cpuinfo").read().splitlines()
     except OSError:
-        return False
+        return "", set()
     fields = dict((k.strip(), v.strip()) for k, _, v in (ln.partition(":") for ln in lines))  # the last CPU's
-    return bf16_is_faster(fields.get("vendor_id", ""), set(fields.get("flags", "").split()))
+    return fields.get("vendor_id", ""), set(fields.get("flags", "").split())
+
+
+def cpu_prefers_bf16() -> bool:
+    """`bf16_is_faster` for the CPU this runs on."""
+    return bf16_is_faster(*cpu_vendor_and_flags())
 
 
 def use_bf16(precision: str, device: torch.device) -> bool:
