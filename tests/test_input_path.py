@@ -186,6 +186,38 @@ def test_the_prefetcher_keeps_order_raises_a_sources_error_at_its_item_and_stops
     assert not any(t.name == "alignlab-prefetch" and t.is_alive() for t in threading.enumerate())
 
 
+
+def _threads_named_like(tid: int) -> set[int]:
+    """The process's threads that carry thread `tid`'s name: the threads it started and named nothing else, as
+    OpenMP's workers are (Ray's and torch's own threads have names of their own)."""
+    def name(t):
+        return Path(f"/proc/self/task/{t}/comm").read_text()
+
+    mine = name(tid)
+    return {int(t) for t in Path("/proc/self/task").iterdir() for t in [t.name] if name(t) == mine}
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir() or "OpenMP" not in torch.__config__.parallel_info(),
+                    reason="counts OpenMP's threads through Linux's /proc")
+def test_a_prefetch_thread_runs_its_torch_operations_without_a_team_of_threads_of_its_own():
+    """A second OpenMP team beside the training thread's made every CPU step slower (prefetch.py)."""
+    kept = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        big = torch.ones(1 << 22)
+        big.sum()  # the training thread's team exists
+
+        def source():
+            before = _threads_named_like(threading.get_native_id())
+            (big * 2).sum()  # large enough to split across threads
+            yield torch.get_num_threads(), _threads_named_like(threading.get_native_id()) - before
+
+        [(threads, started)] = list(Prefetcher(source(), depth=1))
+        assert threads == 1 and started == set()
+        assert torch.get_num_threads() == 2  # the training thread keeps its own
+    finally:
+        torch.set_num_threads(kept)
+
 def _run(tok, cfg, *, steps_from: dict | None = None):
     trainer = Pretrainer(cfg, tok)
     if steps_from is not None:

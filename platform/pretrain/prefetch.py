@@ -6,16 +6,40 @@ host's next batch, and the host waits for the GPU. `Prefetcher` runs the iterato
 thread, at most `depth` batches ahead, and hands them over in order; an error there is raised in the consumer at
 the batch where it happened. Which batch is made for which step does not depend on the thread (the iterator
 decides it, keyed by step), so a resumed run makes the same batches with or without it. No Ray here.
+
+The thread runs its torch operations on itself alone (`torch_on_this_thread_only`): on a CPU, a second team of
+OpenMP threads beside the training step's made every step slower (docs/input_path.md#on-a-cpu).
 """
 from __future__ import annotations
 
+import ctypes
 import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import torch
+
 _END = object()
+
+
+def torch_on_this_thread_only() -> None:
+    """Make the calling thread run its torch operations on itself, never on a team of threads of its own.
+
+    With OpenMP (torch's CPU backend on Linux), an operation large enough to split starts a team of worker threads
+    for the thread that calls it, beside the training thread's team. Once a process's OpenMP threads outnumber the
+    cores, libgomp stops spinning at the end of each parallel region and puts the waiting threads to sleep, so every
+    parallel region of the training step pays for waking them: on 2 cores the mini step took 60 ms instead of
+    45 ms. The batches a side thread makes are too small to gain from a team. OpenMP keeps the thread count per
+    thread, so the training thread keeps its own; torch's own thread pool (builds without OpenMP) is one pool for
+    all threads and needs nothing."""
+    torch.get_num_threads()  # torch's per-thread set-up first: it would set the count back on this thread's first op
+    try:
+        set_threads = ctypes.CDLL(None).omp_set_num_threads
+    except (AttributeError, OSError, TypeError):  # no OpenMP loaded, or no process-wide symbol lookup (Windows)
+        return
+    set_threads(1)
 
 
 class _Failed:
@@ -40,6 +64,7 @@ class Prefetcher(Iterator):
 
     def _run(self) -> None:
         try:
+            torch_on_this_thread_only()
             for item in self._source:
                 if not self._put(item):
                     return
