@@ -369,16 +369,66 @@ def ray_run(cfg: PretrainConfig, cdir: Path, root: Path, *, env_vars: dict[str, 
                         for (s, t), w in zip(points, waits)]}
 
 
+def plain_beside_idle_ray(cfg: PretrainConfig, tok: Tokenizer, cdir: Path, folder: Path) -> dict:
+    """The plain loop in this process while an idle Ray Train run lives beside it on a fresh local Ray: its
+    controller, a worker that has read one batch of the corpus and waits, the helper actors, Ray Data's and Ray's
+    own processes. What Ray's processes cost the step when none of Ray's work is in the loop."""
+    import threading
+
+    import ray
+    import ray.data
+    from ray.train import DataConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    ready, done = folder / "idle-ready", folder / "idle-done"
+
+    def idle(config: dict) -> None:
+        import ray.train
+
+        next(iter(ray.train.get_dataset_shard("train").iter_batches(batch_size=cfg.batch_size)))
+        Path(config["ready"]).touch()
+        while not Path(config["done"]).exists():
+            time.sleep(0.5)
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=1024**3)
+    fit = None
+    try:
+        trainer = TorchTrainer(
+            idle, train_loop_config={"ready": str(ready), "done": str(done)},
+            scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": cfg.cpus_per_worker}),
+            run_config=RunConfig(name="idle", storage_path=str(folder / "idle-ray")),
+            datasets={"train": ray.data.read_parquet(str(cdir / "shards" / "train"), num_cpus=0.25)},
+            dataset_config=DataConfig(datasets_to_split=[]))
+        fit = threading.Thread(target=trainer.fit, daemon=True)
+        fit.start()
+        deadline = time.monotonic() + 300
+        while not ready.exists():
+            if not fit.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the idle Ray Train run did not start")
+            time.sleep(0.2)
+        time.sleep(5)  # Ray Data's read and the start-up settle
+        return plain_run(cfg, tok, cdir)
+    finally:
+        done.touch()
+        if fit is not None:
+            fit.join(timeout=120)  # the run ends on its own before Ray shuts down
+        ray.shutdown()
+
+
 def bench_ray(size: str, tok: Tokenizer, table: pa.Table, *, steps: int, num_files: int, malloc: str,
-              corpus: Path | None = None, old_report: bool = True) -> dict:
+              corpus: Path | None = None, old_report: bool = True, prefetch_batches: int | None = None,
+              beside_idle_ray: bool = False) -> dict:
     """`corpus`: a finished corpus folder; the run is then the `mini` preset itself (its precision, sequence-length
-    schedule, objectives and batch) on that corpus, the size and synthetic rows unused."""
+    schedule, objectives and batch) on that corpus, the size and synthetic rows unused. `prefetch_batches`: instead
+    of the config's. `beside_idle_ray`: also the plain loop beside an idle Ray Train run (`plain_beside_idle_ray`)."""
     if corpus is None:
         cfg = pretrain_config(size, "fp32", max_steps=steps, checkpoint_every=steps, num_workers=1, cpus_per_worker=0.5,
                               threads_per_worker=2)
     else:
         cfg = dataclasses.replace(PRETRAIN_PRESETS["mini"], max_steps=steps, checkpoint_every=steps)
         tok = Tokenizer(corpus / "tokenizer.model")
+    if prefetch_batches is not None:
+        cfg = dataclasses.replace(cfg, prefetch_batches=prefetch_batches)
     # The plain runs happen in this process (heap_malloc() already applied by main in "heap" mode);
     # Ray's workers get the same glibc settings through their environment.
     env_vars = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 30)} if malloc == "heap" else {}
@@ -395,17 +445,23 @@ def bench_ray(size: str, tok: Tokenizer, table: pa.Table, *, steps: int, num_fil
             old = ray_run(cfg, cdir, d / "storage-old", env_vars=env_vars, after_step=report_every_log)
             print(f"ray    TorchTrainer reporting every log step (before the fix): "
                   f"{ {k: v for k, v in old.items() if k != 'reports'} }  load {load_average()}", flush=True)
+        beside = None
+        if beside_idle_ray:
+            beside = plain_beside_idle_ray(cfg, tok, cdir, d)
+            print(f"ray    plain beside an idle Ray Train run: {beside}  load {load_average()}", flush=True)
         after = plain_run(cfg, tok, cdir)
         print(f"ray    plain (after):  {after}  load {load_average()}", flush=True)
     plain_step = (before["step_s"] + after["step_s"]) / 2
     tokens = cfg.batch_size * SEQ
     return {"size": size if corpus is None else "mini", "precision": cfg.precision, "steps": steps,
-            "batch": cfg.batch_size, "cpus_per_worker": cfg.cpus_per_worker,
+            "batch": cfg.batch_size, "cpus_per_worker": cfg.cpus_per_worker, "prefetch_batches": cfg.prefetch_batches,
             "threads_per_worker": cfg.threads_per_worker, "rows": table.num_rows, "parquet_files": num_files,
             "plain_before": before, "plain_after": after, "ray": ray_res,
             "plain_tokens_per_s": round(tokens / plain_step, 1),
             "ray_tokens_per_s": round(tokens / ray_res["step_s"], 1),
             "ray_overhead": round(ray_res["step_s"] / plain_step - 1, 4),
+            "plain_beside_idle_ray": beside,
+            "plain_beside_idle_ray_overhead": beside and round(beside["step_s"] / plain_step - 1, 4),
             "ray_reporting_every_log": old and {k: v for k, v in old.items() if k != "reports"},
             "ray_overhead_reporting_every_log": old and round(old["step_s"] / plain_step - 1, 4),
             "ray_data_wait_fraction_steady": ray_res["data_wait_fraction_steady"],
@@ -433,6 +489,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ray-size", default="256x1", help="model size of the Ray-vs-plain run")
     p.add_argument("--ray-steps", type=int, default=60)
     p.add_argument("--ray-corpus", type=Path, help="a finished corpus folder: the Ray part runs the mini preset on it")
+    p.add_argument("--prefetch-batches", type=int,
+                   help="the Ray part's PretrainConfig.prefetch_batches (default: the config's own)")
+    p.add_argument("--beside-idle-ray", action="store_true",
+                   help="also time the plain loop beside an idle Ray Train run: what Ray's own processes cost")
     p.add_argument("--no-old-report", action="store_true",
                    help="skip the third Ray run (reporting every log step, as before that fix): a shorter run")
     p.add_argument("--malloc", choices=("default", "heap"), default="default",
@@ -490,7 +550,8 @@ def main(argv: list[str] | None = None) -> None:
             result[key + ("_bf16" if args.precision == "bf16" else "")] = section
         if args.part in ("all", "ray"):
             r = bench_ray(args.ray_size, tok, table, steps=args.ray_steps, num_files=4, malloc=args.malloc,
-                          corpus=args.ray_corpus, old_report=not args.no_old_report)
+                          corpus=args.ray_corpus, old_report=not args.no_old_report,
+                          prefetch_batches=args.prefetch_batches, beside_idle_ray=args.beside_idle_ray)
             key = "ray" if args.malloc == "default" else "ray_heap_malloc"
             label = args.ray_size if args.ray_corpus is None else "mini preset, real corpus"
             result.setdefault(key, {})[label] = {**header, **r, "load_average_end": load_average()}
@@ -498,6 +559,8 @@ def main(argv: list[str] | None = None) -> None:
                   f"{r['plain_tokens_per_s']:.0f} tok/s); data wait {r['ray_data_wait_fraction_steady']:.1%} "
                   f"steady, {r['ray_data_wait_fraction_whole_run']:.1%} over the whole run (first batch "
                   f"{r['ray_first_batches_wait_s']:.0f} s); start-up before the loop {r['ray_startup_s']:.0f} s"
+                  + ("" if r["plain_beside_idle_ray_overhead"] is None else
+                     f"; the plain loop beside an idle Ray Train run: {r['plain_beside_idle_ray_overhead']:+.1%}")
                   + ("" if r["ray_overhead_reporting_every_log"] is None else
                      f"; reporting every log step as before the fix: {r['ray_overhead_reporting_every_log']:+.1%}"),
                   flush=True)
