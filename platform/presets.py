@@ -57,14 +57,10 @@ def _pretrain_presets() -> dict[str, PretrainConfig]:
         # it is the slowest objective to leave chance; at this budget it does in some runs only (docs/results.md).
         # The word embeddings start from the corpus's co-occurrence statistics (std 0.1): MLM at [MASK] and CT on
         # validation higher in each of 3 pretraining seeds, for seconds a model (docs/journal/round-14.md).
-        # Rows are read and collated on the training thread (prefetch_batches=0): torch's two threads take both
-        # cores of the laptop, and a prefetch thread beside them stalled each step by more than the collation it
-        # took off (docs/input_path.md#on-a-2-core-cpu). The same batches either way.
         "mini": PretrainConfig(model=dataclasses.replace(MODEL_SIZES["128x2"], norm="pre", dropout=0.0, alibi=4.0),
                                batch_size=32, lr=1e-3, warmup_steps=100, decay="linear", max_steps=3000, short_seq_len=64,
                                short_seq_fraction=0.5, checkpoint_every=500, eval_batches=20, num_workers=1,
-                               cpus_per_worker=1.0, threads_per_worker=2, layout_fraction=0.5, corpus_embeddings=0.1,
-                               prefetch_batches=0),
+                               cpus_per_worker=1.0, threads_per_worker=2, layout_fraction=0.5, corpus_embeddings=0.1),
         # 500M examples at batch 256 (§3.3), 4 GPUs. Each GPU worker collates in 2 processes of its own, so that its
         # training thread has the interpreter lock to itself (docs/input_path.md); 4 CPUs: the step, 2 collating
         # processes, the reading.

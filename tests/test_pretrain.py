@@ -203,8 +203,8 @@ def test_a_train_worker_collating_in_processes_of_its_own_trains_the_same_weight
 @pytest.mark.ray
 def test_a_train_worker_reading_and_collating_on_its_training_thread_trains_the_same_weights(uninterrupted,
                                                                                              smoke_corpus, tmp_path):
-    """`prefetch_batches=0` (the mini preset: a 2-core CPU has no core for a prefetch thread) fetches Ray Data's
-    rows and collates them on the training thread, nothing ahead; the rows and their order stay the same."""
+    """`prefetch_batches=0` fetches Ray Data's rows and collates them on the training thread, nothing ahead; the
+    rows and their order stay the same."""
     from alignlab.platform.pretrain.driver import pretrain
 
     mdir = pretrain(smoke_corpus, dataclasses.replace(SMOKE, prefetch_batches=0), tmp_path)
