@@ -30,8 +30,8 @@ def torch_on_this_thread_only() -> None:
     With OpenMP (torch's CPU backend on Linux), an operation large enough to split starts a team of worker threads
     for the thread that calls it, beside the training thread's team. Once a process's OpenMP threads outnumber the
     cores, libgomp stops spinning at the end of each parallel region and puts the waiting threads to sleep, so every
-    parallel region of the training step pays for waking them: on 2 cores the mini step took 60 ms instead of
-    45 ms. The batches a side thread makes are too small to gain from a team. OpenMP keeps the thread count per
+    parallel region of the training step pays for waking them (docs/input_path.md#on-a-cpu). The batches a side
+    thread makes are too small to gain from a team. OpenMP keeps the thread count per
     thread, so the training thread keeps its own; torch's own thread pool (builds without OpenMP) is one pool for
     all threads and needs nothing."""
     torch.get_num_threads()  # torch's per-thread set-up first: it would set the count back on this thread's first op
