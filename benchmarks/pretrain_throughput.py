@@ -369,10 +369,31 @@ def ray_run(cfg: PretrainConfig, cdir: Path, root: Path, *, env_vars: dict[str, 
                         for (s, t), w in zip(points, waits)]}
 
 
-def plain_beside_idle_ray(cfg: PretrainConfig, tok: Tokenizer, cdir: Path, folder: Path) -> dict:
+def keep_at_idle_priority(stop) -> None:
+    """Until `stop` is set, put every thread of every process descended from this one under SCHED_IDLE: the
+    kernel then never lets them preempt a normal thread on waking, and runs them only on a core nothing else
+    wants. A diagnostic: with Ray's processes so, what is left of their cost to the step is their CPU time, not
+    the preemption of torch's threads. Each thread's policy is its own, hence the walk over /proc/PID/task."""
+    import psutil
+
+    me, idle = psutil.Process(), os.sched_param(0)
+    while not stop.is_set():
+        for child in me.children(recursive=True):
+            try:
+                for tid in os.listdir(f"/proc/{child.pid}/task"):
+                    if os.sched_getscheduler(int(tid)) != os.SCHED_IDLE:
+                        os.sched_setscheduler(int(tid), os.SCHED_IDLE, idle)
+            except (FileNotFoundError, ProcessLookupError):
+                pass  # it ended meanwhile
+        stop.wait(0.5)
+
+
+def plain_beside_idle_ray(cfg: PretrainConfig, tok: Tokenizer, cdir: Path, folder: Path, *,
+                          ray_at_idle_priority: bool = False) -> dict:
     """The plain loop in this process while an idle Ray Train run lives beside it on a fresh local Ray: its
     controller, a worker that has read one batch of the corpus and waits, the helper actors, Ray Data's and Ray's
-    own processes. What Ray's processes cost the step when none of Ray's work is in the loop."""
+    own processes. What Ray's processes cost the step when none of Ray's work is in the loop.
+    `ray_at_idle_priority`: those processes run under SCHED_IDLE while the loop is timed (`keep_at_idle_priority`)."""
     import threading
 
     import ray
@@ -380,7 +401,7 @@ def plain_beside_idle_ray(cfg: PretrainConfig, tok: Tokenizer, cdir: Path, folde
     from ray.train import DataConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    ready, done = folder / "idle-ready", folder / "idle-done"
+    ready, done, stop = folder / "idle-ready", folder / "idle-done", threading.Event()
 
     def idle(config: dict) -> None:
         import ray.train
@@ -407,8 +428,12 @@ def plain_beside_idle_ray(cfg: PretrainConfig, tok: Tokenizer, cdir: Path, folde
                 raise RuntimeError("the idle Ray Train run did not start")
             time.sleep(0.2)
         time.sleep(5)  # Ray Data's read and the start-up settle
+        if ray_at_idle_priority:
+            threading.Thread(target=keep_at_idle_priority, args=(stop,), daemon=True).start()
+            time.sleep(2)
         return plain_run(cfg, tok, cdir)
     finally:
+        stop.set()
         done.touch()
         if fit is not None:
             fit.join(timeout=120)  # the run ends on its own before Ray shuts down
@@ -417,10 +442,13 @@ def plain_beside_idle_ray(cfg: PretrainConfig, tok: Tokenizer, cdir: Path, folde
 
 def bench_ray(size: str, tok: Tokenizer, table: pa.Table, *, steps: int, num_files: int, malloc: str,
               corpus: Path | None = None, old_report: bool = True, prefetch_batches: int | None = None,
-              beside_idle_ray: bool = False) -> dict:
+              beside_idle_ray: bool = False, ray_at_idle_priority: bool = False,
+              threads: int | None = None) -> dict:
     """`corpus`: a finished corpus folder; the run is then the `mini` preset itself (its precision, sequence-length
     schedule, objectives and batch) on that corpus, the size and synthetic rows unused. `prefetch_batches`: instead
-    of the config's. `beside_idle_ray`: also the plain loop beside an idle Ray Train run (`plain_beside_idle_ray`)."""
+    of the config's. `beside_idle_ray`: also the plain loop beside an idle Ray Train run (`plain_beside_idle_ray`),
+    with Ray's processes under SCHED_IDLE if `ray_at_idle_priority`. `threads`: torch threads of the training loop,
+    in every arm, instead of the config's."""
     if corpus is None:
         cfg = pretrain_config(size, "fp32", max_steps=steps, checkpoint_every=steps, num_workers=1, cpus_per_worker=0.5,
                               threads_per_worker=2)
@@ -429,6 +457,8 @@ def bench_ray(size: str, tok: Tokenizer, table: pa.Table, *, steps: int, num_fil
         tok = Tokenizer(corpus / "tokenizer.model")
     if prefetch_batches is not None:
         cfg = dataclasses.replace(cfg, prefetch_batches=prefetch_batches)
+    if threads is not None:
+        cfg = dataclasses.replace(cfg, threads_per_worker=threads)
     # The plain runs happen in this process (heap_malloc() already applied by main in "heap" mode);
     # Ray's workers get the same glibc settings through their environment.
     env_vars = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 30)} if malloc == "heap" else {}
@@ -447,8 +477,9 @@ def bench_ray(size: str, tok: Tokenizer, table: pa.Table, *, steps: int, num_fil
                   f"{ {k: v for k, v in old.items() if k != 'reports'} }  load {load_average()}", flush=True)
         beside = None
         if beside_idle_ray:
-            beside = plain_beside_idle_ray(cfg, tok, cdir, d)
-            print(f"ray    plain beside an idle Ray Train run: {beside}  load {load_average()}", flush=True)
+            beside = plain_beside_idle_ray(cfg, tok, cdir, d, ray_at_idle_priority=ray_at_idle_priority)
+            print(f"ray    plain beside an idle Ray Train run{' (Ray at SCHED_IDLE)' if ray_at_idle_priority else ''}: "
+                  f"{beside}  load {load_average()}", flush=True)
         after = plain_run(cfg, tok, cdir)
         print(f"ray    plain (after):  {after}  load {load_average()}", flush=True)
     plain_step = (before["step_s"] + after["step_s"]) / 2
@@ -460,7 +491,7 @@ def bench_ray(size: str, tok: Tokenizer, table: pa.Table, *, steps: int, num_fil
             "plain_tokens_per_s": round(tokens / plain_step, 1),
             "ray_tokens_per_s": round(tokens / ray_res["step_s"], 1),
             "ray_overhead": round(ray_res["step_s"] / plain_step - 1, 4),
-            "plain_beside_idle_ray": beside,
+            "plain_beside_idle_ray": beside, "ray_at_idle_priority": ray_at_idle_priority,
             "plain_beside_idle_ray_overhead": beside and round(beside["step_s"] / plain_step - 1, 4),
             "ray_reporting_every_log": old and {k: v for k, v in old.items() if k != "reports"},
             "ray_overhead_reporting_every_log": old and round(old["step_s"] / plain_step - 1, 4),
@@ -493,6 +524,10 @@ def main(argv: list[str] | None = None) -> None:
                    help="the Ray part's PretrainConfig.prefetch_batches (default: the config's own)")
     p.add_argument("--beside-idle-ray", action="store_true",
                    help="also time the plain loop beside an idle Ray Train run: what Ray's own processes cost")
+    p.add_argument("--ray-at-idle-priority", action="store_true",
+                   help="with --beside-idle-ray: Ray's processes run under SCHED_IDLE (Linux) while that loop is timed")
+    p.add_argument("--ray-threads", type=int,
+                   help="torch threads of the Ray-vs-plain loops (all arms) instead of the preset's threads_per_worker")
     p.add_argument("--no-old-report", action="store_true",
                    help="skip the third Ray run (reporting every log step, as before that fix): a shorter run")
     p.add_argument("--malloc", choices=("default", "heap"), default="default",
@@ -551,7 +586,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.part in ("all", "ray"):
             r = bench_ray(args.ray_size, tok, table, steps=args.ray_steps, num_files=4, malloc=args.malloc,
                           corpus=args.ray_corpus, old_report=not args.no_old_report,
-                          prefetch_batches=args.prefetch_batches, beside_idle_ray=args.beside_idle_ray)
+                          prefetch_batches=args.prefetch_batches, beside_idle_ray=args.beside_idle_ray,
+                          ray_at_idle_priority=args.ray_at_idle_priority, threads=args.ray_threads)
             key = "ray" if args.malloc == "default" else "ray_heap_malloc"
             label = args.ray_size if args.ray_corpus is None else "mini preset, real corpus"
             result.setdefault(key, {})[label] = {**header, **r, "load_average_end": load_average()}
