@@ -171,7 +171,8 @@ def ray_run(size: str, tok, *, batch: int, steps: int, num_rows: int, device: st
 
     cfg = config(size, batch, device, num_workers=1, cpus_per_worker=cpus_per_worker, max_steps=steps,
                  checkpoint_every=steps, eval_batches=2, compile=compile_model, bucket_batches=bucket_batches,
-                 collate_workers=collate_workers)
+                 collate_workers=collate_workers,
+                 log_every=min(10, max(1, steps // 4)))  # the default 10, but at least 3 reports for the steady figures
     with tempfile.TemporaryDirectory(prefix="alignlab-gpu-") as d:
         d = Path(d)
         t = time.perf_counter()
