@@ -374,18 +374,34 @@ def keep_at_idle_priority(stop) -> None:
     kernel then never lets them preempt a normal thread on waking, and runs them only on a core nothing else
     wants. A diagnostic: with Ray's processes so, what is left of their cost to the step is their CPU time, not
     the preemption of torch's threads. Each thread's policy is its own, hence the walk over /proc/PID/task."""
-    import psutil
-
-    me, idle = psutil.Process(), os.sched_param(0)
+    idle = os.sched_param(0)
     while not stop.is_set():
-        for child in me.children(recursive=True):
+        for pid in descendants(os.getpid()):
             try:
-                for tid in os.listdir(f"/proc/{child.pid}/task"):
+                for tid in os.listdir(f"/proc/{pid}/task"):
                     if os.sched_getscheduler(int(tid)) != os.SCHED_IDLE:
                         os.sched_setscheduler(int(tid), os.SCHED_IDLE, idle)
             except (FileNotFoundError, ProcessLookupError):
                 pass  # it ended meanwhile
         stop.wait(0.5)
+
+
+def descendants(root: int) -> list[int]:
+    """The ids of the processes descended from `root`, from /proc (Linux)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
 
 
 def plain_beside_idle_ray(cfg: PretrainConfig, tok: Tokenizer, cdir: Path, folder: Path, *,
