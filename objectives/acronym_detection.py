@@ -30,8 +30,8 @@ from alignlab.platform.task import BuiltData, register_task
 from alignlab.platform.fel.task_kinds import PairClassificationTask
 
 from alignlab.objectives.ad_data import (AD_BUILDER_VERSION, AD_FORMAT, build_ad_dataset, defining_doc_ids,
-                                         letters_only_ad_baseline, span_matcher_ad_baseline)
-from alignlab.platform.fel.task_files import majority_baseline
+                                         letters_only_ad_hits, span_matcher_ad_hits)
+from alignlab.platform.fel.task_files import majority_hits
 
 
 def pair_input(tok, acronym: str, snippet: str, max_len: int, acronym_form: str) -> tuple[list[int], list[int]]:
@@ -148,10 +148,10 @@ class AcronymDetection(PairClassificationTask):
         return HeldOutText(tuple(sorted({e.snippet for e in examples})),
                            tuple(sorted({(e.acronym, e.long_form) for e in examples if e.label == 1 and e.long_form})))
 
-    def baseline_scores(self, train, test, **context):
-        return {"majority": majority_baseline([e.label for e in train], [e.label for e in test]),
-                "letters": letters_only_ad_baseline(train, test),
-                "span_matcher": span_matcher_ad_baseline(test)}
+    def baseline_hits(self, train, test, **context):
+        return {"majority": majority_hits([e.label for e in train], [[e.label] for e in test]),
+                "letters": letters_only_ad_hits(train, test),
+                "span_matcher": span_matcher_ad_hits(test)}
 
     # ---- serving
     def acronym_score(self, predictor, acronym: str, snippet: str, head: str | None = None) -> float:

@@ -378,9 +378,9 @@ def _letter_features(examples: Sequence[ADExample]) -> np.ndarray:
     return X
 
 
-def letters_only_ad_baseline(train: Sequence[ADExample], test: Sequence[ADExample], l2: float = 1e-2) -> float:
-    """Test accuracy of L2-regularised logistic regression on the acronym alone (its 26 letter
-    counts and its length), never the snippet: how much AD can be solved by spelling priors."""
+def letters_only_ad_hits(train: Sequence[ADExample], test: Sequence[ADExample], l2: float = 1e-2) -> list[list[bool]]:
+    """Per test pair, whether L2-regularised logistic regression on the acronym alone (its 26 letter counts and
+    its length), never the snippet, is right: how much AD can be solved by spelling priors."""
     if not train or not test:
         raise ValueError("letters_only_ad_baseline needs non-empty train and test sets")
     from scipy.optimize import minimize  # here: task discovery imports this module in every worker
@@ -401,16 +401,26 @@ def letters_only_ad_baseline(train: Sequence[ADExample], test: Sequence[ADExampl
 
     w = minimize(loss_grad, np.zeros(X.shape[1]), jac=True, method="L-BFGS-B").x
     pred = (Xt @ w) > 0
-    return float(np.mean(pred == np.array([ex.label == 1 for ex in test])))
+    return [[bool(p == (ex.label == 1))] for p, ex in zip(pred, test)]
 
 
+def letters_only_ad_baseline(train: Sequence[ADExample], test: Sequence[ADExample], l2: float = 1e-2) -> float:
+    """Test accuracy of the letters-only logistic regression (`letters_only_ad_hits`)."""
+    hits = letters_only_ad_hits(train, test, l2)
+    return float(np.mean([h[0] for h in hits]))
 
-def span_matcher_ad_baseline(test: Sequence[ADExample]) -> float:
-    """Accuracy of "positive iff the acronym is the initials of some contiguous span of the snippet"
-    (minor words such as "of" may be skipped, as in the task's own rule). No training and no notion
+
+def span_matcher_ad_hits(test: Sequence[ADExample]) -> list[list[bool]]:
+    """Per test pair, whether "positive iff the acronym is the initials of some contiguous span of the snippet"
+    is right (minor words such as "of" may be skipped, as in the task's own rule). No training and no notion
     of an entity: it is right on every positive and every mutated negative, and wrong on every
     pseudo-acronym negative (the initials of a non-entity span)."""
     if not test:
         raise ValueError("span_matcher_ad_baseline needs a non-empty test set")
-    hits = [matches_a_span(ex.acronym, words_of(ex.snippet)) == (ex.label == 1) for ex in test]
-    return sum(hits) / len(hits)
+    return [[matches_a_span(ex.acronym, words_of(ex.snippet)) == (ex.label == 1)] for ex in test]
+
+
+def span_matcher_ad_baseline(test: Sequence[ADExample]) -> float:
+    """Accuracy of the span matcher (`span_matcher_ad_hits`)."""
+    hits = span_matcher_ad_hits(test)
+    return sum(h[0] for h in hits) / len(hits)

@@ -17,9 +17,9 @@ from alignlab.platform.data.holdout import HeldOutText
 from alignlab.platform.task import BuiltData, Task, register_task
 from alignlab.platform.fel.task_kinds import TaggingTask, query_input
 
-from alignlab.objectives.ct_data import (CT_FORMAT, build_ct_dataset, concepts_from_documents, gazetteer_ct_baseline,
-                                         lexicon_ct_baseline, run_rule_ct_baseline, tag_fractions, title_words)
-from alignlab.platform.fel.task_files import majority_baseline
+from alignlab.objectives.ct_data import (CT_FORMAT, build_ct_dataset, concepts_from_documents, gazetteer_ct_hits,
+                                         lexicon_ct_hits, run_rule_ct_hits, tag_fractions, title_words)
+from alignlab.platform.fel.task_files import majority_hits
 
 
 CT_BASELINE_NOTES = ("CT: lexicon (each word's most frequent training tag), run rule (a word tagged N in training is "
@@ -130,12 +130,12 @@ class ConceptTagging(TaggingTask):
         lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
         return {"titles": [tuple(ln.split()) for ln in lines]}
 
-    def baseline_scores(self, train, test, *, titles=()):
-        out = {"majority": majority_baseline([t for e in train for t in e.tags], [t for e in test for t in e.tags]),
-               "lexicon": lexicon_ct_baseline(train, test),
-               "run_rule": run_rule_ct_baseline(train, test)}
+    def baseline_hits(self, train, test, *, titles=()):
+        out = {"majority": majority_hits([t for e in train for t in e.tags], [e.tags for e in test]),
+               "lexicon": lexicon_ct_hits(train, test),
+               "run_rule": run_rule_ct_hits(train, test)}
         if titles:
-            out["gazetteer"] = gazetteer_ct_baseline(titles, test)
+            out["gazetteer"] = gazetteer_ct_hits(titles, test)
         return out
 
     # ---- serving

@@ -345,14 +345,24 @@ def ct_lexicon(train: Sequence[CTExample]) -> dict[str, str]:
     return {tok: max(order, key=lambda t: (c[t], -order.index(t))) for tok, c in counts.items()}
 
 
+def lexicon_ct_hits(train: Sequence[CTExample], test: Sequence[CTExample]) -> list[list[bool]]:
+    """Per test text, whether each word's most frequent train tag (`ct_lexicon`; unknown words N) is its tag."""
+    lexicon = ct_lexicon(train)
+    hits = [[lexicon.get(tok, "N") == tag for tok, tag in zip(ex.tokens, ex.tags)] for ex in test]
+    if not any(hits):
+        raise ValueError("lexicon_ct_baseline needs a non-empty test set")
+    return hits
+
+
 def lexicon_ct_baseline(train: Sequence[CTExample], test: Sequence[CTExample]) -> float:
     """Word-level test accuracy of tagging each word with its most frequent train tag (`ct_lexicon`), unknown
     words N."""
-    lexicon = ct_lexicon(train)
-    pairs = [(lexicon.get(tok, "N"), tag) for ex in test for tok, tag in zip(ex.tokens, ex.tags)]
-    if not pairs:
-        raise ValueError("lexicon_ct_baseline needs a non-empty test set")
-    return sum(p == g for p, g in pairs) / len(pairs)
+    return hit_rate(lexicon_ct_hits(train, test))
+
+
+def hit_rate(hits: Sequence[Sequence[bool]]) -> float:
+    """The share of right predictions over every scored unit of per-example hit lists."""
+    return sum(sum(h) for h in hits) / sum(len(h) for h in hits)
 
 
 def _tags_of_runs(is_concept_word: Sequence[bool]) -> list[str]:
@@ -371,19 +381,24 @@ def _tags_of_runs(is_concept_word: Sequence[bool]) -> list[str]:
     return tags
 
 
-def _word_accuracy(predicted: Sequence[Sequence[str]], test: Sequence[CTExample]) -> float:
-    pairs = [(p, g) for pred, ex in zip(predicted, test) for p, g in zip(pred, ex.tags)]
-    if not pairs:
+def _word_hits(predicted: Sequence[Sequence[str]], test: Sequence[CTExample]) -> list[list[bool]]:
+    hits = [[p == g for p, g in zip(pred, ex.tags)] for pred, ex in zip(predicted, test)]
+    if not any(hits):
         raise ValueError("a CT baseline needs a non-empty test set")
-    return sum(p == g for p, g in pairs) / len(pairs)
+    return hits
+
+
+def run_rule_ct_hits(train: Sequence[CTExample], test: Sequence[CTExample]) -> list[list[bool]]:
+    """Per test text, the run rule's word hits: a word tagged N anywhere in `train` is N; every maximal run of
+    the other words is one concept. It needs no context, only which words are "function words" of the task, and
+    it is strong wherever concepts sit between such words."""
+    n_words = {tok for ex in train for tok, tag in zip(ex.tokens, ex.tags) if tag == "N"}
+    return _word_hits([_tags_of_runs([t not in n_words for t in ex.tokens]) for ex in test], test)
 
 
 def run_rule_ct_baseline(train: Sequence[CTExample], test: Sequence[CTExample]) -> float:
-    """Word accuracy of the training-vocabulary run rule: a word tagged N anywhere in `train` is N;
-    every maximal run of the other words is one concept. It needs no context, only which words are
-    "function words" of the task, and it is strong wherever concepts sit between such words."""
-    n_words = {tok for ex in train for tok, tag in zip(ex.tokens, ex.tags) if tag == "N"}
-    return _word_accuracy([_tags_of_runs([t not in n_words for t in ex.tokens]) for ex in test], test)
+    """Word accuracy of the training-vocabulary run rule (`run_rule_ct_hits`)."""
+    return hit_rate(run_rule_ct_hits(train, test))
 
 
 def gazetteer_tags(tokens: Sequence[str], titles: set[tuple[str, ...]], max_len: int) -> list[str]:
@@ -401,14 +416,19 @@ def gazetteer_tags(tokens: Sequence[str], titles: set[tuple[str, ...]], max_len:
     return tags
 
 
-def gazetteer_ct_baseline(titles: Iterable[Sequence[str]], test: Sequence[CTExample]) -> float:
-    """Word accuracy of tagging the longest matches of article titles as concepts: what WHP could
+def gazetteer_ct_hits(titles: Iterable[Sequence[str]], test: Sequence[CTExample]) -> list[list[bool]]:
+    """Per test text, the word hits of tagging the longest matches of article titles as concepts: what WHP could
     teach by looking titles up, with no context at all."""
     table = {tuple(t) for t in titles if t}
     if not table:
         raise ValueError("gazetteer_ct_baseline needs at least one title")
     max_len = max(len(t) for t in table)
-    return _word_accuracy([gazetteer_tags(ex.tokens, table, max_len) for ex in test], test)
+    return _word_hits([gazetteer_tags(ex.tokens, table, max_len) for ex in test], test)
+
+
+def gazetteer_ct_baseline(titles: Iterable[Sequence[str]], test: Sequence[CTExample]) -> float:
+    """Word accuracy of the title gazetteer (`gazetteer_ct_hits`)."""
+    return hit_rate(gazetteer_ct_hits(titles, test))
 
 
 def title_words(title: str) -> tuple[str, ...]:

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from alignlab.platform.config import (FEATURE_LAYERS, LOSS_SCALINGS, MODEL_SIZES, SCHEMES, SELECTION_MODES,
-                                      WORD_POOLINGS, check_preset)
+                                      WORD_POOLINGS, check_preset, untrained)
 from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS, PRETRAIN_PRESETS
 from alignlab.platform.data.corpus_flags import (add_corpus_arguments, corpus_flags_given, corpus_from_args,
                                                  fit_domain_phase)
@@ -81,8 +81,9 @@ def main(argv: list[str] | None = None) -> int:
 
     pt = sub.add_parser("pretrain", help="pretrain a model on a corpus (Ray Train TorchTrainer)")
     _common(pt)
-    pt.add_argument("--objectives", default=None, type=name_list(objective_names, "objective"),
-                    help="comma-separated objectives (default: the objectives' declared default set)")
+    pt.add_argument("--objectives", default=None, type=_objectives_or_none,
+                    help="comma-separated objectives (default: the objectives' declared default set), or `none`: the "
+                         "untrained model of this size and seed (its initial weights; no training, a positive control)")
     pt.add_argument("--size", default=None, help=f"model size: {', '.join(MODEL_SIZES)}")
     pt.add_argument("--corpus", default=None, help="corpus folder (default: build the corpus of the corpus flags, "
                     "or the preset's corpus)")
@@ -167,6 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     return run_guarded(lambda: _dispatch(args), argv)
 
 
+def _objectives_or_none(text: str) -> str:
+    """`--objectives`: a list of known objectives, or "none" (an untrained model)."""
+    return "none" if text.strip() == "none" else name_list(objective_names, "objective")(text)
+
+
 def _dispatch(args) -> int:
     if getattr(args, "preset", None):
         check_preset(args.preset)
@@ -184,7 +190,9 @@ def _dispatch(args) -> int:
         from alignlab.platform.pretrain.driver import pretrain
 
         base = PRETRAIN_PRESETS[args.preset]
-        cfg = dataclasses.replace(base, objectives=objectives_like(args.objectives or default_set(), base.objectives))
+        untrained_only = args.objectives == "none"
+        objs = default_set() if untrained_only or not args.objectives else args.objectives
+        cfg = dataclasses.replace(base, objectives=objectives_like(objs, base.objectives))
         if args.size:
             if args.size not in MODEL_SIZES:
                 raise ValueError(f"unknown size {args.size!r}: choose one of {', '.join(MODEL_SIZES)}")
@@ -195,6 +203,8 @@ def _dispatch(args) -> int:
             cfg = dataclasses.replace(cfg, loss_scaling=args.loss_scaling)
         if args.precision:
             cfg = dataclasses.replace(cfg, precision=args.precision)
+        if untrained_only:
+            cfg = untrained(cfg)
         if args.corpus and corpus_flags_given(args):
             raise ValueError("--corpus names a built corpus; the corpus flags (--source, --path, ...) describe one "
                              "to build: give one or the other")

@@ -166,6 +166,7 @@ class PretrainConfig:
     """After linear warmup: "constant", "linear" (to zero exactly at max_steps: with warmup, the one-cycle triangle
     cramming uses), or "cosine" (half a cosine to zero at max_steps)."""
     max_steps: int = 1000
+    """Optimizer steps; 0: no pretraining at all, the model as initialised (`untrained`)."""
     adam_betas: tuple[float, float] = (0.9, 0.999)
     adam_eps: float = 1e-8
     weight_decay: float = 0.0
@@ -231,8 +232,13 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "objectives", _resolve_objectives(self.objectives))
-        _positive(self, "batch_size", "bucket_batches", "lr", "max_steps", "checkpoint_every", "log_every",
-                  "num_workers", "cpus_per_worker")
+        _positive(self, "batch_size", "bucket_batches", "lr", "checkpoint_every", "log_every", "num_workers",
+                  "cpus_per_worker")
+        if self.max_steps < 0:
+            raise ValueError(f"PretrainConfig.max_steps must be >= 0 (0: no pretraining), got {self.max_steps}")
+        if self.max_steps == 0 and (self.domain_fraction or self.curriculum_fraction or self.short_seq_fraction):
+            raise ValueError("PretrainConfig.max_steps 0 is an untrained model: it has no schedule (domain, curriculum "
+                             "or short-sequence phases) to follow; use `untrained(cfg)`")
         _choice(self, "decay", DECAYS)
         if self.batch_size % self.num_workers:
             raise ValueError(f"PretrainConfig.batch_size ({self.batch_size}) is the global batch and must divide evenly "
@@ -305,6 +311,17 @@ class PretrainConfig:
     def curriculum_at(self, step: int) -> bool:
         """Does optimizer step `step` collate with the objectives' curriculum configs?"""
         return step < round(self.curriculum_fraction * self.max_steps)
+
+
+def untrained(cfg: PretrainConfig) -> PretrainConfig:
+    """The untrained counterpart of `cfg`: the same architecture and seed, trained for zero steps (its weights as
+    initialised; a study's positive control, `study.spec.with_untrained`). The encoder is built before any head,
+    so its initial weights do not depend on the objectives; every field that only shapes training is at its
+    default (the objectives too) and the precision is fp32 (nothing is trained), so every recipe of one
+    architecture and seed shares one untrained model id. Runtime fields (resources, threads) are kept."""
+    runtime = {f: getattr(cfg, f) for f in ("checkpoint_every", "log_every", "eval_batches", "cpus_per_worker",
+                                            "threads_per_worker", "prefetch_batches", "collate_workers")}
+    return PretrainConfig(model=cfg.model, seed=cfg.seed, max_steps=0, precision="fp32", **runtime)
 
 
 # ---------------------------------------------------------------- dict round-trip and identity

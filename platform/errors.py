@@ -73,6 +73,17 @@ def positive_int(text: str) -> int:
     return v
 
 
+def positive_int_list(text: str) -> tuple[int, ...]:
+    """A comma-separated list of distinct whole numbers >= 1, e.g. budgets "25,50,100"."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"give at least one whole number, e.g. 50,100; got {text!r}")
+    values = tuple(positive_int(p) for p in parts)
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"a number repeats in {text!r}")
+    return values
+
+
 def nonneg_int(text: str) -> int:
     v = _int(text)
     if v < 0:

@@ -13,9 +13,10 @@ The engine (finetune, protocol, inference, CLI) looks tasks up by the name a con
              `search_groups(points)`, `search_pool_key(fold)`, `extra_tests(data)`; `multitask_partner` is
              the task whose data the multitask scheme trains on alongside.
 - holdout:   `heldout_text(data)`: the texts and acronym definitions no corpus may hold (`holdout`).
-- baselines: `baselines`, `baseline_context(data)` (what else they read) and `baseline_scores(train, test, **context)`.
+- baselines: `baselines`, `baseline_context(data)` (what else they read) and `baseline_hits(train, test, **context)`
+             (per test example, each scored unit right or not; `baseline_scores` derives the accuracies).
 - evidence:  `test_unit(example)`, what one independent test unit is (`test_units` names it: "texts", "snippets"):
-             the report resamples these, and honest validation splits never cut one.
+             the report's decision counts these as its test units, and honest validation splits never cut one.
 - serving:   `serving_verbs` (Predictor methods it adds) and the `predict` CLI hooks.
 The two head shapes the paper's tasks use (token tagging, [CLS] classification) are the base classes below.
 """
@@ -288,12 +289,20 @@ class Task:
         return HeldOutText()
 
     def baseline_context(self, data) -> dict:
-        """Keyword arguments of `baseline_scores` read from the task folder (`protocol.TaskData`); none by default."""
+        """Keyword arguments of `baseline_hits` read from the task folder (`protocol.TaskData`); none by default."""
         return {}
 
-    def baseline_scores(self, train: list, test: list, **context) -> dict[str, float]:
-        """{baseline name: accuracy} of this task's context-free baselines."""
+    def baseline_hits(self, train: list, test: list, **context) -> dict[str, list[list[bool]]]:
+        """{baseline name: per test example, whether each of its scored units was right} of this task's
+        context-free baselines, fitted on `train`. The report compares a model with them unit by unit on the same
+        test units (`protocol.context_free_baselines`)."""
         raise NotImplementedError
+
+    def baseline_scores(self, train: list, test: list, **context) -> dict[str, float]:
+        """{baseline name: accuracy} of this task's context-free baselines: from `baseline_hits`. A task may
+        override this alone (then the report compares its baselines by their accuracies, not unit by unit)."""
+        return {k: sum(sum(h) for h in hits) / sum(len(h) for h in hits)
+                for k, hits in self.baseline_hits(train, test, **context).items()}
 
     def unit_metrics(self, preds: list[int], rows: list[int], examples) -> dict[str, float]:
         """Metrics beyond accuracy from the predicted class of every scored unit and its example's index in

@@ -12,8 +12,10 @@ Budgets: n in {50, 100, 150, 200} for both tasks and n=1000 for AD only, as in t
   = 960 pairs, so the paper's n=1000 runs as n=960 (all of it; the ten calculations then differ
   only in their test fold, seed and validation split).
 At smoke: n in {20, 40} (the smoke budget 40 stands in for 200).
+`--budgets 25,50,100` compares other budgets (each task keeps those its pool holds), `--budget N` moves the
+reference (baseline) row; a declared task (`--task ...`) keeps the rows its pool holds, its baseline at the largest.
 
-    python studies/data_budget.py --preset mini [--storage DIR]
+    python studies/data_budget.py --preset mini [--storage DIR] [--budgets N,N,...] [--budget N]
 """
 import dataclasses
 
@@ -27,16 +29,37 @@ from alignlab.platform.task import task
 
 TASK_SNIPPETS = task("ad").build_options["target_snippets"]  # AD's own default, which this study keeps (600)
 AD_POOL = 2 * TASK_SNIPPETS * (NUM_FOLDS - 1) // NUM_FOLDS  # 960
+CT_POOL = 275  # the shipped hand-labelled pool (objectives/task_data/npm)
 
 
-def budgets(preset: str) -> tuple[dict[str, tuple[int, ...]], int]:
-    """Budgets per task, and the reference budget (the paper's 200)."""
-    if preset == "smoke":
-        return {"ct": (20, 40), "ad": (20, 40)}, 40
-    return {"ct": (50, 100, 150, 200), "ad": (50, 100, 150, 200, min(1000, AD_POOL))}, 200
+def budgets(preset: str, chosen: tuple[int, ...] | None = None, reference: int | None = None
+            ) -> tuple[dict[str, tuple[int, ...]], int]:
+    """Budgets per task, and the reference budget (the paper's 200; `reference`, when given, joins the budgets).
+    `chosen` (`--budgets`) replaces the paper's for every task, each keeping those its pool holds (CT's 275-query
+    pool, AD's 960 pairs): a budget no task can hold is refused."""
+    if chosen is None:
+        if preset == "smoke":
+            ns, ref = {"ct": (20, 40), "ad": (20, 40)}, 40
+        else:
+            ns, ref = {"ct": (50, 100, 150, 200), "ad": (50, 100, 150, 200, min(1000, AD_POOL))}, 200
+    else:
+        pools = {"ct": CT_POOL, "ad": AD_POOL}
+        too_big = [n for n in chosen if n > max(pools.values())]
+        if too_big:
+            raise ValueError(f"--budgets {','.join(map(str, chosen))}: {too_big} exceed every task's pool (CT {CT_POOL}, "
+                             f"AD {AD_POOL} examples)")
+        ns = {t: tuple(sorted(n for n in chosen if n <= pools[t])) for t in pools}
+        ref = 200 if 200 in chosen else max(chosen)
+    if reference is not None:
+        ref = reference
+        ns = {t: tuple(sorted({*v, reference})) for t, v in ns.items()}
+    return ns, ref
 
 
-def build(preset: str) -> Study:
+_budgets = budgets  # `build`'s keyword `budgets` shadows the function's name inside it
+
+
+def build(preset: str, *, budgets: tuple[int, ...] | None = None, budget: int | None = None) -> Study:
     """Accuracy by finetuning data size (paper Table 2)."""
     widths, _ = SIZE_GRID[preset]
     big_w, big_d = largest_size(preset)
@@ -51,7 +74,7 @@ def build(preset: str) -> Study:
         f"{big_w}×{big_d}*": ({t: f"{big_w}x{big_d}" for t in ("ct", "ad")}, False),
         f"{big_w}×{big_d}": ({t: f"{big_w}x{big_d}" for t in ("ct", "ad")}, True),
     }
-    ns, ref_n = budgets(preset)
+    ns, ref_n = _budgets(preset, budgets, budget)
     calcs = tuple(
         CalcSpec(model=keys[task], row=f"{task.upper()} {n}", col=col, group=task.upper(),
                  finetune=dataclasses.replace(FINETUNE_PRESETS[preset], task=task, budget=n, keep_head=keep,
@@ -65,9 +88,14 @@ def build(preset: str) -> Study:
         notes = ("CT's budgets stop at 200: its training sets are sampled from the 275-query pool, so the paper's "
                  f"n=1000 row does not exist for CT. AD's n=1000 runs as n={AD_POOL}: all the pairs left after "
                  f"holding out the test fold ({TASK_SNIPPETS} snippets × 2 × {NUM_FOLDS - 1}/{NUM_FOLDS}).")
-    return Study(name=f"data_budget-{preset}", title=f"Accuracy by finetuning data size ({preset} preset)",
+    suffix = ""
+    if budgets is not None or budget is not None:  # other budgets: another study with its own report
+        suffix = f"-budgets{'_'.join(map(str, sorted({n for v in ns.values() for n in v})))}-ref{ref_n}"
+    return Study(name=f"data_budget-{preset}{suffix}", title=f"Accuracy by finetuning data size ({preset} preset)",
                  corpus=CORPUS_PRESETS[preset], models=tuple(models), calcs=calcs, baseline_col=base_col,
-                 baseline_cells=tuple((f"{t.upper()} {ref_n}", base_col) for t in ("ct", "ad")),
+                 # The reference row of each task, or its largest budget where its pool cannot hold the reference.
+                 baseline_cells=tuple((f"{t.upper()} {ref_n if ref_n in ns[t] else max(ns[t])}", base_col)
+                                      for t in ("ct", "ad") if ns[t]),
                  plots=("budget",),
                  task_max_docs_per_lang=SMOKE_TASK_DOCS if preset == "smoke" else None, notes=notes)
 

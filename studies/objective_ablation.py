@@ -2,7 +2,8 @@
 
 CT and AD accuracy/perplexity of each pretrained model with its prediction layers discarded (the
 paper's `*`), ten calculations per cell, each task against the model pretrained without its aligned
-objective (CT: without WHP, AD: without PAD); plus each
+objective (CT: without WHP, AD: without PAD), and every pretrained column against an untrained one (the same
+architecture with no pretraining: the positive control); plus each
 model's held-out MLM/NSP/WHP/PAD accuracy and perplexity. The README's main job at `--preset mini`.
 
 Beyond the paper, `--objectives` adds a model per extra objective set as another column, e.g. ELECTRA's
@@ -18,7 +19,7 @@ from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS, PRETRAIN
 from alignlab.platform.fel.protocol import calculations
 from alignlab.platform.registry import objectives_like
 from alignlab.platform.study.run import study_main
-from alignlab.platform.study.spec import CalcSpec, ModelSpec, Study
+from alignlab.platform.study.spec import CalcSpec, ModelSpec, Study, with_untrained
 
 OBJECTIVE_SETS = {"all": "mlm,nsp,whp,pad", "-whp": "mlm,nsp,pad", "-pad": "mlm,nsp,whp"}
 
@@ -48,10 +49,13 @@ def build(preset: str, extra: tuple[str, ...] = ()) -> Study:
     # Each task against the model pretrained without *its* aligned objective, as in the paper's Table 5:
     # CT against -WHP, AD against -PAD.
     suffix = "".join(k for k in sets if k not in OBJECTIVE_SETS)
-    return Study(name=f"objective_ablation-{preset}{suffix}", title=f"Objective ablation ({preset} preset)",
-                 corpus=CORPUS_PRESETS[preset], models=models, calcs=calcs, baseline_col="-pad*",
-                 baseline_cells=(("CT", "-whp*"), ("AD", "-pad*")), plots=("bars",),
-                 task_max_docs_per_lang=3000 if preset == "smoke" else None)
+    # The untrained column (the same architecture, no pretraining) is the positive control: every pretrained
+    # column should be above it before a difference between objectives means anything. It costs no pretraining.
+    return with_untrained(Study(
+        name=f"objective_ablation-{preset}{suffix}", title=f"Objective ablation ({preset} preset)",
+        corpus=CORPUS_PRESETS[preset], models=models, calcs=calcs, baseline_col="-pad*",
+        baseline_cells=(("CT", "-whp*"), ("AD", "-pad*")), plots=("bars",),
+        task_max_docs_per_lang=3000 if preset == "smoke" else None))
 
 
 def main(argv=None, prog=None):

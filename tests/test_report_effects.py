@@ -1,6 +1,7 @@
-"""A report written from results with per-unit scores leads with the effect plot (each cell's difference from its
-baseline with its interval), decides on test units resampled, corrects over the report's family, and says that a
-table resting on one pretraining run holds its models fixed."""
+"""A report written from results with per-unit scores leads with the effect plot (every test's difference with its
+interval), decides over the folds and the test units (CT's shared texts crossed with the folds, AD's snippets nested
+in them), tests each cell against its baseline model and against the strongest context-free baseline on the same
+units, corrects over the report's family, and says what a table resting on one pretraining run generalises over."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,29 +26,66 @@ def _study(tmp_path) -> tuple[str, object]:
                         "best_accuracy": acc, "perplexity_at_best_accuracy": 2.0, "epochs": 3,
                         "baseline_majority": 0.5, "baseline_best": 0.5, "baseline_best_name": "majority",
                         "unit_keys": keys, "unit_count": [per] * len(keys), "unit_correct": correct,
-                        "unit_correct_at_best_accuracy": correct})
+                        "unit_correct_at_best_accuracy": correct,
+                        "unit_count_baseline_majority": [per] * len(keys),
+                        "unit_correct_baseline_majority": [int(x) for x in rng.binomial(per, 0.5, len(keys))]})
     return write_toy_study(tmp_path, "fx", "Effects", trials)
 
 
-def test_the_report_leads_with_the_effect_plot_and_decides_over_test_units_with_holm(tmp_path):
+def _sig_rows(text: str) -> tuple[list[str], dict]:
+    sig = text[text.index("## Significance"):]
+    header = next(x for x in sig.splitlines() if x.startswith("| metric |")).split(" | ")
+    rows = {}
+    for x in sig.splitlines():
+        cells = x.split(" | ")
+        if x.startswith("| accuracy |") or x.startswith("| best_accuracy |"):
+            rows[(cells[0][2:], cells[1], cells[2], cells[3])] = cells
+    return header, rows
+
+
+def test_the_report_leads_with_the_effect_plot_and_decides_over_folds_and_test_units_with_holm(tmp_path):
     text, sdir = _study(tmp_path)
     png = sdir / "plots" / "effects.png"
     assert png.exists() and png.stat().st_size > 1000
     assert text.index("![effects](plots/effects.png)") < text.index("## Accuracy at the best-perplexity epoch")
-    sig = text[text.index("## Significance against the baseline"):]
-    # 2 rows x 2 compared cells x 2 metrics (accuracy, best accuracy): one family of 8.
-    assert "Family for Holm's correction: all 8 comparisons" in sig
+    sig = text[text.index("## Significance"):]
+    # 2 rows x 2 compared cells x 2 metrics, each against its baseline model and against the majority baseline.
+    assert "Family for Holm's correction: all 16 tests below" in sig
     assert "texts for CT, snippets for AD" in sig
-    assert "rests on one pretraining run per column" in sig
-    header = next(x for x in sig.splitlines() if x.startswith("| metric |")).split(" | ")
-    rows = {(x.split(" | ")[1], x.split(" | ")[2], x.split(" | ")[0]): x.split(" | ")
-            for x in sig.splitlines() if x.startswith("| accuracy |") or x.startswith("| best_accuracy |")}
-    gain, tie = rows[("CT", "all*", "| accuracy")], rows[("CT", "same*", "| accuracy")]
-    assert gain[header.index("decision over")] == "test units" and gain[header.index("n")] == "60"
-    assert rows[("AD", "all*", "| accuracy")][header.index("n")] == "150", "five folds of 30 snippets"
-    assert gain[header.index("95% CI (points)")].startswith("[+") and gain[-1].startswith("yes")
-    assert tie[-1].startswith("no")
+    assert "rests on one pretraining run per column" in text and "*of these pretrained models*" in text
+    header, rows = _sig_rows(text)
+    gain = rows[("accuracy", "CT", "all*", "-whp* (baseline model)")]
+    tie = rows[("accuracy", "CT", "same*", "-whp* (baseline model)")]
+    assert gain[header.index("design")] == "crossed" and gain[header.index("units")] == "60"
+    assert gain[header.index("replicates")] == "5 folds"
+    ad = rows[("accuracy", "AD", "all*", "-whp* (baseline model)")]
+    assert ad[header.index("design")] == "nested" and ad[header.index("units")] == "150", "five folds of 30 snippets"
+    assert ad[header.index("df")] == "4"
+    assert gain[header.index("95% CI (points)")].startswith("[+") and gain[header.index("significant gain")] == "yes"
+    assert tie[header.index("significant gain")] == "no"
+    floor = rows[("accuracy", "CT", "all*", "majority (context-free)")]
+    assert floor[header.index("design")] == "crossed" and floor[header.index("significant gain")] == "yes"
     holm_p, p = float(gain[header.index("Holm p")]), float(gain[header.index("p")])
     assert holm_p >= p
     ct = next(x for x in text.splitlines() if x.startswith("| CT |"))
-    assert ct.split(" | ")[1].startswith("**"), "the gain is bold in the table"
+    assert ct.split(" | ")[1].startswith("**"), "above its baseline model and the majority baseline: bold"
+
+
+def test_a_gain_that_does_not_clear_the_context_free_baseline_on_the_same_units_is_not_bold(tmp_path):
+    text, sdir = _study(tmp_path)
+    import json
+
+    for f in (sdir / "trials").glob("*.json"):  # a rule right on every unit the all* models get right, and more
+        t = json.loads(f.read_text())
+        t["unit_correct_baseline_majority"] = list(t["unit_count_baseline_majority"])
+        t["baseline_majority"] = t["baseline_best"] = 1.0
+        f.write_text(json.dumps(t))
+    from alignlab.platform.report.report import collect_results, write_report
+
+    collect_results(sdir)
+    text = write_report(sdir).read_text()
+    header, rows = _sig_rows(text)
+    assert rows[("accuracy", "CT", "all*", "-whp* (baseline model)")][header.index("significant gain")] == "yes"
+    assert rows[("accuracy", "CT", "all*", "majority (context-free)")][header.index("significant gain")] == "no"
+    ct = next(x for x in text.splitlines() if x.startswith("| CT |"))
+    assert not ct.split(" | ")[1].startswith("**")

@@ -47,12 +47,16 @@ def test_every_study_script_expands_into_a_valid_study_without_duplicate_calcula
     assert set(per_cell.values()) == {2 if preset == "smoke" else 10}
 
 
-def test_objective_ablation_at_paper_scale_is_three_models_by_two_tasks_by_ten_calculations():
+def test_objective_ablation_at_paper_scale_is_three_models_and_an_untrained_control_by_two_tasks_by_ten_calculations():
     study = load_script("objective_ablation").build("paper")
-    assert len(study.models) == 3
-    assert Counter(c.finetune.task for c in study.calcs) == {"ct": 30, "ad": 30}
+    assert len(study.models) == 4 and study.control_col == "untrained"
+    assert Counter(c.finetune.task for c in study.calcs) == {"ct": 40, "ad": 40}
     assert len({(c.finetune.fold, c.finetune.seed) for c in study.calcs}) == 10
-    assert {c.model for c in study.calcs} == {"all", "-whp", "-pad"}
+    assert {c.model for c in study.calcs} == {"all", "-whp", "-pad", "untrained"}
+    models = {m.key: m.pretrain for m in study.models}
+    assert models["untrained"].max_steps == 0 and models["untrained"].model == models["all"].model
+    assert models["untrained"].seed == models["all"].seed
+    assert all(not c.finetune.keep_head for c in study.calcs if c.col == "untrained")
 
 
 def test_model_size_at_paper_scale_has_eleven_models_and_one_baseline_cell_per_task():

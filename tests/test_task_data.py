@@ -161,13 +161,20 @@ def test_the_span_matcher_is_right_on_positives_and_mutations_and_wrong_on_pseud
     assert AD.span_matcher_ad_baseline(test) == pytest.approx(2 / 3)
 
 
-def test_context_free_baselines_name_the_strongest():
+def test_context_free_baselines_name_the_strongest_and_score_each_test_unit():
     train = [_ct("a [react] wrapper for [node js]")]
-    test = [_ct("a [vue] [redux] wrapper for [angular]")]
+    test = [_ct("a [vue] [redux] wrapper for [angular]"), _ct("[vue] for a wrapper")]
     out = context_free_baselines("ct", train, test, titles=[("vue",), ("redux",), ("angular",)])
-    assert set(out) == {"baseline_majority", "baseline_lexicon", "baseline_run_rule", "baseline_gazetteer",
-                        "baseline_best", "baseline_best_name"}
+    names = ("majority", "lexicon", "run_rule", "gazetteer")
+    assert set(out) == {*(f"baseline_{n}" for n in names), "baseline_best", "baseline_best_name",
+                        *(f"unit_{k}_baseline_{n}" for n in names for k in ("count", "correct"))}
     assert out["baseline_gazetteer"] == 1.0 and out["baseline_best_name"] == "gazetteer" and out["baseline_best"] == 1.0
+    # Per test text (a CT unit): its words scored and those the baseline got right, adding up to its accuracy.
+    assert out["unit_count_baseline_lexicon"] == [6, 4]
+    assert out["unit_correct_baseline_gazetteer"] == [6, 4]
+    # The lexicon knows "a", "wrapper", "for" as N from training; every concept word is unknown and tagged N.
+    assert out["unit_correct_baseline_lexicon"] == [3, 3]
+    assert out["baseline_lexicon"] == pytest.approx(6 / 10)
     snippet = "much of world of warcraft's gameplay involves the completion of quests"
     test = [ADExample("wow", snippet, 1), ADExample("xow", snippet, 0)]
     uninformative = [ADExample("ab", "a b", 1), ADExample("ab", "a b", 0)]  # letters and majority learn nothing

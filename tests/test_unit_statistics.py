@@ -1,19 +1,28 @@
-"""The report's resampling statistics against hand computations: Holm's correction on a small vector, the paired
-bootstrap interval against the same resamples drawn and summarised with numpy, the permutation test against the
-enumerated sign flips, seeds averaged within each fold, units shared by folds resampled whole, and the bold rule
-deciding on the Holm-corrected p."""
+"""The report's decision (`unit_statistics`) against hand computations: the crossed design's two-way ANOVA with
+Satterthwaite's degrees of freedom, the nested design as a t-test over the replicates, the pooled (ratio) difference,
+Holm's correction, the stated outcomes of degenerate cases, and how result rows become paired cells (seeds averaged
+within a fold, shared test units crossed with the folds, each fold's own units nested, pretraining runs as the
+replicates). Its error rates are measured by simulation in tests/test_calibration.py."""
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from alignlab.platform.report.significance import Comparison, correct_family, significant_gain
-from alignlab.platform.report.unit_statistics import (bootstrap_ci, fold_means, holm, paired_units, permutation_p,
-                                                      unit_columns, unit_table)
+from alignlab.platform.report.unit_statistics import (Evidence, compare, holm, paired_test, replicate_t, unit_columns,
+                                                      unit_table)
+
+
+def _t_two_sided(t: float, df: float) -> float:
+    """2 * P(T > |t|) for Student's t with `df` degrees of freedom: the density integrated by Simpson's rule."""
+    x = np.linspace(0.0, abs(t), 20001)
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+    f = c * (1 + x ** 2 / df) ** (-(df + 1) / 2)
+    h = x[1] - x[0]
+    area = h / 3 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum())
+    return 2 * (0.5 - area)
 
 
 def test_holm_multiplies_the_ith_smallest_by_m_minus_i_and_keeps_the_order():
@@ -25,32 +34,106 @@ def test_holm_multiplies_the_ith_smallest_by_m_minus_i_and_keeps_the_order():
     assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0]), "capped at 1"
 
 
-def test_the_bootstrap_interval_is_the_percentiles_of_the_same_resamples_drawn_with_numpy():
-    rng = np.random.default_rng(5)
-    a, b = rng.integers(0, 4, 60).astype(float), rng.integers(0, 4, 60).astype(float)
-    n = np.full(60, 4.0)
-
-    def diff(a, b, n, axis=-1):
-        return (a - b).sum(axis=axis) / n.sum(axis=axis)
-
-    lo, hi = bootstrap_ci((a, b, n), diff, seed=3, n_resamples=2000)
-    idx = np.random.default_rng(3).integers(0, 60, (2000, 60))  # units drawn with replacement, pairs kept
-    stats = (a[idx] - b[idx]).sum(-1) / n[idx].sum(-1)
-    assert (lo, hi) == pytest.approx(tuple(np.percentile(stats, [2.5, 97.5])))
-    # And near the normal approximation: mean difference +- 1.96 standard errors (population sd / sqrt(units)).
-    d = (a - b) / 4
-    se = d.std(ddof=0) / math.sqrt(60)
-    assert lo == pytest.approx(d.mean() - 1.96 * se, abs=0.02) and hi == pytest.approx(d.mean() + 1.96 * se, abs=0.02)
-    assert bootstrap_ci((a[:1], b[:1], n[:1]), diff) == (pytest.approx(float("nan"), nan_ok=True),) * 2
+def _crossed(rng, R=5, U=40, fold_sd=0.0, unit_sd=0.0, gain=0.0):
+    n = rng.integers(1, 6, U).astype(float)
+    fold = rng.normal(0, fold_sd, (R, 1))
+    unit = rng.normal(0, unit_sd, (1, U))
+    pa = np.clip(0.6 + gain + fold + unit, 0.01, 0.99)
+    ca = rng.binomial(np.broadcast_to(n, (R, U)).astype(int), pa).astype(float)
+    cb = rng.binomial(np.broadcast_to(n, (R, U)).astype(int), 0.6, (R, U)).astype(float)
+    return n, ca, cb
 
 
-def test_the_permutation_p_is_the_share_of_sign_flips_at_least_as_extreme():
-    a, b = np.array([1.0, 2.0, 3.0, 4.0, 0.0]), np.array([0.0, 0.0, 0.0, 1.0, 2.0])
-    d = a - b  # 1, 2, 3, 3, -2: observed sum 7
-    flips = np.array([sum(s * x for s, x in zip(signs, d)) for signs in itertools.product((1, -1), repeat=5)])
-    hand = 2 * min((flips >= d.sum()).mean(), (flips <= d.sum()).mean())
-    assert permutation_p(a, b) == pytest.approx(min(1.0, hand))
-    assert permutation_p(a, a.copy()) == 1.0, "every difference 0: nothing to tell apart"
+def test_the_crossed_decision_is_the_two_way_anova_of_the_linearised_difference_with_satterthwaite_df():
+    rng = np.random.default_rng(3)
+    R, U = 5, 40
+    n, ca, cb = _crossed(rng, R, U, fold_sd=0.05, unit_sd=0.15, gain=0.03)
+    N = np.broadcast_to(n, (R, U))
+    ev = paired_test(np.repeat(np.arange(R), U), np.tile(np.arange(U), R), ca.ravel(), N.ravel(), cb.ravel(), N.ravel())
+    ra, rb = ca.sum() / N.sum(), cb.sum() / N.sum()
+    assert ev.diff == pytest.approx(ra - rb)
+    # By hand: z = linearised contribution of each cell; the sums of squares of a two-way layout without replication.
+    nbar = N.mean()
+    z = [[((ca[r, u] - ra * n[u]) - (cb[r, u] - rb * n[u])) / nbar for u in range(U)] for r in range(R)]
+    grand = sum(map(sum, z)) / (R * U)
+    row = [sum(z[r]) / U for r in range(R)]
+    col = [sum(z[r][u] for r in range(R)) / R for u in range(U)]
+    ms_r = U * sum((x - grand) ** 2 for x in row) / (R - 1)
+    ms_u = R * sum((x - grand) ** 2 for x in col) / (U - 1)
+    ms_e = sum((z[r][u] - row[r] - col[u] + grand) ** 2 for r in range(R) for u in range(U)) / ((R - 1) * (U - 1))
+    combo = ms_r + ms_u - ms_e
+    assert combo > max(ms_r, ms_u), "this example is not truncated"
+    df = combo ** 2 / (ms_r ** 2 / (R - 1) + ms_u ** 2 / (U - 1) + ms_e ** 2 / ((R - 1) * (U - 1)))
+    se = math.sqrt(combo / (R * U))
+    assert ev.design == "crossed" and ev.n_replicates == R and ev.n_units == U
+    assert ev.se == pytest.approx(se) and ev.df == pytest.approx(df)
+    assert ev.p == pytest.approx(_t_two_sided(ev.diff / se, df), abs=1e-6)
+    half = ev.ci_high - ev.diff
+    assert ev.diff - ev.ci_low == pytest.approx(half)
+
+
+def test_the_crossed_variance_never_falls_below_what_the_folds_or_the_units_alone_show():
+    """With no effect of the fold or the unit, the unbiased combination is often below one of its lower bounds: it is
+    truncated there, with that mean square's degrees of freedom."""
+    rng = np.random.default_rng(0)
+    truncated = 0
+    for _ in range(30):
+        n, ca, cb = _crossed(rng, 5, 60)
+        N = np.broadcast_to(n, ca.shape)
+        ev = paired_test(np.repeat(np.arange(5), 60), np.tile(np.arange(60), 5), ca.ravel(), N.ravel(), cb.ravel(),
+                         N.ravel())
+        truncated += ev.df in (4.0, 59.0)
+    assert truncated > 0
+
+
+def test_the_nested_decision_with_equal_folds_is_the_paired_t_test_over_the_fold_means():
+    rng = np.random.default_rng(1)
+    R, per = 5, 30
+    reps, units = np.repeat(np.arange(R), per), np.arange(R * per)
+    n = np.full(R * per, 2.0)
+    ca, cb = rng.binomial(2, 0.7, R * per).astype(float), rng.binomial(2, 0.6, R * per).astype(float)
+    ev = paired_test(reps, units, ca, n, cb, n)
+    d = np.array([(ca[reps == r] - cb[reps == r]).sum() / (2 * per) for r in range(R)])
+    t = d.mean() / (d.std(ddof=1) / math.sqrt(R))
+    assert ev.design == "nested" and ev.df == R - 1 and ev.n_units == R * per
+    assert ev.diff == pytest.approx(d.mean())
+    assert ev.p == pytest.approx(_t_two_sided(t, R - 1), abs=1e-6)
+
+
+def test_a_ratio_of_pooled_counts_is_the_difference_and_each_side_may_count_its_own_units():
+    # A context-free baseline scores every word; a model only the words within its length: other counts per unit.
+    reps, units = np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1])
+    ev = paired_test(reps, units, [3, 1, 2, 2], [4, 2, 4, 2], [2, 2, 1, 3], [5, 3, 5, 3])
+    assert ev.diff == pytest.approx(8 / 12 - 8 / 16)
+
+
+def test_degenerate_comparisons_have_a_stated_outcome_and_no_p_value_that_could_make_them_bold():
+    none = paired_test([], [], [], [], [], [])
+    assert math.isnan(none.p) and "no shared splits" in none.outcome
+    one = paired_test([0, 0], [0, 1], [1, 2], [2, 2], [0, 1], [2, 2])
+    assert math.isnan(one.p) and "one fold" in one.outcome
+    reps, units, n = np.repeat(np.arange(5), 4), np.arange(20), np.full(20, 2.0)
+    constant = paired_test(reps, units, np.full(20, 2.0), n, np.full(20, 1.0), n)
+    assert constant.diff == pytest.approx(0.5) and math.isnan(constant.p) and "no spread" in constant.outcome
+    tie = paired_test(reps, units, np.ones(20), n, np.ones(20), n)
+    assert tie.p == 1.0 and tie.diff == 0.0 and "no difference" in tie.outcome
+
+
+def test_units_in_some_folds_but_not_all_are_decided_as_partly_crossed():
+    rng = np.random.default_rng(2)
+    reps = np.array([0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 4, 4])
+    units = np.array([0, 1, 1, 2, 3, 3, 4, 5, 5, 6, 6, 0])
+    n = np.full(12, 3.0)
+    ev = paired_test(reps, units, rng.binomial(3, 0.7, 12), n, rng.binomial(3, 0.5, 12), n)
+    assert ev.design == "partly crossed" and ev.df == 4
+
+
+def test_without_per_unit_scores_the_fallback_is_a_paired_t_over_the_replicates_and_says_so():
+    x, y = np.array([0.71, 0.74, 0.69, 0.77, 0.72]), np.array([0.70, 0.71, 0.70, 0.73, 0.69])
+    ev = replicate_t(x, y)
+    d = x - y
+    assert ev.design == "replicates only" and "holds the test units fixed" in ev.outcome
+    assert ev.p == pytest.approx(_t_two_sided(d.mean() / (d.std(ddof=1) / math.sqrt(5)), 4), abs=1e-6)
 
 
 def _calc(fold, seed, correct, keys=("u0", "u1", "u2"), count=(2, 2, 2), **extra):
@@ -60,60 +143,53 @@ def _calc(fold, seed, correct, keys=("u0", "u1", "u2"), count=(2, 2, 2), **extra
 
 def test_seeds_are_averaged_within_each_fold_before_any_test():
     df = pd.DataFrame([_calc(0, 0, (2, 0, 1)), _calc(0, 1, (0, 0, 1)), _calc(1, 0, (2, 2, 2)), _calc(1, 1, (2, 2, 0))])
-    means = fold_means(df, "accuracy", ["ft_fold"])
-    assert means.to_dict() == pytest.approx({0: (3 / 6 + 1 / 6) / 2, 1: (6 / 6 + 4 / 6) / 2})
-    t = unit_table(df, "accuracy", ["ft_fold"])
+    t = unit_table(df, unit_columns("accuracy"), ["ft_fold"])
     assert t.loc[(0, "u0"), "correct"] == 1.0 and t.loc[(1, "u2"), "correct"] == 1.0
     assert t.loc[(0, "u0"), "count"] == 2.0 and len(t) == 6
 
 
-def test_a_unit_tested_in_every_fold_is_one_unit_and_disjoint_folds_pool_their_units():
-    shared = pd.DataFrame([_calc(f, s, (2, 1, 0)) for f in range(2) for s in range(2)])
-    base = pd.DataFrame([_calc(f, s, (1, 1, 0)) for f in range(2) for s in range(2)])
-    a, b, n = paired_units(shared, base, "accuracy", ["ft_fold"])
-    assert list(a) == [2, 1, 0] and list(b) == [1, 1, 0] and list(n) == [2, 2, 2], "CT: one test set, 3 units"
-    sub = pd.DataFrame([_calc(0, 0, (2, 1), keys=("x", "y"), count=(2, 2)),
-                        _calc(1, 0, (0, 2), keys=("z", "w"), count=(2, 2))])
-    a, b, n = paired_units(sub, sub.copy(), "accuracy", ["ft_fold"])
-    assert len(a) == 4, "AD: each fold tests its own snippets; together they are all the units"
+def test_shared_test_units_are_crossed_with_the_folds_and_each_folds_own_units_are_nested():
+    rng = np.random.default_rng(4)
+    cols = unit_columns("accuracy")
+    keys = [f"t{i}" for i in range(30)]
+    shared = [pd.DataFrame([_calc(f, s, tuple(rng.binomial(2, p, 30)), keys=keys, count=(2,) * 30)
+                            for f in range(5) for s in range(2)]) for p in (0.8, 0.6)]
+    ev = compare(shared[0], cols, shared[1], cols, "accuracy", "accuracy", "accuracy")
+    assert ev.design == "crossed" and ev.n_units == 30 and ev.n_replicates == 5 and ev.over == "folds"
+    own = [pd.DataFrame([_calc(f, s, tuple(rng.binomial(2, p, 6)), keys=[f"s{f}-{i}" for i in range(6)],
+                               count=(2,) * 6) for f in range(5) for s in range(2)]) for p in (0.8, 0.6)]
+    ev = compare(own[0], cols, own[1], cols, "accuracy", "accuracy", "accuracy")
+    assert ev.design == "nested" and ev.n_units == 30 and ev.df == 4
+
+
+def test_with_several_pretraining_runs_the_runs_are_the_replicates_and_unmatched_seeds_pair_in_order():
+    rng = np.random.default_rng(5)
+    cols = unit_columns("accuracy")
+    keys = [f"t{i}" for i in range(20)]
+
+    def cell(p, seeds):
+        return pd.DataFrame([_calc(f, s, tuple(rng.binomial(2, p, 20)), keys=keys, count=(2,) * 20, pretrain_seed=r)
+                             for r in seeds for f in range(5) for s in range(2)])
+
+    ev = compare(cell(0.8, (0, 1, 2)), cols, cell(0.6, (0, 1, 2)), cols, "accuracy", "accuracy", "accuracy")
+    assert ev.over == "pretraining runs" and ev.n_replicates == 3 and ev.design == "crossed" and not ev.outcome
+    ev = compare(cell(0.8, (0, 1, 2)), cols, cell(0.6, (5, 6, 7)), cols, "accuracy", "accuracy", "accuracy")
+    assert ev.n_replicates == 3 and "paired in seed order" in ev.outcome
+    # One pretraining run each, with other seeds (an untrained control seeded otherwise): the folds pair.
+    ev = compare(cell(0.8, (0,)), cols, cell(0.6, (3,)), cols, "accuracy", "accuracy", "accuracy")
+    assert ev.over == "folds" and ev.n_replicates == 5 and not ev.outcome
+
+
+def test_results_without_per_unit_scores_are_compared_over_the_fold_accuracies():
+    a = pd.DataFrame([{"ft_fold": f, "ft_seed": s, "accuracy": 0.7 + 0.01 * f + 0.002 * s} for f in range(5)
+                      for s in range(2)])
+    b = a.assign(accuracy=a["accuracy"] - 0.01 + 0.001 * a["ft_fold"])
+    ev = compare(a, unit_columns("accuracy"), b, unit_columns("accuracy"), "accuracy", "accuracy", "accuracy")
+    assert isinstance(ev, Evidence) and ev.design == "replicates only" and ev.n_replicates == 5
+    assert ev.diff == pytest.approx((0.01 - 0.001 * np.arange(5)).mean())
 
 
 def test_unit_columns_name_each_metrics_per_unit_scores():
     assert unit_columns("accuracy") == ("unit_keys", "unit_count", "unit_correct")
     assert unit_columns("best_accuracy")[2] == "unit_correct_at_best_accuracy"
     assert unit_columns("eval_ood_accuracy") == ("eval_ood_unit_keys", "eval_ood_unit_count", "eval_ood_unit_correct")
-
-
-def _cell(rng, p_right: float, folds: int = 5, units: int = 120) -> pd.DataFrame:
-    keys = [f"t{i}" for i in range(units)]
-    rows = []
-    for f in range(folds):
-        for s in range(2):
-            correct = (rng.random(units) < p_right).astype(int) * 2
-            rows.append(_calc(f, s, tuple(correct), keys=keys, count=(2,) * units))
-    return pd.DataFrame(rows)
-
-
-def test_with_per_unit_scores_the_decision_resamples_units_and_reports_an_interval():
-    rng = np.random.default_rng(0)
-    sub, base = _cell(rng, 0.85), _cell(rng, 0.60)
-    cmp = significant_gain(sub, base, floor=0.5)
-    assert cmp.method == "test units" and cmp.n_units == 120 and cmp.n_pairs == 5
-    a, b, n = paired_units(sub, base, "accuracy", ["ft_fold"])
-    assert cmp.diff == pytest.approx((a - b).sum() / n.sum())
-    assert cmp.ci_low < cmp.diff < cmp.ci_high and cmp.ci_low > 0
-    assert cmp.p < 0.001 and cmp.bold
-    # The same gain, but the cell's interval does not clear a strong context-free baseline: not bold.
-    assert not significant_gain(sub, base, floor=0.84).bold
-
-
-def test_bold_is_decided_on_the_holm_corrected_p_over_the_whole_family():
-    def cmp(p):
-        return Comparison(5, 0.8, 0.7, p, p, p, True, method="test units", diff=0.1, ci_low=0.05, ci_high=0.15, p=p,
-                          p_holm=p, cell_ci_low=0.75)
-
-    tables = {"accuracy": {("CT", "a"): cmp(0.01), ("CT", "b"): cmp(0.03)}, "ood": {("AD", "a"): cmp(0.04)}}
-    out = correct_family(tables)
-    assert out["accuracy"][("CT", "a")].p_holm == pytest.approx(0.03) and out["accuracy"][("CT", "a")].bold
-    assert out["accuracy"][("CT", "b")].p_holm == pytest.approx(0.06) and not out["accuracy"][("CT", "b")].bold
-    assert out["ood"][("AD", "a")].p_holm == pytest.approx(0.06) and not out["ood"][("AD", "a")].bold

@@ -247,16 +247,43 @@ def baseline_names() -> tuple[str, ...]:
 
 
 def context_free_baselines(task: str | Task, train: list, test: list, *, data: TaskData | None = None,
-                           **context) -> dict[str, float]:
-    """Every context-free baseline of `task` (`Task.baseline_scores`), trained on `train` (the calculation's
-    budget) and scored on `test`, as {"baseline_<name>": accuracy}, plus "baseline_best" and
-    "baseline_best_name" (the strongest; a model's effect only counts above it)."""
+                           **context) -> dict:
+    """Every context-free baseline of `task`, trained on `train` (the calculation's budget) and scored on `test`,
+    as {"baseline_<name>": accuracy}, plus "baseline_best" and "baseline_best_name" (the strongest; a model's effect
+    only counts above it), and each baseline's per-test-unit scores ("unit_count_baseline_<name>",
+    "unit_correct_baseline_<name>", in the order of `test`'s units: the model's own `unit_keys`), so the report
+    compares the model with them unit by unit. A task that scores its baselines only as accuracies
+    (`Task.baseline_scores` alone) gets no per-unit columns."""
     t = as_task(task)
     # What a task's baselines read from its task folder besides the examples (`Task.baseline_context`), unless given.
     context = {**(t.baseline_context(data) if data is not None else {}), **context}
-    out = {f"baseline_{k}": v for k, v in t.baseline_scores(train, test, **context).items()}
+    try:
+        hits = t.baseline_hits(train, test, **context)
+    except NotImplementedError:
+        hits = None
+    scores = ({k: sum(sum(h) for h in v) / sum(len(h) for h in v) for k, v in hits.items()} if hits is not None
+              else t.baseline_scores(train, test, **context))
+    out = {f"baseline_{k}": v for k, v in scores.items()}
     best = max(out, key=lambda k: out[k])
-    return {**out, "baseline_best": out[best], "baseline_best_name": best[len("baseline_"):]}
+    out = {**out, "baseline_best": out[best], "baseline_best_name": best[len("baseline_"):]}
+    for k, v in (hits or {}).items():
+        per_unit = units_of_hits(t, test, v)
+        out[f"unit_count_baseline_{k}"], out[f"unit_correct_baseline_{k}"] = per_unit["unit_count"], per_unit["unit_correct"]
+    return out
+
+
+def units_of_hits(task: Task, test: list, hits: list[list[bool]]) -> dict[str, list]:
+    """Per-example hit lists summed per test unit (`Task.test_unit`), in the order units first appear in `test`:
+    the same keys, order and meaning as a model's `task_scoring.scores_per_test_unit`."""
+    import torch
+
+    from alignlab.platform.fel.task_scoring import scores_per_test_unit
+
+    if len(hits) != len(test):
+        raise ValueError(f"{task.name}: a baseline returned hits for {len(hits)} examples, the test set has {len(test)}")
+    rows = torch.tensor([i for i, h in enumerate(hits) for _ in h], dtype=torch.long)
+    flat = torch.tensor([bool(x) for h in hits for x in h], dtype=torch.bool)
+    return scores_per_test_unit(task, test, flat, rows)
 
 
 UNIT_COUNTS = ("accuracy", "perplexity", "count", "num_examples")

@@ -122,12 +122,26 @@ def write_jsonl(path, examples: Iterable) -> None:
     os.replace(tmp, path)
 
 
+def majority_label(train_labels: Sequence):
+    """Train's most frequent label (ties: the smallest): what the majority baseline always predicts."""
+    counts = Counter(train_labels)
+    best = max(counts.values())
+    return min(l for l, n in counts.items() if n == best)
+
+
 def majority_baseline(train_labels: Sequence, test_labels: Sequence) -> float:
     """Test accuracy of always predicting train's most frequent label (ties: the smallest label): the
     context-free baseline every task has."""
     if not train_labels or not test_labels:
         raise ValueError("majority_baseline needs non-empty train and test labels")
-    counts = Counter(train_labels)
-    best = max(counts.values())
-    label = min(l for l, n in counts.items() if n == best)
+    label = majority_label(train_labels)
     return sum(1 for l in test_labels if l == label) / len(test_labels)
+
+
+def majority_hits(train_labels: Sequence, test_labels: Sequence[Sequence]) -> list[list[bool]]:
+    """`majority_baseline` per test example: whether each of its scored labels (`test_labels`, one list per
+    example) is train's most frequent label."""
+    if not train_labels or not any(test_labels):
+        raise ValueError("majority_baseline needs non-empty train and test labels")
+    label = majority_label(train_labels)
+    return [[l == label for l in labels] for labels in test_labels]

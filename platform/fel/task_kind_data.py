@@ -7,7 +7,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 
-from alignlab.platform.fel.task_files import TaskFormat, majority_baseline
+from alignlab.platform.fel.task_files import TaskFormat
 
 SPAN_PREFIXES = ("B-", "I-", "E-", "S-")
 
@@ -104,8 +104,13 @@ def labels_of(kind: str, examples) -> list[str]:
 # ---------------------------------------------------------------- context-free baselines
 
 
-def lexicon_baseline(train, test) -> float:
-    """Tag accuracy of tagging each word with its most frequent train tag (unknown words: the majority tag)."""
+def label_lists(kind: str, examples) -> list[list[str]]:
+    """Each example's scored labels: a tagging example's tags, another kind's one label."""
+    return [list(ex.tags) for ex in examples] if kind == "tagging" else [[ex.label] for ex in examples]
+
+
+def lexicon_hits(train, test) -> list[list[bool]]:
+    """Per test example, whether each word's most frequent train tag (unknown words: the majority tag) is its tag."""
     counts: dict[str, Counter] = {}
     for ex in train:
         for w, t in zip(ex.tokens, ex.tags):
@@ -113,29 +118,30 @@ def lexicon_baseline(train, test) -> float:
     overall = Counter(t for ex in train for t in ex.tags)
     default = min(overall, key=lambda t: (-overall[t], t))
     lexicon = {w: min(c, key=lambda t: (-c[t], t)) for w, c in counts.items()}
-    pairs = [(lexicon.get(w.lower(), default), t) for ex in test for w, t in zip(ex.tokens, ex.tags)]
-    return sum(p == g for p, g in pairs) / len(pairs)
+    return [[lexicon.get(w.lower(), default) == t for w, t in zip(ex.tokens, ex.tags)] for ex in test]
 
 
-def _logistic_accuracy(x_train, y_train, x_test, y_test) -> float:
-    """Test accuracy of a logistic regression fitted on train (a one-class train predicts that class)."""
+def _logistic_hits(x_train, y_train, x_test, y_test) -> list[list[bool]]:
+    """Per test example, whether a logistic regression fitted on train is right (a one-class train predicts that
+    class)."""
     from sklearn.linear_model import LogisticRegression
 
     if len(set(y_train)) < 2:
-        return majority_baseline(y_train, y_test)
-    model = LogisticRegression(max_iter=1000).fit(x_train, y_train)
-    return float((model.predict(x_test) == y_test).mean())
+        pred = [y_train[0]] * len(y_test)
+    else:
+        pred = LogisticRegression(max_iter=1000).fit(x_train, y_train).predict(x_test)
+    return [[bool(p == y)] for p, y in zip(pred, y_test)]
 
 
-def bag_of_words_baseline(train, test) -> float:
-    """Accuracy of a logistic regression on lowercased word counts of the text."""
+def bag_of_words_hits(train, test) -> list[list[bool]]:
+    """A logistic regression on lowercased word counts of the text."""
     import numpy as np
     from sklearn.feature_extraction.text import CountVectorizer
 
     vec = CountVectorizer(lowercase=True, token_pattern=r"\S+")
     x_train = vec.fit_transform([ex.text for ex in train])
-    return _logistic_accuracy(x_train, np.array([ex.label for ex in train]), vec.transform([ex.text for ex in test]),
-                              np.array([ex.label for ex in test]))
+    return _logistic_hits(x_train, np.array([ex.label for ex in train]), vec.transform([ex.text for ex in test]),
+                          np.array([ex.label for ex in test]))
 
 
 def _overlap_features(ex: PairExample) -> list[float]:
@@ -145,12 +151,12 @@ def _overlap_features(ex: PairExample) -> list[float]:
             float(len(a)), float(len(b))]
 
 
-def overlap_baseline(train, test) -> float:
-    """Accuracy of a logistic regression on word-overlap features of the two texts (Jaccard, shares, counts)."""
+def overlap_hits(train, test) -> list[list[bool]]:
+    """A logistic regression on word-overlap features of the two texts (Jaccard, shares, counts)."""
     import numpy as np
 
-    return _logistic_accuracy(np.array([_overlap_features(e) for e in train]), np.array([e.label for e in train]),
-                              np.array([_overlap_features(e) for e in test]), np.array([e.label for e in test]))
+    return _logistic_hits(np.array([_overlap_features(e) for e in train]), np.array([e.label for e in train]),
+                          np.array([_overlap_features(e) for e in test]), np.array([e.label for e in test]))
 
 
 def is_span_scheme(tags) -> bool:

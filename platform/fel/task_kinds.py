@@ -30,9 +30,9 @@ from alignlab.platform.fel import task_files
 from alignlab.platform.batching import IGNORE
 from alignlab.platform.task import (BuiltData, SequenceTask, TokenTask, origin, register_instance, unregister,
                                     task_names, registered_tasks, task)
-from alignlab.platform.fel.task_files import TaskDataError, majority_baseline
-from alignlab.platform.fel.task_kind_data import (FORMATS, PairExample, TextExample, bag_of_words_baseline, is_span_scheme,
-                                                  labels_of, lexicon_baseline, overlap_baseline, texts_of)
+from alignlab.platform.fel.task_files import TaskDataError, majority_hits
+from alignlab.platform.fel.task_kind_data import (FORMATS, PairExample, TextExample, bag_of_words_hits, is_span_scheme,
+                                                  label_lists, labels_of, lexicon_hits, overlap_hits, texts_of)
 from alignlab.platform.data.holdout import HeldOutText
 from alignlab.platform.data.tokenizer import _split_at_word_starts
 from alignlab.platform.registry import registered, clash
@@ -160,9 +160,9 @@ class _FileTask:
         k = int(probs.argmax())
         return f"{self.labels[k]} ({float(probs[k]):.3f})"
 
-    def baseline_scores(self, train, test, **context):
+    def baseline_hits(self, train, test, **context):
         """Majority, and the kind's own baseline (`baselines[1]`, fitted by `fit_and_score`)."""
-        return {"majority": majority_baseline(labels_of(self.kind, train), labels_of(self.kind, test)),
+        return {"majority": majority_hits(labels_of(self.kind, train), label_lists(self.kind, test)),
                 self.baselines[1]: type(self).fit_and_score(train, test)}
 
 
@@ -171,7 +171,7 @@ class TaggingTask(_FileTask, TokenTask):
     unit = "words"
     baselines = ("majority", "lexicon")
     baseline_text = "lexicon (each word's most frequent training tag, unknown words the majority tag)."
-    fit_and_score = staticmethod(lexicon_baseline)
+    fit_and_score = staticmethod(lexicon_hits)
 
     def example_input(self, ex, tok, max_len, options):
         return tagged_input(tok, ex.tokens, [self.label_id(t) for t in ex.tags], max_len)
@@ -209,7 +209,7 @@ class SequenceClassificationTask(_FileTask, SequenceTask):
     unit = "texts"
     baselines = ("majority", "bag_of_words")
     baseline_text = "bag of words (logistic regression on the text's lowercased word counts)."
-    fit_and_score = staticmethod(bag_of_words_baseline)
+    fit_and_score = staticmethod(bag_of_words_hits)
 
     def example_input(self, ex, tok, max_len, options):
         ids = [tok.cls_id, *tok.sp.encode(" ".join(ex.text.split()))[: max_len - 2], tok.sep_id]
@@ -225,7 +225,7 @@ class PairClassificationTask(_FileTask, SequenceTask):
     unit = "pairs"
     baselines = ("majority", "overlap")
     baseline_text = "overlap (logistic regression on the two texts' word overlap: Jaccard, shares, counts)."
-    fit_and_score = staticmethod(overlap_baseline)
+    fit_and_score = staticmethod(overlap_hits)
 
     def example_input(self, ex, tok, max_len, options):
         a = tok.sp.encode(" ".join(ex.text_a.split()))[: (max_len - 3) // 2]
@@ -302,6 +302,7 @@ def declare_task(name: str, kind: str, pool, test, *, extra_tests: dict | None =
         return task(name)
     t = _make(declaration, sources)
     t.declared_by = _caller()
+    t.pool_size = len(loaded[f"{name}_pool"])
     return t
 
 

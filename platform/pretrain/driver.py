@@ -76,6 +76,11 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     requested = cfg.precision
     cfg = resolve_precision(cfg)  # the workers train at the precision the id names, wherever they run
     mid = model_id(cid, cfg)
+    if cfg.max_steps == 0:  # an untrained model: its initial weights, written here without Ray Train
+        build_once(st, f"model-{mid}", lambda: model_finished(st, mid),
+                   lambda: _write_untrained(st, cdir, cid, cfg, requested, mid), label=f"[pretrain {mid}]",
+                   leftovers=(f"models/{mid}/final.*",))
+        return fetch_model(st, mid, weights=False)
     build_once(st, f"model-{mid}", lambda: model_finished(st, mid),
                lambda: _pretrain_locked(st, cdir, manifest, cfg, requested, mid, max_failures=max_failures, name=name,
                                         after_step=after_step, keep_checkpoints=keep_checkpoints),
@@ -177,6 +182,24 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
         raise RuntimeError(f"pretraining of {mid} ended without writing {st.url(f'models/{mid}/final')}")
     if pruned := prune_checkpoints(st, mid, name, keep):
         print(f"[pretrain {mid}] finished; deleted {len(pruned)} older checkpoint(s), kept the last {keep}", flush=True)
+
+
+def _write_untrained(st: Storage, cdir: Path, cid: str, cfg: PretrainConfig, requested: str, mid: str) -> None:
+    """Publish model `mid`, trained for zero steps: the weights its seed initialises (the Pretrainer every Train
+    worker builds first), the corpus's tokenizer, no held-out metrics and a throughput record of no training. It
+    costs seconds and no device time: the positive control of a study (`config.untrained`)."""
+    mdir = model_dir(st.local, mid)
+    print(f"[pretrain {mid}] untrained: the model as initialised (seed {cfg.seed}), no pretraining", flush=True)
+    write_json(mdir / "config.json", {"model_id": mid, "corpus_id": cid, "corpus_dir": str(cdir), "untrained": True,
+                                      "precision": cfg.precision, "requested_precision": requested,
+                                      "global_batch_size": cfg.batch_size, "pretrain": to_dict(cfg)})
+    st.push_file(f"models/{mid}/config.json")
+    tok = Tokenizer(cdir / "tokenizer.model")
+    trainer = Pretrainer(cfg, tok)
+    record = {"tokens_per_s": None, "samples_per_s": None, "mfu": None, "train_seconds": 0.0, "device_hours": 0.0,
+              "num_devices": 0, "device": "none (untrained)", "precision": "none", "num_tokens": 0, "num_samples": 0}
+    export_final(trainer, tok, mdir, {}, record)
+    st.push(f"models/{mid}/final", last=(FINAL_MARKER,))
 
 
 def _raise_if_out_of_memory(st: Storage, mid: str) -> None:

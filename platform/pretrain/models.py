@@ -52,7 +52,7 @@ tests/test_versions.py holds a golden hash of a smoke model's weights and fails 
 
 
 def model_id(corpus_id: str, cfg: PretrainConfig) -> str:
-    """Objectives, then a hash of: the corpus id (which carries the corpus code version and the holdout), every
+    """Objectives ("untrained" for a model trained zero steps), then a hash of: the corpus id (which carries the corpus code version and the holdout), every
     PretrainConfig field but RUNTIME_FIELDS (precision as resolved; `use_gpu`, the device kind, included), and
     PRETRAIN_CODE_VERSION. The table is in docs/ids.md."""
     d = to_dict(resolve_precision(cfg))
@@ -67,7 +67,8 @@ def model_id(corpus_id: str, cfg: PretrainConfig) -> str:
         # earlier every-rank-collates-the-global-batch scheme, and a checkpoint of that scheme must not be resumed.
         # Hashed only for several workers, so single-worker ids (every preset but paper) stay as they were.
         d["rank_split"] = 1
-    return f"{cfg.model.label}-{'+'.join(cfg.objective_names)}-{config_hash(corpus_id, d, {'code': PRETRAIN_CODE_VERSION})}"
+    what = "untrained" if cfg.max_steps == 0 else "+".join(cfg.objective_names)
+    return f"{cfg.model.label}-{what}-{config_hash(corpus_id, d, {'code': PRETRAIN_CODE_VERSION})}"
 
 
 

@@ -76,46 +76,52 @@ def plots(sdir: Path, df: pd.DataFrame, study: dict) -> list[Path]:
     return made
 
 
-EFFECT_CAPTION = ("Each cell's difference from its row's baseline model in accuracy points, with its 95% interval "
-                  "(test units resampled, or over the pretraining runs; see the significance section). Solid line: "
-                  "the baseline model (0). Dashed marks: the row's strongest context-free baseline, drawn at its "
-                  "distance from the baseline model. Filled markers: bold cells (Holm-corrected p < 0.05 and the "
-                  "cell's interval above the context-free baseline). Differences of a few tenths of a point are "
-                  "visible here; bars from zero would hide them.")
+EFFECT_CAPTION = ("Every test of the report, one panel per metric or test set: each compared cell's difference from "
+                  "its row's baseline model (circles) and from the row's strongest context-free baseline on the same "
+                  "calculations (squares), in accuracy points, with the 95% interval of the report's decision "
+                  "(finetuning samples, seeds and test units; docs/statistics.md); diamonds: a pretrained cell against "
+                  "the untrained model. Filled: significantly above its reference (Holm-corrected p < 0.05, the "
+                  "difference positive). A cell is bold in the tables exactly when its circle and its square are both "
+                  "filled. The line at 0 is the reference.")
 
 
-def effect_plot(pdir: Path, tables: dict[str, dict]) -> Path:
-    """`effects.png`: one panel per metric or test set of `tables` ({metric: {(row, col): Comparison}}), one line
-    per compared cell: its difference from the baseline with the interval, the baseline model at 0 and the
-    strongest context-free baseline marked where it lies relative to the baseline model."""
+def effect_plot(pdir: Path, comparisons: list) -> Path:
+    """`effects.png`: one panel per metric of `comparisons` (`significance.Comparison`), one line per test: its
+    difference with its interval, filled where it is significant, so the bold rule can be read off the plot."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from alignlab.platform.report.significance import FLOOR, MODEL
+
     pdir.mkdir(parents=True, exist_ok=True)
-    panels = [(m, c) for m, c in tables.items() if c]
-    height = max(len(c) for _, c in panels)
+    panels: dict[str, list] = {}
+    for c in comparisons:
+        panels.setdefault(c.metric if c.kind in (MODEL, FLOOR) else "against the untrained model", []).append(c)
+    height = max(len(c) for c in panels.values())
     ncols = min(3, len(panels))  # wrapped, so a report with many extra test sets stays readable
     nrows = -(-len(panels) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.5 * ncols, (1.6 + 0.45 * height) * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, (1.6 + 0.4 * height) * nrows), squeeze=False)
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
-    for ax, (metric, comparisons) in zip(axes.flat, panels):
-        labels = [f"{r}: {c}" for r, c in comparisons]
-        for y, cmp in enumerate(comparisons.values()):
+    for ax, (title, tests) in zip(axes.flat, panels.items()):
+        labels = []
+        for y, cmp in enumerate(tests):
+            marker, color = {MODEL: ("o", "C0"), FLOOR: ("s", "C1")}.get(cmp.kind, ("D", "C2"))
+            labels.append(f"{cmp.row}: {cmp.col} − {cmp.against}")
+            if math.isnan(cmp.diff):
+                continue
             diff = 100 * cmp.diff
-            err = ([[diff - 100 * cmp.ci_low], [100 * cmp.ci_high - diff]] if not math.isnan(cmp.ci_low) else None)
-            ax.errorbar([diff], [y], xerr=err, fmt="o", color="C0", mfc="C0" if cmp.bold else "white", capsize=3)
-            if not math.isnan(cmp.floor):
-                ax.plot([100 * (cmp.floor - cmp.base_mean)] * 2, [y - 0.35, y + 0.35], "k--", lw=1)
-        ax.axvline(0.0, color="k", lw=1, label="baseline model")
-        ax.plot([], [], "k--", lw=1, label="strongest context-free baseline")
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2)
-        ax.set_yticks(range(len(labels)), labels)
+            err = ([[diff - 100 * cmp.ev.ci_low], [100 * cmp.ev.ci_high - diff]]
+                   if not math.isnan(cmp.ev.ci_low) else None)
+            ax.errorbar([diff], [y], xerr=err, fmt=marker, color=color, mfc=color if cmp.significant else "white",
+                        capsize=3)
+        ax.axvline(0.0, color="k", lw=1)
+        ax.set_yticks(range(len(labels)), labels, fontsize=7)
         ax.invert_yaxis()
-        ax.set_xlabel("difference from the baseline (accuracy points)")
-        ax.set_title(metric)
+        ax.set_xlabel("difference (accuracy points)")
+        ax.set_title(title)
     fig.tight_layout()
     return save_figure(fig, pdir / "effects.png")
 

@@ -18,8 +18,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from alignlab.platform.report.significance import (P_VALUE, RUN_KEY, Comparison, correct_family, significance_section,
-                                                   significant_gain)
+from alignlab.platform.report.significance import (FLOOR, MODEL, P_VALUE, UNTRAINED, Comparison, against_floor,
+                                                   against_model, bold_cells, control_section, correct_family,
+                                                   generalises_over, runs_in, significance_section)
+from alignlab.platform.report.unit_statistics import RUN_KEY, Evidence
+from alignlab.platform.provenance import describe_commit
 from alignlab.platform.storage import read_json, write_text
 from alignlab.platform.task import registered_tasks, task as task_named
 from alignlab.platform.fel.trial_files import read_trial
@@ -70,59 +73,112 @@ def baseline_of(df: pd.DataFrame, study: dict) -> dict[str, tuple[str, str]]:
     return out
 
 
-def compare_cells(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], acc: str,
-                  prefix: str = "") -> dict[tuple[str, str], Comparison]:
-    """Every non-baseline cell against its row's baseline on `acc` (bold for a family of one: `correct_family`)."""
-    comparisons = {}
+def _cell(df: pd.DataFrame, r: str, c: str) -> pd.DataFrame:
+    return df[(df["row"] == r) & (df["col"] == c)]
+
+
+def compare_cells(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], metric: str, prefix: str = "",
+                  control: str = "") -> list[Comparison]:
+    """Every compared cell (not a baseline cell, not the untrained `control` column) against its row's baseline
+    model and against the row's strongest context-free baseline, on `metric` (not yet Holm-corrected)."""
+    out = []
     base_cells = set(baselines.values())
     for r in dict.fromkeys(df["row"]):
         br, bc = baselines[r]
-        base = df[(df["row"] == br) & (df["col"] == bc)]
+        base = _cell(df, br, bc)
+        floor_name, _ = strongest_baseline(df[df["row"] == r], prefix)
         for c in dict.fromkeys(df["col"]):
-            sub = df[(df["row"] == r) & (df["col"] == c)]
-            if sub.empty or (r, c) in base_cells or base.empty:
+            sub = _cell(df, r, c)
+            if sub.empty or (r, c) in base_cells or c == control:
                 continue
-            # An effect counts only above what no model is needed for: the strongest context-free baseline.
-            comparisons[(r, c)] = significant_gain(sub, base, acc, floor=strongest_baseline(sub, prefix)[1])
-    return comparisons
+            if base.empty:
+                ev = Evidence(math.nan, outcome=f"the baseline cell {br} / {bc} has no finished calculation; not compared")
+            else:
+                ev = against_model(sub, base, metric)
+            out.append(Comparison(metric, r, c, MODEL, bc if br == r else f"{br} / {bc}", ev))
+            if floor_name != "–":
+                out.append(Comparison(metric, r, c, FLOOR, floor_name, against_floor(sub, metric, floor_name)))
+    return out
+
+
+def control_comparisons(df: pd.DataFrame, control: str) -> list[Comparison]:
+    """Every pretrained cell of a row against that row's untrained (`control`) cell, at the best-perplexity epoch."""
+    out = []
+    for r in dict.fromkeys(df["row"]):
+        ref = _cell(df, r, control)
+        if ref.empty:
+            continue
+        for c in dict.fromkeys(df["col"]):
+            sub = _cell(df, r, c)
+            if c != control and not sub.empty:
+                out.append(Comparison("accuracy", r, c, UNTRAINED, control, against_model(sub, ref, "accuracy")))
+    return out
 
 
 def _table(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], acc: str, ppl: str, prefix: str = "",
-           comparisons: dict | None = None) -> tuple[list[str], dict[tuple[str, str], Comparison]]:
-    """The table of `acc` / `ppl`, bold by `comparisons` (Holm-corrected over the report; without them, over
-    this table alone)."""
-    if comparisons is None:
-        comparisons = correct_family({acc: compare_cells(df, baselines, acc, prefix)})[acc]
+           bold: dict | None = None, control: str = "") -> list[str]:
+    """The table of `acc` / `ppl`, bold by `bold` ((metric, row, col) -> bool: `significance.bold_cells`; without
+    it, decided over this table's tests alone)."""
+    if bold is None:
+        bold = bold_cells(correct_family(compare_cells(df, baselines, acc, prefix, control)))
     cols = list(dict.fromkeys(df["col"]))
     lines = ["| | " + " | ".join(cols) + " | strongest context-free |", "|---|" + "---|" * (len(cols) + 1)]
     base_cells = set(baselines.values())
     for r in dict.fromkeys(df["row"]):
         cells = []
         for c in cols:
-            sub = df[(df["row"] == r) & (df["col"] == c)]
+            sub = _cell(df, r, c)
             if sub.empty:
                 cells.append("/")
                 continue
             text = f"{_fmt(sub[acc], 100)} / {_fmt(sub[ppl], 1, 2)} (n={len(sub)})"
             if (r, c) in base_cells:
                 text = f"<u>{text}</u>"
-            elif comparisons.get((r, c)) is not None and comparisons[(r, c)].bold:
+            elif bold.get((acc, r, c)):
                 text = f"**{text}**"
             cells.append(text)
         name, mean = strongest_baseline(df[df["row"] == r], prefix)
         cells.append(f"{100 * mean:.1f} ({name})" if name != "–" else "–")
         lines.append(f"| {r} | " + " | ".join(cells) + " |")
-    return lines, comparisons
+    return lines
 
 
-def _all_comparisons(df: pd.DataFrame, baselines: dict[str, tuple[str, str]]) -> dict[str, dict]:
-    """Every comparison of the report (its family for Holm): both tables, then each extra test set."""
-    tables = {"accuracy": compare_cells(df, baselines, "accuracy"),
-              "best_accuracy": compare_cells(df, baselines, "best_accuracy")}
-    for name in extra_test_sets(df):
-        tables[name] = compare_cells(df[df[f"eval_{name}_accuracy"].notna()], baselines, f"eval_{name}_accuracy",
-                                     prefix=f"eval_{name}_")
-    return correct_family(tables)
+def metrics_of(df: pd.DataFrame) -> list[tuple[str, str]]:
+    """(metric, prefix) of every table of the report: both epochs on the protocol test set, then each extra set."""
+    return [("accuracy", ""), ("best_accuracy", "")] + [(f"eval_{n}_accuracy", f"eval_{n}_") for n in extra_test_sets(df)]
+
+
+def all_comparisons(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], control: str = "") -> list[Comparison]:
+    """Every test of the report, Holm-corrected as one family: each table's comparisons, then the positive control."""
+    tests = []
+    for metric, prefix in metrics_of(df):
+        rows = df[df[metric].notna()] if metric in df.columns else df.iloc[:0]
+        tests += compare_cells(rows, baselines, metric, prefix, control)
+    if control:
+        tests += control_comparisons(df, control)
+    return correct_family(tests)
+
+
+def provenance_line(study: dict, df: pd.DataFrame) -> str:
+    """Who made these numbers: the driver's commit, date, machine and versions (study.json's provenance, recorded
+    when the study ran), the pretraining precision of its models, and the commits its calculations ran at."""
+    prov = study.get("provenance") or {}
+    if not prov:
+        return "**Provenance:** not recorded (a study written before provenance was)."
+    precisions = sorted({p for p in (_model_precision(study, info) for info in study.get("models", {}).values()) if p})
+    commits = df["commit"].fillna("unrecorded").value_counts() if "commit" in df.columns and not df.empty else None
+    calc = ("; FEL calculations at " + ", ".join(f"{c} ({n})" for c, n in commits.items())
+            if commits is not None and (len(commits) > 1 or commits.index[0] != prov.get("commit")) else "")
+    return (f"**Provenance:** commit {describe_commit(prov)}{calc}; run on {prov.get('date', '?')}; driver machine "
+            f"{prov.get('machine', '?')}; pretraining precision {', '.join(precisions) or '–'}; torch "
+            f"{prov.get('torch', '?')}, Ray {prov.get('ray', '?')}, Python {prov.get('python', '?')}.")
+
+
+def _model_precision(study: dict, info: dict) -> str:
+    ev_file = Path(study["corpus_dir"]).parent.parent / "models" / info["model_id"] / "final" / "eval.json"
+    if ev_file.exists():
+        return str(read_json(ev_file).get("precision", ""))
+    return str(info.get("pretrain", {}).get("precision", ""))
 
 
 def _unit_names(df: pd.DataFrame) -> str:
@@ -154,7 +210,7 @@ def write_report(sdir: Path) -> Path:
     inputs = sorted(df["head_input"].fillna("last:first").unique()) if "head_input" in df.columns else ["last:first"]
     failed_note = f"; {len(failed)} failed (see Failed calculations)" if len(failed) else ""
     out = [f"# {study['title']}", "", f"Study `{study['name']}` — {len(df)} of {len(study['calculations'])} "
-           f"calculations finished{failed_note}.", "",
+           f"calculations finished{failed_note}.", "", provenance_line(study, df), "",
            f"**Selection mode: {', '.join(modes) or '–'}** "
            "(`honest`: epochs selected on a validation split carved from the training budget, test set touched "
            "once per selected epoch; `refit`: then trained again to those epochs on the whole budget, training and "
@@ -164,23 +220,28 @@ def write_report(sdir: Path) -> Path:
            "; `last:first`, the paper's: the last layer at each word's first piece; `all`: the embedding output and "
            "every layer's side by side; `mean`: a word's pieces averaged; AD reads [CLS] either way).",
            "", f"Cells: accuracy % ± std / perplexity ± std over the calculations (n). Baseline: <u>{base}</u>. "
-           f"**Bold**: above the row's baseline with Holm-corrected p < {P_VALUE} over every comparison of this "
-           "report (test units resampled, seeds averaged within each fold; over the pretraining runs when each "
-           "column has several) **and** the cell's 95% interval above the row's strongest context-free baseline "
-           "(last column); intervals, p-values and the family in the significance section "
-           "(docs/statistics.md).", ""]
+           f"**Bold**: above the row's baseline model **and** above the row's strongest context-free baseline (last "
+           f"column), each by a paired test over the finetuning samples, seeds and test units with a Holm-corrected "
+           f"p < {P_VALUE} over every test of this report; differences, intervals and the family in the "
+           "significance section (docs/statistics.md).", ""]
+    control = study.get("control_col", "")
+    if control and not df.empty and control in set(df["col"]):
+        out[-1:-1] = ["", f"`{control}`: the same architecture with no pretraining (a positive control; "
+                      "see What pretraining buys)."]
     if study.get("notes"):
         out += [study["notes"], ""]
+    tests: list[Comparison] = []
     if df.empty:
         out.append("No finished calculations yet.")
     else:
-        tables = _all_comparisons(df, baselines)
+        tests = all_comparisons(df, baselines, control)
+        bold = bold_cells(tests)
+        out += [generalises_over(runs_in(df)), ""]
         out += ["## Accuracy at the best-perplexity epoch", ""]
-        out += _table(df, baselines, "accuracy", "perplexity", comparisons=tables["accuracy"])[0] + [""]
+        out += _table(df, baselines, "accuracy", "perplexity", bold=bold) + [""]
         out += _side_by_side(df)
         out += ["## Best accuracy (and its perplexity)", ""]
-        out += _table(df, baselines, "best_accuracy", "perplexity_at_best_accuracy",
-                      comparisons=tables["best_accuracy"])[0] + [""]
+        out += _table(df, baselines, "best_accuracy", "perplexity_at_best_accuracy", bold=bold) + [""]
         out += ["## Epochs to convergence (epoch of the best selection perplexity)", "",
                 "| | " + " | ".join(dict.fromkeys(df["col"])) + " |", "|---|" + "---|" * df["col"].nunique()]
         for r in dict.fromkeys(df["row"]):
@@ -192,11 +253,12 @@ def write_report(sdir: Path) -> Path:
             out += ["", f"## Test set `{name}`", "", extra_test_text().get(name, "A user's own test file "
                     "(--eval-file); the models are those selected above, scored once more."), "",
                     "### Accuracy at the best-perplexity epoch", ""]
-            lines, _ = _table(df[df[f"eval_{name}_accuracy"].notna()], baselines, f"eval_{name}_accuracy",
-                              f"eval_{name}_perplexity", prefix=f"eval_{name}_", comparisons=tables[name])
-            out += lines + ["", f"### Context-free baselines on `{name}`", ""] + _baseline_section(df, f"eval_{name}_")[2:]
-        if any(tables.values()):
-            out += [""] + significance_section(tables, baselines, _unit_names(df))
+            out += _table(df[df[f"eval_{name}_accuracy"].notna()], baselines, f"eval_{name}_accuracy",
+                          f"eval_{name}_perplexity", prefix=f"eval_{name}_", bold=bold)
+            out += ["", f"### Context-free baselines on `{name}`", ""] + _baseline_section(df, f"eval_{name}_")[2:]
+        if tests:
+            out += [""] + control_section(tests, control)
+            out += [""] + significance_section(tests, _unit_names(df))
     if len(failed):
         out += ["", "## Failed calculations", "",
                 "Recorded as failed, with no result: they are left out of every table above. A rerun does not repeat "
@@ -217,9 +279,9 @@ def write_report(sdir: Path) -> Path:
     plots = make_plots(sdir, df, study) if not df.empty else []
     if plots:
         out += ["", "## Plots", ""] + [f"![{p.stem}](plots/{p.name})" for p in plots]
-    if not df.empty and any(tables.values()):  # the report leads with the effects: differences with intervals
-        effects = effect_plot(sdir / "plots", tables)
-        out[4:4] = ["## Effects", "", f"![effects](plots/{effects.name})", "", EFFECT_CAPTION, ""]
+    if tests:  # the report leads with the effects: differences with intervals, drawn by the bold rule
+        effects = effect_plot(sdir / "plots", tests)
+        out[6:6] = ["## Effects", "", f"![effects](plots/{effects.name})", "", EFFECT_CAPTION, ""]
     out += ["", "## Files", "", "- `results.parquet`: one row per calculation (config, metrics, baselines, timings, node).",
             f"- TensorBoard: `tensorboard --logdir {sdir}` (one run per calculation with hparams, plus the "
             "pretraining runs under each model's folder).", ""]

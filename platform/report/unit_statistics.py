@@ -1,26 +1,55 @@
-"""The resampling statistics of the report: seeds averaged within each fold, a paired bootstrap confidence interval
-and a paired permutation test over test units, and Holm's correction over the comparisons of one report.
+"""The report's decision: is one set of calculations more accurate than another scored on the same splits, with a
+test and an interval that cover every source of variance the FEL protocol samples?
 
-Why units: every calculation of a cell is scored on test units (`Task.test_unit`: CT texts, AD snippets), and all
-CT calculations share one test set, so the spread of ten calculations says nothing about how the result would move
-on other texts. Resampling the units (the same unit in every fold together) puts the test set's sampling variance
-into the interval. The two seeds of a fold train on one sample and test on one set, so they are averaged before any
-test: a fold, not a calculation, is one observation (n = 5 per pretraining run).
-All resampling is seeded (`SEED`): the same results give the same report, digit for digit.
+What varies. A cell is ten calculations: five finetuning samples ("folds": CT draws five budgets from its pool, AD
+cross-validates over five folds) x two seeds, each scored per test unit (`Task.test_unit`: a CT text, an AD
+snippet). Its accuracy moves with (1) the finetuning sample and seed, (2) the test units, and (3) with several
+pretraining runs, the run. The paired difference of two cells on the same splits carries all three:
+- CT's test units are **crossed** with the folds: every fold is scored on the one shared test set. A unit's
+  difference recurs in every fold, so averaging over folds does not average it away, and a test over the five
+  fold means alone holds the test texts fixed (Clark 1973, "the language-as-fixed-effect fallacy").
+- AD's test units are **nested** in the folds: each fold tests its own snippets, so a fold's mean difference
+  already carries its units' sampling variance and the folds are the independent replicates.
+- Resampling only the units (the folds averaged first) holds the finetuning samples fixed: its false-positive
+  rate grows with the finetuning spread (benchmarks/calibration.py).
+
+The decision (one function, `paired_test`, for every comparison of a report). The seeds of a fold are averaged
+first. The **replicates** are the folds (one pretraining run per column) or the pretraining runs (two or more per
+column: each run's folds and seeds averaged, so a run is one replicate, and the runs are the outer level). The
+difference is a difference of two pooled accuracies (sum correct / sum scored on each side); its variance is
+estimated from the linearised per-(replicate, unit) values z (Cochran's ratio-estimator linearisation):
+- crossed (every unit in every replicate): the two-way random-effects ANOVA of z gives
+  Var = (MS_rep + MS_unit - MS_resid) / (R U), truncated below at max(MS_rep, MS_unit) / (R U) (each is a lower
+  bound of the true variance), with Satterthwaite's degrees of freedom (Satterthwaite 1946; the quasi-F of Clark
+  1973; the crossed random effects of Baayen, Davidson & Bates 2008);
+- nested (every unit in one replicate): the replicates' sums of z, Var = R/(R-1) sum_r (sum_u z)^2 / N^2, with
+  R - 1 degrees of freedom (a t-test over the replicates, weighted by their units);
+- partly crossed: two-way cluster-robust variance (Cameron, Gelbach & Miller 2011), replicates + units - cells,
+  with min(R, U) - 1 degrees of freedom.
+p = two-sided Student t with those degrees of freedom; the interval is diff +- t * se. A t reference, not a
+bootstrap: with five folds a percentile bootstrap over folds covers far less than 95% (benchmarks/calibration.py
+measures both).
+
+Degenerate cases have a stated outcome (`Evidence.outcome`), never a silent gap: no shared splits, one replicate
+(the finetuning variance cannot be estimated), and no spread at all. Results recorded before per-unit scores fall
+back to a paired t-test over the replicates' accuracies (design "replicates only"), which holds the test units
+fixed and says so.
+Holm's correction (`holm`) runs over every test of one report.
 """
 from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
 CONFIDENCE = 0.95
-NUM_RESAMPLES = 9999
-SEED = 0
 FOLD_KEY = "ft_fold"
+RUN_KEY = "pretrain_seed"
+"""The pretraining run of a calculation's model (its `PretrainConfig.seed`, from study.json)."""
 
 
 def unit_columns(metric: str) -> tuple[str, str, str]:
@@ -29,103 +58,210 @@ def unit_columns(metric: str) -> tuple[str, str, str]:
     set's "eval_<name>_accuracy" -> eval_<name>_unit_*."""
     if metric == "best_accuracy":
         return "unit_keys", "unit_count", "unit_correct_at_best_accuracy"
-    prefix = metric[: -len("accuracy")] if metric.endswith("accuracy") else f"{metric}_"
+    prefix = _prefix(metric)
     return f"{prefix}unit_keys", f"{prefix}unit_count", f"{prefix}unit_correct"
 
 
-def fold_means(df: pd.DataFrame, metric: str, blocks: list[str]) -> pd.Series:
-    """`metric` averaged over the seeds of each block (a fold, within a pretraining run when `blocks` names it)."""
-    return df.dropna(subset=[metric]).groupby(blocks)[metric].mean()
+def _prefix(metric: str) -> str:
+    """"" for the protocol test set's metrics, "eval_<name>_" for an extra test set's."""
+    if metric in ("accuracy", "best_accuracy"):
+        return ""
+    return metric[: -len("accuracy")] if metric.endswith("accuracy") else f"{metric}_"
 
 
-def _has_units(df: pd.DataFrame, metric: str) -> bool:
-    cols = unit_columns(metric)
+def baseline_unit_columns(metric: str, name: str) -> tuple[str, str, str]:
+    """The per-unit columns of context-free baseline `name` on `metric`'s test set (a baseline has no epochs: the
+    same for "accuracy" and "best_accuracy")."""
+    prefix = _prefix(metric)
+    return f"{prefix}unit_keys", f"{prefix}unit_count_baseline_{name}", f"{prefix}unit_correct_baseline_{name}"
+
+
+def baseline_accuracy_column(metric: str, name: str) -> str:
+    return f"{_prefix(metric)}baseline_{name}"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A paired difference (cell minus reference, in accuracy 0-1) with its 95% interval and two-sided p."""
+
+    diff: float
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    p: float = math.nan
+    se: float = math.nan
+    df: float = math.nan
+    design: str = "–"
+    """"crossed", "nested", "partly crossed" (units and replicates), or "replicates only" (no per-unit scores)."""
+    over: str = "–"
+    """What the replicates are: "folds" (one pretraining run per column) or "pretraining runs"."""
+    n_replicates: int = 0
+    n_units: int = 0
+    outcome: str = ""
+    """Why there is no test, or what to know about this one (empty when there is nothing to say)."""
+
+    @property
+    def tested(self) -> bool:
+        return not math.isnan(self.p)
+
+
+def _t_evidence(diff: float, var: float, df: float, **kw) -> Evidence:
+    """p and interval of `diff` with variance `var` on a t reference with `df` degrees of freedom."""
+    if var <= 0 or not math.isfinite(var):
+        if diff == 0:
+            return Evidence(0.0, 0.0, 0.0, 1.0, 0.0, df, outcome="no difference on any unit", **kw)
+        return Evidence(diff, se=0.0, df=df, outcome="no spread: the difference is the same everywhere, so "
+                        "nothing estimates its variance; not tested", **kw)
+    se = math.sqrt(var)
+    t = diff / se
+    q = float(sps.t.ppf(0.5 + CONFIDENCE / 2, df))
+    p = float(2 * sps.t.sf(abs(t), df))
+    return Evidence(diff, diff - q * se, diff + q * se, p, se, df, **kw)
+
+
+def paired_test(rep, unit, ca, na, cb, nb, *, over: str = "folds") -> Evidence:
+    """The decision on paired per-(replicate, unit) scores: replicate and unit labels, and each side's correct and
+    scored counts (seeds, and with runs as replicates the folds, already averaged). The difference is
+    sum(ca)/sum(na) - sum(cb)/sum(nb)."""
+    rep, unit = np.asarray(rep), np.asarray(unit)
+    ca, na, cb, nb = (np.asarray(x, float) for x in (ca, na, cb, nb))
+    if len(ca) == 0 or na.sum() == 0 or nb.sum() == 0:
+        return Evidence(math.nan, over=over, outcome="no shared splits: the two sides were not scored on the same "
+                        "folds and test units; not compared")
+    ra, rb = ca.sum() / na.sum(), cb.sum() / nb.sum()
+    diff = float(ra - rb)
+    reps, r_idx = np.unique(rep, return_inverse=True)
+    units, u_idx = np.unique(unit, return_inverse=True)
+    R, U = len(reps), len(units)
+    if R < 2:
+        return Evidence(diff, over=over, n_replicates=R, n_units=U,
+                        outcome=f"one {over[:-1]}: the spread between {over} cannot be estimated; not tested "
+                                f"(run the protocol's five folds{'' if over == 'folds' else ', or pretrain twice'})")
+    # Linearised contribution of each (replicate, unit) cell to the difference of the two ratios (mean 0).
+    z = (ca - ra * na) / na.mean() - (cb - rb * nb) / nb.mean()
+    per_unit = np.bincount(u_idx, minlength=U)
+    kw = dict(over=over, n_replicates=R, n_units=U)
+    if len(z) == R * U and (per_unit == R).all():
+        Z = np.zeros((R, U))
+        Z[r_idx, u_idx] = z
+        zr, zu = Z.mean(1), Z.mean(0)
+        ms_rep = U * (zr ** 2).sum() / (R - 1)
+        ms_unit = R * (zu ** 2).sum() / (U - 1) if U > 1 else 0.0
+        resid = Z - zr[:, None] - zu[None, :] + Z.mean()
+        df_resid = (R - 1) * (U - 1)
+        ms_resid = (resid ** 2).sum() / df_resid if df_resid else 0.0
+        combo = ms_rep + ms_unit - ms_resid
+        if U < 2 or combo < max(ms_rep, ms_unit):  # truncated at the larger lower bound, with its own df
+            ms, df = (ms_rep, R - 1) if ms_rep >= ms_unit or U < 2 else (ms_unit, U - 1)
+        else:
+            ms = combo
+            df = combo ** 2 / (ms_rep ** 2 / (R - 1) + ms_unit ** 2 / (U - 1) + ms_resid ** 2 / df_resid)
+        return _t_evidence(diff, ms / (R * U), float(df), design="crossed", **kw)
+    N = len(z)
+    by_rep = np.bincount(r_idx, weights=z, minlength=R)
+    v_rep = R / (R - 1) * (by_rep ** 2).sum() / N ** 2
+    if (per_unit == 1).all():
+        return _t_evidence(diff, v_rep, float(R - 1), design="nested", **kw)
+    by_unit = np.bincount(u_idx, weights=z, minlength=U)
+    v_unit = U / (U - 1) * (by_unit ** 2).sum() / N ** 2 if U > 1 else 0.0
+    v_cell = N / (N - 1) * (z ** 2).sum() / N ** 2
+    var = max(v_rep + v_unit - v_cell, v_rep, v_unit)
+    return _t_evidence(diff, var, float(min(R, U) - 1), design="partly crossed", **kw)
+
+
+def replicate_t(x: np.ndarray, y: np.ndarray, *, over: str = "folds") -> Evidence:
+    """Paired t-test and t interval of mean(x - y) over replicates (fold or run accuracies): the fallback where
+    the results have no per-unit scores. It holds the test units fixed."""
+    d = np.asarray(x, float) - np.asarray(y, float)
+    if len(d) == 0:
+        return Evidence(math.nan, over=over, outcome="no shared splits: the two sides were not scored on the same "
+                        "folds; not compared")
+    kw = dict(design="replicates only", over=over, n_replicates=len(d))
+    if len(d) < 2:
+        return Evidence(float(d.mean()), outcome=f"one {over[:-1]}: not tested", **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        var = float(d.var(ddof=1) / len(d))
+    ev = _t_evidence(float(d.mean()), var, float(len(d) - 1), **kw)
+    note = "no per-unit scores: the test holds the test units fixed"
+    return Evidence(**{**ev.__dict__, "outcome": "; ".join(x for x in (ev.outcome, note) if x)})
+
+
+# ---------------------------------------------------------------- from result rows to paired cells
+
+
+def has_unit_scores(df: pd.DataFrame, cols: tuple[str, str, str], metric: str | None = None) -> bool:
+    """Do `df`'s rows (those with `metric`, when given) all carry per-unit lists in `cols`?"""
     if df.empty or not all(c in df.columns for c in cols):
         return False
-    rows = df.dropna(subset=[metric])
+    rows = df.dropna(subset=[metric]) if metric else df
     return len(rows) > 0 and all(isinstance(v, (list, np.ndarray)) for c in cols for v in rows[c])
 
 
-def unit_table(df: pd.DataFrame, metric: str, blocks: list[str]) -> pd.DataFrame | None:
-    """One row per (block, unit): the unit's scored count and its correct count averaged over the block's seeds;
-    None where the rows have no per-unit scores (results from before they were recorded)."""
-    if not _has_units(df, metric):
-        return None
-    kcol, ncol, ccol = unit_columns(metric)
-    parts = []
-    for _, r in df.dropna(subset=[metric]).iterrows():
-        keys = list(r[kcol])
-        part = pd.DataFrame({"unit": keys, "count": np.asarray(r[ncol], float), "correct": np.asarray(r[ccol], float)})
-        for b in blocks:
-            part[b] = r[b]
-        parts.append(part)
-    return pd.concat(parts).groupby([*blocks, "unit"])[["count", "correct"]].mean()
+def unit_table(df: pd.DataFrame, cols: tuple[str, str, str], blocks: list[str]) -> pd.DataFrame:
+    """One row per (block..., unit): the unit's scored and correct counts averaged over the block's rows (a
+    fold's seeds; a run's folds and seeds)."""
+    kcol, ncol, ccol = cols
+    keys = [list(v) for v in df[kcol]]
+    lengths = [len(k) for k in keys]
+    long = pd.DataFrame({"unit": [u for k in keys for u in k],
+                         "count": np.concatenate([np.asarray(v, float) for v in df[ncol]]) if keys else [],
+                         "correct": np.concatenate([np.asarray(v, float) for v in df[ccol]]) if keys else []})
+    for b in blocks:
+        long[b] = np.repeat(df[b].to_numpy(), lengths)
+    return long.groupby([*blocks, "unit"], sort=False)[["count", "correct"]].mean()
 
 
-def paired_units(sub: pd.DataFrame, base: pd.DataFrame, metric: str, blocks: list[str]
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(cell correct, baseline correct, count) per test unit, over the blocks both sides have: a unit tested in
-    several blocks (CT's one test set, in every fold) is one unit, its blocks averaged, so it is resampled whole."""
-    a, b = unit_table(sub, metric, blocks), unit_table(base, metric, blocks)
-    if a is None or b is None:
-        return None
-    j = a.join(b, lsuffix="_a", rsuffix="_b", how="inner")
-    if j.empty:
-        return None
-    per_unit = j.groupby(level="unit", sort=False).mean()
-    return (per_unit["correct_a"].to_numpy(), per_unit["correct_b"].to_numpy(), per_unit["count_a"].to_numpy())
+def runs_of(df: pd.DataFrame) -> list:
+    return sorted(df[RUN_KEY].dropna().unique()) if RUN_KEY in df.columns else []
 
 
-def _difference(a, b, n, axis=-1):
-    return (a - b).sum(axis=axis) / n.sum(axis=axis)
+def run_pairing(sub: pd.DataFrame, base: pd.DataFrame) -> tuple[dict, str]:
+    """How the two sides' pretraining runs pair: {cell's run: reference's run} with a note. Runs pair by seed; two
+    sides with several runs each but other seeds pair in seed order, and the note says so. An empty dict: one run
+    on a side (the folds are then the replicates)."""
+    ra, rb = runs_of(sub), runs_of(base)
+    if len(ra) < 2 or len(rb) < 2:
+        note = ""
+        if len(ra) != len(rb) and max(len(ra), len(rb)) > 1:
+            note = (f"the cell has {len(ra)} pretraining run(s), its reference {len(rb)}: their runs are pooled and "
+                    "the models held fixed")
+        return {}, note
+    shared = [r for r in ra if r in set(rb)]
+    if len(shared) >= 2:
+        dropped = len(ra) + len(rb) - 2 * len(shared)
+        return {r: r for r in shared}, (f"{dropped} run(s) without a partner left out" if dropped else "")
+    n = min(len(ra), len(rb))
+    return dict(zip(ra[:n], rb[:n])), f"pretraining runs paired in seed order ({ra[:n]} with {rb[:n]})"
 
 
-def _accuracy(a, n, axis=-1):
-    return a.sum(axis=axis) / n.sum(axis=axis)
-
-
-def bootstrap_ci(data: tuple[np.ndarray, ...], statistic, *, seed: int = SEED,
-                 n_resamples: int = NUM_RESAMPLES) -> tuple[float, float]:
-    """95% percentile interval of `statistic` over units resampled with replacement (`scipy.stats.bootstrap`,
-    paired: a unit's values move together). A single unit has no spread to resample: (nan, nan)."""
-    if len(data[0]) < 2:
-        return math.nan, math.nan
-    res = sps.bootstrap(data, statistic, paired=True, vectorized=True, n_resamples=n_resamples,
-                        confidence_level=CONFIDENCE, method="percentile", rng=np.random.default_rng(seed))
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
-
-
-def permutation_p(a: np.ndarray, b: np.ndarray, *, seed: int = SEED, n_resamples: int = NUM_RESAMPLES) -> float:
-    """Two-sided p of the paired difference sum(a - b): each unit's two scores swapped at random (sign flips;
-    `scipy.stats.permutation_test`, exact when 2^units <= `n_resamples`). Every difference 0: p = 1; fewer
-    than two units: nan."""
-    if len(a) < 2:  # one unit: two sign flips, never evidence
-        return math.nan
-    res = sps.permutation_test((a, b), lambda x, y, axis=-1: (x - y).sum(axis=axis), permutation_type="samples",
-                               vectorized=True, n_resamples=n_resamples, rng=np.random.default_rng(seed))
-    return float(min(1.0, res.pvalue))
-
-
-def unit_evidence(a: np.ndarray, b: np.ndarray, n: np.ndarray) -> dict[str, float]:
-    """The difference sum(a - b) / sum(n) in accuracy, its bootstrap CI and permutation p, and the cell's own
-    accuracy CI (for the context-free floor), over paired test units."""
-    lo, hi = bootstrap_ci((a, b, n), _difference)
-    cell_lo, _ = bootstrap_ci((a, n), _accuracy)
-    return {"diff": float(_difference(a, b, n)), "ci_low": lo, "ci_high": hi, "p": permutation_p(a, b),
-            "cell_ci_low": cell_lo, "n_units": len(a)}
-
-
-def t_evidence(x: np.ndarray, y: np.ndarray | None = None) -> dict[str, float]:
-    """The t interval and p of mean(x - y) (or of mean(x) when `y` is None: its interval only), where the
-    observations are folds or pretraining runs rather than test units."""
-    d = x - y if y is not None else x
-    if len(d) < 2:
-        return {"diff": float(d.mean()) if len(d) else math.nan, "ci_low": math.nan, "ci_high": math.nan, "p": math.nan}
-    with warnings.catch_warnings():  # zero-variance or nearly identical samples only lose precision
-        warnings.simplefilter("ignore", RuntimeWarning)
-        t = sps.ttest_1samp(d, 0.0)
-        ci = t.confidence_interval(CONFIDENCE)
-    return {"diff": float(d.mean()), "ci_low": float(ci.low), "ci_high": float(ci.high), "p": float(t.pvalue)}
+def compare(sub: pd.DataFrame, sub_cols: tuple[str, str, str], base: pd.DataFrame, base_cols: tuple[str, str, str],
+            metric: str, sub_acc: str, base_acc: str) -> Evidence:
+    """The decision for `sub` (its scores in `sub_cols`, accuracy column `sub_acc`) against `base` (`base_cols`,
+    `base_acc`), rows of the same splits: per-unit when both sides have per-unit scores, else over the
+    replicates' accuracies. `metric` picks the rows that finished (its value present)."""
+    sub, base = sub.dropna(subset=[metric]), base.dropna(subset=[metric])
+    pairing, note = run_pairing(sub, base)
+    over = "pretraining runs" if pairing else "folds"
+    if pairing:
+        sub = sub[sub[RUN_KEY].isin(list(pairing))]
+        base = base[base[RUN_KEY].isin(list(pairing.values()))].assign(
+            **{RUN_KEY: lambda d: d[RUN_KEY].map({v: k for k, v in pairing.items()})})
+    blocks = [RUN_KEY] if pairing else [FOLD_KEY]
+    if has_unit_scores(sub, sub_cols) and has_unit_scores(base, base_cols):
+        a = unit_table(sub, sub_cols, blocks)
+        b = unit_table(base, base_cols, blocks)
+        j = a.join(b, lsuffix="_a", rsuffix="_b", how="inner")
+        idx = j.index.to_frame(index=False)
+        ev = paired_test(idx[blocks[0]].to_numpy(), idx["unit"].to_numpy(), j["correct_a"], j["count_a"],
+                         j["correct_b"], j["count_b"], over=over)
+    else:
+        x = sub.groupby(blocks[0])[sub_acc].mean()
+        y = base.groupby(blocks[0])[base_acc].mean()
+        xy = pd.concat([x.rename("x"), y.rename("y")], axis=1, join="inner")
+        ev = replicate_t(xy["x"].to_numpy(), xy["y"].to_numpy(), over=over)
+    if note:
+        ev = Evidence(**{**ev.__dict__, "outcome": "; ".join(x for x in (ev.outcome, note) if x)})
+    return ev
 
 
 def holm(p_values) -> np.ndarray:

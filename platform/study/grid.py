@@ -148,6 +148,7 @@ def run_one(calc: dict, device: str = "cpu") -> dict:
     import torch
 
     from alignlab.platform import out_of_memory
+    from alignlab.platform.provenance import code_commit
     from alignlab.platform.fel.finetune import NonFiniteError, finetune_calculation, load_pretrained
     from alignlab.platform.fel.protocol import (TaskData, context_free_baselines, extra_test_scores, fel_split,
                                                 test_unit_metrics)
@@ -183,6 +184,7 @@ def run_one(calc: dict, device: str = "cpu") -> dict:
         tests = {**data.extra_tests(t), **{name: t.load_examples(sdir / "eval" / f)
                                            for name, f in calc.get("eval_sets", {}).items()}}
         res = dict(done.row)
+        res["commit"] = code_commit()[0]  # the report says which code produced each number
         res.update(test_unit_metrics(done.model, pre.tok, ft, test, task=t))
         res.update(extra_test_scores(done.model, pre.tok, ft, tests, train + val, data=data, task=t))
         # Baselines learn from the whole budget the model had (its training and validation examples).

@@ -57,8 +57,10 @@ def study_plan(study, root: Path | Storage, *, device: str = "cpu") -> dict:
         mids[m.key] = mid
         done = bool(mid) and model_finished(st, mid)
         size = f"{cfg.model.hidden}x{cfg.model.num_layers}"
-        hours, source = (0.0, "exists") if done else estimate_device_hours(
-            size, device, precision, cfg.max_steps * cfg.batch_size, rates)
+        if done or cfg.max_steps == 0:  # an untrained model is written in seconds, with no device time
+            hours, source = 0.0, "exists" if done else "untrained: no pretraining"
+        else:
+            hours, source = estimate_device_hours(size, device, precision, cfg.max_steps * cfg.batch_size, rates)
         models.append({"key": m.key, "model_id": mid, "size": size, "precision": precision, "steps": cfg.max_steps,
                        "global_batch": cfg.batch_size, "workers": cfg.num_workers, "exists": done,
                        "device_hours": hours, "source": source})

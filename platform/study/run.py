@@ -17,6 +17,7 @@ rejects `grid_search` axes (docs/architecture.md#ray-at-the-edges).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import time
 from pathlib import Path
 
@@ -27,13 +28,14 @@ from alignlab.platform.study.grid import check_trial_resources, run_trials
 from alignlab.platform.study.search import run_search
 from alignlab.platform.fel.trial_files import finished_calculations
 from alignlab.platform.study.spec import (DEFAULT_TRIAL_RESOURCES, SEARCH_OBJECTIVE, CalcSpec, ModelSpec, Study,
-                                          calc_id, with_precision, with_pretrain_seeds)
+                                          calc_id, with_budget, with_precision, with_pretrain_seeds, with_untrained)
 from alignlab.platform.data.holdout import require_holdout
 from alignlab.platform.ray_env import ensure_ray, quiet_ray_data
 from alignlab.platform.fel.task_files import write_jsonl
 from alignlab.platform.data.corpus_flags import add_corpus_arguments, corpus_from_args, fit_domain_phase
-from alignlab.platform.study.tasks import add_task_arguments, declare_specs, with_tasks
-from alignlab.platform.errors import Parser, name_list, nonneg_float, positive_float, positive_int, run_guarded
+from alignlab.platform.study.tasks import add_task_arguments, declare_specs, declared_budgets, with_tasks
+from alignlab.platform.errors import (Parser, name_list, nonneg_float, positive_float, positive_int, positive_int_list,
+                                      run_guarded)
 from alignlab.platform.flags import (add_debug_flag, add_max_concurrent_flag, add_optuna_storage_flag, add_precision_flag,
                                      add_preset_flag, add_storage_flag)
 from alignlab.platform.study.plan import default_device, format_plan, study_plan
@@ -69,6 +71,7 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
     from alignlab.platform.fel.protocol import build_tasks
     from alignlab.platform.report.report import collect_results, write_report
     from alignlab.platform.fel.task_kinds import declarations
+    from alignlab.platform.provenance import provenance
 
     t0 = time.time()
     st = as_storage(root)
@@ -127,7 +130,8 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
     write_json(sdir / "study.json", {
         "name": study.name, "title": study.title, "baseline_col": study.baseline_col,
         "baseline_cells": [list(c) for c in study.baseline_cells], "plots": list(study.plots),
-        "notes": study.notes, "corpus_dir": str(cdir), "task_dir": str(tdir),
+        "notes": study.notes, "corpus_dir": str(cdir), "task_dir": str(tdir), "control_col": study.control_col,
+        "provenance": provenance(),
         "models": {m.key: {"model_id": mdirs[m.key].name, "pretrain": to_dict(m.pretrain)} for m in study.models},
         "calculations": ids,
         "cells": {c["calc_id"]: {"row": c["row"], "col": c["col"], "group": c["group"]} for c in calcs},
@@ -174,15 +178,17 @@ def stage_eval_files(study: Study, sdir: Path) -> dict[str, tuple[str, str]]:
 
 
 def check_budgets(study: Study, tdir: Path) -> None:
-    """Fail before any pretraining when a calculation asks for more examples than its task pool holds."""
+    """Fail before any pretraining when a calculation asks for more examples than its task pool holds, naming both
+    ways out: a smaller budget for the whole study, or for that task alone (a declared task's `budget=N`)."""
     from alignlab.platform.fel.protocol import TaskData, check_honest_budget
 
     data = TaskData.load(tdir)
-    bad = set()
+    bad, short = set(), {}
     for c in study.calcs:
         n = pool_size(data, c.finetune.task, c.finetune.fold)
         if c.finetune.budget > n:
             bad.add(f"{c.row}/{c.col}: {c.finetune.task.upper()} budget {c.finetune.budget} > {n} available")
+            short[c.finetune.task] = min(n, short.get(c.finetune.task, n))
         try:
             check_honest_budget(c.finetune)
         except ValueError as e:
@@ -192,8 +198,17 @@ def check_budgets(study: Study, tdir: Path) -> None:
             n = pool_size(data, s.base.task, fold)
             if s.base.budget > n:
                 bad.add(f"search {s.name}: {s.base.task.upper()} budget {s.base.budget} > {n} available")
+                short[s.base.task] = min(n, short.get(s.base.task, n))
     if bad:
-        raise ValueError(f"study {study.name}: budgets exceed the task pools of {tdir}: " + "; ".join(sorted(bad)))
+        ways = ""
+        if short:
+            most = min(short.values())
+            ways = (f". Either run the whole study at a budget the pools hold (--budget {most} or less), or give "
+                    "the task a budget of its own in its declaration (" + ", ".join(
+                        f"--task name={t},...,budget={n}" for t, n in sorted(short.items())) + "; its pool's size or "
+                    "less), or add examples to the pool")
+        raise ValueError(f"study {study.name}: budgets exceed the task pools of {tdir}: " + "; ".join(sorted(bad))
+                         + ways)
 
 
 def pool_size(data, task: str, fold: int) -> int:
@@ -293,6 +308,18 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
     add_optuna_storage_flag(ap, help="RDB URL of the searches' Optuna studies, e.g. sqlite:///optuna.db or "
                             "postgresql://… (default: $ALIGNLAB_OPTUNA_STORAGE, else a journal file beside each "
                             "search)")
+    takes = inspect.signature(build).parameters
+    ap.add_argument("--budget", type=positive_int, default=None, metavar="N",
+                    help="finetuning examples per calculation, instead of the preset's (200 at mini and paper): the "
+                         "budget the study's question is asked at" + ("; with --budgets, the reference row's"
+                                                                      if "budgets" in takes else "")
+                         + " (the study then gets its own name and report)")
+    if "budgets" in takes:
+        ap.add_argument("--budgets", type=positive_int_list, default=None, metavar="N,N,...",
+                        help="the finetuning budgets the study compares, e.g. 25,50,100,150 (default: the paper's)")
+    ap.add_argument("--with-untrained", action="store_true",
+                    help="add an untrained column: each row's baseline architecture with no pretraining, a positive "
+                         "control every pretrained column is tested against (costs no pretraining time)")
     ap.add_argument("--pretrain-seeds", type=positive_int, default=1, metavar="N",
                     help="pretrain every model N times (seeds seed..seed+N-1) and test across the runs: the "
                          "pretraining seed becomes a factor, not a constant (default 1; the study then gets its own "
@@ -353,13 +380,21 @@ def _run_study_command(build, args, ap) -> Path | None:
         if not isinstance(extra, dict) or not all(isinstance(v, (int, float)) and v > 0 for v in extra.values()):
             ap.error('--trial-resources must be a JSON object of positive amounts, e.g. \'{"fel_node": 1}\'')
         resources.update(extra)
-    built = build(check_preset(args.preset), extra=tuple(args.objectives)) if hasattr(args, "objectives") \
-        else build(check_preset(args.preset))
+    kw = {"extra": tuple(args.objectives)} if hasattr(args, "objectives") else {}
+    takes = inspect.signature(build).parameters
+    if "budgets" in takes:  # a study that varies the budget places --budget itself (its reference row)
+        kw.update(budgets=args.budgets, budget=args.budget)
+    built = build(check_preset(args.preset), **kw)
     try:
+        if args.budget is not None and "budgets" not in takes:
+            built = with_budget(built, args.budget)
+        if args.with_untrained:
+            built = with_untrained(built)
         built = with_pretrain_seeds(with_precision(built, args.precision), args.pretrain_seeds)
     except ValueError as e:
         ap.error(str(e))
-    study = dataclasses.replace(with_tasks(built, declared, args.only_tasks and args.only_tasks.split(",")),
+    study = dataclasses.replace(with_tasks(built, declared, args.only_tasks and args.only_tasks.split(","),
+                                           declared_budgets(args.declare_tasks)),
                                 task_options=task_options(args), eval_files=tuple(eval_files))
     corpus = corpus_from_args(built.corpus, args)
     if corpus != built.corpus:  # its own folder and report, as with extra objective sets

@@ -199,6 +199,9 @@ class Study:
     """Which plots the report draws: "bars" (accuracy per column with error bars), "budget" (accuracy vs n),
     "by_size" (accuracy per column, one line per row, one panel per group)."""
     notes: str = ""
+    control_col: str = ""
+    """The column of untrained models (`with_untrained`): a positive control every pretrained cell of its row is
+    tested against, never a candidate for bold; empty: none."""
 
     def __post_init__(self) -> None:
         keys = [m.key for m in self.models]
@@ -224,6 +227,70 @@ class Study:
             owners = [g for r, _ in self.baseline_cells for g, rows in groups.items() if r in rows]
             if len(set(owners)) != len(owners):
                 raise ValueError(f"study {self.name}: more than one baseline cell in a group: {self.baseline_cells}")
+
+
+def reference_budget(study: Study, task: str | None = None) -> int | None:
+    """The finetuning budget of the study's baseline cells (of `task`'s rows, when given): the budget the study's
+    question is asked at (200, the paper's, in every preset but smoke). None: no such calculation."""
+    cells = set(study.baseline_cells)
+    calcs = [c for c in study.calcs if (task is None or c.finetune.task == task)]
+    base = [c for c in calcs if (c.row, c.col) in cells] or [c for c in calcs if c.col == study.baseline_col] or calcs
+    return max((c.finetune.budget for c in base), default=None)
+
+
+def with_budget(study: Study, budget: int, task: str | None = None) -> Study:
+    """The study at another finetuning budget: every calculation and search (of `task`, when given) at the study's
+    reference budget (`reference_budget`) trains on `budget` examples instead; rows at other budgets (a study that
+    varies the budget) keep theirs. Another study (`<name>-budget<N>`, its own report) unless nothing changes."""
+    if budget < 1:
+        raise ValueError(f"--budget must be >= 1, got {budget}")
+    ref = reference_budget(study, task)
+    if ref is None or ref == budget:
+        return study
+
+    def moved(ft: FinetuneConfig) -> FinetuneConfig:
+        if ft.budget == ref and (task is None or ft.task == task):
+            return dataclasses.replace(ft, budget=budget)
+        return ft
+
+    calcs = tuple(dataclasses.replace(c, finetune=moved(c.finetune)) for c in study.calcs)
+    searches = tuple(dataclasses.replace(s, base=moved(s.base)) for s in study.searches)
+    name = study.name if task else f"{study.name}-budget{budget}"
+    return dataclasses.replace(study, name=name, calcs=calcs, searches=searches)
+
+
+UNTRAINED_COL = "untrained"
+
+
+def with_untrained(study: Study) -> Study:
+    """The study with an untrained column (`UNTRAINED_COL`, `Study.control_col`): in each row, the calculations of
+    the row's cell in the baseline's column (else its first cell), on the untrained counterpart of that cell's model
+    (`config.untrained`: the same architecture and seed, no pretraining; written in seconds, no device time), heads
+    discarded. The report tests every pretrained cell of the row against it: the positive control that pretraining
+    buys something at all. The study's name is unchanged: the column adds calculations and tests and changes no
+    other cell."""
+    from alignlab.platform.config import untrained
+
+    if study.control_col:
+        return study
+    by_key = {m.key: m for m in study.models}
+    models = list(study.models)
+    calcs = list(study.calcs)
+    for row in dict.fromkeys(c.row for c in study.calcs):
+        mine = [c for c in study.calcs if c.row == row]
+        cols = list(dict.fromkeys(c.col for c in mine))
+        base_col = next((bc for br, bc in study.baseline_cells if bc in cols), None)
+        col = base_col or (study.baseline_col if study.baseline_col in cols else cols[0])
+        for c in (c for c in mine if c.col == col):
+            cfg = untrained(by_key[c.model].pretrain)
+            key = next((m.key for m in models if m.pretrain == cfg), None)
+            if key is None:
+                key = UNTRAINED_COL if all(m.key != UNTRAINED_COL for m in models) else \
+                    f"{UNTRAINED_COL}-{cfg.model.label}-seed{cfg.seed}"
+                models.append(ModelSpec(key=key, pretrain=cfg))
+            calcs.append(dataclasses.replace(c, model=key, col=UNTRAINED_COL,
+                                             finetune=dataclasses.replace(c.finetune, keep_head=False)))
+    return dataclasses.replace(study, models=tuple(models), calcs=tuple(calcs), control_col=UNTRAINED_COL)
 
 
 def with_pretrain_seeds(study: Study, runs: int) -> Study:
@@ -273,10 +340,11 @@ def with_precision(study: Study, precision: str) -> Study:
                                title=f"{study.title}, {precision} pretraining")
 
 
-FINETUNE_CODE_VERSION = 1
+FINETUNE_CODE_VERSION = 2
 """The version of the code that turns a pretrained model and a FinetuneConfig into a trial's scores (the protocol's
-splits, the finetuning schemes, what a trial records: per-unit scores for the report's resampling). Bump it in any
-change that alters them: it is in every calculation id, so a study never counts an older trial as done."""
+splits, the finetuning schemes, what a trial records: per-unit scores of the model and, since 2, of every
+context-free baseline, for the report's paired tests). Bump it in any change that alters them: it is in every
+calculation id, so a study never counts an older trial as done."""
 
 
 def calc_id(model_id: str, ft: FinetuneConfig, salt: str = "", data: str = "") -> str:

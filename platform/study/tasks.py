@@ -16,11 +16,13 @@ from alignlab.platform.config import config_hash
 # script's arguments are parsed without loading torch.
 
 SPEC_HELP = ("declare a task from files: name=NAME,kind=tagging|sequence|pair,pool=FILE,test=FILE"
-             "[,aligned=OBJECTIVE][,extra.NAME=FILE] (repeatable); the study gets rows for it")
+             "[,aligned=OBJECTIVE][,budget=N][,extra.NAME=FILE] (repeatable); the study gets rows for it, at its "
+             "budget=N where the study's other tasks train on the preset's budget")
 
 
 def parse_task_spec(spec: str) -> dict:
-    """`name=ner,kind=tagging,pool=a.jsonl,test=b.jsonl,aligned=whp,extra.ood=c.jsonl` -> declare_task's keywords."""
+    """`name=ner,kind=tagging,pool=a.jsonl,test=b.jsonl,aligned=whp,budget=150,extra.ood=c.jsonl` -> declare_task's
+    keywords, and "budget" (None when not given: the study's own)."""
     fields, extra = {}, {}
     for part in spec.split(","):
         key, sep, value = part.partition("=")
@@ -29,15 +31,20 @@ def parse_task_spec(spec: str) -> dict:
             raise ValueError(f"--task {spec!r}: {part!r} is not KEY=VALUE")
         if key.startswith("extra."):
             extra[key[len("extra."):]] = value
-        elif key in ("name", "kind", "pool", "test", "aligned"):
+        elif key in ("name", "kind", "pool", "test", "aligned", "budget"):
             fields[key] = value
         else:
-            raise ValueError(f"--task {spec!r}: unknown key {key!r} (name, kind, pool, test, aligned, extra.NAME)")
+            raise ValueError(f"--task {spec!r}: unknown key {key!r} (name, kind, pool, test, aligned, budget, "
+                             "extra.NAME)")
+    budget = fields.get("budget")
+    if budget is not None and not (budget.isdigit() and int(budget) > 0):
+        raise ValueError(f"--task {spec!r}: budget must be a whole number of examples > 0, got {budget!r}")
     missing = [k for k in ("name", "kind", "pool", "test") if k not in fields]
     if missing:
         raise ValueError(f"--task {spec!r}: missing {', '.join(missing)}")
     return {"name": fields["name"], "kind": fields["kind"], "pool": fields["pool"], "test": fields["test"],
-            "aligned_objective": fields.get("aligned", ""), "extra_tests": extra}
+            "aligned_objective": fields.get("aligned", ""), "extra_tests": extra,
+            "budget": int(budget) if budget is not None else None}
 
 
 def declare_specs(specs) -> list[str]:
@@ -47,9 +54,15 @@ def declare_specs(specs) -> list[str]:
     names = []
     for spec in specs:
         kw = parse_task_spec(spec)
+        kw.pop("budget")
         declare_task(kw.pop("name"), kw.pop("kind"), kw.pop("pool"), kw.pop("test"), **kw)
         names.append(parse_task_spec(spec)["name"])
     return names
+
+
+def declared_budgets(specs) -> dict[str, int]:
+    """{task name: budget} of the `--task` specs that give `budget=N`."""
+    return {kw["name"]: kw["budget"] for kw in map(parse_task_spec, specs) if kw["budget"] is not None}
 
 
 DECLARE_FLAG = "--declare-task"
@@ -84,11 +97,18 @@ def _renamed(label: str, old: str, new: str) -> str:
     return new + label[len(old):] if label.startswith(old) else f"{new} {label}"
 
 
-def with_tasks(study, names, only=None):
+def with_tasks(study, names, only=None, budgets: dict[str, int] | None = None):
     """`study` with rows for each declared task `names` (copies of its most similar task's cells) and, with
-    `only`, none but those tasks' rows; named after what changed, so it keeps its own folder and report."""
+    `only`, none but those tasks' rows; named after what changed, so it keeps its own folder and report.
+
+    A declared task's rows train on its `budgets[name]` (`budget=N` in its declaration) where the copied rows
+    trained on the study's reference budget (`spec.with_budget`). In a study that varies the budget over a task's
+    rows (data_budget), the declared task keeps only the rows its pool can hold, and its baseline cell moves to the
+    largest of them; elsewhere a budget its pool cannot hold is refused before any work (`run.check_budgets`)."""
+    from alignlab.platform.study.spec import with_budget
     from alignlab.platform.task import task
 
+    budgets = dict(budgets or {})
     if not names and not only:
         return study
     in_study = list(dict.fromkeys(c.finetune.task for c in study.calcs))
@@ -110,6 +130,11 @@ def with_tasks(study, names, only=None):
                      for s in study.searches if s.base.task == like]
         rows = {c.row for c in study.calcs if c.finetune.task == like}
         cells += [(_renamed(r, old, new), col) for r, col in study.baseline_cells if r in rows]
+        if name in budgets:
+            shaped = with_budget(dataclasses.replace(study, calcs=tuple(calcs), searches=tuple(searches),
+                                                     baseline_cells=tuple(cells)), budgets[name], task=name)
+            calcs, searches = list(shaped.calcs), list(shaped.searches)
+        calcs, cells = _rows_the_pool_holds(calcs, cells, name, getattr(t, "pool_size", None))
     if only:
         keep = set(only)
         unknown = keep - {c.finetune.task for c in calcs}
@@ -125,10 +150,34 @@ def with_tasks(study, names, only=None):
     from alignlab.platform.fel.task_kinds import declarations
 
     key = config_hash({"declared": [d for d in declarations() if d["name"] in names], "added": sorted(names),
-                       "only": sorted(only or ())}, length=8)
+                       "only": sorted(only or ()), **({"budgets": budgets} if budgets else {})}, length=8)
     return dataclasses.replace(study, name=f"{study.name}-tasks-{key}", calcs=tuple(calcs), searches=tuple(searches),
                                baseline_cells=tuple(cells), baseline_col=baseline_col,
                                models=tuple(m for m in study.models if m.key in used))
+
+
+def _rows_the_pool_holds(calcs: list, cells: list, name: str, pool: int | None) -> tuple[list, list]:
+    """Where `name`'s rows vary the budget, drop the rows whose budget exceeds its `pool`, and move a baseline cell
+    of a dropped row to the remaining row of its group with the largest budget (same column)."""
+    mine = [c for c in calcs if c.finetune.task == name]
+    budget_of = {c.row: c.finetune.budget for c in mine}
+    if pool is None or len(set(budget_of.values())) < 2:
+        return calcs, cells
+    dropped = {r for r, b in budget_of.items() if b > pool}
+    if not dropped:
+        return calcs, cells
+    if dropped == set(budget_of):
+        raise ValueError(f"task {name}: every budget of the study ({sorted(set(budget_of.values()))}) exceeds its pool "
+                         f"of {pool} examples; add examples to its pool file or pass smaller --budgets")
+    group_of = {c.row: c.group or c.row for c in mine}
+    kept = [c for c in calcs if not (c.finetune.task == name and c.row in dropped)]
+    out_cells = []
+    for r, col in cells:
+        if r in dropped:
+            options = [x for x in budget_of if x not in dropped and group_of[x] == group_of[r]]
+            r = max(options, key=lambda x: budget_of[x])
+        out_cells.append((r, col))
+    return kept, out_cells
 
 
 def maximize_key(name: str) -> str:
