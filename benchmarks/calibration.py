@@ -56,100 +56,145 @@ ALPHA = 0.05
 
 @dataclass(frozen=True)
 class Components:
-    """The variance components of one task's results, on the logit scale unless named in points."""
+    """The variance components of one task's results, on a latent scale where an item (a scored word or pair) is
+    right when its latent value is above 0 and its fixed difficulty has unit spread: a finetuned model is
+    deterministic, so every calculation-to-calculation change is a change of the model, not coin flips."""
 
     task: str
     design: str
     """"crossed" (every fold scores every unit: CT) or "nested" (each fold its own units: AD)."""
     counts: tuple[int, ...]
     """Scored words (CT) or pairs (AD) of each test unit."""
-    base: tuple[float, ...]
-    """Each unit's logit of being right (the real models' mean)."""
+    means: tuple[float, ...]
+    """Each unit's accuracy, the real models' mean."""
     fold_of: tuple[int, ...]
     """Nested: the fold each unit is tested in; crossed: all -1."""
-    sd_model_unit: float
-    sd_fold_unit: float
-    sd_seed_unit: float
+    sd_model_item: float
+    """A pretrained model's own shift on an item, the same in every calculation (model x item)."""
+    sd_fold_item: float
+    """A finetuning sample's own shift on an item, the same for both seeds (fold x item)."""
+    sd_seed_item: float
+    """A seed's own shift on an item (seed x item)."""
     fold_share: float
     """Share of the calculation-level shift's variance that is the fold's (the rest: the seed's)."""
     shift_points: float
     """The real calculation-level shift's sd, in accuracy points (the scenarios set their own)."""
     run_points: float
     """A pretraining run's shift sd, in accuracy points (with several runs)."""
-    slope: float
-    """d accuracy / d logit at the task's accuracy: converts points to logits."""
+    slope: float = 0.0
+    """d accuracy / d latent shift of every item at once: converts points to latent units."""
 
     def scaled(self, points: float) -> float:
         return points / 100 / self.slope
 
+    @property
+    def total_sd(self) -> float:
+        return math.sqrt(1 + self.sd_model_item ** 2 + self.sd_fold_item ** 2 + self.sd_seed_item ** 2)
 
-def _logit(p):
-    p = np.clip(p, 0.02, 0.98)
-    return np.log(p / (1 - p))
 
-
-def estimate(results: Path, task: str, run_points: float) -> Components:
-    """Components of `task` from a report's results.parquet (per-unit scores of several cells, ten calculations
-    each), by moments on the accuracy scale, converted to logits at the task's accuracy (delta method)."""
-    import pandas as pd
-
-    df = pd.read_parquet(results)
+def _cell_arrays(df, task: str):
+    """Per cell (column) of `task`'s rows: per-unit accuracy [fold, seed, unit] (nan where a fold does not score
+    a unit), with the units' counts and folds."""
     df = df[(df["ft_task"] == task) & df["unit_keys"].notna()]
     keys = list(dict.fromkeys(k for ks in df["unit_keys"] for k in ks))
     idx = {k: i for i, k in enumerate(keys)}
-    U = len(keys)
-    counts = np.zeros(U)
-    fold_of = np.full(U, -1)
+    counts, fold_of = np.zeros(len(keys)), np.full(len(keys), -1)
     cells = {}
     for col, sub in df.groupby("col"):
-        Y = np.full((FOLDS, SEEDS, U), np.nan)
+        Y = np.full((FOLDS, SEEDS, len(keys)), np.nan)
         for _, r in sub.iterrows():
             ii = [idx[k] for k in r["unit_keys"]]
-            n = np.asarray(r["unit_count"], float)
-            counts[ii] = n
-            Y[int(r["ft_fold"]), int(r["ft_seed"]), ii] = np.asarray(r["unit_correct"], float) / n
+            counts[ii] = r["unit_count"]
+            Y[int(r["ft_fold"]), int(r["ft_seed"]), ii] = np.asarray(r["unit_correct"], float) / np.asarray(r["unit_count"])
             fold_of[ii] = int(r["ft_fold"])
         cells[col] = Y
-    nested = all(np.isnan(Y[:, 0]).sum(0).max() == FOLDS - 1 for Y in cells.values())
-    p_unit = np.nanmean(np.stack(list(cells.values())), axis=(0, 1, 2))
-    slope = float(np.average(p_unit * (1 - p_unit), weights=counts))
-    v_bin = float(np.average(p_unit * (1 - p_unit) / counts, weights=counts))
-    seed_unit, fold_unit, fold_shift, seed_shift, model_unit = [], [], [], [], []
+    return cells, counts, fold_of
+
+
+def statistics(cells: dict, counts: np.ndarray) -> dict:
+    """What the components are matched on, the same for real and simulated cells: the per-unit spread between two
+    seeds of a fold (`seed`), between folds (`fold`: the residual mean square of the seed-averaged fold x unit
+    table; crossed only), and between models (`model`: the variance over units of two cells' difference averaged
+    over their calculations); and the calculation-level accuracy shifts (`fold_shift`, `seed_shift`, variances)."""
+    seed, fold, model, fold_shift, seed_shift = [], [], [], [], []
     for Y in cells.values():
-        d = Y[:, 0] - Y[:, 1]                                    # seed difference per fold and unit
-        d = d - np.nanmean(d, axis=1, keepdims=True)             # less the fold's seed shift
-        seed_unit.append(np.nanmean(d ** 2) / 2 - v_bin)
-        acc = np.array([[np.nansum(Y[f, k] * counts) / np.sum(counts[~np.isnan(Y[f, k])]) for k in range(SEEDS)]
-                        for f in range(FOLDS)])
+        d = Y[:, 0] - Y[:, 1]
+        d = d - np.nanmean(d, axis=1, keepdims=True)
+        seed.append(np.nanmean(d ** 2) / 2)
+        w = np.where(np.isnan(Y), 0.0, counts)
+        acc = np.nansum(Y * counts, -1) / w.sum(-1)             # fold x seed
         seed_shift.append(np.var(acc[:, 0] - acc[:, 1], ddof=1) / 2)
         fold_shift.append(max(0.0, np.var(acc.mean(1), ddof=1) - seed_shift[-1] / 2))
-        if not nested:
-            m = Y.mean(1)                                        # F x U, seeds averaged
+        if not np.isnan(Y).any():
+            m = Y.mean(1)
             resid = m - m.mean(0, keepdims=True) - m.mean(1, keepdims=True) + m.mean()
-            fold_unit.append(resid.var() * FOLDS / (FOLDS - 1) - (seed_unit[-1] + v_bin) / 2)
-    within = max(0.0, float(np.mean(seed_unit)))
-    fu = max(0.0, float(np.mean(fold_unit))) if fold_unit else 0.0
-    cols = list(cells)
-    for i in range(len(cols)):
-        for j in range(i + 1, len(cols)):
-            a, b = cells[cols[i]], cells[cols[j]]
-            du = np.nanmean(a - b, axis=(0, 1))
-            reps = 1 if nested else FOLDS
-            noise = 2 * (fu / reps + (within + v_bin) / (SEEDS * reps))
-            model_unit.append((np.var(du, ddof=1) - noise) / 2)
-    mu = max(0.0, float(np.mean(model_unit)))
-    if nested:  # the fold x unit term is not identified apart from model x unit: split evenly
-        mu, fu = mu / 2, mu / 2
-    total_shift = float(np.mean(fold_shift) + np.mean(seed_shift))
-    return Components(task=task, design="nested" if nested else "crossed", counts=tuple(int(c) for c in counts),
-                      base=tuple(float(x) for x in _logit(p_unit)), fold_of=tuple(int(f) for f in fold_of),
-                      sd_model_unit=math.sqrt(mu) / slope, sd_fold_unit=math.sqrt(fu) / slope,
-                      sd_seed_unit=math.sqrt(within) / slope,
-                      fold_share=float(np.mean(fold_shift) / total_shift) if total_shift > 0 else 0.5,
-                      shift_points=100 * math.sqrt(total_shift), run_points=run_points, slope=slope)
+            fold.append((resid ** 2).sum() / ((m.shape[0] - 1) * (m.shape[1] - 1)))
+    Ys = list(cells.values())
+    for i in range(len(Ys)):
+        for j in range(i + 1, len(Ys)):
+            model.append(np.var(np.nanmean(Ys[i] - Ys[j], axis=(0, 1)), ddof=1))
+    return {"seed": float(np.mean(seed)), "fold": float(np.mean(fold)) if fold else math.nan,
+            "model": float(np.mean(model)) if model else math.nan, "fold_shift": float(np.mean(fold_shift)),
+            "seed_shift": float(np.mean(seed_shift))}
 
 
-# ---------------------------------------------------------------- simulated studies
+def estimate(results: Path, task: str, run_points: float, replicates: int = 12) -> Components:
+    """Components of `task` from a report's results.parquet (per-unit scores of several cells, ten calculations
+    each): the model x item, fold x item and seed x item spreads are fitted (Nelder-Mead on log scale, common random
+    numbers) so that simulated cells show the real cells' `statistics`; the calculation-level shift is read off the
+    real accuracies. A nested design cannot tell fold x item from model x item: its fold x item is 0."""
+    import pandas as pd
+    from scipy.optimize import minimize
+
+    cells, counts, fold_of = _cell_arrays(pd.read_parquet(results), task)
+    means = np.clip(np.nanmean(np.stack(list(cells.values())), axis=(0, 1, 2)), 0.005, 0.995)
+    nested = bool(all(np.isnan(Y[:, 0]).sum(0).max() == FOLDS - 1 for Y in cells.values()))
+    real = statistics(cells, counts)
+    shift = math.sqrt(real["fold_shift"] + real["seed_shift"])
+    base = Components(task=task, design="nested" if nested else "crossed", counts=tuple(int(c) for c in counts),
+                      means=tuple(float(m) for m in means), fold_of=tuple(int(f) if nested else -1 for f in fold_of),
+                      sd_model_item=0.3, sd_fold_item=0.0, sd_seed_item=0.3,
+                      fold_share=real["fold_shift"] / (shift ** 2) if shift > 0 else 0.5, shift_points=100 * shift,
+                      run_points=run_points)
+    targets = ["seed", "model"] + ([] if nested else ["fold"])
+
+    def comps(theta) -> Components:
+        c = dataclasses.replace(base, sd_seed_item=float(np.exp(theta[0])), sd_model_item=float(np.exp(theta[1])),
+                                sd_fold_item=0.0 if nested else float(np.exp(theta[2])))
+        return dataclasses.replace(c, slope=slope_of(c))
+
+    def loss(theta) -> float:
+        c = comps(theta)
+        sc = Scenario(task, c.shift_points, 1)
+        rng = np.random.default_rng(7)
+        got = {k: [] for k in targets}
+        for _ in range(replicates):
+            st = statistics(simulated_cells(c, sc, rng, models=len(cells)), np.asarray(c.counts, float))
+            for k in targets:
+                got[k].append(st[k])
+        return sum((math.log(np.mean(got[k]) + 1e-12) - math.log(real[k] + 1e-12)) ** 2 for k in targets)
+
+    theta0 = np.log([0.2, 0.3] + ([] if nested else [0.3]))
+    fit = minimize(loss, theta0, method="Nelder-Mead", options={"xatol": 0.01, "fatol": 1e-6, "maxiter": 400})
+    return comps(fit.x)
+
+
+def item_difficulty(c: Components, rng, n_units: int | None = None):
+    """One test set's items: (their fixed latent values, the unit of each item, each unit's index into `c`). The
+    items of a unit scatter (unit spread) around the level at which the unit's accuracy is its real models' mean.
+    With `n_units`, that many units are drawn from the report's units (a population, for the truth)."""
+    units = np.arange(len(c.counts)) if n_units is None else rng.integers(0, len(c.counts), n_units)
+    n = np.asarray(c.counts)[units]
+    level = sps.norm.ppf(np.asarray(c.means)[units]) * c.total_sd
+    return np.repeat(level, n) + rng.normal(0, 1, n.sum()), np.repeat(np.arange(len(units)), n), units
+
+
+def slope_of(c: Components, n_units: int = 20_000, seed: int = 5) -> float:
+    """d(accuracy)/d(shift of every item's latent value), at the report's accuracy."""
+    rng = np.random.default_rng(seed)
+    lam, _, _ = item_difficulty(c, rng, n_units)
+    spread = c.total_sd ** 2 - 1
+    return float(np.mean(sps.norm.pdf(lam / math.sqrt(spread)) / math.sqrt(spread))) if spread > 0 else 0.4
 
 
 @dataclass(frozen=True)
@@ -164,50 +209,60 @@ class Scenario:
         return f"{self.task.upper()} shift {self.shift_points:g} pts, {self.runs} run{'s' if self.runs > 1 else ''}"
 
 
-def _logits(c: Components, sc: Scenario, delta: float, rng, units: np.ndarray | None = None) -> np.ndarray:
-    """Logits [recipe, run, fold, seed, unit] of one simulated study (`units`: indices of the units drawn)."""
-    base = np.asarray(c.base)[units] if units is not None else np.asarray(c.base)
-    U, R = len(base), sc.runs
+def _draw_counts(c: Components, sc: Scenario, rng, deltas, runs: int):
+    """Correct counts [model, run, fold, seed, unit] of one simulated study: models share the test set's items and
+    the finetuning samples' common shift; each model (with `deltas[m]` added) has its own run shift, model x item,
+    and per calculation its fold and seed shifts and fold x item and seed x item draws. Units outside a nested
+    fold: nan."""
+    lam, unit_of, _ = item_difficulty(c, rng)
+    U, I = len(c.counts), len(lam)
     shift = c.scaled(sc.shift_points)
     sd_fold, sd_seed = shift * math.sqrt(c.fold_share), shift * math.sqrt(1 - c.fold_share)
-    out = np.empty((2, R, FOLDS, SEEDS, U))
-    shared_fold = rng.normal(0, sd_fold, (1, 1, FOLDS, 1, 1))  # the same sample for both recipes
-    for m in range(2):
-        run = rng.normal(0, c.scaled(c.run_points), (R, 1, 1, 1)) if R > 1 else np.zeros((R, 1, 1, 1))
-        model_unit = rng.normal(0, c.sd_model_unit, (R, 1, 1, U))
-        fold = rng.normal(0, sd_fold, (R, FOLDS, 1, 1))
-        seed = rng.normal(0, sd_seed, (R, FOLDS, SEEDS, 1))
-        fold_unit = rng.normal(0, c.sd_fold_unit, (R, FOLDS, 1, U))
-        seed_unit = rng.normal(0, c.sd_seed_unit, (R, FOLDS, SEEDS, U))
-        out[m] = base + (delta if m == 0 else 0.0) + run + model_unit + fold + seed + fold_unit + seed_unit
-    return out + shared_fold
+    shared = rng.normal(0, sd_fold, (FOLDS, 1, 1))
+    out = np.empty((len(deltas), runs, FOLDS, SEEDS, U))
+    for m, delta in enumerate(deltas):
+        for r in range(runs):
+            run = rng.normal(0, c.scaled(c.run_points)) if runs > 1 else 0.0
+            latent = (lam + delta + run + rng.normal(0, c.sd_model_item, I) + shared
+                      + rng.normal(0, sd_fold, (FOLDS, 1, 1)) + rng.normal(0, sd_seed, (FOLDS, SEEDS, 1))
+                      + rng.normal(0, c.sd_fold_item, (FOLDS, 1, I)) + rng.normal(0, c.sd_seed_item, (FOLDS, SEEDS, I)))
+            hits = (latent > 0).reshape(FOLDS * SEEDS, I)
+            sums = np.stack([np.bincount(unit_of, weights=h, minlength=U) for h in hits])
+            out[m, r] = sums.reshape(FOLDS, SEEDS, U)
+    if c.design == "nested":
+        fold_of = np.asarray(c.fold_of)
+        mask = fold_of[None, :] == np.arange(FOLDS)[:, None]
+        out = np.where(mask[None, None, :, None, :], out, np.nan)
+    return out
 
 
-def true_difference(c: Components, sc: Scenario, delta: float, n_units: int = 400_000, seed: int = 99) -> float:
-    """The population difference (count-weighted accuracy of A minus B) at logit effect `delta`: units drawn from the
-    report's units, every random effect drawn afresh per unit (its population average)."""
+def simulated_cells(c: Components, sc: Scenario, rng, models: int) -> dict:
+    """`models` cells of one simulated study with one run each, as per-unit accuracies (for `statistics`)."""
+    counts = _draw_counts(c, sc, rng, [0.0] * models, 1)
+    n = np.asarray(c.counts, float)
+    return {i: counts[i, 0] / n for i in range(models)}
+
+
+def true_difference(c: Components, sc: Scenario, delta: float, n_units: int = 100_000, seed: int = 99) -> float:
+    """The population difference (count-weighted accuracy of A minus B) at latent effect `delta`: units drawn from the
+    report's units, each with fresh items, every other random effect integrated (a normal tail)."""
     if delta == 0:
         return 0.0
     rng = np.random.default_rng(seed)
-    u = rng.integers(0, len(c.base), n_units)
+    lam, unit_of, _ = item_difficulty(c, rng, n_units)
     shift = c.scaled(sc.shift_points)
-    # Each recipe's own effects (`_logits`), and the sample's shift both share.
-    sd = math.sqrt(c.scaled(c.run_points) ** 2 * (sc.runs > 1) + c.sd_model_unit ** 2 + shift ** 2
-                   + c.sd_fold_unit ** 2 + c.sd_seed_unit ** 2)
-    shared = rng.normal(0, shift * math.sqrt(c.fold_share), n_units)
-    base = np.asarray(c.base)[u] + shared
-    n = np.asarray(c.counts, float)[u]
-    z = rng.normal(0, sd, (2, n_units))
-    sig = lambda x: 1 / (1 + np.exp(-x))  # noqa: E731
-    return float(np.sum(n * (sig(base + delta + z[0]) - sig(base + z[1]))) / np.sum(n))
+    own = math.sqrt(c.scaled(c.run_points) ** 2 * (sc.runs > 1) + c.sd_model_item ** 2 + c.sd_fold_item ** 2
+                    + c.sd_seed_item ** 2 + shift ** 2 * (1 - c.fold_share) + shift ** 2 * c.fold_share)
+    shared = rng.normal(0, shift * math.sqrt(c.fold_share), len(lam))
+    return float(np.mean(sps.norm.cdf((lam + shared + delta) / own) - sps.norm.cdf((lam + shared) / own)))
 
 
 def effect_logit(c: Components, sc: Scenario) -> tuple[float, float]:
-    """(logit effect, its population difference) giving `sc.effect_points` points, by bisection."""
+    """(latent effect, its population difference) giving `sc.effect_points` points, by bisection."""
     if not sc.effect_points:
         return 0.0, 0.0
-    lo, hi = 0.0, 3.0
-    for _ in range(40):
+    lo, hi = 0.0, 4.0
+    for _ in range(30):
         mid = (lo + hi) / 2
         if 100 * true_difference(c, sc, mid) < sc.effect_points:
             lo = mid
@@ -218,15 +273,8 @@ def effect_logit(c: Components, sc: Scenario) -> tuple[float, float]:
 
 
 def _draw(c: Components, sc: Scenario, delta: float, rng):
-    """One simulated study: correct counts [recipe, run, fold, seed, unit] (units outside a nested fold: nan)."""
-    lg = _logits(c, sc, delta, rng)
-    n = np.asarray(c.counts, float)
-    counts = rng.binomial(np.broadcast_to(n, lg.shape).astype(int), 1 / (1 + np.exp(-lg))).astype(float)
-    if c.design == "nested":
-        fold_of = np.asarray(c.fold_of)
-        mask = fold_of[None, :] == np.arange(FOLDS)[:, None]           # fold x unit
-        counts = np.where(mask[None, None, :, None, :], counts, np.nan)
-    return counts, n
+    """One simulated study: correct counts [recipe, run, fold, seed, unit] of recipes A (+delta) and B."""
+    return _draw_counts(c, sc, rng, [delta, 0.0], sc.runs), np.asarray(c.counts, float)
 
 
 def _cells(counts, n, design):
@@ -245,95 +293,110 @@ def _cells(counts, n, design):
     return reps, units, a[ok], b[ok], n[units]
 
 
-def decide_new(counts, n, design) -> tuple[bool, float, float]:
+def decide_new(counts, n, design, rng=None) -> tuple[float, float, float]:
+    """The report's decision: (p, interval low, interval high)."""
     reps, units, ca, cb, nn = _cells(counts, n, design)
     ev = paired_test(reps, units, ca, nn, cb, nn)
-    return ev.p < ALPHA, ev.ci_low, ev.ci_high
+    return ev.p, ev.ci_low, ev.ci_high
 
 
-def decide_fold_t(counts, n, design) -> tuple[bool, float, float]:
-    """Paired t over the seed-averaged (run, fold) accuracies."""
-    w = np.where(np.isnan(counts), 0.0, 1.0) * n
-    acc = np.nansum(counts, axis=-1) / w.sum(-1)                        # recipe x run x fold x seed
-    d = (acc[0] - acc[1]).mean(-1).ravel()
+def _t_over(d: np.ndarray) -> tuple[float, float, float]:
     t = sps.ttest_1samp(d, 0.0)
     ci = t.confidence_interval(0.95)
-    return t.pvalue < ALPHA, ci.low, ci.high
+    return float(t.pvalue), float(ci.low), float(ci.high)
 
 
-def decide_old(counts, n, design, rng, resamples: int = 1999) -> tuple[bool, float, float]:
+def _accuracies(counts, n):
+    w = np.where(np.isnan(counts), 0.0, 1.0) * n
+    return np.nansum(counts, axis=-1) / w.sum(-1)                       # recipe x run x fold x seed
+
+
+def decide_fold_t(counts, n, design, rng=None) -> tuple[float, float, float]:
+    """Paired t over the seed-averaged (run, fold) accuracies."""
+    acc = _accuracies(counts, n)
+    return _t_over((acc[0] - acc[1]).mean(-1).ravel())
+
+
+def decide_old(counts, n, design, rng, resamples: int = 1999) -> tuple[float, float, float]:
     """Before issue #55: with one run, units resampled with their folds and seeds averaged (permutation p, percentile
     bootstrap); with several, a t-test over the runs' mean fold-level differences."""
-    R = counts.shape[1]
-    if R > 1:
-        w = np.where(np.isnan(counts), 0.0, 1.0) * n
-        acc = np.nansum(counts, axis=-1) / w.sum(-1)
-        d = (acc[0] - acc[1]).mean((-1, -2))
-        t = sps.ttest_1samp(d, 0.0)
-        ci = t.confidence_interval(0.95)
-        return t.pvalue < ALPHA, ci.low, ci.high
+    if counts.shape[1] > 1:
+        acc = _accuracies(counts, n)
+        return _t_over((acc[0] - acc[1]).mean((-1, -2)))
     a, b = np.nanmean(counts[0, 0].mean(1), 0), np.nanmean(counts[1, 0].mean(1), 0)   # per unit, folds averaged
     d = a - b
     total = n.sum()
     obs = d.sum() / total
-    signs = rng.choice((-1.0, 1.0), (resamples, len(d)))
-    null = (signs * d).sum(1) / total
+    null = (rng.choice((-1.0, 1.0), (resamples, len(d))) * d).sum(1) / total
     # scipy's random-permutation p (the observed statistic counts as one of the resamples)
     p = min(1.0, 2 * min(((null >= obs).sum() + 1) / (resamples + 1), ((null <= obs).sum() + 1) / (resamples + 1)))
     idx = rng.integers(0, len(d), (resamples, len(d)))
-    boot = d[idx].sum(1) / n[idx].sum(1)
-    lo, hi = np.percentile(boot, [2.5, 97.5])
-    return p < ALPHA, lo, hi
+    lo, hi = np.percentile(d[idx].sum(1) / n[idx].sum(1), [2.5, 97.5])
+    return p, lo, hi
 
 
-def decide_two_way_boot(counts, n, design, rng, resamples: int = 499) -> tuple[bool, float, float]:
-    """Percentile bootstrap over replicates and units (crossed: independently; nested: units within replicates)."""
+def decide_two_way_boot(counts, n, design, rng, resamples: int = 399) -> tuple[float, float, float]:
+    """Percentile bootstrap over replicates and units (crossed: independently, Owen's pigeonhole bootstrap; nested:
+    units within resampled replicates); p = twice the smaller tail share beyond 0."""
     reps, units, ca, cb, nn = _cells(counts, n, design)
     R, U = reps.max() + 1, units.max() + 1
     if design == "crossed" or counts.shape[1] > 1:
-        A = np.zeros((R, U)); B = np.zeros((R, U))
-        A[reps, units], B[reps, units] = ca, cb
-        ri = rng.integers(0, R, (resamples, R))
-        ui = rng.integers(0, U, (resamples, U))
-        num = np.array([(A[ri[i]][:, ui[i]] - B[ri[i]][:, ui[i]]).sum() for i in range(resamples)])
-        den = n[ui].sum(1) * R
-        stats = num / den
+        D = np.zeros((R, U))
+        D[reps, units] = ca - cb
+        ri, ui = rng.integers(0, R, (resamples, R)), rng.integers(0, U, (resamples, U))
+        stats = np.array([D[ri[i]][:, ui[i]].sum() for i in range(resamples)]) / (n[ui].sum(1) * R)
     else:
         by_rep = [np.flatnonzero(reps == r) for r in range(R)]
         stats = np.empty(resamples)
         for i in range(resamples):
-            picked = [by_rep[r][rng.integers(0, len(by_rep[r]), len(by_rep[r]))] for r in rng.integers(0, R, R)]
-            j = np.concatenate(picked)
+            j = np.concatenate([by_rep[r][rng.integers(0, len(by_rep[r]), len(by_rep[r]))]
+                                for r in rng.integers(0, R, R)])
             stats[i] = (ca[j] - cb[j]).sum() / nn[j].sum()
     lo, hi = np.percentile(stats, [2.5, 97.5])
-    return not (lo <= 0 <= hi), lo, hi
+    p = min(1.0, 2 * min((stats <= 0).mean(), (stats >= 0).mean()))
+    return p, lo, hi
 
 
 ARMS = {"new": decide_new, "fold t": decide_fold_t, "old units": decide_old, "two-way boot": decide_two_way_boot}
-NEEDS_RNG = {"old units", "two-way boot"}
 
 
 def run_scenario(c: Components, sc: Scenario, sims: int, seed: int = 0, arms=tuple(ARMS)) -> dict:
-    """Rejection rate and interval coverage of each arm over `sims` simulated studies of `sc`."""
+    """Each arm's rejection rate at p < ALPHA (with its Clopper-Pearson interval), interval coverage of the truth,
+    and p-values (for size-adjusted power) over `sims` simulated studies of `sc`."""
     delta, truth = effect_logit(c, sc)
     rng = np.random.default_rng(seed)
-    hits = {a: 0 for a in arms}
+    ps = {a: [] for a in arms}
     covered = {a: 0 for a in arms}
     for _ in range(sims):
         counts, n = _draw(c, sc, delta, rng)
         for a in arms:
-            fn = ARMS[a]
-            rejected, lo, hi = fn(counts, n, c.design, rng) if a in NEEDS_RNG else fn(counts, n, c.design)
-            hits[a] += bool(rejected)
+            p, lo, hi = ARMS[a](counts, n, c.design, rng)
+            ps[a].append(1.0 if math.isnan(p) else p)
             covered[a] += bool(lo <= truth <= hi)
     out = {"scenario": sc.label, "task": sc.task, "shift_points": sc.shift_points, "runs": sc.runs,
            "effect_points": sc.effect_points, "truth_points": round(100 * truth, 3), "sims": sims, "arms": {}}
     for a in arms:
-        rate = hits[a] / sims
-        lo, hi = clopper_pearson(hits[a], sims)
-        out["arms"][a] = {"rate": round(rate, 4), "rate_low": round(lo, 4), "rate_high": round(hi, 4),
-                          "coverage": round(covered[a] / sims, 4)}
+        k = int(sum(p < ALPHA for p in ps[a]))
+        lo, hi = clopper_pearson(k, sims)
+        out["arms"][a] = {"rate": round(k / sims, 4), "rate_low": round(lo, 4), "rate_high": round(hi, 4),
+                          "coverage": round(covered[a] / sims, 4), "p": ps[a]}
     return out
+
+
+def size_adjust(entries: list[dict]) -> None:
+    """Each alternative's size-adjusted power per arm: the share of its p-values below the arm's own 5% quantile of
+    p under the matching null scenario (same task, shift, runs), so that an arm that rejects too often under the
+    null gets no credit for it. The p-values are then dropped from the entries."""
+    nulls = {(e["task"], e["shift_points"], e["runs"]): e for e in entries if not e["effect_points"]}
+    for e in entries:
+        null = nulls.get((e["task"], e["shift_points"], e["runs"]))
+        if e["effect_points"] and null:
+            for a, r in e["arms"].items():
+                cut = float(np.quantile(null["arms"][a]["p"], ALPHA))
+                r["size_adjusted_power"] = round(float(np.mean(np.asarray(r["p"]) < min(cut, ALPHA))), 4)
+    for e in entries:
+        for r in e["arms"].values():
+            r.pop("p", None)
 
 
 def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -360,14 +423,20 @@ def scenarios(quick: bool = False) -> list[Scenario]:
 
 
 def table(entries: list[dict], arms) -> list[str]:
-    lines = ["| scenario | effect (truth, pts) | " + " | ".join(
-        f"{a}: rate [95% MC] / coverage" for a in arms) + " |", "|---|---|" + "---|" * len(arms)]
+    """Null rows: rejection rate [Monte-Carlo 95% interval] / coverage. Alternative rows: power (size-adjusted) /
+    coverage."""
+    lines = ["| scenario | effect (truth, pts) | " + " | ".join(a for a in arms) + " |", "|---|---|" + "---|" * len(arms)]
     for e in entries:
         cells = []
         for a in arms:
             r = e["arms"][a]
-            cells.append(f"{100 * r['rate']:.1f}% [{100 * r['rate_low']:.1f}, {100 * r['rate_high']:.1f}] / "
-                         f"{100 * r['coverage']:.1f}%")
+            if e["effect_points"]:
+                adj = r.get("size_adjusted_power")
+                cells.append(f"power {100 * r['rate']:.1f}%" + (f" ({100 * adj:.1f}%)" if adj is not None else "")
+                             + f" / {100 * r['coverage']:.1f}%")
+            else:
+                cells.append(f"{100 * r['rate']:.1f}% [{100 * r['rate_low']:.1f}, {100 * r['rate_high']:.1f}] / "
+                             f"{100 * r['coverage']:.1f}%")
         eff = "null" if not e["effect_points"] else f"+{e['effect_points']:g} ({e['truth_points']:+.2f})"
         lines.append(f"| {e['scenario']} | {eff} | " + " | ".join(cells) + " |")
     return lines
@@ -396,18 +465,22 @@ def main(argv=None) -> int:
     command = "python benchmarks/calibration.py " + " ".join(argv if argv is not None else sys.argv[1:])
     comps = {t: estimate(args.results, t, p) for t, p in zip(("ct", "ad"), args.run_points)}
     for c in comps.values():
-        print(f"[calibration] {c.task}: {c.design}, {len(c.counts)} units, slope {c.slope:.3f}; logit sds: model x unit "
-              f"{c.sd_model_unit:.3f}, fold x unit {c.sd_fold_unit:.3f}, seed x unit {c.sd_seed_unit:.3f}; real "
-              f"finetuning shift {c.shift_points:.2f} points (fold share {c.fold_share:.2f})", flush=True)
+        print(f"[calibration] {c.task}: {c.design}, {len(c.counts)} units; latent sds (item difficulty 1): model x item "
+              f"{c.sd_model_item:.3f}, fold x item {c.sd_fold_item:.3f}, seed x item {c.sd_seed_item:.3f}; slope "
+              f"{c.slope:.4f}/unit; real finetuning shift {c.shift_points:.2f} points (fold share {c.fold_share:.2f})",
+              flush=True)
     entries = []
     t0 = time.time()
     for i, sc in enumerate(scenarios(args.quick)):
         entries.append(run_scenario(comps[sc.task], sc, args.sims, seed=args.seed + i, arms=arms))
         print(table(entries[-1:], arms)[-1], f"({time.time() - t0:.0f}s)", flush=True)
+    size_adjust(entries)
+    print("Null rows: rejection rate at p < 0.05 [Monte-Carlo 95% interval] / 95% interval coverage. Alternative rows: "
+          "power (size-adjusted power) / coverage.")
     print("\n".join(table(entries, arms)))
     entry = {"command": command, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
              "machine": machine_info.machine("numpy", "scipy"), "results": str(args.results.name),
-             "components": {t: {k: v for k, v in dataclasses.asdict(c).items() if k not in ("counts", "base", "fold_of")}
+             "components": {t: {k: v for k, v in dataclasses.asdict(c).items() if k not in ("counts", "means", "fold_of")}
                             for t, c in comps.items()},
              "scenarios": entries, "seconds": round(time.time() - t0)}
     machine_info.record(args.out, entry)

@@ -59,28 +59,29 @@ def test_the_smoke_ablation_study_survives_a_killed_driver_and_reports_every_cal
     cmd = CMD + ["--storage", str(storage), "--eval-file", f"ct={tmp_path / 'my_ct.jsonl'}",
                  "--eval-file", f"ad={tmp_path / 'my_ad.jsonl'}"]
     # One trial at a time, and the driver is killed the moment it reports its second finished trial: smoke
-    # trials take a fraction of a second, so polling the trial files would often find all twelve done.
-    first = _kill_when(cmd + ["--max-concurrent", "1"], r"\[trials\] (\d+)/12 done", 2)
+    # trials take a fraction of a second, so polling the trial files would often find all sixteen done.
+    first = _kill_when(cmd + ["--max-concurrent", "1"], r"\[trials\] (\d+)/16 done", 2)
     # Pretraining ran inside Ray Train workers, whose output Ray does not forward: their progress still shows.
     assert re.search(r"\[pretrain 32x1-mlm\+nsp\+whp\+pad-\w+\] step 12/12 \(100%\), loss ", first), first[-3000:]
     done_before = {p.name: p.stat().st_mtime_ns for p in trials.glob("*.json")}
-    assert 2 <= len(done_before) < 12
+    assert 2 <= len(done_before) < 16
 
     second = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     report = storage / "studies" / "objective_ablation-smoke" / "report.md"
     assert f"Report: {report}" in second.stdout
-    assert f"{len(done_before)} of 12 calculations already done" in second.stdout
+    assert f"{len(done_before)} of 16 calculations already done" in second.stdout
     for name, mtime in done_before.items():
         assert (trials / name).stat().st_mtime_ns == mtime, f"finished trial {name} was rerun"
 
     sdir = report.parent
     results = pd.read_parquet(sdir / "results.parquet")
-    assert len(results) == 12 and results["calc_id"].is_unique
+    assert len(results) == 16 and results["calc_id"].is_unique
     assert set(results["selection"]) == {"honest"}
-    assert set(results["col"]) == {"all*", "-whp*", "-pad*"} and set(results["row"]) == {"CT", "AD"}
+    assert set(results["col"]) == {"all*", "-whp*", "-pad*", "untrained"} and set(results["row"]) == {"CT", "AD"}
     text = report.read_text()
-    assert "Selection mode: honest" in text and "<u>" in text and "Welch" in text
+    assert "Selection mode: honest" in text and "<u>" in text and "## Significance" in text
+    assert "## What pretraining buys (positive control)" in text and "**Provenance:** commit " in text
     assert (sdir / "plots" / "accuracy_by_condition.png").stat().st_size > 1000
     # CT is the hand-labelled real-text set; AD is also scored out of domain; the user's files have columns of
     # their own; every context-free baseline is computed on the same splits and the strongest is named.
@@ -90,12 +91,17 @@ def test_the_smoke_ablation_study_survives_a_killed_driver_and_reports_every_cal
     assert ad["eval_my_ad_accuracy"].between(0, 1).all() and ct["eval_ood_accuracy"].isna().all()
     assert set(ct["baseline_best_name"]) <= {"majority", "lexicon", "run_rule", "gazetteer"}
     assert ct["baseline_gazetteer"].notna().all() and ad["baseline_span_matcher"].notna().all()
+    # ... and scored per test unit, so the report compares a model with it on the same units.
+    for _, r in ct.iterrows():
+        assert len(r["unit_correct_baseline_lexicon"]) == len(r["unit_keys"]) == 260
+        assert sum(r["unit_correct_baseline_lexicon"]) / sum(r["unit_count_baseline_lexicon"]) == \
+            pytest.approx(r["baseline_lexicon"])
     assert ad["eval_ood_baseline_span_matcher"].notna().all()
     for section in ("## Test set `ood`", "## Test set `my_ct`", "## Test set `my_ad`", "| span_matcher |", "strongest"):
         assert section in text, section
     assert (sdir / "plots" / "accuracy_ood_by_condition.png").stat().st_size > 1000
-    assert len(list((sdir / "tensorboard").rglob("events.out.tfevents.*"))) >= 12
-    assert len(list((storage / "models").glob("*/final/model.pt"))) == 3
+    assert len(list((sdir / "tensorboard").rglob("events.out.tfevents.*"))) >= 16
+    assert len(list((storage / "models").glob("*/final/model.pt"))) == 4, "three pretrained, one untrained"
 
 
 def _study_trials(journal: Path) -> list:

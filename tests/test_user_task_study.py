@@ -31,8 +31,8 @@ def test_a_declared_tagging_task_gets_its_own_rows_baselines_and_span_f1_in_the_
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     [sdir] = [p for p in (storage / "studies").iterdir() if p.name.startswith("objective_ablation-smoke-tasks-")]
     results = pd.read_parquet(sdir / "results.parquet")
-    assert len(results) == 6 and set(results["row"]) == {"SWNER"}
-    assert set(results["col"]) == {"all*", "-whp*", "-pad*"} and set(results["ft_task"]) == {"swner"}
+    assert len(results) == 8 and set(results["row"]) == {"SWNER"}
+    assert set(results["col"]) == {"all*", "-whp*", "-pad*", "untrained"} and set(results["ft_task"]) == {"swner"}
     assert set(results["num_test"]) == {100}
     assert results["span_f1"].between(0, 1).all()
     assert results["baseline_lexicon"].gt(results["baseline_majority"]).all()

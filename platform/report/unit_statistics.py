@@ -19,9 +19,11 @@ column: each run's folds and seeds averaged, so a run is one replicate, and the 
 difference is a difference of two pooled accuracies (sum correct / sum scored on each side); its variance is
 estimated from the linearised per-(replicate, unit) values z (Cochran's ratio-estimator linearisation):
 - crossed (every unit in every replicate): the two-way random-effects ANOVA of z gives
-  Var = (MS_rep + MS_unit - MS_resid) / (R U), truncated below at max(MS_rep, MS_unit) / (R U) (each is a lower
-  bound of the true variance), with Satterthwaite's degrees of freedom (Satterthwaite 1946; the quasi-F of Clark
-  1973; the crossed random effects of Baayen, Davidson & Bates 2008);
+  Var = (MS_rep + max(MS_unit - MS_resid, 0)) / (R U): the replicates' mean square (an unbiased estimate of the
+  variance a t-test over the replicates uses) plus the units' own component where the data show one, with
+  Satterthwaite's degrees of freedom (Satterthwaite 1946; the quasi-F of Clark 1973; the crossed random effects of
+  Baayen, Davidson & Bates 2008). The replicates' part is never truncated away: with five folds or three runs it
+  is the scarce information, and an estimate that happens to come out small must keep its few degrees of freedom;
 - nested (every unit in one replicate): the replicates' sums of z, Var = R/(R-1) sum_r (sum_u z)^2 / N^2, with
   R - 1 degrees of freedom (a t-test over the replicates, weighted by their units);
 - partly crossed: two-way cluster-robust variance (Cameron, Gelbach & Miller 2011), replicates + units - cells,
@@ -118,6 +120,17 @@ def _t_evidence(diff: float, var: float, df: float, **kw) -> Evidence:
     return Evidence(diff, diff - q * se, diff + q * se, p, se, df, **kw)
 
 
+def effective_df(x: np.ndarray) -> float:
+    """The degrees of freedom a mean square of the centred values `x` carries, from their own spread: 2 E[ms]^2 /
+    Var(ms), Var estimated from the squares (len(x) - 1 for normal values of one variance; fewer when a few units
+    carry most of the spread, as where most test units never change between two models)."""
+    sq = x ** 2
+    v = sq.var()
+    if v <= 0:
+        return float(len(x) - 1)
+    return float(min(len(x) - 1, 2 * (len(x) - 1) * sq.mean() ** 2 / v))
+
+
 def paired_test(rep, unit, ca, na, cb, nb, *, over: str = "folds") -> Evidence:
     """The decision on paired per-(replicate, unit) scores: replicate and unit labels, and each side's correct and
     scored counts (seeds, and with runs as replicates the folds, already averaged). The difference is
@@ -149,12 +162,13 @@ def paired_test(rep, unit, ca, na, cb, nb, *, over: str = "folds") -> Evidence:
         resid = Z - zr[:, None] - zu[None, :] + Z.mean()
         df_resid = (R - 1) * (U - 1)
         ms_resid = (resid ** 2).sum() / df_resid if df_resid else 0.0
-        combo = ms_rep + ms_unit - ms_resid
-        if U < 2 or combo < max(ms_rep, ms_unit):  # truncated at the larger lower bound, with its own df
-            ms, df = (ms_rep, R - 1) if ms_rep >= ms_unit or U < 2 else (ms_unit, U - 1)
-        else:
-            ms = combo
-            df = combo ** 2 / (ms_rep ** 2 / (R - 1) + ms_unit ** 2 / (U - 1) + ms_resid ** 2 / df_resid)
+        # The replicates' mean square always counts (with its R - 1 degrees of freedom: a few folds or runs are
+        # the scarce information); the units' own component is added where the data show one (truncated at 0).
+        unit_part = max(ms_unit - ms_resid, 0.0)
+        ms = ms_rep + unit_part
+        denom = ms_rep ** 2 / (R - 1) + ((ms_unit ** 2 / effective_df(zu) + ms_resid ** 2 / df_resid)
+                                         if unit_part > 0 else 0.0)
+        df = ms ** 2 / denom if denom > 0 else float(R - 1)
         return _t_evidence(diff, ms / (R * U), float(df), design="crossed", **kw)
     N = len(z)
     by_rep = np.bincount(r_idx, weights=z, minlength=R)
