@@ -23,8 +23,8 @@ Decisions compared, each at p < 0.05 two-sided:
 - `two-way boot`: a percentile bootstrap that resamples the replicates and the units (crossed: independently,
   the pigeonhole bootstrap of Owen 2007; nested: units within resampled replicates), considered and not chosen.
 
-    python benchmarks/calibration.py                     # every scenario, 1,000 simulated studies each
-    python benchmarks/calibration.py --sims 200 --quick  # a few scenarios, for a look
+    python benchmarks/calibration.py                     # every scenario: 4,000 simulated studies per null, 1,000 per effect
+    python benchmarks/calibration.py --sims 200 --null-sims 200 --quick  # a few scenarios, for a look
     python benchmarks/calibration.py --real --storage alignlab-storage --model MODEL_ID   # A/A on real calculations
 
 Figures go to benchmarks/results/calibration.json (one entry per command) and are printed as a table.
@@ -74,9 +74,15 @@ class Components:
     sd_fold_item: float
     """A finetuning sample's own shift on an item, the same for both seeds (fold x item)."""
     sd_seed_item: float
-    """A seed's own shift on an item (seed x item)."""
+    """A seed's own shift on an item in one fold (seed x item)."""
+    sd_seed_main_item: float
+    """A seed's shift on an item shared by every fold: the seed initialises the head of every fold's model alike
+    (crossed designs only; nested ones cannot tell it from the fold's)."""
     fold_share: float
-    """Share of the calculation-level shift's variance that is the fold's (the rest: the seed's)."""
+    """Share of the calculation-level shift's variance that is the fold's."""
+    seed_main_share: float
+    """Share of the calculation-level shift's variance that is the seed's, shared by every fold (the rest: each
+    (fold, seed)'s own)."""
     shift_points: float
     """The real calculation-level shift's sd, in accuracy points (the scenarios set their own)."""
     run_points: float
@@ -89,7 +95,8 @@ class Components:
 
     @property
     def total_sd(self) -> float:
-        return math.sqrt(1 + self.sd_model_item ** 2 + self.sd_fold_item ** 2 + self.sd_seed_item ** 2)
+        return math.sqrt(1 + self.sd_model_item ** 2 + self.sd_fold_item ** 2 + self.sd_seed_item ** 2
+                         + self.sd_seed_main_item ** 2)
 
 
 def _cell_arrays(df, task: str):
@@ -113,36 +120,41 @@ def _cell_arrays(df, task: str):
 
 def statistics(cells: dict, counts: np.ndarray) -> dict:
     """What the components are matched on, the same for real and simulated cells: the per-unit spread between two
-    seeds of a fold (`seed`), between folds (`fold`: the residual mean square of the seed-averaged fold x unit
-    table; crossed only), and between models (`model`: the variance over units of two cells' difference averaged
-    over their calculations); and the calculation-level accuracy shifts (`fold_shift`, `seed_shift`, variances)."""
-    seed, fold, model, fold_shift, seed_shift = [], [], [], [], []
+    seeds of a fold (`seed`), of a seed's difference shared by the folds (`seed_main`: the variance over units of
+    the seed difference averaged over folds; crossed only), between folds (`fold`: the residual mean square of the
+    seed-averaged fold x unit table; crossed only), and between models (`model`: the variance over units of two
+    cells' difference averaged over their calculations); and the calculation-level accuracy shifts (variances):
+    each fold's (`fold_shift`), each (fold, seed)'s (`seed_shift`) and each seed's across the folds
+    (`seed_main_shift`)."""
+    out = {k: [] for k in ("seed", "seed_main", "fold", "model", "fold_shift", "seed_shift", "seed_main_shift")}
     for Y in cells.values():
         d = Y[:, 0] - Y[:, 1]
         d = d - np.nanmean(d, axis=1, keepdims=True)
-        seed.append(np.nanmean(d ** 2) / 2)
+        out["seed"].append(np.nanmean(d ** 2) / 2)
         w = np.where(np.isnan(Y), 0.0, counts)
         acc = np.nansum(Y * counts, -1) / w.sum(-1)             # fold x seed
-        seed_shift.append(np.var(acc[:, 0] - acc[:, 1], ddof=1) / 2)
-        fold_shift.append(max(0.0, np.var(acc.mean(1), ddof=1) - seed_shift[-1] / 2))
+        ds = acc[:, 0] - acc[:, 1]
+        out["seed_shift"].append(np.var(ds, ddof=1) / 2)
+        out["seed_main_shift"].append(max(0.0, ds.mean() ** 2 - np.var(ds, ddof=1) / len(ds)) / 2)
+        out["fold_shift"].append(max(0.0, np.var(acc.mean(1), ddof=1) - out["seed_shift"][-1] / 2))
         if not np.isnan(Y).any():
             m = Y.mean(1)
             resid = m - m.mean(0, keepdims=True) - m.mean(1, keepdims=True) + m.mean()
-            fold.append((resid ** 2).sum() / ((m.shape[0] - 1) * (m.shape[1] - 1)))
+            out["fold"].append((resid ** 2).sum() / ((m.shape[0] - 1) * (m.shape[1] - 1)))
+            out["seed_main"].append(np.var((Y[:, 0] - Y[:, 1]).mean(0), ddof=1))
     Ys = list(cells.values())
     for i in range(len(Ys)):
         for j in range(i + 1, len(Ys)):
-            model.append(np.var(np.nanmean(Ys[i] - Ys[j], axis=(0, 1)), ddof=1))
-    return {"seed": float(np.mean(seed)), "fold": float(np.mean(fold)) if fold else math.nan,
-            "model": float(np.mean(model)) if model else math.nan, "fold_shift": float(np.mean(fold_shift)),
-            "seed_shift": float(np.mean(seed_shift))}
+            out["model"].append(np.var(np.nanmean(Ys[i] - Ys[j], axis=(0, 1)), ddof=1))
+    return {k: float(np.mean(v)) if v else math.nan for k, v in out.items()}
 
 
 def estimate(results: Path, task: str, run_points: float, replicates: int = 12) -> Components:
     """Components of `task` from a report's results.parquet (per-unit scores of several cells, ten calculations
-    each): the model x item, fold x item and seed x item spreads are fitted (Nelder-Mead on log scale, common random
-    numbers) so that simulated cells show the real cells' `statistics`; the calculation-level shift is read off the
-    real accuracies. A nested design cannot tell fold x item from model x item: its fold x item is 0."""
+    each): the item-level spreads (model, fold, seed, and the seed's shared by the folds) are fitted (Nelder-Mead on
+    log scale, common random numbers) so that simulated cells show the real cells' `statistics`; the
+    calculation-level shifts are read off the real accuracies. A nested design cannot tell fold x item from model x
+    item, nor a seed's shared effect on an item from its own: those are 0 there."""
     import pandas as pd
     from scipy.optimize import minimize
 
@@ -150,17 +162,19 @@ def estimate(results: Path, task: str, run_points: float, replicates: int = 12) 
     means = np.clip(np.nanmean(np.stack(list(cells.values())), axis=(0, 1, 2)), 0.005, 0.995)
     nested = bool(all(np.isnan(Y[:, 0]).sum(0).max() == FOLDS - 1 for Y in cells.values()))
     real = statistics(cells, counts)
-    shift = math.sqrt(real["fold_shift"] + real["seed_shift"])
+    shifts = real["fold_shift"] + real["seed_shift"] + real["seed_main_shift"]
     base = Components(task=task, design="nested" if nested else "crossed", counts=tuple(int(c) for c in counts),
                       means=tuple(float(m) for m in means), fold_of=tuple(int(f) if nested else -1 for f in fold_of),
-                      sd_model_item=0.3, sd_fold_item=0.0, sd_seed_item=0.3,
-                      fold_share=real["fold_shift"] / (shift ** 2) if shift > 0 else 0.5, shift_points=100 * shift,
-                      run_points=run_points)
-    targets = ["seed", "model"] + ([] if nested else ["fold"])
+                      sd_model_item=0.3, sd_fold_item=0.0, sd_seed_item=0.3, sd_seed_main_item=0.0,
+                      fold_share=real["fold_shift"] / shifts if shifts > 0 else 0.4,
+                      seed_main_share=real["seed_main_shift"] / shifts if shifts > 0 else 0.2,
+                      shift_points=100 * math.sqrt(shifts), run_points=run_points)
+    targets = ["seed", "model"] + ([] if nested else ["fold", "seed_main"])
 
     def comps(theta) -> Components:
         c = dataclasses.replace(base, sd_seed_item=float(np.exp(theta[0])), sd_model_item=float(np.exp(theta[1])),
-                                sd_fold_item=0.0 if nested else float(np.exp(theta[2])))
+                                sd_fold_item=0.0 if nested else float(np.exp(theta[2])),
+                                sd_seed_main_item=0.0 if nested else float(np.exp(theta[3])))
         return dataclasses.replace(c, slope=slope_of(c))
 
     def loss(theta) -> float:
@@ -174,8 +188,8 @@ def estimate(results: Path, task: str, run_points: float, replicates: int = 12) 
                 got[k].append(st[k])
         return sum((math.log(np.mean(got[k]) + 1e-12) - math.log(real[k] + 1e-12)) ** 2 for k in targets)
 
-    theta0 = np.log([0.2, 0.3] + ([] if nested else [0.3]))
-    fit = minimize(loss, theta0, method="Nelder-Mead", options={"xatol": 0.01, "fatol": 1e-6, "maxiter": 400})
+    theta0 = np.log([0.2, 0.3] + ([] if nested else [0.3, 0.05]))
+    fit = minimize(loss, theta0, method="Nelder-Mead", options={"xatol": 0.01, "fatol": 1e-6, "maxiter": 600})
     return comps(fit.x)
 
 
@@ -209,21 +223,27 @@ class Scenario:
         return f"{self.task.upper()} shift {self.shift_points:g} pts, {self.runs} run{'s' if self.runs > 1 else ''}"
 
 
-def _draw_counts(c: Components, sc: Scenario, rng, deltas, runs: int):
+def _draw_counts(c: Components, sc: Scenario, rng, deltas, runs: int, seeds_shared: bool = False):
     """Correct counts [model, run, fold, seed, unit] of one simulated study: models share the test set's items and
     the finetuning samples' common shift; each model (with `deltas[m]` added) has its own run shift, model x item,
-    and per calculation its fold and seed shifts and fold x item and seed x item draws. Units outside a nested
-    fold: nan."""
+    and per calculation its fold and seed shifts and fold x item and seed x item draws. A seed's effect is each
+    calculation's own (`finetune.calculation_seed` keys it by seed and fold); with `seeds_shared` (the protocol
+    before FINETUNE_CODE_VERSION 2, whose results the components are fitted on) a seed's part is shared by the
+    folds. Units outside a nested fold: nan."""
     lam, unit_of, _ = item_difficulty(c, rng)
     U, I = len(c.counts), len(lam)
     shift = c.scaled(sc.shift_points)
-    sd_fold, sd_seed = shift * math.sqrt(c.fold_share), shift * math.sqrt(1 - c.fold_share)
+    sd_fold = shift * math.sqrt(c.fold_share)
+    sd_seed_main = shift * math.sqrt(c.seed_main_share)
+    sd_seed = shift * math.sqrt(max(0.0, 1 - c.fold_share - c.seed_main_share))
     shared = rng.normal(0, sd_fold, (FOLDS, 1, 1))
     out = np.empty((len(deltas), runs, FOLDS, SEEDS, U))
     for m, delta in enumerate(deltas):
         for r in range(runs):
             run = rng.normal(0, c.scaled(c.run_points)) if runs > 1 else 0.0
             latent = (lam + delta + run + rng.normal(0, c.sd_model_item, I) + shared
+                      + rng.normal(0, sd_seed_main, (1 if seeds_shared else FOLDS, SEEDS, 1))
+                      + rng.normal(0, c.sd_seed_main_item, (1 if seeds_shared else FOLDS, SEEDS, I))
                       + rng.normal(0, sd_fold, (FOLDS, 1, 1)) + rng.normal(0, sd_seed, (FOLDS, SEEDS, 1))
                       + rng.normal(0, c.sd_fold_item, (FOLDS, 1, I)) + rng.normal(0, c.sd_seed_item, (FOLDS, SEEDS, I)))
             hits = (latent > 0).reshape(FOLDS * SEEDS, I)
@@ -237,8 +257,9 @@ def _draw_counts(c: Components, sc: Scenario, rng, deltas, runs: int):
 
 
 def simulated_cells(c: Components, sc: Scenario, rng, models: int) -> dict:
-    """`models` cells of one simulated study with one run each, as per-unit accuracies (for `statistics`)."""
-    counts = _draw_counts(c, sc, rng, [0.0] * models, 1)
+    """`models` cells of one simulated study with one run each, as per-unit accuracies (for `statistics`), under the
+    protocol the fitted results were made with (seeds shared by the folds)."""
+    counts = _draw_counts(c, sc, rng, [0.0] * models, 1, seeds_shared=True)
     n = np.asarray(c.counts, float)
     return {i: counts[i, 0] / n for i in range(models)}
 
@@ -252,7 +273,7 @@ def true_difference(c: Components, sc: Scenario, delta: float, n_units: int = 10
     lam, unit_of, _ = item_difficulty(c, rng, n_units)
     shift = c.scaled(sc.shift_points)
     own = math.sqrt(c.scaled(c.run_points) ** 2 * (sc.runs > 1) + c.sd_model_item ** 2 + c.sd_fold_item ** 2
-                    + c.sd_seed_item ** 2 + shift ** 2 * (1 - c.fold_share) + shift ** 2 * c.fold_share)
+                    + c.sd_seed_item ** 2 + c.sd_seed_main_item ** 2 + shift ** 2)
     shared = rng.normal(0, shift * math.sqrt(c.fold_share), len(lam))
     return float(np.mean(sps.norm.cdf((lam + shared + delta) / own) - sps.norm.cdf((lam + shared) / own)))
 
@@ -278,8 +299,8 @@ def _draw(c: Components, sc: Scenario, delta: float, rng):
 
 
 def _cells(counts, n, design):
-    """Per (replicate, unit) paired arrays for the report's decision: seeds averaged, and with several runs the
-    runs are the replicates (their folds averaged)."""
+    """Per (replicate, unit) paired arrays, seeds averaged (what the old decisions and the bootstrap read): with
+    several runs the runs are the replicates (their folds averaged)."""
     a, b = counts[0].mean(2), counts[1].mean(2)                         # run x fold x unit, seeds averaged
     R = a.shape[0]
     if R > 1:
@@ -293,10 +314,20 @@ def _cells(counts, n, design):
     return reps, units, a[ok], b[ok], n[units]
 
 
+def _observations(counts, n):
+    """Every scored (run, fold, unit) of the study, each fold's seeds averaged, for the report's decision: its
+    factors, unit and counts."""
+    R = counts.shape[1]
+    a, b = counts[0].mean(2), counts[1].mean(2)                         # run x fold x unit
+    idx = np.nonzero(~np.isnan(a))
+    r, f, u = idx
+    factors = ({"pretraining runs": r} if R > 1 else {}) | {"folds": f}
+    return factors, u, a[idx], n[u], b[idx], n[u]
+
+
 def decide_new(counts, n, design, rng=None) -> tuple[float, float, float]:
     """The report's decision: (p, interval low, interval high)."""
-    reps, units, ca, cb, nn = _cells(counts, n, design)
-    ev = paired_test(reps, units, ca, nn, cb, nn)
+    ev = paired_test(*_observations(counts, n))
     return ev.p, ev.ci_low, ev.ci_high
 
 
@@ -344,7 +375,7 @@ def decide_two_way_boot(counts, n, design, rng, resamples: int = 399) -> tuple[f
         D = np.zeros((R, U))
         D[reps, units] = ca - cb
         ri, ui = rng.integers(0, R, (resamples, R)), rng.integers(0, U, (resamples, U))
-        stats = np.array([D[ri[i]][:, ui[i]].sum() for i in range(resamples)]) / (n[ui].sum(1) * R)
+        stats = D[ri[:, :, None], ui[:, None, :]].sum((1, 2)) / (n[ui].sum(1) * R)
     else:
         by_rep = [np.flatnonzero(reps == r) for r in range(R)]
         stats = np.empty(resamples)
@@ -446,7 +477,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--results", type=Path, default=DEFAULT_RESULTS,
                     help="a report's results.parquet to estimate the variance components from")
-    ap.add_argument("--sims", type=int, default=1000, help="simulated studies per scenario (default 1000)")
+    ap.add_argument("--sims", type=int, default=1000, help="simulated studies per alternative scenario (default 1000)")
+    ap.add_argument("--null-sims", type=int, default=4000,
+                    help="simulated studies per null scenario (default 4000: a rate near 5%% to within +-0.7 points)")
     ap.add_argument("--quick", action="store_true", help="two finetuning shifts only (0.5 and 3 points)")
     ap.add_argument("--arms", default=",".join(ARMS), help=f"decisions to compare (default all: {', '.join(ARMS)})")
     ap.add_argument("--run-points", type=float, nargs=2, default=(0.4, 1.0), metavar=("CT", "AD"),
@@ -466,13 +499,15 @@ def main(argv=None) -> int:
     comps = {t: estimate(args.results, t, p) for t, p in zip(("ct", "ad"), args.run_points)}
     for c in comps.values():
         print(f"[calibration] {c.task}: {c.design}, {len(c.counts)} units; latent sds (item difficulty 1): model x item "
-              f"{c.sd_model_item:.3f}, fold x item {c.sd_fold_item:.3f}, seed x item {c.sd_seed_item:.3f}; slope "
-              f"{c.slope:.4f}/unit; real finetuning shift {c.shift_points:.2f} points (fold share {c.fold_share:.2f})",
-              flush=True)
+              f"{c.sd_model_item:.3f}, fold x item {c.sd_fold_item:.3f}, seed x item {c.sd_seed_item:.3f}, seed x item "
+              f"shared by the folds {c.sd_seed_main_item:.3f}; slope {c.slope:.4f}/unit; real finetuning shift "
+              f"{c.shift_points:.2f} points (shares: fold {c.fold_share:.2f}, seed across folds "
+              f"{c.seed_main_share:.2f})", flush=True)
     entries = []
     t0 = time.time()
     for i, sc in enumerate(scenarios(args.quick)):
-        entries.append(run_scenario(comps[sc.task], sc, args.sims, seed=args.seed + i, arms=arms))
+        sims = args.sims if sc.effect_points else args.null_sims
+        entries.append(run_scenario(comps[sc.task], sc, sims, seed=args.seed + i, arms=arms))
         print(table(entries[-1:], arms)[-1], f"({time.time() - t0:.0f}s)", flush=True)
     size_adjust(entries)
     print("Null rows: rejection rate at p < 0.05 [Monte-Carlo 95% interval] / 95% interval coverage. Alternative rows: "

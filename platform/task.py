@@ -233,7 +233,7 @@ class Task:
 
     def test_unit(self, ex) -> str:
         """The test unit `ex` belongs to. Examples of one unit are not independent evidence (AD: a snippet's
-        positive and negative pair), so they are resampled together by the report's bootstrap and never fall on
+        positive and negative pair), so the report's decision counts them as one and they never fall on
         both sides of a train/validation split. Default: each example is a unit of its own."""
         return repr(ex)
 

@@ -271,6 +271,29 @@ def test_the_seed_changes_the_initialisation_and_the_batch_order_of_the_same_exa
     assert order0 == _training_batches(pre, task, 0), "the same seed gives the same order"
 
 
+def test_a_seeds_randomness_is_its_own_in_every_fold_so_the_folds_are_independent_replicates(pre, monkeypatch):
+    """The report's decision treats the five folds as independent replicates of the finetuning randomness: a seed
+    must not initialise every fold's head alike (a lucky initialisation would then lift all five folds together,
+    which nothing in the folds' spread could show)."""
+    from alignlab.platform.fel import finetune as ft
+
+    heads = {}
+    real = ft.build_task_model
+
+    def recording(*args, **kw):
+        model = real(*args, **kw)
+        heads.setdefault(kw["seed"], {k: v.clone() for k, v in model.heads["ct"].state_dict().items()})
+        return model
+
+    monkeypatch.setattr(ft, "build_task_model", recording)
+    train, val, test = DATA["ct"]
+    for fold in (0, 1):
+        finetune_calculation(pre, _cfg("ct", max_epochs=1, seed=0, fold=fold, keep_head=False), train, test, val=val)
+    assert len(heads) == 2, "seed 0 of fold 0 and seed 0 of fold 1 draw their own heads"
+    a, b = heads.values()
+    assert all(not torch.equal(a[k], b[k]) for k in a if k.endswith("weight"))
+
+
 # ------------------------------------------------------------------------------------------- heads
 
 

@@ -49,7 +49,7 @@ def test_the_crossed_decision_is_the_two_way_anova_of_the_linearised_difference_
     R, U = 5, 40
     n, ca, cb = _crossed(rng, R, U, fold_sd=0.05, unit_sd=0.15, gain=0.03)
     N = np.broadcast_to(n, (R, U))
-    ev = paired_test(np.repeat(np.arange(R), U), np.tile(np.arange(U), R), ca.ravel(), N.ravel(), cb.ravel(), N.ravel())
+    ev = paired_test({"folds": np.repeat(np.arange(R), U)}, np.tile(np.arange(U), R), ca.ravel(), N.ravel(), cb.ravel(), N.ravel())
     ra, rb = ca.sum() / N.sum(), cb.sum() / N.sum()
     assert ev.diff == pytest.approx(ra - rb)
     # By hand: z = linearised contribution of each cell; the sums of squares of a two-way layout without replication.
@@ -85,7 +85,7 @@ def test_without_a_unit_component_the_crossed_decision_is_the_t_test_over_the_re
     for _ in range(30):
         n, ca, cb = _crossed(rng, 5, 60)
         N = np.broadcast_to(n, ca.shape)
-        ev = paired_test(np.repeat(np.arange(5), 60), np.tile(np.arange(60), 5), ca.ravel(), N.ravel(), cb.ravel(),
+        ev = paired_test({"folds": np.repeat(np.arange(5), 60)}, np.tile(np.arange(60), 5), ca.ravel(), N.ravel(), cb.ravel(),
                          N.ravel())
         if ev.df == 4:
             seen += 1
@@ -101,7 +101,7 @@ def test_the_nested_decision_with_equal_folds_is_the_paired_t_test_over_the_fold
     reps, units = np.repeat(np.arange(R), per), np.arange(R * per)
     n = np.full(R * per, 2.0)
     ca, cb = rng.binomial(2, 0.7, R * per).astype(float), rng.binomial(2, 0.6, R * per).astype(float)
-    ev = paired_test(reps, units, ca, n, cb, n)
+    ev = paired_test({"folds": reps}, units, ca, n, cb, n)
     d = np.array([(ca[reps == r] - cb[reps == r]).sum() / (2 * per) for r in range(R)])
     t = d.mean() / (d.std(ddof=1) / math.sqrt(R))
     assert ev.design == "nested" and ev.df == R - 1 and ev.n_units == R * per
@@ -112,19 +112,19 @@ def test_the_nested_decision_with_equal_folds_is_the_paired_t_test_over_the_fold
 def test_a_ratio_of_pooled_counts_is_the_difference_and_each_side_may_count_its_own_units():
     # A context-free baseline scores every word; a model only the words within its length: other counts per unit.
     reps, units = np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1])
-    ev = paired_test(reps, units, [3, 1, 2, 2], [4, 2, 4, 2], [2, 2, 1, 3], [5, 3, 5, 3])
+    ev = paired_test({"folds": reps}, units, [3, 1, 2, 2], [4, 2, 4, 2], [2, 2, 1, 3], [5, 3, 5, 3])
     assert ev.diff == pytest.approx(8 / 12 - 8 / 16)
 
 
 def test_degenerate_comparisons_have_a_stated_outcome_and_no_p_value_that_could_make_them_bold():
-    none = paired_test([], [], [], [], [], [])
+    none = paired_test({"folds": []}, [], [], [], [], [])
     assert math.isnan(none.p) and "no shared splits" in none.outcome
-    one = paired_test([0, 0], [0, 1], [1, 2], [2, 2], [0, 1], [2, 2])
+    one = paired_test({"folds": [0, 0]}, [0, 1], [1, 2], [2, 2], [0, 1], [2, 2])
     assert math.isnan(one.p) and "one fold" in one.outcome
     reps, units, n = np.repeat(np.arange(5), 4), np.arange(20), np.full(20, 2.0)
-    constant = paired_test(reps, units, np.full(20, 2.0), n, np.full(20, 1.0), n)
+    constant = paired_test({"folds": reps}, units, np.full(20, 2.0), n, np.full(20, 1.0), n)
     assert constant.diff == pytest.approx(0.5) and math.isnan(constant.p) and "no spread" in constant.outcome
-    tie = paired_test(reps, units, np.ones(20), n, np.ones(20), n)
+    tie = paired_test({"folds": reps}, units, np.ones(20), n, np.ones(20), n)
     assert tie.p == 1.0 and tie.diff == 0.0 and "no difference" in tie.outcome
 
 
@@ -133,13 +133,13 @@ def test_units_in_some_folds_but_not_all_are_decided_as_partly_crossed():
     reps = np.array([0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 4, 4])
     units = np.array([0, 1, 1, 2, 3, 3, 4, 5, 5, 6, 6, 0])
     n = np.full(12, 3.0)
-    ev = paired_test(reps, units, rng.binomial(3, 0.7, 12), n, rng.binomial(3, 0.5, 12), n)
+    ev = paired_test({"folds": reps}, units, rng.binomial(3, 0.7, 12), n, rng.binomial(3, 0.5, 12), n)
     assert ev.design == "partly crossed" and ev.df == 4
 
 
 def test_without_per_unit_scores_the_fallback_is_a_paired_t_over_the_replicates_and_says_so():
     x, y = np.array([0.71, 0.74, 0.69, 0.77, 0.72]), np.array([0.70, 0.71, 0.70, 0.73, 0.69])
-    ev = replicate_t(x, y)
+    ev = replicate_t({"folds": np.arange(5)}, x, y)
     d = x - y
     assert ev.design == "replicates only" and "holds the test units fixed" in ev.outcome
     assert ev.p == pytest.approx(_t_two_sided(d.mean() / (d.std(ddof=1) / math.sqrt(5)), 4), abs=1e-6)
@@ -182,6 +182,7 @@ def test_with_several_pretraining_runs_the_runs_are_the_replicates_and_unmatched
 
     ev = compare(cell(0.8, (0, 1, 2)), cols, cell(0.6, (0, 1, 2)), cols, "accuracy", "accuracy", "accuracy")
     assert ev.over == "pretraining runs" and ev.n_replicates == 3 and ev.design == "crossed" and not ev.outcome
+    assert ev.df == 2, "with so few replicates, their own degrees of freedom"
     ev = compare(cell(0.8, (0, 1, 2)), cols, cell(0.6, (5, 6, 7)), cols, "accuracy", "accuracy", "accuracy")
     assert ev.n_replicates == 3 and "paired in seed order" in ev.outcome
     # One pretraining run each, with other seeds (an untrained control seeded otherwise): the folds pair.

@@ -244,9 +244,17 @@ def finetune_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, v
     }, fit.model)
 
 
+def calculation_seed(cfg: FinetuneConfig) -> int:
+    """The randomness of one calculation (its fresh heads' initialisation, dropout, batch order), keyed by its seed
+    *and* fold. Seed s of fold 0 and seed s of fold 1 are two independent draws: a seed's luck (a good head
+    initialisation) is not shared by the five folds, so the folds are independent replicates of the finetuning
+    randomness (docs/statistics.md). Two models finetuned at the same (fold, seed) start from the same heads."""
+    return cfg.seed * 1000 + cfg.fold
+
+
 class _Fit:
-    """One training run of a calculation: a task model from the pretrained weights (its head initialised by the
-    seed), its optimizer and its batch order (seeded by seed and fold), on the encoded examples `enc_fit`."""
+    """One training run of a calculation: a task model from the pretrained weights (its heads initialised, its
+    dropout and its batch order drawn by `calculation_seed`), its optimizer, on the encoded examples `enc_fit`."""
 
     def __init__(self, pre: Pretrained, cfg: FinetuneConfig, tasks: tuple[str | Task, ...], enc_fit: Encoded,
                  enc_other: Encoded | None, device):
@@ -254,9 +262,9 @@ class _Fit:
         names = tuple(t.name for t in tasks)
         self.cfg, self.task, self.tasks, self.enc_fit, self.enc_other = cfg, tasks[0], tasks, enc_fit, enc_other
         self.model = build_task_model(pre, names[0], keep_head=cfg.keep_head, dropout=cfg.dropout,
-                                      seed=cfg.seed, reads=reads_of(cfg)).to(device)
+                                      seed=calculation_seed(cfg), reads=reads_of(cfg)).to(device)
         self.opt = torch.optim.Adam(trainable_parameters(self.model, cfg.scheme, names), lr=cfg.lr)
-        self.gen = torch.Generator().manual_seed(cfg.seed * 1000 + cfg.fold)
+        self.gen = torch.Generator().manual_seed(calculation_seed(cfg))
         self.head, self.frozen, self.device = self.model.heads[names[0]], cfg.scheme == "pred", device
         self.features = _Features(self.model, self.task, enc_fit) if self.frozen else None
 

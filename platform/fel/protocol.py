@@ -304,7 +304,7 @@ def extra_test_scores(model, tok, cfg: FinetuneConfig, tests: dict[str, list], b
     """The selected model's accuracy on each extra test set (out-of-domain AD, a user's --eval-file), with
     the context-free baselines trained on the same budget and scored on that set:
     {"eval_<name>_accuracy", "eval_<name>_perplexity", "eval_<name>_baseline_<b>", ...}, and the per-test-unit
-    scores the report resamples ("eval_<name>_unit_correct", ...: `task_scoring.scores_per_test_unit`)."""
+    scores the report's decision counts ("eval_<name>_unit_correct", ...: `task_scoring.scores_per_test_unit`)."""
     t = as_task(task if task is not None else cfg.task)
     out: dict = {}
     for name, examples in tests.items():

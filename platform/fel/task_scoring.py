@@ -2,7 +2,7 @@
 (`Task.unit`: CT words, AD pairs), and accuracy and perplexity = exp(mean cross-entropy) over them.
 
 Per test unit (`scores_per_test_unit`, `Task.test_unit`: CT texts, AD snippets): the correct and scored counts of
-each unit, so the report can resample units rather than treat the test set as fixed.
+each unit, so the report's decision can count the test set's sampling variance rather than treat it as fixed.
 Shared by the FEL calculation (`finetune`), the extra test sets of a study (`protocol.extra_test_scores`) and
 `alignlab evaluate`; plain PyTorch. Split from finetune.py so that each stays a readable size.
 """
@@ -69,7 +69,7 @@ UNIT_SCORES = ("unit_keys", "unit_count", "unit_correct")
 def scores_per_test_unit(task: str | Task, examples, hit_N: torch.Tensor, rows_N: torch.Tensor) -> dict[str, list]:
     """Per test unit of `examples` (`Task.test_unit`), in the order units first appear: "unit_keys" (a short hash
     of the unit's text: the same unit has the same key in every calculation, so units shared by calculations,
-    CT's one test set, are resampled together), "unit_count" (scored words or pairs) and "unit_correct". `hit_N`
+    CT's one test set, are one unit crossed with the folds), "unit_count" (scored words or pairs) and "unit_correct". `hit_N`
     says whether each scored unit was right, `rows_N` its example (`Task.unit_rows`)."""
     t = as_task(task)
     units = [t.test_unit(ex) for ex in examples]

@@ -1,14 +1,14 @@
 """Study reports: results.parquet (one row per calculation), report.md (paper-style tables with
 significance against the study's baseline), PNG plots, and pointers to the TensorBoard runs.
 
-Cells read "acc ± std / ppl ± std" (accuracy in %, mean ± one standard deviation over the ten
-calculations). A cell is **bold** when its accuracy is above its baseline's with a Holm-corrected p < 0.05 over
-every comparison of the report (`significance`: test units resampled, or the pretraining runs when a column has
-several) and its 95% interval is above the row's strongest context-free baseline; the baseline is underlined.
-The report leads with an effect plot (each cell's difference from its baseline, with its interval). The baseline
-is the study's baseline column in the same row, or -- when the study names baseline cells (the
-paper's Tables 1-2) -- the one baseline cell of the row's group (e.g. its task). Searches (Optuna)
-get a section of their own.
+Cells read "acc ± std / ppl ± std" (accuracy in %, mean ± one standard deviation over the ten calculations). Every
+compared cell is tested against its row's baseline model and against the row's strongest context-free baseline on
+the same test units, and every pretrained cell against the row's untrained cell where the study has one, by one
+paired decision over the folds (or pretraining runs) and test units (`unit_statistics`), Holm-corrected over every
+test of the report (`significance`). A cell is **bold** when it is significantly above both; the baseline is
+underlined. The report opens with its provenance and the effect plot (every test's difference with its interval).
+The baseline is the study's baseline column in the same row, or -- when the study names baseline cells (the paper's
+Tables 1-2) -- the one baseline cell of the row's group (e.g. its task). Searches (Optuna) get a section of their own.
 """
 from __future__ import annotations
 

@@ -40,8 +40,9 @@ Holm's correction (`holm`) runs over every test of one report.
 """
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,6 +99,8 @@ class Evidence:
     """What the replicates are: "folds" (one pretraining run per column) or "pretraining runs"."""
     n_replicates: int = 0
     n_units: int = 0
+    layout: str = ""
+    """The replicate factors and their levels, e.g. "5 folds × 2 seeds"."""
     outcome: str = ""
     """Why there is no test, or what to know about this one (empty when there is nothing to say)."""
 
@@ -131,50 +134,108 @@ def effective_df(x: np.ndarray) -> float:
     return float(min(len(x) - 1, 2 * (len(x) - 1) * sq.mean() ** 2 / v))
 
 
-def paired_test(rep, unit, ca, na, cb, nb, *, over: str = "folds") -> Evidence:
-    """The decision on paired per-(replicate, unit) scores: replicate and unit labels, and each side's correct and
-    scored counts (seeds, and with runs as replicates the folds, already averaged). The difference is
-    sum(ca)/sum(na) - sum(cb)/sum(nb)."""
-    rep, unit = np.asarray(rep), np.asarray(unit)
+def _effect(X: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """The balanced-ANOVA effect of the factors `axes` of the dense array X: its mean over the other axes, centred
+    along each of `axes` (inclusion-exclusion of the marginal means)."""
+    other = tuple(i for i in range(X.ndim) if i not in axes)
+    E = X.mean(axis=other, keepdims=True) if other else X
+    for a in axes:
+        E = E - E.mean(axis=a, keepdims=True)
+    return E
+
+
+def crossed_variance(X: np.ndarray, primary: int = 0, unit_axis: int | None = None,
+                     few: int = 4) -> tuple[float, float]:
+    """(variance of X's grand mean, its degrees of freedom) for a balanced array whose axes are crossed random
+    factors (replicates, seeds, units). Every mean square MS_T of a set T of axes is computed; the variance is
+        [MS_primary + sum over effects S without the primary axis of max(c_S, 0)] / N,
+    c_S = sum_{T >= S} (-1)^{|T|-|S|} MS_T the ANOVA estimate of S's component (times N / its levels): the primary
+    replicates' mean square always counts, every other component where the data show one. Satterthwaite's degrees
+    of freedom over the mean squares used, the units' main effect with the degrees of freedom its squares carry;
+    with fewer than `few` replicates (two or three pretraining runs) the replicates' own R - 1: at 2 degrees of
+    freedom the t reference moves steeply, and Satterthwaite's estimate raised by the units' component made the test
+    liberal (benchmarks/calibration.py)."""
+    k = X.ndim
+    sizes = X.shape
+    N = X.size
+    ms, dfs = {}, {}
+    for r in range(1, k + 1):
+        for T in itertools.combinations(range(k), r):
+            d = math.prod(sizes[i] - 1 for i in T)
+            if d == 0:
+                continue
+            E = _effect(X, T)
+            ms[T] = (N / E.size) * float((E ** 2).sum()) / d
+            dfs[T] = float(d)
+            if unit_axis is not None and T == (unit_axis,):
+                dfs[T] = effective_df(E.ravel())
+    coef: dict[tuple, float] = {}
+    if (primary,) in ms:
+        coef[(primary,)] = 1.0
+    for r in range(1, k + 1):
+        for S in itertools.combinations(range(k), r):
+            if primary in S or S not in ms:
+                continue
+            terms = {T: (-1.0) ** (len(T) - len(S)) for T in ms if set(S) <= set(T)}
+            if sum(c * ms[T] for T, c in terms.items()) > 0:
+                for T, c in terms.items():
+                    coef[T] = coef.get(T, 0.0) + c
+    total = sum(c * ms[T] for T, c in coef.items())
+    denom = sum((c * ms[T]) ** 2 / dfs[T] for T, c in coef.items() if c)
+    df = total ** 2 / denom if denom > 0 else float(sizes[primary] - 1)
+    if sizes[primary] < few:
+        df = float(sizes[primary] - 1)
+    return max(total, 0.0) / N, float(df)
+
+
+def paired_test(factors: dict[str, np.ndarray], unit, ca, na, cb, nb) -> Evidence:
+    """The decision on paired per-observation scores: the replicate factors of each observation (`factors`, the first
+    being the replicates: {"folds": ..., "seeds": ...}, or {"pretraining runs": ..., "folds": ..., "seeds": ...}), its
+    test unit, and each side's correct and scored counts. The difference is sum(ca)/sum(na) - sum(cb)/sum(nb)."""
+    names = list(factors)
+    over = names[0]
+    unit = np.asarray(unit)
     ca, na, cb, nb = (np.asarray(x, float) for x in (ca, na, cb, nb))
     if len(ca) == 0 or na.sum() == 0 or nb.sum() == 0:
         return Evidence(math.nan, over=over, outcome="no shared splits: the two sides were not scored on the same "
                         "folds and test units; not compared")
     ra, rb = ca.sum() / na.sum(), cb.sum() / nb.sum()
     diff = float(ra - rb)
-    reps, r_idx = np.unique(rep, return_inverse=True)
+    codes = [np.unique(np.asarray(factors[n]), return_inverse=True)[1] for n in names]
+    sizes = [int(c.max()) + 1 for c in codes]
     units, u_idx = np.unique(unit, return_inverse=True)
-    R, U = len(reps), len(units)
+    R, U = sizes[0], len(units)
+    layout = " × ".join(f"{s} {n}" for s, n in zip(sizes, names) if s > 1) or f"1 {over[:-1]}"
+    kw = dict(over=over, n_replicates=R, n_units=U, layout=layout)
     if R < 2:
-        return Evidence(diff, over=over, n_replicates=R, n_units=U,
-                        outcome=f"one {over[:-1]}: the spread between {over} cannot be estimated; not tested "
-                                f"(run the protocol's five folds{'' if over == 'folds' else ', or pretrain twice'})")
-    # Linearised contribution of each (replicate, unit) cell to the difference of the two ratios (mean 0).
+        return Evidence(diff, outcome=f"one {over[:-1]}: the spread between {over} cannot be estimated; not tested "
+                                      f"(run the protocol's five folds{'' if over == 'folds' else ', or pretrain twice'})",
+                        **kw)
+    # Linearised contribution of each observation to the difference of the two ratios (mean 0).
     z = (ca - ra * na) / na.mean() - (cb - rb * nb) / nb.mean()
-    per_unit = np.bincount(u_idx, minlength=U)
-    kw = dict(over=over, n_replicates=R, n_units=U)
-    if len(z) == R * U and (per_unit == R).all():
-        Z = np.zeros((R, U))
-        Z[r_idx, u_idx] = z
-        zr, zu = Z.mean(1), Z.mean(0)
-        ms_rep = U * (zr ** 2).sum() / (R - 1)
-        ms_unit = R * (zu ** 2).sum() / (U - 1) if U > 1 else 0.0
-        resid = Z - zr[:, None] - zu[None, :] + Z.mean()
-        df_resid = (R - 1) * (U - 1)
-        ms_resid = (resid ** 2).sum() / df_resid if df_resid else 0.0
-        # The replicates' mean square always counts (with its R - 1 degrees of freedom: a few folds or runs are
-        # the scarce information); the units' own component is added where the data show one (truncated at 0).
-        unit_part = max(ms_unit - ms_resid, 0.0)
-        ms = ms_rep + unit_part
-        denom = ms_rep ** 2 / (R - 1) + ((ms_unit ** 2 / effective_df(zu) + ms_resid ** 2 / df_resid)
-                                         if unit_part > 0 else 0.0)
-        df = ms ** 2 / denom if denom > 0 else float(R - 1)
-        return _t_evidence(diff, ms / (R * U), float(df), design="crossed", **kw)
+    cell = np.ravel_multi_index(codes, sizes)
+    n_cells = math.prod(sizes)
+    nested_in = next((i for i, c in enumerate(codes) if _each_unit_in_one_level(u_idx, c, U)), None)
+    if len(z) == n_cells * U and np.bincount(u_idx, minlength=U).min() == n_cells:
+        X = np.zeros((n_cells, U))
+        X[cell, u_idx] = z
+        keep = [i for i, s in enumerate(sizes) if s > 1]
+        X = X.reshape(*sizes, U).squeeze(axis=tuple(i for i, s in enumerate(sizes) if s == 1))
+        var, df = crossed_variance(X, 0, unit_axis=X.ndim - 1)
+        return _t_evidence(diff, var, df, design="crossed", **kw) if keep else Evidence(diff, **kw)
+    if nested_in is not None:
+        per_cell = np.bincount(cell, minlength=n_cells)
+        if per_cell.min() > 0:
+            # Each cell's units summed, on the scale of one observation: the cells' mean is the observations' mean.
+            X = (np.bincount(cell, weights=z, minlength=n_cells) / (len(z) / n_cells)).reshape(sizes)
+            X = X.squeeze(axis=tuple(i for i, s in enumerate(sizes) if s == 1))
+            var, df = crossed_variance(X, 0)
+            return _t_evidence(diff, var, df, design="nested", **kw)
+    # Units in some replicates but not others, or missing cells: two-way cluster-robust over replicates and units.
+    r_idx = codes[0]
     N = len(z)
     by_rep = np.bincount(r_idx, weights=z, minlength=R)
     v_rep = R / (R - 1) * (by_rep ** 2).sum() / N ** 2
-    if (per_unit == 1).all():
-        return _t_evidence(diff, v_rep, float(R - 1), design="nested", **kw)
     by_unit = np.bincount(u_idx, weights=z, minlength=U)
     v_unit = U / (U - 1) * (by_unit ** 2).sum() / N ** 2 if U > 1 else 0.0
     v_cell = N / (N - 1) * (z ** 2).sum() / N ** 2
@@ -182,22 +243,40 @@ def paired_test(rep, unit, ca, na, cb, nb, *, over: str = "folds") -> Evidence:
     return _t_evidence(diff, var, float(min(R, U) - 1), design="partly crossed", **kw)
 
 
-def replicate_t(x: np.ndarray, y: np.ndarray, *, over: str = "folds") -> Evidence:
-    """Paired t-test and t interval of mean(x - y) over replicates (fold or run accuracies): the fallback where
-    the results have no per-unit scores. It holds the test units fixed."""
+def _each_unit_in_one_level(u_idx: np.ndarray, codes: np.ndarray, U: int) -> bool:
+    """Does every unit occur with one level of this factor only (units nested in it)?"""
+    pairs = np.unique(np.stack([u_idx, codes]), axis=1)
+    return pairs.shape[1] == U and np.bincount(codes).size > 1
+
+
+def replicate_t(factors: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> Evidence:
+    """The fallback where the results have no per-unit scores: the same decision over the replicates' (and seeds')
+    accuracies, one value per (replicate, seed) cell; it holds the test units fixed."""
+    names = list(factors)
+    over = names[0]
     d = np.asarray(x, float) - np.asarray(y, float)
     if len(d) == 0:
         return Evidence(math.nan, over=over, outcome="no shared splits: the two sides were not scored on the same "
                         "folds; not compared")
-    kw = dict(design="replicates only", over=over, n_replicates=len(d))
-    if len(d) < 2:
-        return Evidence(float(d.mean()), outcome=f"one {over[:-1]}: not tested", **kw)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        var = float(d.var(ddof=1) / len(d))
-    ev = _t_evidence(float(d.mean()), var, float(len(d) - 1), **kw)
+    codes = [np.unique(np.asarray(factors[n]), return_inverse=True)[1] for n in names]
+    sizes = [int(c.max()) + 1 for c in codes]
+    layout = " × ".join(f"{s} {n}" for s, n in zip(sizes, names) if s > 1) or f"1 {over[:-1]}"
+    kw = dict(design="replicates only", over=over, n_replicates=sizes[0], layout=layout)
     note = "no per-unit scores: the test holds the test units fixed"
-    return Evidence(**{**ev.__dict__, "outcome": "; ".join(x for x in (ev.outcome, note) if x)})
+    if sizes[0] < 2:
+        return Evidence(float(d.mean()), outcome=f"one {over[:-1]}: not tested; {note}", **kw)
+    n_cells = math.prod(sizes)
+    cell = np.ravel_multi_index(codes, sizes)
+    if len(d) == n_cells and len(np.unique(cell)) == n_cells:
+        X = np.zeros(n_cells)
+        X[cell] = d - d.mean()
+        X = X.reshape(sizes).squeeze(axis=tuple(i for i, s in enumerate(sizes) if s == 1))
+        var, df = crossed_variance(X, 0)
+    else:  # incomplete cells: the replicates' means alone
+        means = np.array([d[codes[0] == r].mean() for r in range(sizes[0])])
+        var, df = float(means.var(ddof=1) / len(means)), float(len(means) - 1)
+    ev = _t_evidence(float(d.mean()), var, df, **kw)
+    return dataclasses.replace(ev, outcome="; ".join(x for x in (ev.outcome, note) if x))
 
 
 # ---------------------------------------------------------------- from result rows to paired cells
@@ -212,8 +291,7 @@ def has_unit_scores(df: pd.DataFrame, cols: tuple[str, str, str], metric: str | 
 
 
 def unit_table(df: pd.DataFrame, cols: tuple[str, str, str], blocks: list[str]) -> pd.DataFrame:
-    """One row per (block..., unit): the unit's scored and correct counts averaged over the block's rows (a
-    fold's seeds; a run's folds and seeds)."""
+    """One row per (block..., unit): the unit's scored and correct counts averaged over the rows of the block."""
     kcol, ncol, ccol = cols
     keys = [list(v) for v in df[kcol]]
     lengths = [len(k) for k in keys]
@@ -251,30 +329,31 @@ def run_pairing(sub: pd.DataFrame, base: pd.DataFrame) -> tuple[dict, str]:
 def compare(sub: pd.DataFrame, sub_cols: tuple[str, str, str], base: pd.DataFrame, base_cols: tuple[str, str, str],
             metric: str, sub_acc: str, base_acc: str) -> Evidence:
     """The decision for `sub` (its scores in `sub_cols`, accuracy column `sub_acc`) against `base` (`base_cols`,
-    `base_acc`), rows of the same splits: per-unit when both sides have per-unit scores, else over the
-    replicates' accuracies. `metric` picks the rows that finished (its value present)."""
+    `base_acc`), rows of the same splits, paired by fold (and pretraining run), each fold's seeds averaged: per unit
+    when both sides have per-unit scores, else over the folds' accuracies. `metric` picks the rows that finished."""
     sub, base = sub.dropna(subset=[metric]), base.dropna(subset=[metric])
     pairing, note = run_pairing(sub, base)
-    over = "pretraining runs" if pairing else "folds"
     if pairing:
         sub = sub[sub[RUN_KEY].isin(list(pairing))]
         base = base[base[RUN_KEY].isin(list(pairing.values()))].assign(
             **{RUN_KEY: lambda d: d[RUN_KEY].map({v: k for k, v in pairing.items()})})
+    # With several runs each run is one replicate (its folds and seeds averaged): the runs are the outer level.
     blocks = [RUN_KEY] if pairing else [FOLD_KEY]
+    names = {RUN_KEY: "pretraining runs", FOLD_KEY: "folds"}
     if has_unit_scores(sub, sub_cols) and has_unit_scores(base, base_cols):
-        a = unit_table(sub, sub_cols, blocks)
-        b = unit_table(base, base_cols, blocks)
-        j = a.join(b, lsuffix="_a", rsuffix="_b", how="inner")
+        j = unit_table(sub, sub_cols, blocks).join(unit_table(base, base_cols, blocks), lsuffix="_a", rsuffix="_b",
+                                                     how="inner")
         idx = j.index.to_frame(index=False)
-        ev = paired_test(idx[blocks[0]].to_numpy(), idx["unit"].to_numpy(), j["correct_a"], j["count_a"],
-                         j["correct_b"], j["count_b"], over=over)
+        ev = paired_test({names[b]: idx[b].to_numpy() for b in blocks}, idx["unit"].to_numpy(), j["correct_a"],
+                         j["count_a"], j["correct_b"], j["count_b"])
     else:
-        x = sub.groupby(blocks[0])[sub_acc].mean()
-        y = base.groupby(blocks[0])[base_acc].mean()
+        x = sub.groupby(blocks)[sub_acc].mean()
+        y = base.groupby(blocks)[base_acc].mean()
         xy = pd.concat([x.rename("x"), y.rename("y")], axis=1, join="inner")
-        ev = replicate_t(xy["x"].to_numpy(), xy["y"].to_numpy(), over=over)
+        idx = xy.index.to_frame(index=False)
+        ev = replicate_t({names[b]: idx[b].to_numpy() for b in blocks}, xy["x"].to_numpy(), xy["y"].to_numpy())
     if note:
-        ev = Evidence(**{**ev.__dict__, "outcome": "; ".join(x for x in (ev.outcome, note) if x)})
+        ev = dataclasses.replace(ev, outcome="; ".join(x for x in (ev.outcome, note) if x))
     return ev
 
 

@@ -343,8 +343,9 @@ def with_precision(study: Study, precision: str) -> Study:
 FINETUNE_CODE_VERSION = 2
 """The version of the code that turns a pretrained model and a FinetuneConfig into a trial's scores (the protocol's
 splits, the finetuning schemes, what a trial records: per-unit scores of the model and, since 2, of every
-context-free baseline, for the report's paired tests). Bump it in any change that alters them: it is in every
-calculation id, so a study never counts an older trial as done."""
+context-free baseline, for the report's paired tests; since 2 a calculation's randomness is keyed by its seed and
+fold, `finetune.calculation_seed`). Bump it in any change that alters them: it is in every calculation id, so a
+study never counts an older trial as done."""
 
 
 def calc_id(model_id: str, ft: FinetuneConfig, salt: str = "", data: str = "") -> str:
