@@ -51,7 +51,7 @@ def pre(model_dir):
     return load_pretrained(model_dir)
 
 
-def scores_per_test_unit_sum_a_units_scored_words_and_hits_by_hand():
+def test_scores_per_test_unit_sum_a_units_scored_words_and_hits_by_hand():
     ex = [CTExample(("a", "b"), ("N", "N")), CTExample(("c",), ("SE",)), CTExample(("a", "b"), ("N", "N"))]
     rows = torch.tensor([0, 0, 1, 2, 2])  # two words, one, two; the third text repeats the first: one unit
     hits = torch.tensor([True, False, True, True, True])
