@@ -51,14 +51,21 @@ def machine() -> str:
     return f"{os.cpu_count()}-core {name}"
 
 
+def _version(package: str) -> str:
+    """An installed distribution's version, read from its metadata (no import: Ray stays at the edges)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
 def provenance() -> dict:
     """The record a study writes into study.json when it runs."""
-    import ray
-    import torch
-
     commit, dirty = code_commit()
     return {"commit": commit, "dirty": dirty, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-            "machine": machine(), "torch": torch.__version__, "ray": ray.__version__,
+            "machine": machine(), "torch": _version("torch"), "ray": _version("ray"),
             "python": _platform.python_version()}
 
 
