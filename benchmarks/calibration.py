@@ -315,14 +315,15 @@ def _cells(counts, n, design):
 
 
 def _observations(counts, n):
-    """Every scored (run, fold, unit) of the study, each fold's seeds averaged, for the report's decision: its
-    factors, unit and counts."""
-    R = counts.shape[1]
-    a, b = counts[0].mean(2), counts[1].mean(2)                         # run x fold x unit
-    idx = np.nonzero(~np.isnan(a))
-    r, f, u = idx
-    factors = ({"pretraining runs": r} if R > 1 else {}) | {"folds": f}
-    return factors, u, a[idx], n[u], b[idx], n[u]
+    """The study's paired cells as the report's decision reads them (`unit_statistics.compare`): each fold's seeds
+    averaged, per (fold, unit); with several runs each run's folds averaged too, per (run, unit)."""
+    if counts.shape[1] > 1:
+        a, b = np.nanmean(counts[0].mean(2), 1), np.nanmean(counts[1].mean(2), 1)   # run x unit
+        r, u = np.nonzero(~np.isnan(a))
+        return {"pretraining runs": r}, u, a[r, u], n[u], b[r, u], n[u]
+    a, b = counts[0, 0].mean(1), counts[1, 0].mean(1)                               # fold x unit
+    f, u = np.nonzero(~np.isnan(a))
+    return {"folds": f}, u, a[f, u], n[u], b[f, u], n[u]
 
 
 def decide_new(counts, n, design, rng=None) -> tuple[float, float, float]:
@@ -366,7 +367,7 @@ def decide_old(counts, n, design, rng, resamples: int = 1999) -> tuple[float, fl
     return p, lo, hi
 
 
-def decide_two_way_boot(counts, n, design, rng, resamples: int = 399) -> tuple[float, float, float]:
+def decide_two_way_boot(counts, n, design, rng, resamples: int = 199) -> tuple[float, float, float]:
     """Percentile bootstrap over replicates and units (crossed: independently, Owen's pigeonhole bootstrap; nested:
     units within resampled replicates); p = twice the smaller tail share beyond 0."""
     reps, units, ca, cb, nn = _cells(counts, n, design)
