@@ -44,12 +44,15 @@ def _crossed(rng, R=5, U=40, fold_sd=0.0, unit_sd=0.0, gain=0.0):
     return n, ca, cb
 
 
-def test_the_crossed_decision_is_the_two_way_anova_of_the_linearised_difference_with_satterthwaite_df():
+def test_the_crossed_decision_is_the_two_way_anova_of_the_linearised_difference_with_cochran_cox_critical_values():
+    from scipy import stats as sps
+
     rng = np.random.default_rng(3)
     R, U = 5, 40
     n, ca, cb = _crossed(rng, R, U, fold_sd=0.05, unit_sd=0.15, gain=0.03)
     N = np.broadcast_to(n, (R, U))
-    ev = paired_test({"folds": np.repeat(np.arange(R), U)}, np.tile(np.arange(U), R), ca.ravel(), N.ravel(), cb.ravel(), N.ravel())
+    ev = paired_test({"folds": np.repeat(np.arange(R), U)}, np.tile(np.arange(U), R), ca.ravel(), N.ravel(),
+                     cb.ravel(), N.ravel())
     ra, rb = ca.sum() / N.sum(), cb.sum() / N.sum()
     assert ev.diff == pytest.approx(ra - rb)
     # By hand: z = linearised contribution of each cell; the sums of squares of a two-way layout without replication.
@@ -62,19 +65,27 @@ def test_the_crossed_decision_is_the_two_way_anova_of_the_linearised_difference_
     ms_u = R * sum((x - grand) ** 2 for x in col) / (U - 1)
     ms_e = sum((z[r][u] - row[r] - col[u] + grand) ** 2 for r in range(R) for u in range(U)) / ((R - 1) * (U - 1))
     assert ms_u > ms_e, "this example has a unit component"
-    ms = ms_r + (ms_u - ms_e)
     # The units' mean square carries the degrees of freedom its squares show (fewer than U - 1 when uneven).
     sq = [(x - grand) ** 2 for x in col]
     mean_sq = sum(sq) / U
     var_sq = sum((x - mean_sq) ** 2 for x in sq) / U
     df_u = min(U - 1, 2 * (U - 1) * mean_sq ** 2 / var_sq)
-    df = ms ** 2 / (ms_r ** 2 / (R - 1) + ms_u ** 2 / df_u + ms_e ** 2 / ((R - 1) * (U - 1)))
-    se = math.sqrt(ms / (R * U))
+    parts = [(ms_r / (R * U), R - 1),
+             ((ms_u - ms_e) / (R * U), (ms_u - ms_e) ** 2 / (ms_u ** 2 / df_u + ms_e ** 2 / ((R - 1) * (U - 1))))]
+    se = math.sqrt(sum(v for v, _ in parts))
+
+    def critical(alpha):  # Cochran & Cox: the parts' t quantiles weighted by the parts' variances
+        return sum(v * sps.t.isf(alpha / 2, d) for v, d in parts) / se ** 2
+
     assert ev.design == "crossed" and ev.n_replicates == R and ev.n_units == U
-    assert ev.se == pytest.approx(se) and ev.df == pytest.approx(df)
-    assert R - 1 < ev.df < U - 1
-    assert ev.p == pytest.approx(_t_two_sided(ev.diff / se, df), abs=1e-6)
-    assert ev.diff - ev.ci_low == pytest.approx(ev.ci_high - ev.diff)
+    assert ev.se == pytest.approx(se)
+    assert ev.ci_high - ev.diff == pytest.approx(critical(0.05) * se) == pytest.approx(ev.diff - ev.ci_low)
+    lo, hi = 1e-12, 1.0  # p: the alpha at which the critical value meets |t|, by bisection
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if critical(mid) > abs(ev.diff) / se else (lo, mid)
+    assert ev.p == pytest.approx(mid, rel=1e-4)
+    assert R - 1 < ev.df < U - 1, "the t whose critical value equals the blend's lies between the parts'"
 
 
 def test_without_a_unit_component_the_crossed_decision_is_the_t_test_over_the_replicates():

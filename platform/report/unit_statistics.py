@@ -48,8 +48,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
+from scipy.optimize import brentq
 
 CONFIDENCE = 0.95
+P_FLOOR = 1e-12
+"""The smallest p a blended (Cochran-Cox) test reports: beyond it the weighted t quantiles are not computed."""
 FOLD_KEY = "ft_fold"
 RUN_KEY = "pretrain_seed"
 """The pretraining run of a calculation's model (its `PretrainConfig.seed`, from study.json)."""
@@ -109,18 +112,44 @@ class Evidence:
         return not math.isnan(self.p)
 
 
-def _t_evidence(diff: float, var: float, df: float, **kw) -> Evidence:
-    """p and interval of `diff` with variance `var` on a t reference with `df` degrees of freedom."""
+def _critical(alpha: float, parts: list[tuple[float, float]]) -> float:
+    """Cochran & Cox's (1950) critical value of a difference whose variance is a sum of parts, each (variance,
+    degrees of freedom): the parts' t critical values at two-sided `alpha`, weighted by the parts' variances."""
+    total = sum(v for v, _ in parts)
+    return sum(v * float(sps.t.isf(alpha / 2, df)) for v, df in parts) / total
+
+
+def _evidence(diff: float, parts: list[tuple[float, float]], **kw) -> Evidence:
+    """p and 95% interval of `diff`, whose variance is the sum of `parts` ((variance, degrees of freedom) each), by
+    Cochran & Cox's weighted critical value: where one part has a few degrees of freedom (five folds, three runs) and
+    another many (the test units), its tails are those of the parts, not of a Satterthwaite blend, which let the
+    decision call a difference in 6% of true nulls (benchmarks/calibration.py). p solves |t| = critical(p); `df` is
+    the Student t whose 95% critical value equals the blend's (for reading only)."""
+    parts = [(v, df) for v, df in parts if v > 0]
+    var = sum(v for v, _ in parts)
     if var <= 0 or not math.isfinite(var):
         if diff == 0:
-            return Evidence(0.0, 0.0, 0.0, 1.0, 0.0, df, outcome="no difference on any unit", **kw)
-        return Evidence(diff, se=0.0, df=df, outcome="no spread: the difference is the same everywhere, so "
-                        "nothing estimates its variance; not tested", **kw)
+            return Evidence(0.0, 0.0, 0.0, 1.0, 0.0, outcome="no difference on any unit", **kw)
+        return Evidence(diff, se=0.0, outcome="no spread: the difference is the same everywhere, so nothing "
+                        "estimates its variance; not tested", **kw)
     se = math.sqrt(var)
-    t = diff / se
-    q = float(sps.t.ppf(0.5 + CONFIDENCE / 2, df))
-    p = float(2 * sps.t.sf(abs(t), df))
-    return Evidence(diff, diff - q * se, diff + q * se, p, se, df, **kw)
+    t = abs(diff) / se
+    q = _critical(1 - CONFIDENCE, parts)
+    if len(parts) == 1:
+        p = float(2 * sps.t.sf(t, parts[0][1]))
+        df = parts[0][1]
+    else:
+        gap = lambda log_a: _critical(math.exp(log_a), parts) - t  # noqa: E731 -- decreasing in alpha
+        floor = math.log(P_FLOOR)
+        p = 1.0 if gap(0.0) >= 0 else (math.exp(brentq(gap, floor, 0.0)) if gap(floor) > 0 else P_FLOOR)
+        crit = lambda d: float(sps.t.isf((1 - CONFIDENCE) / 2, d)) - q  # noqa: E731 -- decreasing in d
+        df = 1e-3 if crit(1e-3) <= 0 else (math.inf if crit(1e7) >= 0 else brentq(crit, 1e-3, 1e7))
+    return Evidence(diff, diff - q * se, diff + q * se, min(1.0, p), se, float(df), **kw)
+
+
+def _t_evidence(diff: float, var: float, df: float, **kw) -> Evidence:
+    """`_evidence` of a variance with one part."""
+    return _evidence(diff, [(var, df)], **kw)
 
 
 def effective_df(x: np.ndarray) -> float:
@@ -144,17 +173,13 @@ def _effect(X: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     return E
 
 
-def crossed_variance(X: np.ndarray, primary: int = 0, unit_axis: int | None = None,
-                     few: int = 4) -> tuple[float, float]:
-    """(variance of X's grand mean, its degrees of freedom) for a balanced array whose axes are crossed random
-    factors (replicates, seeds, units). Every mean square MS_T of a set T of axes is computed; the variance is
-        [MS_primary + sum over effects S without the primary axis of max(c_S, 0)] / N,
-    c_S = sum_{T >= S} (-1)^{|T|-|S|} MS_T the ANOVA estimate of S's component (times N / its levels): the primary
-    replicates' mean square always counts, every other component where the data show one. Satterthwaite's degrees
-    of freedom over the mean squares used, the units' main effect with the degrees of freedom its squares carry;
-    with fewer than `few` replicates (two or three pretraining runs) the replicates' own R - 1: at 2 degrees of
-    freedom the t reference moves steeply, and Satterthwaite's estimate raised by the units' component made the test
-    liberal (benchmarks/calibration.py)."""
+def crossed_variance(X: np.ndarray, primary: int = 0, unit_axis: int | None = None) -> list[tuple[float, float]]:
+    """The variance of X's grand mean, as parts (variance, degrees of freedom), for a balanced array whose axes are
+    crossed random factors (replicates, units). Every mean square MS_T of a set T of axes is computed; the parts are
+    MS_primary / N (the replicates' mean square, always, with its own degrees of freedom) and, for every effect S
+    without the primary axis whose ANOVA estimate c_S = sum_{T >= S} (-1)^{|T|-|S|} MS_T is positive, c_S / N with
+    Satterthwaite's degrees of freedom over its mean squares (the units' main effect with the degrees of freedom its
+    squares carry). Their sum is unbiased where nothing is truncated."""
     k = X.ndim
     sizes = X.shape
     N = X.size
@@ -169,23 +194,17 @@ def crossed_variance(X: np.ndarray, primary: int = 0, unit_axis: int | None = No
             dfs[T] = float(d)
             if unit_axis is not None and T == (unit_axis,):
                 dfs[T] = effective_df(E.ravel())
-    coef: dict[tuple, float] = {}
-    if (primary,) in ms:
-        coef[(primary,)] = 1.0
+    parts = [(ms[(primary,)] / N, dfs[(primary,)])] if (primary,) in ms else []
     for r in range(1, k + 1):
         for S in itertools.combinations(range(k), r):
             if primary in S or S not in ms:
                 continue
             terms = {T: (-1.0) ** (len(T) - len(S)) for T in ms if set(S) <= set(T)}
-            if sum(c * ms[T] for T, c in terms.items()) > 0:
-                for T, c in terms.items():
-                    coef[T] = coef.get(T, 0.0) + c
-    total = sum(c * ms[T] for T, c in coef.items())
-    denom = sum((c * ms[T]) ** 2 / dfs[T] for T, c in coef.items() if c)
-    df = total ** 2 / denom if denom > 0 else float(sizes[primary] - 1)
-    if sizes[primary] < few:
-        df = float(sizes[primary] - 1)
-    return max(total, 0.0) / N, float(df)
+            c = sum(sign * ms[T] for T, sign in terms.items())
+            if c > 0:
+                df = c ** 2 / sum((sign * ms[T]) ** 2 / dfs[T] for T, sign in terms.items())
+                parts.append((c / N, df))
+    return parts
 
 
 def paired_test(factors: dict[str, np.ndarray], unit, ca, na, cb, nb) -> Evidence:
@@ -219,18 +238,15 @@ def paired_test(factors: dict[str, np.ndarray], unit, ca, na, cb, nb) -> Evidenc
     if len(z) == n_cells * U and np.bincount(u_idx, minlength=U).min() == n_cells:
         X = np.zeros((n_cells, U))
         X[cell, u_idx] = z
-        keep = [i for i, s in enumerate(sizes) if s > 1]
         X = X.reshape(*sizes, U).squeeze(axis=tuple(i for i, s in enumerate(sizes) if s == 1))
-        var, df = crossed_variance(X, 0, unit_axis=X.ndim - 1)
-        return _t_evidence(diff, var, df, design="crossed", **kw) if keep else Evidence(diff, **kw)
+        return _evidence(diff, crossed_variance(X, 0, unit_axis=X.ndim - 1), design="crossed", **kw)
     if nested_in is not None:
         per_cell = np.bincount(cell, minlength=n_cells)
         if per_cell.min() > 0:
             # Each cell's units summed, on the scale of one observation: the cells' mean is the observations' mean.
             X = (np.bincount(cell, weights=z, minlength=n_cells) / (len(z) / n_cells)).reshape(sizes)
             X = X.squeeze(axis=tuple(i for i, s in enumerate(sizes) if s == 1))
-            var, df = crossed_variance(X, 0)
-            return _t_evidence(diff, var, df, design="nested", **kw)
+            return _evidence(diff, crossed_variance(X, 0), design="nested", **kw)
     # Units in some replicates but not others, or missing cells: two-way cluster-robust over replicates and units.
     r_idx = codes[0]
     N = len(z)
@@ -271,11 +287,11 @@ def replicate_t(factors: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) ->
         X = np.zeros(n_cells)
         X[cell] = d - d.mean()
         X = X.reshape(sizes).squeeze(axis=tuple(i for i, s in enumerate(sizes) if s == 1))
-        var, df = crossed_variance(X, 0)
+        parts = crossed_variance(X, 0)
     else:  # incomplete cells: the replicates' means alone
         means = np.array([d[codes[0] == r].mean() for r in range(sizes[0])])
-        var, df = float(means.var(ddof=1) / len(means)), float(len(means) - 1)
-    ev = _t_evidence(float(d.mean()), var, df, **kw)
+        parts = [(float(means.var(ddof=1) / len(means)), float(len(means) - 1))]
+    ev = _evidence(float(d.mean()), parts, **kw)
     return dataclasses.replace(ev, outcome="; ".join(x for x in (ev.outcome, note) if x))
 
 
