@@ -110,12 +110,14 @@ def generalises_over(runs: int) -> str:
 
 
 DECISION_TEXT = (
-    "**Decision** (docs/statistics.md): one paired test for every comparison. The two seeds of a fold are averaged; "
-    "the replicates are the folds (with one pretraining run per column) or the pretraining runs (with several). The "
-    "variance of the difference comes from the replicates *and* the test units ({units}): where every fold is "
-    "scored on the same test units (crossed) a two-way random-effects ANOVA, where each fold has its own (nested) "
-    "the replicates' totals; a Student t with Satterthwaite's degrees of freedom gives p and the 95% interval. "
-    "Results without per-unit scores fall back to a t-test over the replicates (design: replicates only).")
+    "**Decision** (docs/statistics.md): one paired test for every comparison. The two seeds of a fold are averaged "
+    "(each calculation's randomness is its own); the replicates are the folds (with one pretraining run per column) "
+    "or the pretraining runs (with several). The variance of the difference is the replicates' part plus, where the "
+    "data show one, the test units' own part ({units}): where every fold is scored on the same units (crossed) from "
+    "the random-effects ANOVA of replicates × units, where each fold has its own (nested) inside the replicates' "
+    "totals. p and the 95% interval use Cochran & Cox's critical value (each part's t quantile weighted by its "
+    "variance); `df` is the Student t with the same 95% critical value. Results without per-unit scores fall back "
+    "to the replicates alone (design: replicates only).")
 
 
 def significance_section(comparisons: list[Comparison], unit_names: str = "test units") -> list[str]:

@@ -14,23 +14,22 @@ pretraining runs, the run. The paired difference of two cells on the same splits
   rate grows with the finetuning spread (benchmarks/calibration.py).
 
 The decision (one function, `paired_test`, for every comparison of a report). The seeds of a fold are averaged
-first. The **replicates** are the folds (one pretraining run per column) or the pretraining runs (two or more per
-column: each run's folds and seeds averaged, so a run is one replicate, and the runs are the outer level). The
-difference is a difference of two pooled accuracies (sum correct / sum scored on each side); its variance is
-estimated from the linearised per-(replicate, unit) values z (Cochran's ratio-estimator linearisation):
-- crossed (every unit in every replicate): the two-way random-effects ANOVA of z gives
-  Var = (MS_rep + max(MS_unit - MS_resid, 0)) / (R U): the replicates' mean square (an unbiased estimate of the
-  variance a t-test over the replicates uses) plus the units' own component where the data show one, with
-  Satterthwaite's degrees of freedom (Satterthwaite 1946; the quasi-F of Clark 1973; the crossed random effects of
-  Baayen, Davidson & Bates 2008). The replicates' part is never truncated away: with five folds or three runs it
-  is the scarce information, and an estimate that happens to come out small must keep its few degrees of freedom;
-- nested (every unit in one replicate): the replicates' sums of z, Var = R/(R-1) sum_r (sum_u z)^2 / N^2, with
-  R - 1 degrees of freedom (a t-test over the replicates, weighted by their units);
+first (a calculation's randomness is keyed by its seed and fold, `finetune.calculation_seed`, so the folds are
+independent replicates). The **replicates** are the folds (one pretraining run per column) or the pretraining runs
+(two or more per column: each run's folds and seeds averaged, the runs the outer level). The difference is a
+difference of two pooled accuracies (sum correct / sum scored on each side); its variance is estimated from the
+linearised per-(replicate, unit) values z (Cochran's ratio-estimator linearisation), as a sum of parts, each with
+its degrees of freedom (`crossed_variance`):
+- crossed (every unit in every replicate): the replicates' mean square MS_rep / (R U), always, with R - 1 degrees
+  of freedom, plus the units' own component (MS_unit - MS_resid) / (R U) where it is positive, with Satterthwaite's
+  degrees of freedom (the quasi-F of Clark 1973; the crossed random effects of Baayen, Davidson & Bates 2008);
+- nested (every unit in one replicate): the replicates' sums of z, R - 1 degrees of freedom (a t-test over the
+  replicates, weighted by their units);
 - partly crossed: two-way cluster-robust variance (Cameron, Gelbach & Miller 2011), replicates + units - cells,
   with min(R, U) - 1 degrees of freedom.
-p = two-sided Student t with those degrees of freedom; the interval is diff +- t * se. A t reference, not a
-bootstrap: with five folds a percentile bootstrap over folds covers far less than 95% (benchmarks/calibration.py
-measures both).
+p and the interval use Cochran & Cox's (1950) critical value, each part's t quantile weighted by its variance: a
+Satterthwaite blend of a 4-degree-of-freedom part and a many-degree one was liberal (benchmarks/calibration.py). A t
+reference, not a bootstrap: with five folds a percentile bootstrap over folds covers far less than 95%.
 
 Degenerate cases have a stated outcome (`Evidence.outcome`), never a silent gap: no shared splits, one replicate
 (the finetuning variance cannot be estimated), and no spread at all. Results recorded before per-unit scores fall
