@@ -347,10 +347,12 @@ def _train_fn(config: dict, storage_uri: str) -> None:
                     return
                 raise
         # Every rank's counts (all ranks reach this point, or none: they stop at the same step).
-        counts = torch.tensor([trainer.state.num_tokens, trainer.state.num_samples], dtype=torch.int64, device=device)
+        # float64: exact for the token and row counts (below 2^53), and FLOPs pass 2^63 in a paper-scale run.
+        counts = torch.tensor([trainer.state.num_tokens, trainer.state.num_samples, trainer.state.num_flops],
+                              dtype=torch.float64, device=device)
         if world > 1:
             _all_reduce_sum(counts)
-        throughput = run_throughput(trainer, int(counts[0]), int(counts[1]))
+        throughput = run_throughput(trainer, int(counts[0]), int(counts[1]), float(counts[2]))
         if rank == 0:
             eval_metrics = {}
             try:

@@ -72,6 +72,7 @@ def _train(trainer: Pretrainer, epoch_batches, *, report, log_every: int, all_fi
                 # Counted on the host copy of the batch: no device sync.
                 st.num_tokens += int(batch["attention_mask"].sum())
                 st.num_samples += len(batch["attention_mask"])
+                st.num_flops += trainer.batch_flops(batch, cfg.seq_len_at(st.step))
                 trainer.step(batch)
                 st.train_seconds = seconds_before + time.perf_counter() - t_start
                 ckpt = st.step % cfg.checkpoint_every == 0 or st.step == cfg.max_steps

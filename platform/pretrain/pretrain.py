@@ -20,6 +20,7 @@ from alignlab.platform import registry as _registry  # noqa: F401 -- objective n
 from alignlab.platform.batching import Collator
 from alignlab.platform.config import PretrainConfig
 from alignlab.platform.model import AlignModel
+from alignlab.platform.throughput import batch_flops
 
 
 EVAL_STEP_BASE = 1 << 40
@@ -156,6 +157,9 @@ class TrainState:
     """Real (non-padding) tokens this rank trained on, over all the run's lives (checkpointed)."""
     num_samples: int = 0
     """Rows this rank trained on, over all the run's lives."""
+    num_flops: float = 0.0
+    """Training FLOPs of this rank's batches (`throughput.batch_flops`, counted on the host per batch), over all the
+    run's lives: what MFU and the run's record divide."""
     train_seconds: float = 0.0
     """Wall time inside `train_loop`, over all the run's lives up to the last checkpoint (start-up excluded)."""
 
@@ -273,6 +277,12 @@ class Pretrainer:
         count and correct."""
         self._summed_steps = 0
 
+    def batch_flops(self, batch: dict, seq_len: int) -> float:
+        """The training FLOPs of a collated host batch at sequence length `seq_len` (`throughput.batch_flops`): the
+        encoder's per real token, plus each objective's head on what it scores in this batch."""
+        heads = sum(obj.head_flops(self.cfg.model, batch, seq_len=seq_len) for obj in self.objectives.values())
+        return batch_flops(self.cfg.model, seq_len, int(batch["attention_mask"].sum()), heads)
+
     def to_device(self, batch: dict) -> dict:
         return {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v
                 for k, v in batch.items()}
@@ -380,7 +390,7 @@ class Pretrainer:
             "step": self.state.step, "epoch": self.state.epoch, "batches_in_epoch": self.state.batches_in_epoch,
             "phase": self.state.phase, "torch_rng": torch.get_rng_state(),
             "num_tokens": self.state.num_tokens, "num_samples": self.state.num_samples,
-            "train_seconds": self.state.train_seconds,
+            "num_flops": self.state.num_flops, "train_seconds": self.state.train_seconds,
         }
 
     def load_state_dict(self, sd: dict) -> None:
@@ -390,6 +400,9 @@ class Pretrainer:
         self.state.step, self.state.epoch, self.state.batches_in_epoch = sd["step"], sd["epoch"], sd["batches_in_epoch"]
         self.state.phase = sd.get("phase", 0)  # checkpoints from before the domain phase existed
         self.state.num_tokens, self.state.num_samples = sd.get("num_tokens", 0), sd.get("num_samples", 0)
+        # A checkpoint from before FLOPs were counted per batch: its steps at the encoder's count alone.
+        self.state.num_flops = sd.get("num_flops", batch_flops(self.cfg.model, self.cfg.seq_len or self.cfg.model.max_len,
+                                                               self.state.num_tokens, 0.0))
         self.state.train_seconds = sd.get("train_seconds", 0.0)
         torch.set_rng_state(sd["torch_rng"])
 
