@@ -136,14 +136,14 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
         st.push_file(f"models/{mid}/{WORD_EMBEDDINGS}")
         print(f"[pretrain {mid}] word embeddings from the corpus's co-occurrences in {time.perf_counter() - t0:.1f}s",
               flush=True)
-    datasets = {"train": ray.data.read_parquet(shard_paths("train"), filesystem=fs, num_cpus=0.25)}
+    datasets = {"train": read_shards(shard_paths("train"), fs)}
     if cfg.domain_sources:  # the domain phase's rows, and the other rows for the steps before it
         datasets["domain"] = datasets["train"].map_batches(
             rows_of_sources, fn_args=(cfg.domain_sources, True), batch_format="pyarrow", num_cpus=0.25)
         datasets["train"] = datasets["train"].map_batches(
             rows_of_sources, fn_args=(cfg.domain_sources, False), batch_format="pyarrow", num_cpus=0.25)
     if shard_paths("eval"):
-        datasets["eval"] = ray.data.read_parquet(shard_paths("eval"), filesystem=fs, num_cpus=0.25)
+        datasets["eval"] = read_shards(shard_paths("eval"), fs)
     resources = worker_resources(cfg)
     trainer = TorchTrainer(
         worker_fn(st.uri),
@@ -206,6 +206,19 @@ def _raise_if_out_of_memory(st: Storage, mid: str) -> None:
     if (line := out_of_memory.recorded(st, mid)) is not None:
         out_of_memory.clear(st, mid)
         raise out_of_memory.OutOfMemory(f"pretraining of {mid} stopped: {line}")
+
+
+def read_shards(paths: list[str], filesystem):
+    """The rows of the shard files `paths`, in their order, in blocks fixed by the files alone (one read task per
+    shard: `override_num_blocks`), never by the cluster. Why: the blocks decide which rows reach which rank
+    (`streaming_split`) and what each rank's local shuffle buffer holds, so they must depend on the corpus only.
+    Left to Ray, a read sizes its parallelism from the cluster: Ray 2.60's first-generation reader
+    (`RAY_DATA_USE_DATASOURCE_V2=0`) asks for twice the cluster's CPUs and splits blocks to match, and a run under 4
+    CPUs then trained on other batches than under 2 (tests/test_exact_at_any_shape.py). Its default reader lists
+    each named file in a task of its own and reads the same blocks either way."""
+    import ray.data
+
+    return ray.data.read_parquet(paths, filesystem=filesystem, num_cpus=0.25, override_num_blocks=len(paths))
 
 
 def data_config(cfg: PretrainConfig, datasets: dict):
@@ -273,8 +286,9 @@ def _train_fn(config: dict, storage_uri: str) -> None:
     ck = ray.train.get_checkpoint()
     if ck:
         with ck.as_directory() as d:
-            # weights_only: a checkpoint in a shared bucket must not be able to run code when loaded.
-            trainer.load_state_dict(torch.load(Path(d) / "state.pt", weights_only=True))
+            # weights_only: a checkpoint in a shared bucket must not be able to run code when loaded. map_location:
+            # onto this rank's own device, not the device it was saved from (rank 0's GPU 0 for every rank).
+            trainer.load_state_dict(torch.load(Path(d) / "state.pt", map_location=device, weights_only=True))
     writer = None
     if rank == 0:
         from torch.utils.tensorboard import SummaryWriter
@@ -314,10 +328,12 @@ def _train_fn(config: dict, storage_uri: str) -> None:
         if writer is not None and st.remote:
             writer.flush()
             st.push(f"models/{mid}/tensorboard")
+        # Every rank's own random state (its dropout masks), gathered to rank 0, which writes the checkpoint.
+        rng = [trainer.rng_state()] if world == 1 else _all_gather(trainer.rng_state())
         with tempfile.TemporaryDirectory() as d:
             ckpt = None
             if rank == 0:
-                torch.save(trainer.state_dict(), Path(d) / "state.pt")
+                torch.save(trainer.state_dict(rng_by_rank=rng), Path(d) / "state.pt")
                 ckpt = Checkpoint.from_directory(d)
             ray.train.report(metrics, checkpoint=ckpt)
 
@@ -396,6 +412,15 @@ def _all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
 
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t
+
+
+def _all_gather(obj) -> list:
+    """Every rank's `obj`, in rank order (a checkpoint's per-rank random states: a few KB each)."""
+    import torch.distributed as dist
+
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
 
 
 def _all_ranks(device: str) -> Callable[[bool], bool]:
