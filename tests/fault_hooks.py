@@ -170,3 +170,15 @@ class WaitToBeRemovedAt:
         time.sleep(3)  # let the controller register the previous checkpoint, as a real later loss would
         Path(self.marker).write_text(ray.get_runtime_context().get_node_id())
         time.sleep(600)  # the node goes away under it
+
+
+class RaiseAt:
+    """Rank 0 raises `error` (an exception object, pickled to the worker) when it has finished `step`: a user error
+    raised inside a real Train worker, as alignlab's own checks there raise them."""
+
+    def __init__(self, step: int, error: BaseException):
+        self.step, self.error = step, error
+
+    def __call__(self, *, rank, step, **_) -> None:
+        if rank == 0 and step == self.step:
+            raise self.error

@@ -26,7 +26,9 @@ from alignlab.platform.pretrain.pretrain import resolve_precision, Pretrainer
 from alignlab.platform.ray_env import own_sigint, ensure_ray, post_progress
 from alignlab.platform.storage import Storage, as_storage, corpus_dir, model_dir, resolve_root, write_json
 from alignlab.platform.resources import RAY_DATA_CPUS, check_request
-from alignlab.platform.data.corpus import warn_if_corpus_repeats, shard_names, CORPUS_SMALL_FILES_ONLY, MANIFEST
+from alignlab.platform.data.corpus import (CORPUS_SMALL_FILES_ONLY, MANIFEST, check_corpus_fills_a_batch, shard_names,
+                                           warn_if_corpus_repeats)
+from alignlab.platform.errors import USER_ERRORS, raised_in_worker
 from alignlab.platform.progress import ProgressLine
 from alignlab.platform.throughput import run_throughput
 from alignlab.platform.data.tokenizer import Tokenizer
@@ -67,6 +69,7 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     cdir = Path(cdir).resolve()  # the Train workers start in another working directory
     manifest = check_corpus_for(cfg, cdir)
     check_domain_sources(cfg, manifest)
+    check_corpus_fills_a_batch(manifest, cfg)
     warn_if_corpus_repeats(manifest, cfg)
     cid = manifest["corpus_id"]
     if not manifest.get("holdout"):  # a study refuses such a corpus (holdout.require_holdout); a lone run is warned
@@ -174,6 +177,8 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
         if no_space_left(e):  # one line naming the folder, not the worker group's nested traceback
             raise checkpoint_disk_full(st.url(f"models/{mid}/ray/{name}"),
                                        None if st.remote else mdir / "ray" / name) from e
+        if isinstance(inner := raised_in_worker(e), USER_ERRORS):  # the worker's own ValueError, not Ray's wrapping
+            raise inner from e
         raise
     _raise_if_out_of_memory(st, mid)
     if (reason := diverged_reason(st, mid)) is not None:  # the workers stopped at a non-finite loss
