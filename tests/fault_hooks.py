@@ -182,3 +182,14 @@ class RaiseAt:
     def __call__(self, *, rank, step, **_) -> None:
         if rank == 0 and step == self.step:
             raise self.error
+
+
+class Each:
+    """Several hooks, called in order at every step."""
+
+    def __init__(self, *hooks):
+        self.hooks = hooks
+
+    def __call__(self, **kw) -> None:
+        for hook in self.hooks:
+            hook(**kw)

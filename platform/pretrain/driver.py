@@ -25,7 +25,7 @@ from alignlab.platform.pretrain.loop import NonFiniteLossError, train_loop
 from alignlab.platform.pretrain.pretrain import resolve_precision, Pretrainer
 from alignlab.platform.ray_env import own_sigint, ensure_ray, post_progress
 from alignlab.platform.storage import Storage, as_storage, corpus_dir, model_dir, resolve_root, write_json
-from alignlab.platform.resources import RAY_DATA_CPUS, check_request
+from alignlab.platform.resources import RAY_DATA_CPUS, check_request, check_root_on_every_node
 from alignlab.platform.data.corpus import (CORPUS_SMALL_FILES_ONLY, MANIFEST, check_corpus_fills_a_batch, shard_names,
                                            warn_if_corpus_repeats)
 from alignlab.platform.errors import USER_ERRORS, raised_in_worker
@@ -70,6 +70,8 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     manifest = check_corpus_for(cfg, cdir)
     check_domain_sources(cfg, manifest)
     check_corpus_fills_a_batch(manifest, cfg)
+    ensure_ray()
+    check_root_on_every_node(st)  # before anything is written there: a local root on a multi-node cluster
     warn_if_corpus_repeats(manifest, cfg)
     cid = manifest["corpus_id"]
     if not manifest.get("holdout"):  # a study refuses such a corpus (holdout.require_holdout); a lone run is warned
@@ -258,7 +260,7 @@ def worker_fn(storage_uri: str) -> Callable[[dict], None]:
 def _train_fn(config: dict, storage_uri: str) -> None:
     """Runs on every Train worker."""
     import ray.train
-    from ray.train import Checkpoint
+    from ray.train import Checkpoint, CheckpointUploadMode
     from ray.train.torch import prepare_model
 
     cfg = pretrain_from_dict({**config["cfg"], "objectives": config["objectives"]})
@@ -335,14 +337,19 @@ def _train_fn(config: dict, storage_uri: str) -> None:
             st.push(f"models/{mid}/tensorboard")
         # Every rank's own random state (its dropout masks), gathered to rank 0, which writes the checkpoint.
         rng = [trainer.rng_state()] if world == 1 else _all_gather(trainer.rng_state())
-        with tempfile.TemporaryDirectory() as d:
-            ckpt = None
-            if rank == 0:
-                torch.save(trainer.state_dict(rng_by_rank=rng), Path(d) / "state.pt")
-                ckpt = Checkpoint.from_directory(d)
-            ray.train.report(metrics, checkpoint=ckpt)
+        ckpt = None
+        if rank == 0:
+            # Written to this node's disk here; copied to the storage root by Ray Train's upload thread while the
+            # ranks train on (ASYNC), so no rank waits for 0.6-1.3 GB to reach a bucket. Ray Train deletes the folder
+            # once it is uploaded; an upload that fails fails the worker group like any error (and a full disk is
+            # named by the driver, `checkpoint_disk_full`). The checkpoint counts once it is uploaded whole.
+            d = tempfile.mkdtemp(prefix="alignlab-checkpoint-")
+            torch.save(trainer.state_dict(rng_by_rank=rng), Path(d) / "state.pt")
+            ckpt = Checkpoint.from_directory(d)
+        ray.train.report(metrics, checkpoint=ckpt, checkpoint_upload_mode=CheckpointUploadMode.ASYNC)
 
-    all_finite = (lambda ok: ok) if world == 1 else _all_ranks(str(device))
+    all_finite = (lambda ok: ok) if world == 1 else _agree(str(device), every=True)
+    any_rank = (lambda flag: flag) if world == 1 else _agree(str(device), every=False)
     # What is alive now (Ray, torch, the model) lives as long as the worker: kept out of the garbage collector's
     # full passes, which the collation's many short-lived lists set off, so that each pass scans only new objects.
     gc.freeze()
@@ -350,6 +357,7 @@ def _train_fn(config: dict, storage_uri: str) -> None:
         if trainer.state.step < cfg.max_steps:
             try:
                 train_loop(trainer, epoch_batches, report=report, log_every=cfg.log_every, all_finite=all_finite,
+                           any_rank=any_rank,
                            domain_batches=(lambda epoch: epoch_batches(epoch, domain)) if domain is not None else None)
             except NonFiniteLossError as e:
                 if rank == 0:
@@ -428,13 +436,16 @@ def _all_gather(obj) -> list:
     return out
 
 
-def _all_ranks(device: str) -> Callable[[bool], bool]:
-    """`train_loop`'s `all_finite` for data-parallel workers: a MIN all-reduce of each rank's flag."""
+def _agree(device: str, *, every: bool) -> Callable[[bool], bool]:
+    """`train_loop`'s `all_finite` (`every`: a MIN all-reduce of each rank's flag) or `any_rank` (a MAX) for
+    data-parallel workers."""
     import torch.distributed as dist
 
-    def all_finite(ok: bool) -> bool:
+    op = dist.ReduceOp.MIN if every else dist.ReduceOp.MAX
+
+    def agree(ok: bool) -> bool:
         flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        dist.all_reduce(flag, op=op)
         return bool(flag.item())
 
-    return all_finite
+    return agree
