@@ -97,7 +97,6 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
 def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfig, requested: str, mid: str, *,
                      max_failures: int, name: str, after_step, keep_checkpoints: int | None) -> None:
     """Train model `mid` (or resume its Train run) and export it; its lock is held."""
-    import ray.data
     import ray.train
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
