@@ -109,7 +109,8 @@ _OTHER_VALUE = {
     # set together: each is changed with its companion at a fixed value (see _COMPANION)
     "short_seq_len": 32, "short_seq_fraction": 0.5, "domain_sources": ("web",), "domain_fraction": 0.5,
     # runtime-only
-    "checkpoint_every": 7, "log_every": 3, "eval_batches": 9, "cpus_per_worker": 2.0, "threads_per_worker": 2,
+    "checkpoint_every": 7, "checkpoint_every_minutes": 20.0, "log_every": 3, "eval_batches": 9, "cpus_per_worker": 2.0,
+    "threads_per_worker": 2,
     "use_gpu": True, "prefetch_batches": 5, "collate_workers": 2, "bucket_batches": 4,
 }
 
