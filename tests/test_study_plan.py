@@ -112,10 +112,16 @@ def test_the_paper_plan_on_an_h100_counts_each_models_flops_and_the_mfu_its_esti
     study = with_precision(_build("objective_ablation")(check_preset("paper")), "auto")
     plan = study_plan(study, tmp_path / "root", device="H100")
     rate = MEASURED[("768x3", "NVIDIA H100 80GB HBM3")]
+    trained = 0
     for m, declared in zip(plan["models"], study.models):
         assert m["flops"] == expected_run_flops(declared.pretrain, study.corpus.vocab_size)
+        if not declared.pretrain.max_steps:  # an untrained control column: no pretraining, nothing to count
+            assert m["flops"] == 0 and m["mfu"] is None
+            continue
+        trained += 1
         assert m["flops"] == pytest.approx(1.3e19, rel=0.02)  # 500M examples of ~26 GFLOP
         assert m["mfu"] == pytest.approx(m["flops"] / (declared.pretrain.max_steps * 256 / rate) / 989e12)
+    assert trained == 3
     assert main(["plan", str(STUDIES / "objective_ablation.py"), "--preset", "paper", "--storage",
                  str(tmp_path / "root"), "--device", "H100"]) == 0
     out = capsys.readouterr().out

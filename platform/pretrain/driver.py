@@ -69,9 +69,10 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     cdir = Path(cdir).resolve()  # the Train workers start in another working directory
     manifest = check_corpus_for(cfg, cdir)
     check_domain_sources(cfg, manifest)
-    check_corpus_fills_a_batch(manifest, cfg)
-    ensure_ray()
-    check_root_on_every_node(st)  # before anything is written there: a local root on a multi-node cluster
+    if cfg.max_steps:  # a run that trains (an untrained model is written here, without Ray)
+        check_corpus_fills_a_batch(manifest, cfg)
+        ensure_ray()
+        check_root_on_every_node(st)  # before anything is written there: a local root on a multi-node cluster
     warn_if_corpus_repeats(manifest, cfg)
     cid = manifest["corpus_id"]
     if not manifest.get("holdout"):  # a study refuses such a corpus (holdout.require_holdout); a lone run is warned
