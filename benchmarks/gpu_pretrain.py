@@ -16,8 +16,9 @@ Three measurements, side by side in one process (written to `--out`, default
    for data come from the loop's TensorBoard reports (as in `pretrain_throughput.py --part ray`); tokens/s and MFU
    are also read from the model's `final/eval.json` ("throughput"), i.e. what every run records.
 
-MFU everywhere is `throughput.flops_per_token` (6 N + 12 L d T, the encoder only: the MLM decoder and
-embeddings are not counted, so it is a slight underestimate for both) times real tokens per second, over the
+MFU everywhere is the one FLOP count of `throughput.batch_flops` (6 N + 12 L d T per real token, plus the heads on
+what they score: MLM's 6 (d^2 + d V) per predicted position, NSP's pooler per row; the same count for HF, which
+decodes every position but is credited with the useful work only) per second, over the
 datasheet bf16 peak of the device in `throughput.PEAK_TFLOPS`; the measured peak of a large bf16 matmul is
 printed beside it. Every row is 128 real tokens (`[CLS] 63 [SEP] 62 [SEP]`, ids drawn uniformly from a real
 sentencepiece vocabulary of 32,000 pieces), so tokens and real tokens are the same here.
@@ -50,7 +51,7 @@ from alignlab.objectives.masked_lm import MaskedLMConfig
 from alignlab.objectives.next_sentence import NextSentenceConfig
 from alignlab.platform.config import MODEL_SIZES, PretrainConfig
 from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows
-from alignlab.platform.throughput import flops_per_token, peak_flops
+from alignlab.platform.throughput import peak_flops
 
 SEQ = 128
 RESULTS = Path(__file__).resolve().parent / "results" / "gpu_pretrain.json"
@@ -112,7 +113,7 @@ def bench_models(sizes, tok, table, *, batch: int, steps: int, rounds: int, warm
         assert bool(collated[0]["attention_mask"].all()), "benchmark batches must carry no padding"
         on_device = [al.to_device(al.prepare(b)) for b in collated]
         tokens = collated[0]["input_ids"].numel()
-        fpt = flops_per_token(m.hidden, m.num_layers, m.ffn, SEQ)
+        fpt = sum(al.batch_flops(b, SEQ) for b in collated) / (len(collated) * tokens)  # heads included
         hf = HFStep(size, tok.vocab_size, al.optimizer, bf16=True, device=device) if with_hf else None
         hf_inputs = [{k: v.to(device) for k, v in HFStep.inputs(b).items()} for b in collated] if with_hf else None
         for i in range(warmup):
@@ -200,14 +201,14 @@ def ray_run(size: str, tok, *, batch: int, steps: int, num_rows: int, device: st
     steady_wait = (fb * (loop_a + t_b - t_a) - fa * loop_a) / (t_b - t_a)
     tokens = batch * SEQ
     peak = peak_flops(device_label(device), "bf16")
-    fpt = flops_per_token(MODEL_SIZES[size].hidden, MODEL_SIZES[size].num_layers, MODEL_SIZES[size].ffn, SEQ)
+    fpt = (ev.get("throughput") or {}).get("flops_per_token")  # the run's own count, its heads included
     return {"size": size, "batch": batch, "steps": steps, "rows": num_rows, "cpus": cpus,
             "cpus_per_worker": cpus_per_worker, "bucket_batches": cfg.bucket_batches, "compiled": cfg.compile,
             "prefetch_batches": cfg.prefetch_batches, "collate_workers": cfg.collate_workers,
             "corpus_write_s": round(corpus_s, 1),
             "fit_wall_s": round(fit_s, 1), "steady_step_ms": round(step_s * 1e3, 3),
             "steady_steps": b - a, "steady_tokens_per_s": round(tokens / step_s),
-            "steady_mfu": None if peak is None else round(tokens / step_s * fpt / peak, 4),
+            "steady_mfu": None if peak is None or fpt is None else round(tokens / step_s * fpt / peak, 4),
             "data_wait_fraction_steady": round(max(steady_wait, 0.0), 4),
             "data_wait_fraction_whole_loop": round(fb, 4),
             "eval_json_throughput": ev.get("throughput"),

@@ -48,10 +48,11 @@ import pyarrow.parquet as pq
 import torch
 
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
-from alignlab.objectives.masked_lm import MaskedLMConfig
+from alignlab.objectives.masked_lm import MaskedLMConfig, decoder_flops
 from alignlab.objectives.next_sentence import NextSentenceConfig
 from alignlab.platform.config import MODEL_SIZES, PretrainConfig
 from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.throughput import batch_flops
 from alignlab.platform.data.corpus import shard_schema
 from alignlab.platform.registry import corpus_labellers
 from alignlab.platform.data.corpus_embeddings import for_corpus
@@ -146,16 +147,11 @@ def pretrain_config(size: str, precision: str = "fp32", **kw) -> PretrainConfig:
 
 
 def model_flops(size: str, batch: int, seq: int, vocab: int, masked_tokens: float) -> float:
-    """Model FLOPs of one training step (forward + backward = 3x forward; multiply-add = 2 FLOPs).
-
-    6 x encoder weight-matrix parameters x tokens + 12 x layers x seq^2 x hidden x batch (QK^T and
-    AV, forward and backward) + 6 x (hidden^2 + vocab x hidden) x masked tokens (MLM transform and
-    decoder). Embedding look-ups, layer norms, NSP head and the optimizer are left out."""
+    """Model FLOPs of one training step of `batch` full rows of `seq` tokens with `masked_tokens` predicted positions:
+    the one count of `throughput.batch_flops` (6 N + 12 L d T per token, and MLM's transform and decoder,
+    6 (d^2 + d V), per predicted position); the NSP head's pooler (under 0.1%) is left out here."""
     m = MODEL_SIZES[size]
-    weights = m.num_layers * (4 * m.hidden * m.hidden + 2 * m.hidden * m.ffn)
-    tokens = batch * seq
-    return (6 * weights * tokens + 12 * m.num_layers * seq * seq * m.hidden * batch
-            + 6 * (m.hidden * m.hidden + vocab * m.hidden) * masked_tokens)
+    return batch_flops(m, seq, batch * seq, decoder_flops(m.hidden, vocab, masked_tokens))
 
 
 def matmul_peak(n: int = 4096, reps: int = 5, dtype: torch.dtype = torch.float32) -> float:

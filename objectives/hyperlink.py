@@ -22,7 +22,9 @@ import pyarrow as pa
 import torch
 
 from alignlab.platform.model import TokenHead
-from alignlab.platform.registry import CorpusLabels, Objective, classification_sums, labelled, register
+from alignlab.platform.registry import (CorpusLabels, Objective, classification_sums, labelled, labelled_count,
+                                        register)
+from alignlab.platform.throughput import matmul_flops
 
 TAGS = ("N", "S", "E", "SE")
 N, S, E, SE = 0, 1, 2, 3
@@ -122,3 +124,11 @@ class Hyperlink(Objective):
         pos, target = labelled(batch, "whp")  # padded to a few shapes; padded rows are IGNORE
         h = hidden_BTH.reshape(-1, hidden_BTH.shape[-1]).index_select(0, pos)
         return classification_sums(head(h), target)
+
+    def head_flops(self, model_cfg, batch, *, seq_len):
+        return matmul_flops(model_cfg.hidden * NUM_TAGS, labelled_count(batch, "whp"))
+
+    @classmethod
+    def expected_head_flops(cls, config, model_cfg, vocab_size, *, seq_len, rows, tokens):
+        # At most every token (only linked rows' words are labelled): a d x 4 matrix, ~0.01% of the encoder's work.
+        return matmul_flops(model_cfg.hidden * NUM_TAGS, tokens)

@@ -18,7 +18,8 @@ import torch
 from alignlab.platform.batching import IGNORE
 from alignlab.platform.model import MaskedLMHead
 from alignlab.platform.registry import (Objective, classification_metrics, classification_sums, labelled,
-                                        lock_inputs, register)
+                                        labelled_count, lock_inputs, register)
+from alignlab.platform.throughput import matmul_flops
 
 
 @register
@@ -62,6 +63,11 @@ def _gumbel_at(rng: np.random.Generator, shape: tuple[int, int], where: np.ndarr
         rng.bit_generator.state = state
         return rng.gumbel(size=shape)[where]
     return -np.log(-np.log(u[where]))
+
+
+def decoder_flops(hidden: int, vocab_size: int, predicted: float) -> float:
+    """Training FLOPs of `MaskedLMHead` on `predicted` positions: 6 (d^2 + d V) each."""
+    return matmul_flops(hidden * hidden + hidden * vocab_size, predicted)
 
 
 class MaskedLM(Objective):
@@ -126,6 +132,16 @@ class MaskedLM(Objective):
                 sums["masked_count"] = at_mask.sum().float()
                 sums["masked_correct"] = ((logits.argmax(-1) == target) & at_mask).sum().float()
         return loss, sums
+
+    def head_flops(self, model_cfg, batch, *, seq_len):
+        # The transform (d x d) and the tied decoder (d x V) on each predicted position: at a 111K vocabulary the
+        # decoder alone is ~40% of the 768x3 model's work per example (docs/throughput.md#the-flop-count).
+        return decoder_flops(model_cfg.hidden, self.tokenizer.vocab_size, labelled_count(batch, "mlm"))
+
+    @classmethod
+    def expected_head_flops(cls, config, model_cfg, vocab_size, *, seq_len, rows, tokens):
+        # round(mask_prob x n) of each row's n non-special tokens (a pair example has 3 specials).
+        return decoder_flops(model_cfg.hidden, vocab_size, config.mask_prob * max(tokens - 3 * rows, 0))
 
     def finalize(self, sums: dict[str, float]) -> dict[str, float]:
         """Accuracy and perplexity over every predicted position, as the paper (XLM's code) counts them, and

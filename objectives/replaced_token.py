@@ -37,6 +37,7 @@ from torch import nn
 from alignlab.platform.batching import IGNORE
 from alignlab.platform.registry import Objective, classification_metrics, classification_sums, labelled_rows, register
 from alignlab.platform.model import Encoder, EncoderLayer, MaskedLMHead, TokenHead, init_weights
+from alignlab.platform.throughput import matmul_flops
 
 
 @register
@@ -206,6 +207,26 @@ class ReplacedToken(Objective):
         # (`count`), so the generator's term is the whole batch's mean only as far as each worker's masked tokens
         # are in proportion to its labelled ones (in expectation; not to the digit).
         return gen_loss + self.config.discriminator_weight * disc_loss, sums
+
+    def head_flops(self, model_cfg, batch, *, seq_len):
+        # Which positions are replaced is drawn on the device (edit_input): counted here in expectation, over the
+        # batch's real tokens.
+        return self.expected_head_flops(self.config, model_cfg, self.tokenizer.vocab_size, seq_len=seq_len,
+                                        rows=len(batch["attention_mask"]), tokens=int(batch["attention_mask"].sum()))
+
+    @classmethod
+    def expected_head_flops(cls, config, model_cfg, vocab_size, *, seq_len, rows, tokens):
+        """The generator (an encoder of its own over every token, trained by its MLM loss) and its decoder on the
+        `mask_prob` share of the candidates, and the discriminator's d x 2 on every candidate (taken as every real
+        token)."""
+        g = generator_config(config, model_cfg)
+        d = model_cfg.hidden
+        # The generator's layers as matrix weights per token; its attention's 12 L g T FLOPs as 2 L g T "weights".
+        per_token = g.num_layers * (4 * g.hidden ** 2 + 2 * g.hidden * g.ffn) + 2 * g.num_layers * g.hidden * seq_len
+        per_token += 2 * d + (d * g.hidden if config.tie_embeddings else 0)  # the discriminator; the input projection
+        decoder = g.hidden * d + d * vocab_size if config.tie_embeddings else g.hidden ** 2 + g.hidden * vocab_size
+        predicted = config.mask_prob * max(tokens - 3 * rows, 0)
+        return matmul_flops(per_token, tokens) + matmul_flops(decoder, predicted)
 
     def finalize(self, sums: dict[str, float]) -> dict[str, float]:
         out = classification_metrics(sums)  # the discriminator's: every labelled token, original or replaced

@@ -33,8 +33,8 @@ from alignlab.platform.data.corpus_flags import (add_corpus_arguments, corpus_fl
                                                  fit_domain_phase)
 from alignlab.platform.fel.protocol import (NUM_FOLDS, TaskData, build_tasks, calculations, context_free_baselines,
                                             extra_test_scores, fel_split, multitask_train, test_unit_metrics)
-from alignlab.platform.errors import (Parser, int_below, name_list, nonneg_int, positive_float, positive_int,
-                                      run_guarded)
+from alignlab.platform.errors import (Parser, int_below, name_list, nonneg_float, nonneg_int, positive_float,
+                                      positive_int, run_guarded)
 from alignlab.platform.registry import objective_names, default_set, objectives_like
 from alignlab.platform.storage import MARKER, folder_finished, resolve_root, write_json
 from alignlab.platform.task import finetune_options, registered_tasks, task, task_names, check_disjoint, validate_file
@@ -89,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
                     "or the preset's corpus)")
     add_corpus_arguments(pt)
     pt.add_argument("--max-steps", type=positive_int, default=None)
+    pt.add_argument("--checkpoint-every-minutes", type=nonneg_float, default=None, metavar="M",
+                    help="also checkpoint every M minutes of training (PretrainConfig.checkpoint_every_minutes; not "
+                    "part of the model id); default: the preset's, by steps only")
     pt.add_argument("--loss-scaling", choices=LOSS_SCALINGS, default=None,
                     help="divide each objective's loss by log(number of classes) (MUPPET §3.2); default none")
     add_precision_flag(pt, default=None, help="matmul precision (default: the preset's, auto: bf16 on a GPU or a "
@@ -199,6 +202,8 @@ def _dispatch(args) -> int:
             cfg = dataclasses.replace(cfg, model=MODEL_SIZES[args.size])
         if args.max_steps:
             cfg = dataclasses.replace(cfg, max_steps=args.max_steps)
+        if args.checkpoint_every_minutes is not None:
+            cfg = dataclasses.replace(cfg, checkpoint_every_minutes=args.checkpoint_every_minutes)
         if args.loss_scaling:
             cfg = dataclasses.replace(cfg, loss_scaling=args.loss_scaling)
         if args.precision:
@@ -211,9 +216,11 @@ def _dispatch(args) -> int:
         ccfg = corpus_from_args(CORPUS_PRESETS[args.preset], args)  # refuses bad corpus flags before any work
         if not args.corpus:  # refuse an impossible request before building the preset's corpus (issue #17)
             from alignlab.platform.pretrain.driver import check_pretrain_resources
+            from alignlab.platform.resources import check_root_on_every_node
 
             ensure_ray()
             check_pretrain_resources(cfg)
+            check_root_on_every_node(root)  # the corpus's shards are written by tasks on every node
         cdir = Path(args.corpus) if args.corpus else build_corpus(ccfg, root)
         if args.corpus or ccfg != CORPUS_PRESETS[args.preset]:  # not the preset's corpus: fit its domain phase
             from alignlab.platform.data.corpus import corpus_sources, load_manifest

@@ -201,6 +201,11 @@ class PretrainConfig:
     """>0: the word embeddings (and MLM's tied decoder) start from the training split's co-occurrence statistics
     (PPMI + truncated SVD, `corpus_embeddings.py`), scaled to this per-entry std; 0: random, N(0, 0.02) (BERT)."""
     checkpoint_every: int = 100
+    checkpoint_every_minutes: float = field(default=0.0, metadata={"omit_at_default": True})
+    """Also checkpoint when this many minutes of training have passed since the last checkpoint (0: by steps only):
+    a run whose steps are slow (a large model, a slow device) otherwise loses up to `checkpoint_every` steps of work to
+    a lost node. Checked at the steps that report metrics (every `log_every`), where all workers agree. A runtime
+    field: not in the model id, and where the checkpoints fall never changes the weights."""
     log_every: int = 10
     """Report metrics (Ray, TensorBoard) every this many steps."""
     eval_batches: int = 20
@@ -283,6 +288,9 @@ class PretrainConfig:
                self.prefetch_batches, self.collate_workers) < 0:
             raise ValueError("PretrainConfig.warmup_steps, grad_clip, subword_regularization_alpha, corpus_embeddings, "
                              "prefetch_batches and collate_workers must be >= 0")
+        if not (math.isfinite(self.checkpoint_every_minutes) and self.checkpoint_every_minutes >= 0):
+            raise ValueError(f"PretrainConfig.checkpoint_every_minutes must be a finite number >= 0 (0: checkpoint by "
+                             f"steps only), got {self.checkpoint_every_minutes!r}")
 
     def dict_form(self, out: dict) -> dict:
         """`to_dict`'s form: the layout fraction under the key its objective declares (ids made before stay)."""

@@ -22,9 +22,31 @@ def debugging(argv: list[str] | None = None) -> bool:
     return bool(os.environ.get("ALIGNLAB_DEBUG")) or "--debug" in (sys.argv[1:] if argv is None else argv)
 
 
+def raised_in_worker(e: BaseException) -> BaseException | None:
+    """The error a Ray worker raised, found inside `e` when `e` is Ray's wrapping of it (a Train run's
+    `WorkerGroupError` or `ControllerError`, a task's `RayTaskError`, Tune's errors, or a chain of them), or None.
+    Ray's errors are told by their module (`ray.*`), so nothing here imports Ray. With several failed Train
+    workers, the lowest rank's."""
+    seen, todo = set(), [e]
+    while todo:
+        x = todo.pop(0)
+        if x is None or id(x) in seen:
+            continue
+        seen.add(id(x))
+        if not type(x).__module__.startswith("ray.") and x is not e:
+            return x
+        failures = getattr(x, "worker_failures", None) or {}
+        todo += [failures[rank] for rank in sorted(failures)]
+        # Train's UserExceptionWithTraceback, a task's RayTaskError, Train's ControllerError; then the chain.
+        todo += [getattr(x, "_base_exc", None), getattr(x, "cause", None), getattr(x, "controller_failure", None),
+                 x.__cause__]
+    return None
+
+
 def run_guarded(fn: Callable[[], object], argv: list[str] | None = None) -> int:
     """Run `fn` and turn any exception into one line on stderr and an exit code (see the module doc); `fn`'s
-    own int result is the exit code, any other result means 0."""
+    own int result is the exit code, any other result means 0. An error a Ray worker raised is shown as itself, not
+    as Ray's wrapping of it (`raised_in_worker`)."""
     def call() -> int:
         result = fn()
         return result if isinstance(result, int) else 0
@@ -39,12 +61,15 @@ def run_guarded(fn: Callable[[], object], argv: list[str] | None = None) -> int:
     except RecursionError:
         print("alignlab: error: input nested too deeply to read", file=sys.stderr)
         return 2
-    except USER_ERRORS as e:
-        print(f"alignlab: error: {_describe(e)}", file=sys.stderr)
-        return 2
-    except Exception as e:  # noqa: BLE001 -- the boundary: anything else is a bug, reported in one line
-        print(f"alignlab: internal error: {type(e).__name__}: {_describe(e)} (run with --debug or ALIGNLAB_DEBUG=1 "
-              "for the traceback)", file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 -- the boundary: anything but bad input is a bug, reported in one line
+        inner = raised_in_worker(e) if type(e).__module__.startswith("ray.") else None
+        shown = e if inner is None else inner
+        if isinstance(shown, USER_ERRORS):
+            print(f"alignlab: error: {_describe(shown)}", file=sys.stderr)
+            return 2
+        where = "" if inner is None else " (raised in a Ray worker)"
+        print(f"alignlab: internal error: {type(shown).__name__}: {_describe(shown)}{where} (run with --debug or "
+              "ALIGNLAB_DEBUG=1 for the traceback)", file=sys.stderr)
         return 1
 
 

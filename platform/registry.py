@@ -30,6 +30,10 @@ The verbs an objective may implement (defaults do nothing):
                 returning a scalar mean loss and additive metric sums (all-reducible), `finalize(sums)` turning
                 sums into accuracy and perplexity. The loss is a mean over `sums["count"]` items: under data
                 parallelism the engine reweights each worker's mean by its share of the global count.
+- cost:         `head_flops(model_cfg, batch, seq_len=)`: the training FLOPs of its head on one collated host batch (MLM:
+                6 (d^2 + d V) per predicted position), which the engine adds to the encoder's for MFU and the run's
+                record; `expected_head_flops` (a classmethod) the same before any batch exists (`alignlab plan`).
+                Both default to 0: an objective that declares neither is not counted (docs/throughput.md).
 - config:       `curriculum()` (optional, on the config): the config the objective collates with during the first
                 `PretrainConfig.curriculum_fraction` of the steps (MLM: uniform masks before rare-weighted ones).
 `example_format` says which inputs it trains on: "pair" = `[CLS] chunk [SEP] next [SEP]`, or a layout of its own,
@@ -347,6 +351,26 @@ class Objective:
 
     def finalize(self, sums: dict[str, float]) -> dict[str, float]:
         return classification_metrics(sums)
+
+    def head_flops(self, model_cfg: Any, batch: dict, *, seq_len: int) -> float:
+        """Training FLOPs of this objective's head (and any model of its own, RTD's generator) on one collated batch,
+        counted on the host before the step (`throughput.matmul_flops`: 6 per matrix weight and scored item). The
+        engine adds them to the encoder's `throughput.batch_flops`; 0 leaves the head uncounted."""
+        return 0.0
+
+    @classmethod
+    def expected_head_flops(cls, config: Any, model_cfg: Any, vocab_size: int, *, seq_len: int, rows: float,
+                            tokens: float) -> float:
+        """`head_flops` of `rows` rows holding `tokens` real tokens in all, expected before any batch exists
+        (`alignlab plan`; `config` is this objective's config, `vocab_size` the corpus's)."""
+        return 0.0
+
+
+def labelled_count(batch: dict, key: str) -> int:
+    """How many positions of `batch[key]` (a [B, T] label array) are labelled (not IGNORE): the items a
+    labelled-rows head scores (`head_flops`)."""
+    labels = batch.get(key)
+    return 0 if labels is None else int((labels != IGNORE).sum())
 
 
 def lock_inputs(batch: dict, mask: Any) -> None:

@@ -151,3 +151,54 @@ def check_request(what: str, bundle: dict, count: int = 1, *, spare_cpus: float 
             raise ResourceRequestError(
                 f"{what} asks for {asked}, but torch {torch.__version__} on this machine cannot use CUDA "
                 f"(no CUDA build or no driver){tail}")
+
+
+def _sees(path: str, token: str) -> bool:
+    """On one node: does `path` hold `token`?"""
+    from pathlib import Path
+
+    try:
+        return Path(path).read_text() == token
+    except OSError:
+        return False
+
+
+def check_root_on_every_node(root, *, timeout_s: float = 120.0) -> None:
+    """Refuse, before anything is trained, a storage root that is a folder of this machine when the cluster has
+    other nodes that do not see it. Train workers on another node would write their checkpoints and the finished
+    model to that node's own disk, where neither the driver nor a restarted worker finds them (a resume then starts
+    from scratch; `final/` never appears). A bucket URI is shared by definition; a local path passes when every
+    alive node finds, at the same path, a file this process has just written there (a shared mount: NFS, EFS,
+    a FUSE-mounted bucket; or nodes that are all this machine). Nodes an autoscaler adds later are not asked.
+    `root` is a `storage.Storage`; Ray must be initialised."""
+    import secrets
+
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if root.remote:
+        return
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    if len(nodes) < 2:
+        return
+    token = secrets.token_hex(16)
+    probe = root.local / f".alignlab-node-check-{token}"
+    probe.parent.mkdir(parents=True, exist_ok=True)
+    probe.write_text(token)
+    sees = ray.remote(num_cpus=0, max_retries=0)(_sees)
+    try:
+        answers = ray.get([sees.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                           .remote(str(probe), token) for n in nodes], timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        print(f"[storage] warning: could not ask every node of the cluster within {timeout_s:.0f} s whether it sees "
+              f"{root.local}; going on", flush=True)
+        return
+    finally:
+        probe.unlink(missing_ok=True)
+    blind = [n for n, ok in zip(nodes, answers) if not ok]
+    if blind:
+        where = ", ".join(sorted({n.get("NodeManagerAddress", "?") for n in blind}))
+        raise ValueError(f"storage root {root.local} is a folder that {len(blind)} of the cluster's {len(nodes)} nodes "
+                         f"do not see ({where}): their workers would keep checkpoints and models on their own disks; "
+                         "use a root every node shares: --storage s3://BUCKET/PREFIX or gs://..., or a folder mounted "
+                         "at the same path on every node")

@@ -2,7 +2,8 @@
 
 Every pretraining run records these in its model's `final/eval.json` (under "throughput"), in TensorBoard
 (`throughput/*`) and in the study report; `alignlab plan` estimates a study's device-hours from them. The
-FLOP count and the peak table live here so that one definition serves the record and the estimate.
+FLOP count (`batch_flops`, with the objectives' `head_flops`) and the peak table live here so that one definition
+serves the record, MFU, the plan and the benchmarks.
 docs/throughput.md explains the fields for users.
 """
 from __future__ import annotations
@@ -43,25 +44,59 @@ def peak_flops(device_name: str, precision: str) -> float | None:
     return None
 
 
-def flops_per_token(hidden: int, num_layers: int, ffn: int, seq_len: int, head_dim: int = 64) -> float:
+def matmul_flops(weights: float, items: float) -> float:
+    """Training FLOPs of `weights` matrix weights applied to each of `items` tokens, rows or positions: 6 per weight
+    and item (one multiply-add forward, two backward: the gradient of the input and of the weight)."""
+    return 6.0 * weights * items
+
+
+def encoder_flops_per_token(hidden: int, num_layers: int, ffn: int, seq_len: int) -> float:
     """Training FLOPs per token of the encoder: 6 N + 12 L d T (Chowdhery et al. 2022, PaLM, appendix B).
 
     N = L (4 d^2 + 2 d f) is the non-embedding parameter count of the encoder's matrices (Q, K, V, output
     projection; the two FFN matrices; biases and LayerNorms omitted), each used in one multiply-add forward and
     two backward: 6 FLOPs per parameter and token. 12 L d T is attention's own work (Q K^T and the weighted sum
-    of V over T positions, forward and backward), with d = heads x head_dim = `hidden`. Embedding lookups and
-    the objectives' heads are not counted (the MLM decoder runs on masked positions only), so MFU from this
-    count is a slight underestimate. `head_dim` does not enter: the heads' total width is `hidden`."""
-    del head_dim
+    of V over T positions, forward and backward), with d = heads x head_dim = `hidden`. The objectives' heads are
+    counted apart, per batch (`Objective.head_flops`): the MLM decoder runs on the predicted positions only."""
     n = num_layers * (4 * hidden * hidden + 2 * hidden * ffn)
-    return 6.0 * n + 12.0 * num_layers * hidden * seq_len
+    return matmul_flops(n, 1) + 12.0 * num_layers * hidden * seq_len
 
 
-def summary(*, num_tokens: int, num_samples: int, seconds: float, num_devices: int, device_name: str,
-            precision: str, fpt: float) -> dict:
+def batch_flops(model_cfg, seq_len: int, num_tokens: float, head_flops: float) -> float:
+    """The one FLOP count of a training batch (docs/throughput.md#the-flop-count): the encoder's
+    `encoder_flops_per_token` for each of its `num_tokens` real tokens at sequence length `seq_len`, plus its heads'
+    `head_flops` (the sum of the objectives' `Objective.head_flops`: MLM's 6 (d^2 + d V) per predicted position,
+    the small heads' per row or labelled token)."""
+    fpt = encoder_flops_per_token(model_cfg.hidden, model_cfg.num_layers, model_cfg.ffn, seq_len)
+    return fpt * num_tokens + head_flops
+
+
+def expected_run_flops(cfg, vocab_size: int) -> float:
+    """The FLOPs a pretraining run of `cfg` (a PretrainConfig) makes, before any batch exists (`alignlab plan`):
+    `batch_flops` of every step with full rows (each of its `batch_size` rows `seq_len_at(step)` real tokens long,
+    the most a row holds) and each objective's expected head FLOPs on them (`Objective.expected_head_flops`, at a
+    `vocab_size` vocabulary). Padding makes a real run's count lower; the record (`summary`) counts the real one."""
+    from alignlab.platform.registry import objective_class  # torch: only the plan's own call loads it
+
+    short = round(cfg.short_seq_fraction * cfg.max_steps) if cfg.short_seq_len else 0
+    total = 0.0
+    for steps, seq_len in ((short, cfg.short_seq_len), (cfg.max_steps - short, cfg.seq_len or cfg.model.max_len)):
+        if not steps:
+            continue
+        rows = steps * cfg.batch_size
+        tokens = rows * seq_len
+        heads = sum(objective_class(o).expected_head_flops(o, cfg.model, vocab_size, seq_len=seq_len, rows=rows,
+                                                           tokens=tokens) for o in cfg.objectives)
+        total += batch_flops(cfg.model, seq_len, tokens, heads)
+    return total
+
+
+def summary(*, num_tokens: int, num_samples: int, num_flops: float, seconds: float, num_devices: int,
+            device_name: str, precision: str) -> dict:
     """The "throughput" record of a run: `num_tokens` real (non-padding) tokens and `num_samples` rows trained on,
-    over all the workers, in `seconds` of training-loop wall time (summed over the run's lives, start-up and
-    export excluded), on `num_devices` devices called `device_name`."""
+    and `num_flops` (the sum of the batches' `batch_flops`), over all the workers, in `seconds` of training-loop
+    wall time (summed over the run's lives, start-up and export excluded), on `num_devices` devices called
+    `device_name`."""
     seconds = max(seconds, 1e-9)
     tps = num_tokens / seconds
     peak = peak_flops(device_name, precision)
@@ -69,8 +104,9 @@ def summary(*, num_tokens: int, num_samples: int, seconds: float, num_devices: i
         "tokens_per_s": round(tps, 1), "samples_per_s": round(num_samples / seconds, 2),
         "tokens_per_s_per_device": round(tps / num_devices, 1),
         "samples_per_s_per_device": round(num_samples / seconds / num_devices, 3),
-        "mfu": None if peak is None else round(tps * fpt / (peak * num_devices), 4),
-        "flops_per_token": fpt, "peak_flops_per_device": peak,
+        "mfu": None if peak is None else round(num_flops / seconds / (peak * num_devices), 4),
+        "flops": float(num_flops), "flops_per_token": round(num_flops / max(num_tokens, 1), 1),
+        "peak_flops_per_device": peak,
         "train_seconds": round(seconds, 2), "device_hours": round(seconds * num_devices / 3600, 5),
         "num_devices": num_devices, "device": device_name, "precision": precision,
         "num_tokens": int(num_tokens), "num_samples": int(num_samples),
@@ -136,15 +172,16 @@ def estimate_device_hours(size: str, device: str, precision: str, num_samples: i
     return None, f"no measured throughput of {size} on {device}: train one model there first"
 
 
-def run_throughput(trainer, num_tokens: int | None = None, num_samples: int | None = None) -> dict:
+def run_throughput(trainer, num_tokens: int | None = None, num_samples: int | None = None,
+                   num_flops: float | None = None) -> dict:
     """A `Pretrainer`'s throughput record (`summary`) from this rank's counts, or from the counts summed over the
     ranks when given; a rank's own counts are scaled by the world size (every rank trains on the same number of
-    rows a step, so this is exact for samples and close for tokens)."""
+    rows a step, so this is exact for samples and close for tokens and FLOPs)."""
     from alignlab.platform.devices import device_name
 
-    m, st, world = trainer.cfg.model, trainer.state, trainer.world
+    st, world = trainer.state, trainer.world
     return summary(num_tokens=st.num_tokens * world if num_tokens is None else num_tokens,
                    num_samples=st.num_samples * world if num_samples is None else num_samples,
+                   num_flops=st.num_flops * world if num_flops is None else num_flops,
                    seconds=st.train_seconds, num_devices=world, device_name=device_name(trainer.device),
-                   precision=trainer.precision,
-                   fpt=flops_per_token(m.hidden, m.num_layers, m.ffn, trainer.cfg.seq_len or m.max_len))
+                   precision=trainer.precision)

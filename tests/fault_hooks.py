@@ -7,6 +7,12 @@ from __future__ import annotations
 import os
 import time
 
+REGISTER_WAIT_S = 6.0
+"""How long a crashing rank waits first, so that the checkpoint before it is registered, as a real later failure
+would find it: checkpoints are uploaded in the background (`CheckpointUploadMode.ASYNC`) and reach Ray Train's
+controller through a queue of one result that it takes at each poll (about every 2 s), so the last one can need two
+polls after its step."""
+
 
 class CrashOnce:
     """Rank 0 exits hard once, when it has finished `step` and before reporting it; a marker file in the model
@@ -20,7 +26,7 @@ class CrashOnce:
         if rank == 0 and step == self.step and not marker.exists():
             marker.touch()
             flush()
-            time.sleep(3)  # let the controller register the previous checkpoint, as a real later failure would
+            time.sleep(REGISTER_WAIT_S)  # let the controller register the previous checkpoint
             os._exit(1)
 
 
@@ -45,7 +51,7 @@ class CrashRankOnce(CrashOnce):
         if rank == self.rank and step == self.step and not marker.exists():
             marker.touch()
             flush()
-            time.sleep(3)
+            time.sleep(REGISTER_WAIT_S)
             os._exit(1)
 
 
@@ -167,6 +173,29 @@ class WaitToBeRemovedAt:
         if step != self.step or Path(self.marker).exists():
             return
         flush()
-        time.sleep(3)  # let the controller register the previous checkpoint, as a real later loss would
+        time.sleep(REGISTER_WAIT_S)  # let the controller register the previous checkpoint
         Path(self.marker).write_text(ray.get_runtime_context().get_node_id())
         time.sleep(600)  # the node goes away under it
+
+
+class RaiseAt:
+    """Rank 0 raises `error` (an exception object, pickled to the worker) when it has finished `step`: a user error
+    raised inside a real Train worker, as alignlab's own checks there raise them."""
+
+    def __init__(self, step: int, error: BaseException):
+        self.step, self.error = step, error
+
+    def __call__(self, *, rank, step, **_) -> None:
+        if rank == 0 and step == self.step:
+            raise self.error
+
+
+class Each:
+    """Several hooks, called in order at every step."""
+
+    def __init__(self, *hooks):
+        self.hooks = hooks
+
+    def __call__(self, **kw) -> None:
+        for hook in self.hooks:
+            hook(**kw)

@@ -109,7 +109,8 @@ _OTHER_VALUE = {
     # set together: each is changed with its companion at a fixed value (see _COMPANION)
     "short_seq_len": 32, "short_seq_fraction": 0.5, "domain_sources": ("web",), "domain_fraction": 0.5,
     # runtime-only
-    "checkpoint_every": 7, "log_every": 3, "eval_batches": 9, "cpus_per_worker": 2.0, "threads_per_worker": 2,
+    "checkpoint_every": 7, "checkpoint_every_minutes": 20.0, "log_every": 3, "eval_batches": 9, "cpus_per_worker": 2.0,
+    "threads_per_worker": 2,
     "use_gpu": True, "prefetch_batches": 5, "collate_workers": 2, "bucket_batches": 4,
 }
 
@@ -194,27 +195,25 @@ def test_alignlab_pretrain_trains_at_the_precision_its_flag_names(tmp_path, monk
     assert asked == ["fp32", "bf16", PRETRAIN_PRESETS["smoke"].precision]
 
 
-def test_the_cost_table_of_the_cluster_page_follows_from_the_paper_presets_global_batch(monkeypatch):
-    """docs/cluster.md, "What the presets cost": examples = max_steps x the global batch (500M, not 500M x workers), FLOPs per
-    example from the throughput benchmark's formula, hours at the assumed 50 TFLOP/s of an A10G."""
+def test_the_cost_table_of_the_cluster_page_follows_from_the_paper_presets_global_batch():
+    """docs/cluster.md, "What the presets cost": examples = max_steps x the global batch (500M, not 500M x workers), FLOPs
+    by the one count `alignlab plan` uses (`throughput.expected_run_flops`: full rows, MLM's decoder on its predicted
+    positions at the paper corpus's 111K vocabulary), hours at the assumed 50 TFLOP/s of an A10G."""
     import re
-    import sys
     from pathlib import Path
 
-    repo = Path(__file__).resolve().parents[1]
-    monkeypatch.syspath_prepend(str(repo / "benchmarks"))
-    from pretrain_throughput import model_flops
+    from alignlab.platform.throughput import expected_run_flops
 
+    repo = Path(__file__).resolve().parents[1]
     readme = (repo / "docs" / "cluster.md").read_text()
     p = PRETRAIN_PRESETS["paper"]
-    examples = p.max_steps * p.batch_size
-    masked = 0.15 * p.model.max_len  # the page: MLM decoded on 15% of 128 positions
-    hours = {s: model_flops(s, 1, p.model.max_len, 111_000, masked) * examples / 50e12 / 3600
+    flops = {s: expected_run_flops(dataclasses.replace(p, model=C.MODEL_SIZES[s]), 111_000)
              for s in ("256x1", "512x3", "768x3")}
+    hours = {s: f / 50e12 / 3600 for s, f in flops.items()}
     row = re.search(r"\| one 768x3 model \| `paper` \| 500M examples \(([\d.e]+) FLOP\) \| ≈ (\d+) A10G-hours", readme)
     assert row, "the cost table's 768x3 row is missing"
-    assert float(row.group(1)) == pytest.approx(model_flops("768x3", 1, 128, 111_000, masked) * examples, rel=0.05)
+    assert p.max_steps * p.batch_size == 500_000_000
+    assert float(row.group(1)) == pytest.approx(flops["768x3"], rel=0.05)
     assert int(row.group(2)) == pytest.approx(hours["768x3"], abs=1)
     assert f"256x1 {round(hours['256x1'])}, 512x3 {round(hours['512x3'])}, 768x3 {round(hours['768x3'])} each" in readme
     assert "≈ 220 A10G-hours" in readme and round(3 * hours["768x3"], -1) == 220
-    del sys.modules["pretrain_throughput"]

@@ -51,13 +51,19 @@ def test_a_smoke_run_records_its_throughput_in_eval_json_and_tensorboard(trained
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    _, mdir = trained
+    from alignlab.platform.throughput import encoder_flops_per_token
+
+    study, mdir = trained
     tp = json.loads((mdir / "final" / "eval.json").read_text())["throughput"]
-    for k in ("tokens_per_s", "samples_per_s", "mfu", "train_seconds", "device_hours", "flops_per_token",
+    for k in ("tokens_per_s", "samples_per_s", "mfu", "train_seconds", "device_hours", "flops", "flops_per_token",
               "num_devices", "device", "precision", "num_tokens", "num_samples"):
         assert k in tp, k
     assert tp["device"] == "cpu" and tp["mfu"] is None and tp["num_devices"] == 1
     assert tp["tokens_per_s"] > 0 and tp["num_samples"] > 0 and tp["device_hours"] > 0
+    # The heads are counted beside the encoder: more than the encoder's own FLOPs per token.
+    m = study.models[0].pretrain
+    assert tp["flops_per_token"] > encoder_flops_per_token(m.model.hidden, m.model.num_layers, m.model.ffn,
+                                                           m.seq_len or m.model.max_len)
     acc = EventAccumulator(str(mdir / "tensorboard"))
     acc.Reload()
     assert {"throughput/tokens_per_s", "throughput/samples_per_s", "throughput/device_hours"} <= set(acc.Tags()["scalars"])
@@ -92,3 +98,31 @@ def test_alignlab_plan_runs_a_study_scripts_dry_run(tmp_path, capsys):
     assert out.startswith("Plan of study model_size-smoke on A10G (nothing has run):") and not root.exists()
     assert main(["plan", str(tmp_path / "nope.py")]) != 0
     assert "nope.py is not a study script" in capsys.readouterr().err
+
+
+def test_the_paper_plan_on_an_h100_counts_each_models_flops_and_the_mfu_its_estimate_assumes(tmp_path, capsys):
+    """The one FLOP count (docs/throughput.md#the-flop-count) in the plan: each model's FLOPs with full rows at the
+    paper corpus's 111K vocabulary, and the MFU that the device-hours estimate implies on the device's peak."""
+    from alignlab.platform.cli import main
+    from alignlab.platform.study.plan import study_plan
+    from alignlab.platform.study.spec import with_precision
+    from alignlab.platform.config import check_preset
+    from alignlab.platform.throughput import MEASURED, expected_run_flops
+
+    study = with_precision(_build("objective_ablation")(check_preset("paper")), "auto")
+    plan = study_plan(study, tmp_path / "root", device="H100")
+    rate = MEASURED[("768x3", "NVIDIA H100 80GB HBM3")]
+    trained = 0
+    for m, declared in zip(plan["models"], study.models):
+        assert m["flops"] == expected_run_flops(declared.pretrain, study.corpus.vocab_size)
+        if not declared.pretrain.max_steps:  # an untrained control column: no pretraining, nothing to count
+            assert m["flops"] == 0 and m["mfu"] is None
+            continue
+        trained += 1
+        assert m["flops"] == pytest.approx(1.3e19, rel=0.02)  # 500M examples of ~26 GFLOP
+        assert m["mfu"] == pytest.approx(m["flops"] / (declared.pretrain.max_steps * 256 / rate) / 989e12)
+    assert trained == 3
+    assert main(["plan", str(STUDIES / "objective_ablation.py"), "--preset", "paper", "--storage",
+                 str(tmp_path / "root"), "--device", "H100"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("1.3e+19 FLOP") == 3 and out.count(f"at {plan['models'][0]['mfu']:.1%} MFU") == 3, out

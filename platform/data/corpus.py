@@ -384,6 +384,17 @@ def corpus_epochs(train_rows: int, max_steps: int, batch_size: int) -> float:
     return max_steps * batch_size / max(train_rows, 1)
 
 
+def check_corpus_fills_a_batch(manifest: dict, cfg: PretrainConfig) -> None:
+    """Refuse, before Ray Train starts, a run whose corpus has fewer training rows than one global batch: every rank
+    reads its share of the rows in whole batches (`drop_last`), so it would train on nothing and each worker would
+    fail (three times, with Ray's retries) only after the workers had started."""
+    rows = int(manifest["stats"]["chunks"].get("train", 0))
+    if rows < cfg.batch_size:
+        raise ValueError(f"corpus {manifest['corpus_id']} has {rows} training row{'s' if rows != 1 else ''}, fewer "
+                         f"than one global batch of {cfg.batch_size}: pretraining would have nothing to train on; "
+                         "give it more text (--source/--path) or use a preset with a smaller batch_size")
+
+
 def warn_if_corpus_repeats(manifest: dict, cfg: PretrainConfig) -> float:
     """Warn (stderr) when a run of `cfg` would repeat the corpus of `manifest` more than MAX_CORPUS_EPOCHS
     times; returns the number of passes."""

@@ -25,8 +25,10 @@ from alignlab.platform.pretrain.loop import NonFiniteLossError, train_loop
 from alignlab.platform.pretrain.pretrain import resolve_precision, Pretrainer
 from alignlab.platform.ray_env import own_sigint, ensure_ray, post_progress
 from alignlab.platform.storage import Storage, as_storage, corpus_dir, model_dir, resolve_root, write_json
-from alignlab.platform.resources import RAY_DATA_CPUS, check_request
-from alignlab.platform.data.corpus import warn_if_corpus_repeats, shard_names, CORPUS_SMALL_FILES_ONLY, MANIFEST
+from alignlab.platform.resources import RAY_DATA_CPUS, check_request, check_root_on_every_node
+from alignlab.platform.data.corpus import (CORPUS_SMALL_FILES_ONLY, MANIFEST, check_corpus_fills_a_batch, shard_names,
+                                           warn_if_corpus_repeats)
+from alignlab.platform.errors import USER_ERRORS, raised_in_worker
 from alignlab.platform.progress import ProgressLine
 from alignlab.platform.throughput import run_throughput
 from alignlab.platform.data.tokenizer import Tokenizer
@@ -67,6 +69,10 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     cdir = Path(cdir).resolve()  # the Train workers start in another working directory
     manifest = check_corpus_for(cfg, cdir)
     check_domain_sources(cfg, manifest)
+    if cfg.max_steps:  # a run that trains (an untrained model is written here, without Ray)
+        check_corpus_fills_a_batch(manifest, cfg)
+        ensure_ray()
+        check_root_on_every_node(st)  # before anything is written there: a local root on a multi-node cluster
     warn_if_corpus_repeats(manifest, cfg)
     cid = manifest["corpus_id"]
     if not manifest.get("holdout"):  # a study refuses such a corpus (holdout.require_holdout); a lone run is warned
@@ -92,7 +98,6 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
 def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfig, requested: str, mid: str, *,
                      max_failures: int, name: str, after_step, keep_checkpoints: int | None) -> None:
     """Train model `mid` (or resume its Train run) and export it; its lock is held."""
-    import ray.data
     import ray.train
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -136,14 +141,14 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
         st.push_file(f"models/{mid}/{WORD_EMBEDDINGS}")
         print(f"[pretrain {mid}] word embeddings from the corpus's co-occurrences in {time.perf_counter() - t0:.1f}s",
               flush=True)
-    datasets = {"train": ray.data.read_parquet(shard_paths("train"), filesystem=fs, num_cpus=0.25)}
+    datasets = {"train": read_shards(shard_paths("train"), fs)}
     if cfg.domain_sources:  # the domain phase's rows, and the other rows for the steps before it
         datasets["domain"] = datasets["train"].map_batches(
             rows_of_sources, fn_args=(cfg.domain_sources, True), batch_format="pyarrow", num_cpus=0.25)
         datasets["train"] = datasets["train"].map_batches(
             rows_of_sources, fn_args=(cfg.domain_sources, False), batch_format="pyarrow", num_cpus=0.25)
     if shard_paths("eval"):
-        datasets["eval"] = ray.data.read_parquet(shard_paths("eval"), filesystem=fs, num_cpus=0.25)
+        datasets["eval"] = read_shards(shard_paths("eval"), fs)
     resources = worker_resources(cfg)
     trainer = TorchTrainer(
         worker_fn(st.uri),
@@ -174,6 +179,8 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
         if no_space_left(e):  # one line naming the folder, not the worker group's nested traceback
             raise checkpoint_disk_full(st.url(f"models/{mid}/ray/{name}"),
                                        None if st.remote else mdir / "ray" / name) from e
+        if isinstance(inner := raised_in_worker(e), USER_ERRORS):  # the worker's own ValueError, not Ray's wrapping
+            raise inner from e
         raise
     _raise_if_out_of_memory(st, mid)
     if (reason := diverged_reason(st, mid)) is not None:  # the workers stopped at a non-finite loss
@@ -208,6 +215,19 @@ def _raise_if_out_of_memory(st: Storage, mid: str) -> None:
         raise out_of_memory.OutOfMemory(f"pretraining of {mid} stopped: {line}")
 
 
+def read_shards(paths: list[str], filesystem):
+    """The rows of the shard files `paths`, in their order, in blocks fixed by the files alone (one read task per
+    shard: `override_num_blocks`), never by the cluster. Why: the blocks decide which rows reach which rank
+    (`streaming_split`) and what each rank's local shuffle buffer holds, so they must depend on the corpus only.
+    Left to Ray, a read sizes its parallelism from the cluster: Ray 2.60's first-generation reader
+    (`RAY_DATA_USE_DATASOURCE_V2=0`) asks for twice the cluster's CPUs and splits blocks to match, and a run under 4
+    CPUs then trained on other batches than under 2 (tests/test_exact_at_any_shape.py). Its default reader lists
+    each named file in a task of its own and reads the same blocks either way."""
+    import ray.data
+
+    return ray.data.read_parquet(paths, filesystem=filesystem, num_cpus=0.25, override_num_blocks=len(paths))
+
+
 def data_config(cfg: PretrainConfig, datasets: dict):
     """How the row streams reach the workers. One worker: the whole stream, unsplit (the rows and order every
     single-worker model was trained on). Several: the training streams ("train", and "domain" when there is one)
@@ -240,7 +260,7 @@ def worker_fn(storage_uri: str) -> Callable[[dict], None]:
 def _train_fn(config: dict, storage_uri: str) -> None:
     """Runs on every Train worker."""
     import ray.train
-    from ray.train import Checkpoint
+    from ray.train import Checkpoint, CheckpointUploadMode
     from ray.train.torch import prepare_model
 
     cfg = pretrain_from_dict({**config["cfg"], "objectives": config["objectives"]})
@@ -273,8 +293,9 @@ def _train_fn(config: dict, storage_uri: str) -> None:
     ck = ray.train.get_checkpoint()
     if ck:
         with ck.as_directory() as d:
-            # weights_only: a checkpoint in a shared bucket must not be able to run code when loaded.
-            trainer.load_state_dict(torch.load(Path(d) / "state.pt", weights_only=True))
+            # weights_only: a checkpoint in a shared bucket must not be able to run code when loaded. map_location:
+            # onto this rank's own device, not the device it was saved from (rank 0's GPU 0 for every rank).
+            trainer.load_state_dict(torch.load(Path(d) / "state.pt", map_location=device, weights_only=True))
     writer = None
     if rank == 0:
         from torch.utils.tensorboard import SummaryWriter
@@ -314,14 +335,21 @@ def _train_fn(config: dict, storage_uri: str) -> None:
         if writer is not None and st.remote:
             writer.flush()
             st.push(f"models/{mid}/tensorboard")
-        with tempfile.TemporaryDirectory() as d:
-            ckpt = None
-            if rank == 0:
-                torch.save(trainer.state_dict(), Path(d) / "state.pt")
-                ckpt = Checkpoint.from_directory(d)
-            ray.train.report(metrics, checkpoint=ckpt)
+        # Every rank's own random state (its dropout masks), gathered to rank 0, which writes the checkpoint.
+        rng = [trainer.rng_state()] if world == 1 else _all_gather(trainer.rng_state())
+        ckpt = None
+        if rank == 0:
+            # Written to this node's disk here; copied to the storage root by Ray Train's upload thread while the
+            # ranks train on (ASYNC), so no rank waits for 0.6-1.3 GB to reach a bucket. Ray Train deletes the folder
+            # once it is uploaded; an upload that fails fails the worker group like any error (and a full disk is
+            # named by the driver, `checkpoint_disk_full`). The checkpoint counts once it is uploaded whole.
+            d = tempfile.mkdtemp(prefix="alignlab-checkpoint-")
+            torch.save(trainer.state_dict(rng_by_rank=rng), Path(d) / "state.pt")
+            ckpt = Checkpoint.from_directory(d)
+        ray.train.report(metrics, checkpoint=ckpt, checkpoint_upload_mode=CheckpointUploadMode.ASYNC)
 
-    all_finite = (lambda ok: ok) if world == 1 else _all_ranks(str(device))
+    all_finite = (lambda ok: ok) if world == 1 else _agree(str(device), every=True)
+    any_rank = (lambda flag: flag) if world == 1 else _agree(str(device), every=False)
     # What is alive now (Ray, torch, the model) lives as long as the worker: kept out of the garbage collector's
     # full passes, which the collation's many short-lived lists set off, so that each pass scans only new objects.
     gc.freeze()
@@ -329,6 +357,7 @@ def _train_fn(config: dict, storage_uri: str) -> None:
         if trainer.state.step < cfg.max_steps:
             try:
                 train_loop(trainer, epoch_batches, report=report, log_every=cfg.log_every, all_finite=all_finite,
+                           any_rank=any_rank,
                            domain_batches=(lambda epoch: epoch_batches(epoch, domain)) if domain is not None else None)
             except NonFiniteLossError as e:
                 if rank == 0:
@@ -347,10 +376,12 @@ def _train_fn(config: dict, storage_uri: str) -> None:
                     return
                 raise
         # Every rank's counts (all ranks reach this point, or none: they stop at the same step).
-        counts = torch.tensor([trainer.state.num_tokens, trainer.state.num_samples], dtype=torch.int64, device=device)
+        # float64: exact for the token and row counts (below 2^53), and FLOPs pass 2^63 in a paper-scale run.
+        counts = torch.tensor([trainer.state.num_tokens, trainer.state.num_samples, trainer.state.num_flops],
+                              dtype=torch.float64, device=device)
         if world > 1:
             _all_reduce_sum(counts)
-        throughput = run_throughput(trainer, int(counts[0]), int(counts[1]))
+        throughput = run_throughput(trainer, int(counts[0]), int(counts[1]), float(counts[2]))
         if rank == 0:
             eval_metrics = {}
             try:
@@ -396,13 +427,25 @@ def _all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _all_ranks(device: str) -> Callable[[bool], bool]:
-    """`train_loop`'s `all_finite` for data-parallel workers: a MIN all-reduce of each rank's flag."""
+def _all_gather(obj) -> list:
+    """Every rank's `obj`, in rank order (a checkpoint's per-rank random states: a few KB each)."""
     import torch.distributed as dist
 
-    def all_finite(ok: bool) -> bool:
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def _agree(device: str, *, every: bool) -> Callable[[bool], bool]:
+    """`train_loop`'s `all_finite` (`every`: a MIN all-reduce of each rank's flag) or `any_rank` (a MAX) for
+    data-parallel workers."""
+    import torch.distributed as dist
+
+    op = dist.ReduceOp.MIN if every else dist.ReduceOp.MAX
+
+    def agree(ok: bool) -> bool:
         flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        dist.all_reduce(flag, op=op)
         return bool(flag.item())
 
-    return all_finite
+    return agree

@@ -29,6 +29,7 @@ class NonFiniteLossError(ValueError):
 def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict]], *,
                report: Callable[[dict, bool], None], log_every: int = 10,
                all_finite: Callable[[bool], bool] = lambda ok: ok,
+               any_rank: Callable[[bool], bool] = lambda flag: flag,
                domain_batches: Callable[[int], Iterator[dict]] | None = None) -> TrainState:
     """Run until `max_steps`. `epoch_batches(epoch)` yields row batches of one pass over the data;
     `report(metrics, checkpoint_now)` is called every `log_every` steps and at every checkpoint step.
@@ -37,21 +38,26 @@ def train_loop(trainer: Pretrainer, epoch_batches: Callable[[int], Iterator[dict
     rows from `domain_batches(epoch)` instead, its passes counted from 0 (`TrainState.phase`).
 
     `all_finite(ok)`: whether every rank's loss of this step is finite, given this rank's (data-parallel
-    workers pass an all-reduce), so that all ranks stop at the same step and none waits in a collective."""
+    workers pass an all-reduce), so that all ranks stop at the same step and none waits in a collective.
+    `any_rank(flag)`: whether any rank's flag is set (the same kind of collective): with
+    `PretrainConfig.checkpoint_every_minutes`, a checkpoint is taken at a reporting step when any rank's clock says
+    it is due, so that all ranks report it together."""
     cfg = trainer.cfg
     if cfg.domain_fraction and domain_batches is None:
         raise ValueError(f"PretrainConfig.domain_sources {'+'.join(cfg.domain_sources)}: train_loop needs "
                          "domain_batches for the domain phase")
     with CollatingProcesses(trainer) as pool:
         return _train(trainer, epoch_batches, report=report, log_every=log_every, all_finite=all_finite,
-                      domain_batches=domain_batches, pool=pool)
+                      any_rank=any_rank, domain_batches=domain_batches, pool=pool)
 
 
-def _train(trainer: Pretrainer, epoch_batches, *, report, log_every: int, all_finite, domain_batches,
+def _train(trainer: Pretrainer, epoch_batches, *, report, log_every: int, all_finite, any_rank, domain_batches,
            pool: CollatingProcesses) -> TrainState:
     cfg, st = trainer.cfg, trainer.state
     waited = 0.0
     t_start = time.perf_counter()
+    every_s = cfg.checkpoint_every_minutes * 60
+    last_checkpoint = t_start
     seconds_before = st.train_seconds  # earlier lives' training time (a resumed run)
     while st.step < cfg.max_steps:
         if st.phase == 0 and st.step >= cfg.domain_start_step:
@@ -72,6 +78,7 @@ def _train(trainer: Pretrainer, epoch_batches, *, report, log_every: int, all_fi
                 # Counted on the host copy of the batch: no device sync.
                 st.num_tokens += int(batch["attention_mask"].sum())
                 st.num_samples += len(batch["attention_mask"])
+                st.num_flops += trainer.batch_flops(batch, cfg.seq_len_at(st.step))
                 trainer.step(batch)
                 st.train_seconds = seconds_before + time.perf_counter() - t_start
                 ckpt = st.step % cfg.checkpoint_every == 0 or st.step == cfg.max_steps
@@ -86,6 +93,8 @@ def _train(trainer: Pretrainer, epoch_batches, *, report, log_every: int, all_fi
                         f"the training loss became non-finite at step {st.step} (mean of the steps since the last "
                         f"report: {', '.join(f'{k} = {v}' for k, v in bad.items())}, lr "
                         f"{metrics.get('lr', float('nan')):.3g}); lower the learning rate")
+                if every_s and not ckpt:  # the same steps on every rank: all ask, all agree
+                    ckpt = any_rank(time.perf_counter() - last_checkpoint >= every_s)
                 wall = time.perf_counter() - t_start
                 tp = run_throughput(trainer)
                 metrics.update({"step": st.step, "epoch": st.epoch, "phase": st.phase,
@@ -95,6 +104,8 @@ def _train(trainer: Pretrainer, epoch_batches, *, report, log_every: int, all_fi
                 if tp["mfu"] is not None:
                     metrics["throughput/mfu"] = tp["mfu"]
                 report(metrics, ckpt)
+                if ckpt:
+                    last_checkpoint = time.perf_counter()
         if st.step >= stop_at:
             continue  # this phase's last step is done: the next pass starts the domain phase, or the loop ends
         if consumed[0] == 0:

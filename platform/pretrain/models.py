@@ -24,8 +24,8 @@ from alignlab.platform.storage import (MARKER, Storage, as_storage, folder_finis
 from alignlab.platform.errors import positive_int
 from alignlab.platform.throughput import run_throughput
 
-RUNTIME_FIELDS = ("checkpoint_every", "log_every", "eval_batches", "cpus_per_worker", "threads_per_worker",
-                  "prefetch_batches", "collate_workers")
+RUNTIME_FIELDS = ("checkpoint_every", "checkpoint_every_minutes", "log_every", "eval_batches", "cpus_per_worker",
+                  "threads_per_worker", "prefetch_batches", "collate_workers")
 """PretrainConfig fields that change how a run is executed, not what the model learns: checkpoint and report
 frequency, how many held-out batches the final evaluation reads, the resources and threads of a worker, and how
 many batches are collated ahead, and where.

@@ -20,6 +20,7 @@ from alignlab.platform import registry as _registry  # noqa: F401 -- objective n
 from alignlab.platform.batching import Collator
 from alignlab.platform.config import PretrainConfig
 from alignlab.platform.model import AlignModel
+from alignlab.platform.throughput import batch_flops
 
 
 EVAL_STEP_BASE = 1 << 40
@@ -156,6 +157,9 @@ class TrainState:
     """Real (non-padding) tokens this rank trained on, over all the run's lives (checkpointed)."""
     num_samples: int = 0
     """Rows this rank trained on, over all the run's lives."""
+    num_flops: float = 0.0
+    """Training FLOPs of this rank's batches (`throughput.batch_flops`, counted on the host per batch), over all the
+    run's lives: what MFU and the run's record divide."""
     train_seconds: float = 0.0
     """Wall time inside `train_loop`, over all the run's lives up to the last checkpoint (start-up excluded)."""
 
@@ -273,6 +277,12 @@ class Pretrainer:
         count and correct."""
         self._summed_steps = 0
 
+    def batch_flops(self, batch: dict, seq_len: int) -> float:
+        """The training FLOPs of a collated host batch at sequence length `seq_len` (`throughput.batch_flops`): the
+        encoder's per real token, plus each objective's head on what it scores in this batch."""
+        heads = sum(obj.head_flops(self.cfg.model, batch, seq_len=seq_len) for obj in self.objectives.values())
+        return batch_flops(self.cfg.model, seq_len, int(batch["attention_mask"].sum()), heads)
+
     def to_device(self, batch: dict) -> dict:
         return {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v
                 for k, v in batch.items()}
@@ -372,15 +382,29 @@ class Pretrainer:
                 result[f"eval/{name}/{k}"] = v
         return result
 
-    def state_dict(self) -> dict:
+    def rng_state(self) -> dict[str, torch.Tensor]:
+        """This rank's random state: torch's CPU generator (dropout on a CPU) and, on a GPU, the device's generator
+        (dropout and attention dropout there). The batches' own randomness is keyed by step and needs no state."""
+        state = {"cpu": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            state["cuda"] = torch.cuda.get_rng_state(self.device)
+        return state
+
+    def state_dict(self, rng_by_rank: list[dict] | None = None) -> dict:
+        """The checkpoint state. `rng_by_rank`: every rank's `rng_state`, in rank order (the driver gathers them);
+        a single worker's own by default. Each rank draws its own dropout masks, so each must resume with its own."""
+        if rng_by_rank is None:
+            assert self.world == 1, "a data-parallel checkpoint needs every rank's random state"
+            rng_by_rank = [self.rng_state()]
+        assert len(rng_by_rank) == self.world
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "step": self.state.step, "epoch": self.state.epoch, "batches_in_epoch": self.state.batches_in_epoch,
-            "phase": self.state.phase, "torch_rng": torch.get_rng_state(),
+            "phase": self.state.phase, "rng_by_rank": rng_by_rank,
             "num_tokens": self.state.num_tokens, "num_samples": self.state.num_samples,
-            "train_seconds": self.state.train_seconds,
+            "num_flops": self.state.num_flops, "train_seconds": self.state.train_seconds,
         }
 
     def load_state_dict(self, sd: dict) -> None:
@@ -390,8 +414,21 @@ class Pretrainer:
         self.state.step, self.state.epoch, self.state.batches_in_epoch = sd["step"], sd["epoch"], sd["batches_in_epoch"]
         self.state.phase = sd.get("phase", 0)  # checkpoints from before the domain phase existed
         self.state.num_tokens, self.state.num_samples = sd.get("num_tokens", 0), sd.get("num_samples", 0)
+        # A checkpoint from before FLOPs were counted per batch: its steps at the encoder's count alone.
+        self.state.num_flops = sd.get("num_flops", batch_flops(self.cfg.model, self.cfg.seq_len or self.cfg.model.max_len,
+                                                               self.state.num_tokens, 0.0))
         self.state.train_seconds = sd.get("train_seconds", 0.0)
-        torch.set_rng_state(sd["torch_rng"])
+        states = sd.get("rng_by_rank")
+        if states is None:  # a checkpoint from before issue #56: rank 0's CPU state, restored on every rank
+            mine = {"cpu": sd["torch_rng"]}
+        elif len(states) != self.world:
+            raise ValueError(f"this checkpoint holds the random state of {len(states)} ranks; this run has {self.world}")
+        else:
+            mine = states[self.rank]
+        # .cpu(): the state may have been loaded onto the rank's device (map_location); generators take CPU bytes.
+        torch.set_rng_state(mine["cpu"].cpu())
+        if self.device.type == "cuda" and "cuda" in mine:
+            torch.cuda.set_rng_state(mine["cuda"].cpu(), self.device)
 
 
 def to_numpy_rows(table) -> dict:

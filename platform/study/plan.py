@@ -14,7 +14,7 @@ from pathlib import Path
 
 from alignlab.platform.storage import Storage, as_storage
 from alignlab.platform.study.spec import calc_id
-from alignlab.platform.throughput import estimate_device_hours, measured_rates
+from alignlab.platform.throughput import estimate_device_hours, expected_run_flops, measured_rates, peak_flops
 
 # The corpus and model ids, the protocol and the registry (torch, pyarrow) are imported inside `study_plan`:
 # importing the plan's formatting loads none of them.
@@ -61,9 +61,14 @@ def study_plan(study, root: Path | Storage, *, device: str = "cpu") -> dict:
             hours, source = 0.0, "exists" if done else "untrained: no pretraining"
         else:
             hours, source = estimate_device_hours(size, device, precision, cfg.max_steps * cfg.batch_size, rates)
+        # The one FLOP count (throughput.batch_flops) of the whole run, with full rows; with the estimate's hours and
+        # the device's peak, the MFU that estimate assumes.
+        flops = expected_run_flops(cfg, study.corpus.vocab_size)
+        peak = peak_flops(device, precision)
+        mfu = flops / (hours * 3600 * peak) if hours and peak else None
         models.append({"key": m.key, "model_id": mid, "size": size, "precision": precision, "steps": cfg.max_steps,
                        "global_batch": cfg.batch_size, "workers": cfg.num_workers, "exists": done,
-                       "device_hours": hours, "source": source})
+                       "device_hours": hours, "source": source, "flops": flops, "mfu": mfu})
     finished = {f[: -len(".json")] for f in st.list(f"studies/{study.name}/trials") if f.endswith(".json")}
     pending = len(study.calcs)
     if cid and not study.eval_files:  # with extra test files the ids also hash the staged files' names
@@ -129,9 +134,10 @@ def format_plan(p: dict) -> str:
              "  models:"]
     for m in p["models"]:
         state = "exists" if m["exists"] else "to train"
+        mfu = "" if m.get("mfu") is None else f" at {m['mfu']:.1%} MFU"
         lines.append(f"    {m['key']:<24} {m['size']:>7} {m['precision']:<5} {m['steps']} steps x {m['global_batch']} "
-                     f"({m['workers']} worker{'s' if m['workers'] != 1 else ''})  {state:<8}  {hours(m['device_hours'])}"
-                     f"  [{m['source']}]  {m['model_id'] or ''}")
+                     f"({m['workers']} worker{'s' if m['workers'] != 1 else ''})  {m['flops']:.2g} FLOP  {state:<8}  "
+                     f"{hours(m['device_hours'])}{mfu}  [{m['source']}]  {m['model_id'] or ''}")
     c = p["calculations"]
     each = "no measured FEL calculation on this device" if c["seconds_each"] is None else \
         f"{c['seconds_each']:.1f} device-s each, mean of the trial files at the root"

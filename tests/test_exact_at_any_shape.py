@@ -1,0 +1,156 @@
+"""Exact at any cluster shape (issue #56): the weights of a run depend on its seed, world size and precision, not on
+the cluster it ran on or on where it was interrupted.
+
+- The blocks Ray Data reads the shards in are fixed by the files (`driver.read_shards`), so a run under 2 Ray CPUs
+  and the same run under 4 train on the same batches, rank by rank and step by step.
+- Each rank saves and restores its own random state (CPU, and CUDA on a GPU): a data-parallel run with dropout
+  resumes to bit-identical weights (tests/test_data_parallel.py kills a rank of a 2-worker run with dropout 0.1),
+  and a resumed rank gets its own dropout masks back, not rank 0's.
+- On a GPU, the resume state is loaded onto the rank's own device and the CUDA generator is restored.
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from fault_hooks import Probe, registered
+
+from alignlab.platform import registry as _registry  # noqa: F401 -- objective names resolve through it
+from alignlab.platform.presets import PRETRAIN_PRESETS
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (and a torch built for it)")
+
+# Two gloo workers, dropout on (the smoke model's 0.1), fp32 (bf16 is chosen by the CPU under "auto").
+TWO = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", max_steps=6, checkpoint_every=3,
+                          log_every=1, num_workers=2, cpus_per_worker=0.25, threads_per_worker=1, precision="fp32")
+
+_OWN_RAY = r'''
+import sys, json
+sys.path.insert(0, {tests!r})
+import ray
+from alignlab.platform.ray_env import quiet_ray_data
+from alignlab.platform.config import pretrain_from_dict
+from alignlab.platform.pretrain.driver import pretrain
+from fault_hooks import Probe, registered
+
+ray.init(address="local", num_cpus={cpus}, include_dashboard=False, log_to_driver=False, object_store_memory=2**30)
+quiet_ray_data()
+pretrain({corpus!r}, pretrain_from_dict(json.loads({cfg!r})), {root!r}, after_step=registered(Probe({out!r})))
+'''
+
+
+def _records(out: Path, rank: int) -> list[dict]:
+    return [json.loads(line) for line in (out / f"rank{rank}.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(900)
+def test_a_run_under_2_ray_cpus_and_under_4_trains_the_same_batches(ray_session, smoke_corpus, tmp_path, monkeypatch):
+    """This session's Ray has 2 CPUs; a Ray of its own with 4 runs the same model in a subprocess. Both read with
+    Ray Data's first-generation reader (`RAY_DATA_USE_DATASOURCE_V2=0`, where Ray sizes a read from the cluster's
+    CPUs): without fixed blocks the ranks then trained on other rows under 4 CPUs than under 2."""
+    import ray.data
+
+    from alignlab.platform.config import to_dict
+    from alignlab.platform.pretrain.driver import pretrain
+
+    monkeypatch.setenv("RAY_DATA_USE_DATASOURCE_V2", "0")
+    monkeypatch.setattr(ray.data.DataContext.get_current(), "use_datasource_v2", False)
+    out2, out4 = tmp_path / "cpus2", tmp_path / "cpus4"
+    out2.mkdir(), out4.mkdir()
+    two = pretrain(smoke_corpus, TWO, tmp_path / "root2", after_step=registered(Probe(str(out2))))
+    script = _OWN_RAY.format(tests=str(Path(__file__).parent), cpus=4, corpus=str(smoke_corpus),
+                             cfg=json.dumps(to_dict(TWO)), root=str(tmp_path / "root4"), out=str(out4))
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "RAY_ADDRESS": ""})
+    assert run.returncode == 0, run.stderr[-3000:]
+    for rank in (0, 1):
+        a, b = _records(out2, rank), _records(out4, rank)
+        assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, TWO.max_steps + 1))
+        for x, y in zip(a, b):
+            assert x["rows"] == y["rows"], f"rank {rank} trained on other rows at step {x['step']} under 4 CPUs"
+            assert x["digest"] == y["digest"], f"the weights differ after step {x['step']}"
+    four = tmp_path / "root4" / "models" / two.name / "final" / "model.pt"
+    a, b = (torch.load(p, weights_only=True) for p in (two / "final" / "model.pt", four))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _pair(tok, cfg):
+    from alignlab.platform.pretrain.pretrain import Pretrainer
+
+    return [Pretrainer(cfg, tok, rank=r, world=2) for r in (0, 1)]
+
+
+def test_a_checkpoint_gives_each_rank_back_its_own_random_state(tmp_path):
+    """Rank 1 of a resumed run draws its dropout masks from its own saved state, not from rank 0's (before issue #56
+    every rank restored rank 0's)."""
+    from tiny_model import tiny_tokenizer
+
+    from alignlab.platform.pretrain.pretrain import Pretrainer
+
+    tok = tiny_tokenizer(tmp_path / "tok")
+    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], num_workers=2, precision="fp32")
+    ranks = _pair(tok, cfg)
+    states = []
+    for t in ranks:  # each rank's generator where a checkpoint would find it: seeded per rank, then used
+        torch.manual_seed(100 + t.rank)
+        torch.rand(7)
+        states.append(t.rng_state())
+    saved = io.BytesIO()
+    torch.save(ranks[0].state_dict(rng_by_rank=states), saved)
+    expected = [torch.rand(5, generator=torch.Generator().set_state(s["cpu"])) for s in states]
+    for rank in (0, 1):
+        saved.seek(0)
+        fresh = Pretrainer(cfg, tok, rank=rank, world=2)
+        fresh.load_state_dict(torch.load(saved, weights_only=True))
+        assert torch.equal(torch.rand(5), expected[rank]), f"rank {rank} resumed with another rank's random state"
+    with pytest.raises(AssertionError, match="every rank's random state"):
+        ranks[0].state_dict()
+    one = Pretrainer(PRETRAIN_PRESETS["smoke"], tok)
+    with pytest.raises(ValueError, match="random state of 1 ranks; this run has 2"):
+        ranks[1].load_state_dict(one.state_dict())
+
+
+@CUDA
+def test_a_run_resumed_on_a_gpu_gets_its_state_on_its_device_and_draws_the_same_dropout_masks(tmp_path):
+    """Four steps straight against three, a checkpoint, and the fourth on a fresh trainer whose CUDA generator had
+    moved on. The fourth step's loss (its forward: the weights, the batch and the dropout masks) is bitwise the
+    same. The weights after its backward are compared to rounding only: on CUDA the gathers of the labelled positions
+    (`index_select`) and the embeddings sum their gradients with atomic adds, in no fixed order."""
+    from tiny_model import batches, tiny_tokenizer
+
+    from alignlab.platform.pretrain.pretrain import Pretrainer
+
+    tok = tiny_tokenizer(tmp_path / "tok")
+    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], precision="fp32", max_steps=4)
+    assert cfg.model.dropout > 0
+    data = [b for _, b in zip(range(4), batches(tok))]
+    device = "cuda:0"
+    straight = Pretrainer(cfg, tok, device=device)
+    losses = []
+    saved = io.BytesIO()
+    for step, b in enumerate(data):
+        if step == 3:
+            torch.save(straight.state_dict(), saved)
+            rng_at_save = torch.cuda.get_rng_state(device)
+        losses.append(straight.train_step(straight.collate(b, step=step))["train/loss"])
+    resumed = Pretrainer(cfg, tok, device=device)
+    torch.rand(1000, device=device)  # the fresh trainer's generator is elsewhere
+    saved.seek(0)
+    state = torch.load(saved, map_location=device, weights_only=True)  # as the driver loads it
+    assert state["model"]["encoder.tok.weight"].device == torch.device(device)
+    resumed.load_state_dict(state)
+    assert torch.equal(torch.cuda.get_rng_state(device), rng_at_save)
+    assert {p.device for s in resumed.optimizer.state.values() for p in s.values() if torch.is_tensor(p) and p.dim()} \
+        == {torch.device(device)}
+    loss = resumed.train_step(resumed.collate(data[3], step=3))["train/loss"]
+    assert loss == losses[3], "the resumed step's forward differs: its dropout masks are not the straight run's"
+    for (k, a), b in zip(straight.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-7), k
