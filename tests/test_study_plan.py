@@ -30,8 +30,8 @@ def test_a_dry_run_on_an_empty_root_lists_every_model_and_calculation_as_to_make
     assert study_main(_build("objective_ablation"), ["--preset", "smoke", "--storage", str(root), "--dry-run"]) is None
     out = capsys.readouterr().out
     assert not root.exists()
-    assert "not built yet" in out and out.count("to train") == 3
-    assert "FEL calculations: 12, of which 12 to run" in out and "estimated total: unknown" in out
+    assert "not built yet" in out and out.count("to train") == 3 and out.count("to write") == 1, "+ the untrained one"
+    assert "FEL calculations: 16, of which 16 to run" in out and "estimated total: unknown" in out
 
 
 @pytest.fixture(scope="module")
@@ -82,10 +82,11 @@ def test_a_dry_run_knows_the_trained_model_and_estimates_the_others_from_its_thr
     assert _snapshot(storage_root) == before  # nothing built, locked or written
     plan = study_plan(study, storage_root, device="cpu")
     assert plan["corpus_id"] == smoke_corpus.name and plan["corpus_built"]
-    first, *rest = plan["models"]
+    first, *rest, untrained = plan["models"]
     assert first["model_id"] == mdir.name and first["exists"] and first["device_hours"] == 0
     assert all(not m["exists"] and m["device_hours"] > 0 and "storage root" in m["source"] for m in rest)
-    assert mdir.name in out and out.count("to train") == 2 and "FEL calculations: 12, of which 12 to run" in out
+    assert untrained["steps"] == 0 and untrained["device_hours"] == 0 and "untrained" in untrained["source"]
+    assert mdir.name in out and out.count("to train") == 2 and "FEL calculations: 16, of which 16 to run" in out
 
 
 def test_alignlab_plan_runs_a_study_scripts_dry_run(tmp_path, capsys):

@@ -133,7 +133,7 @@ def format_plan(p: dict) -> str:
                                            if p["tasks_built"] else "not built yet (model ids not known yet)"),
              "  models:"]
     for m in p["models"]:
-        state = "exists" if m["exists"] else "to train"
+        state = "exists" if m["exists"] else ("to write" if m["steps"] == 0 else "to train")
         mfu = "" if m.get("mfu") is None else f" at {m['mfu']:.1%} MFU"
         lines.append(f"    {m['key']:<24} {m['size']:>7} {m['precision']:<5} {m['steps']} steps x {m['global_batch']} "
                      f"({m['workers']} worker{'s' if m['workers'] != 1 else ''})  {m['flops']:.2g} FLOP  {state:<8}  "
