@@ -44,7 +44,8 @@ import numpy as np
 from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # machine_info, when imported by a test
-import machine_info  # noqa: E402
+import machine_info
+from alignlab.platform.provenance import code_commit  # noqa: E402
 
 from alignlab.platform.report.unit_statistics import paired_test  # noqa: E402
 
@@ -474,6 +475,11 @@ def table(entries: list[dict], arms) -> list[str]:
     return lines
 
 
+def commit_of() -> tuple[str, str]:
+    commit, dirty = code_commit()
+    return commit[:12], " (with uncommitted changes)" if dirty else ""
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--results", type=Path, default=DEFAULT_RESULTS,
@@ -515,6 +521,7 @@ def main(argv=None) -> int:
           "power (size-adjusted power) / coverage.")
     print("\n".join(table(entries, arms)))
     entry = {"command": command, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+             "commit": "%s%s" % commit_of(),
              "machine": machine_info.machine("numpy", "scipy"), "results": str(args.results.name),
              "components": {t: {k: v for k, v in dataclasses.asdict(c).items() if k not in ("counts", "means", "fold_of")}
                             for t, c in comps.items()},

@@ -27,7 +27,7 @@ import pandas as pd
 from scipy import stats as sps
 
 import machine_info
-from calibration import ALPHA, RESULTS, clopper_pearson
+from calibration import ALPHA, RESULTS, clopper_pearson, commit_of
 
 from alignlab.platform.report.columns import extra_test_sets
 from alignlab.platform.report.significance import against_model
@@ -110,7 +110,8 @@ def main(argv=None) -> int:
     d_dis = decide_pairs(df, disjoint)
     d_all = decide_pairs(df, every)
     entry = {"command": "python benchmarks/calibration.py --real " + " ".join(argv if argv is not None else sys.argv[2:]),
-             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine_info.machine("torch", "ray"),
+             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": "%s%s" % commit_of(),
+             "machine": machine_info.machine("torch", "ray"),
              "study": study.name, "calculations": len(df), "seconds": round(time.time() - t0),
              "disjoint_pairs": summarise(d_dis, f"{len(disjoint)} disjoint pairs"),
              "all_pairs": summarise(d_all, f"all {len(every)} pairs (dependent)"),
