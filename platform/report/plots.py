@@ -76,7 +76,7 @@ def plots(sdir: Path, df: pd.DataFrame, study: dict) -> list[Path]:
     return made
 
 
-EFFECT_CAPTION = ("Every test of the report, one panel per metric or test set: each compared cell's difference from "
+EFFECT_CAPTION = ("Every test of the report, one panel per row and metric or test set: each compared cell's difference from "
                   "its row's baseline model (circles) and from the row's strongest context-free baseline on the same "
                   "calculations (squares), in accuracy points, with the 95% interval of the report's decision "
                   "(finetuning samples, seeds and test units; docs/statistics.md); diamonds: a pretrained cell against "
@@ -98,7 +98,10 @@ def effect_plot(pdir: Path, comparisons: list) -> Path:
     pdir.mkdir(parents=True, exist_ok=True)
     panels: dict[str, list] = {}
     for c in comparisons:
-        panels.setdefault(c.metric if c.kind in (MODEL, FLOOR) else "against the untrained model", []).append(c)
+        # One panel per metric and row: a row's differences keep their own scale (CT's tenths of a point beside
+        # AD's 25 points below a span matcher would vanish on a shared axis).
+        title = f"{c.row}: {c.metric}" if c.kind in (MODEL, FLOOR) else f"{c.row}: against the untrained model"
+        panels.setdefault(title, []).append(c)
     height = max(len(c) for c in panels.values())
     ncols = min(3, len(panels))  # wrapped, so a report with many extra test sets stays readable
     nrows = -(-len(panels) // ncols)
@@ -109,7 +112,7 @@ def effect_plot(pdir: Path, comparisons: list) -> Path:
         labels = []
         for y, cmp in enumerate(tests):
             marker, color = {MODEL: ("o", "C0"), FLOOR: ("s", "C1")}.get(cmp.kind, ("D", "C2"))
-            labels.append(f"{cmp.row}: {cmp.col} − {cmp.against}")
+            labels.append(f"{cmp.col} − {cmp.against}")
             if math.isnan(cmp.diff):
                 continue
             diff = 100 * cmp.diff

@@ -165,7 +165,8 @@ def provenance_line(study: dict, df: pd.DataFrame) -> str:
     prov = study.get("provenance") or {}
     if not prov:
         return "**Provenance:** not recorded (a study written before provenance was)."
-    precisions = sorted({p for p in (_model_precision(study, info) for info in study.get("models", {}).values()) if p})
+    precisions = sorted({p for p in (_model_precision(study, info) for info in study.get("models", {}).values()
+                                     if info.get("pretrain", {}).get("max_steps") != 0) if p})
     commits = df["commit"].fillna("unrecorded").value_counts() if "commit" in df.columns and not df.empty else None
     calc = ("; FEL calculations at " + ", ".join(f"{c} ({n})" for c, n in commits.items())
             if commits is not None and (len(commits) > 1 or commits.index[0] != prov.get("commit")) else "")
