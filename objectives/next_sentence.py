@@ -16,8 +16,8 @@ import torch
 from alignlab.platform.batching import IGNORE
 from alignlab.platform.draws import OneByOne
 from alignlab.platform.model import SequenceHead
+from alignlab.platform.throughput import TwoWayClsHeadFlops
 from alignlab.platform.registry import Objective, classification_sums, register
-from alignlab.platform.throughput import matmul_flops
 
 
 @register
@@ -36,7 +36,7 @@ class NextSentenceConfig:
         return NextSentence(self, tokenizer)
 
 
-class NextSentence(Objective):
+class NextSentence(TwoWayClsHeadFlops, Objective):
     name = "nsp"
     bert_pooler = True  # BERT's pooler is trained by NSP; export writes this head's `pool` as BertModel's pooler
 
@@ -87,10 +87,3 @@ class NextSentence(Objective):
     def loss_and_sums(self, head, hidden_BTH, batch):
         return classification_sums(head(hidden_BTH[:, 0]), batch["nsp"])
 
-    def head_flops(self, model_cfg, batch, *, seq_len):
-        return self.expected_head_flops(self.config, model_cfg, 0, seq_len=seq_len, rows=len(batch["nsp"]), tokens=0)
-
-    @classmethod
-    def expected_head_flops(cls, config, model_cfg, vocab_size, *, seq_len, rows, tokens):
-        d = model_cfg.hidden  # the pooler (d x d) and the 2-way output on every row's [CLS]
-        return matmul_flops(d * d + 2 * d, rows)

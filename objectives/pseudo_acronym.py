@@ -51,8 +51,8 @@ import torch
 
 from alignlab.platform.batching import IGNORE
 from alignlab.platform.model import SequenceHead
+from alignlab.platform.throughput import TwoWayClsHeadFlops
 from alignlab.platform.registry import CorpusLabels, Objective, classification_sums, register
-from alignlab.platform.throughput import matmul_flops
 from alignlab.platform.data.text import (INELIGIBLE, LETTERS, InitialCache, check_span_lengths, initials_string,
                                          letter_distribution, mutation_kernel)
 
@@ -273,7 +273,7 @@ class PseudoAcronymConfig:
         return PseudoAcronym(self, tokenizer)
 
 
-class PseudoAcronym(Objective):
+class PseudoAcronym(TwoWayClsHeadFlops, Objective):
     name = "pad"
     example_format = "acronym"
     corpus_labels = PseudoAcronymLabels
@@ -377,10 +377,3 @@ class PseudoAcronym(Objective):
     def loss_and_sums(self, head, hidden_BTH, batch):
         return classification_sums(head(hidden_BTH[:, 0]), batch["pad"])
 
-    def head_flops(self, model_cfg, batch, *, seq_len):
-        return self.expected_head_flops(self.config, model_cfg, 0, seq_len=seq_len, rows=len(batch["pad"]), tokens=0)
-
-    @classmethod
-    def expected_head_flops(cls, config, model_cfg, vocab_size, *, seq_len, rows, tokens):
-        d = model_cfg.hidden  # the pooler (d x d) and the 2-way output on every row's [CLS]
-        return matmul_flops(d * d + 2 * d, rows)

@@ -50,6 +50,20 @@ def matmul_flops(weights: float, items: float) -> float:
     return 6.0 * weights * items
 
 
+class TwoWayClsHeadFlops:
+    """`Objective.head_flops` of a 2-way head on each row's [CLS] (the pooler, d x d, and the output), on every row:
+    NSP's and PAD's, whose labels are under the objective's name."""
+
+    def head_flops(self, model_cfg, batch, *, seq_len):
+        return self.expected_head_flops(self.config, model_cfg, 0, seq_len=seq_len, rows=len(batch[self.name]),
+                                        tokens=0)
+
+    @classmethod
+    def expected_head_flops(cls, config, model_cfg, vocab_size, *, seq_len, rows, tokens):
+        d = model_cfg.hidden
+        return matmul_flops(d * d + 2 * d, rows)
+
+
 def encoder_flops_per_token(hidden: int, num_layers: int, ffn: int, seq_len: int) -> float:
     """Training FLOPs per token of the encoder: 6 N + 12 L d T (Chowdhery et al. 2022, PaLM, appendix B).
 
