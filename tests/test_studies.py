@@ -255,6 +255,8 @@ def test_a_named_precision_trains_the_models_auto_trains_on_that_kind_of_cpu_und
     fp32 = with_precision(study, "fp32")
     assert fp32.name == f"{study.name}-fp32" and {m.pretrain.precision for m in fp32.models} == {"fp32"}
     assert [m.key for m in fp32.models] == [m.key for m in study.models] and fp32.calcs == study.calcs
+    # The untrained control is trained at no precision: every precision's study shares its one model.
+    assert {m.pretrain.precision for m in with_precision(study, "bf16").models if m.pretrain.max_steps == 0} == {"fp32"}
     # The id of `--precision fp32` on this machine is the id `auto` names on a CPU where bf16 is no faster, and
     # `--precision bf16` that of `auto` on one with it: a named precision reuses the other kind of CPU's models.
     for has_bf16, named in ((False, "fp32"), (True, "bf16")):

@@ -329,12 +329,14 @@ def with_precision(study: Study, precision: str) -> Study:
     precision trains the same model ids everywhere, e.g. to compare two machines or to reproduce a result made
     on the other kind of CPU. A model id names its resolved precision, so `fp32` here reuses the models that
     `auto` trained on an fp32-only CPU. It is another study (`<name>-<precision>`, its own report), so the
-    report of the default command is never replaced by another precision's."""
+    report of the default command is never replaced by another precision's. An untrained model (zero steps) keeps
+    its fp32: nothing is trained, and every precision's study shares its one id."""
     if precision == "auto":
         return study
     if precision not in PRECISIONS:
         raise ValueError(f"--precision must be {', '.join(PRECISIONS)}, got {precision!r}")
-    models = tuple(dataclasses.replace(m, pretrain=dataclasses.replace(m.pretrain, precision=precision))
+    models = tuple(m if m.pretrain.max_steps == 0 else
+                   dataclasses.replace(m, pretrain=dataclasses.replace(m.pretrain, precision=precision))
                    for m in study.models)
     return dataclasses.replace(study, name=f"{study.name}-{precision}", models=models,
                                title=f"{study.title}, {precision} pretraining")
