@@ -43,8 +43,8 @@ def test_bucketing_trains_every_row_once_in_batches_of_the_streams_size_with_les
         assert torch.equal(b["input_ids"], b["attention_mask"].long() * 7)
 
 
-def test_a_window_is_collated_once_at_its_first_step_and_without_trim_keeps_the_windows_width():
-    out = run(n_batches=16, window=8, trim=False)
+def test_a_window_is_collated_once_at_its_first_step_and_cut_to_its_own_width_keeps_it():
+    out = run(n_batches=16, window=8, width="window")
     assert {int(b["step"][0]) for _, b, _ in out[:8]} == {0} and {int(b["step"][0]) for _, b, _ in out[8:]} == {8}
     assert len({b["input_ids"].shape[1] for _, b, _ in out[:8]}) == 1
 
