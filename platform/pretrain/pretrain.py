@@ -282,13 +282,8 @@ class Pretrainer:
         fwd = _Forward(self.model, self.objectives)
         self.forward = wrap(fwd) if wrap else fwd
         self.optimizer = make_optimizer(self.model, cfg)
-        if cfg.compile:
-            # A float learning rate that changes every step would recompile the optimizer's step every step; a tensor
-            # is updated in place by the scheduler (torch's LRScheduler fills a tensor lr).
-            for group in self.optimizer.param_groups:
-                group["lr"] = torch.tensor(float(group["lr"]))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
-        self._loss, self._update = self._forward_loss, self._apply_update
+        self._loss, self._clip = self._forward_loss, self._clip_gradients
         if cfg.compile:
             self._compile(compile_backend)
         chunk = cfg.loss_chunk_rows
@@ -397,7 +392,8 @@ class Pretrainer:
         total, v = self._loss(self.to_device(batch))
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
-        self._update()
+        self._clip()
+        self.optimizer.step()
         self.scheduler.step()
         self.state.step += 1
         self._sums = v if self._sums is None else self._sums + v
@@ -413,24 +409,23 @@ class Pretrainer:
         parts = [total] + [x for loss, sums in out.values() for x in (loss, sums["count"], sums["correct"])]
         return total, torch.stack([x.detach().float().reshape(()) for x in parts])
 
-    def _apply_update(self) -> None:
-        """Gradient clipping and the optimizer's step."""
+    def _clip_gradients(self) -> None:
         if self.cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
-        self.optimizer.step()
 
     def _compile(self, backend: str) -> None:
-        """`PretrainConfig.compile`: the step compiled whole. One worker: the forward pass with its loss (AOTAutograd
-        compiles its backward pass with it) and the update (clipping and Adam) as a second graph; the backward
-        call between them is the one break. Several workers: DDP's forward is compiled (its gradient all-reduce
-        runs in the backward pass; the counts' all-reduce that weights each rank's loss stays outside) and the update.
-        `dynamic=False`: one static graph per shape (the static widths and labelled rows keep them few, bucketing.py),
-        not a symbolic one after the first new shape."""
+        """`PretrainConfig.compile`: the step compiled whole. One worker: the forward pass with its losses and their
+        weighted sum as one graph, whose backward pass AOTAutograd compiles with it, and the gradient clipping as a
+        second. Several workers: DDP's forward is compiled (its gradient all-reduce runs in the backward pass; the
+        counts' all-reduce that weights each rank's loss stays outside) and the clipping. Adam is torch's fused
+        kernel over every parameter at once, which torch.compile deliberately does not trace (it stays one kernel
+        either way). `dynamic=False`: one static graph per shape (the static widths and labelled rows keep them
+        few, bucketing.py), not a symbolic one after the first new shape."""
         if self.world == 1:
             self._loss = torch.compile(self._forward_loss, backend=backend, dynamic=False)
         else:
             self.forward = torch.compile(self.forward, backend=backend, dynamic=False)
-        self._update = torch.compile(self._apply_update, backend=backend, dynamic=False)
+        self._clip = torch.compile(self._clip_gradients, backend=backend, dynamic=False)
 
     def read_metrics(self) -> dict[str, float]:
         """The steps since the last read: mean total and per-objective loss, accuracy over their counts, and the
