@@ -223,9 +223,10 @@ class RankCollate:
                              max_labelled=self.max_labelled if self.cfg.compile else None)
 
     def max_labelled(self, key: str, rows: int, width: int) -> int:
-        """`Objective.max_labelled` of the objective whose label array `key` is."""
-        owner = next(o for o in self.main.objectives if key in o.labelled_keys)
-        return owner.max_labelled(key, rows, width)
+        """`Objective.max_labelled` of the objective whose label array `key` is: the larger of its main and its
+        curriculum config's (a curriculum may mask more), so that a compiled run keeps one shape per width."""
+        collators = [c for c in (self.main, self.curriculum) if c is not None]
+        return max(o.max_labelled(key, rows, width) for c in collators for o in c.objectives if key in o.labelled_keys)
 
     def __call__(self, rows: dict, *, step: int, epoch: int = 0, max_len: int | None = None,
                  batches: int = 1) -> tuple[dict[str, torch.Tensor], list[str]]:
