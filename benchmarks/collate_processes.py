@@ -37,7 +37,7 @@ from alignlab.platform.data.tokenizer import Tokenizer
 from alignlab.platform.presets import PRETRAIN_PRESETS
 from alignlab.platform.pretrain.loop import CollatingProcesses, _collate_at
 from alignlab.platform.pretrain.prefetch import Prefetcher
-from alignlab.platform.pretrain.pretrain import RankCollate, build_objectives, prepare_batch
+from alignlab.platform.pretrain.pretrain import RankCollate, build_objectives
 from alignlab.platform.registry import objectives_like
 
 
@@ -53,12 +53,12 @@ def run(mode: str, workers: int, rc: RankCollate, corpus: Path, *, steps: int, s
     cfg = dataclasses.replace(rc.cfg, collate_workers=workers)
     trainer = SimpleNamespace(cfg=cfg, device=torch.device("cpu"), rank_collate=rc)
     with CollatingProcesses(trainer) as pool:
-        key, trim = (cfg.seed, 0, 0), True
-        elsewhere = pool.windows(start=0, epoch=0, key=key, trim=trim) if pool.active else None
+        key = (cfg.seed, 0, 0)
+        elsewhere = pool.windows(start=0, epoch=0, key=key, width="longest") if pool.active else None
         feed = bucketed(record_batches(corpus, cfg.batch_size), cfg.bucket_batches, skip=0, key=key,
-                        collate=lambda rows, off, n: _collate_at(rc, rows, off, n, start=0, epoch=0), trim=trim,
+                        collate=lambda rows, off, n: _collate_at(rc, rows, off, n, start=0, epoch=0), width="longest",
                         elsewhere=elsewhere)
-        ready_batches = ((pool.receive(b) if elsewhere else prepare_batch(b, rc.labelled_keys, pin=False))
+        ready_batches = ((pool.receive(b) if elsewhere else rc.prepare(b, pin=False))
                          for _, b, _ in feed)
         with Prefetcher(ready_batches, depth=2) as ready:
             for _ in range(2 * cfg.bucket_batches):  # warm-up: processes started, first windows made

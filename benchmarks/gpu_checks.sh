@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
 # The GPU path's checks in one go, for a machine with one CUDA GPU where alignlab is installed over a CUDA build of
-# torch (`pip install -e ".[dev]"` after it):
+# torch (`pip install -e ".[dev]"` after it). Run it first whenever a GPU is lent (about 8 minutes on one H100):
 #   1. the CUDA tests: device placement, the training step without host syncs, FEL calculations on cuda giving the
 #      CPU's numbers, pretraining under Ray Train on the GPU (prefetch thread and a collating process), and a resume
 #      on the GPU restoring its state there and its CUDA random state;
-#   2. benchmarks/gpu_pretrain.py at 768x3 and 128x2 (sequence 128, global batch 256, bf16): the step alone and the
-#      run end to end under Ray Train, with the collation in 3 collating processes;
-#   3. the same end-to-end run at 768x3 with the collation on the prefetch thread (the default), for comparison.
-# Each writes its log (and gpu_pretrain.py its JSON) into OUT_DIR, default benchmarks/results/gpu_checks_<commit>/.
-# The end-to-end figures (ms/step, tokens/s, MFU, data wait) are printed at the end; commit the folder.
+#   2. the 768x3 step alone (sequence 128, batch 256, bf16), eager and compiled whole (static widths, the chunked
+#      MLM loss), beside Hugging Face's BertForPreTraining, at a 32K and at the paper corpus's 111K vocabulary
+#      (benchmarks/gpu_pretrain.py; MLM + NSP on synthetic full rows);
+#   3. 768x3 end to end under Ray Train with the paper preset's input path (3 collating processes, 8 CPUs for the
+#      worker): tokens/s, MFU by the one FLOP count, data wait;
+#   4. three 128x2 models side by side on the one GPU against one alone (benchmarks/side_by_side.py).
+# Each writes its log (and its JSON) into OUT_DIR, default benchmarks/results/gpu_checks_<commit>/. The figures
+# are printed at the end; commit the folder.
 #
 #   bash benchmarks/gpu_checks.sh [OUT_DIR]
+#   bash benchmarks/gpu_checks.sh --dry-run OUT_DIR   # every part on CPU at toy sizes: catches a broken command
+#                                                     # before GPU time is spent on it (tests/test_gpu_checks.py)
 #
 # Exits non-zero if any part failed; the parts after a failed one still run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+dry=0
+if [ "${1:-}" = "--dry-run" ]; then dry=1; shift; fi
 commit=${ALIGNLAB_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 export ALIGNLAB_COMMIT=$commit
 out=${1:-benchmarks/results/gpu_checks_$commit}
@@ -29,18 +36,39 @@ part() {  # part NAME COMMAND...: run COMMAND with its output in OUT_DIR/NAME.lo
   [ "$status" -eq 0 ] || rc=1
 }
 
-part gpu nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
-part cuda_tests python -m pytest -q -p no:cacheprovider -k "cuda or gpu or device" \
+if [ "$dry" = 1 ]; then
+  # The same commands at toy sizes on CPU; compiling is left to tests/test_input_path.py's slow test (minutes on
+  # a CPU), so --compile is dropped here.
+  device=(--device cpu); big=128x2; batch=(--batch 8); steps=(--steps 1 --rounds 1 --warmup 1)
+  ray=(--ray-steps 12 --ray-rows 400 --ray-cpus 2 --cpus-per-worker 1); compile=()
+  side=(--batch 8 --steps 2 --warmup 1); collect=(--collect-only)  # the CUDA tests are collected, not run
+  part machine python -c "import platform, torch; print(platform.processor() or platform.machine(), torch.__version__)"
+else
+  device=(--device cuda); big=768x3; batch=(--batch 256); steps=(--steps 20 --rounds 2 --warmup 3)
+  ray=(--ray-steps 400 --ray-cpus 12 --cpus-per-worker 8); compile=(--compile)
+  side=(--batch 256 --steps 200 --warmup 10); collect=()
+  part gpu nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+fi
+
+part cuda_tests python -m pytest -q -p no:cacheprovider "${collect[@]}" -k "cuda or gpu or device" \
   tests/test_gpu_pretraining.py tests/test_device_placement.py tests/test_finetune.py tests/test_input_path.py \
-  tests/test_exact_at_any_shape.py
-common=(--no-hf --steps 5 --rounds 1 --warmup 2 --ray-steps 400 --commit "$commit")
-part gpu_pretrain_collate3 python benchmarks/gpu_pretrain.py --sizes 768x3,128x2 "${common[@]}" \
-  --ray-collate-workers 3 --out "$out/gpu_pretrain_collate3.json"
-part gpu_pretrain_thread python benchmarks/gpu_pretrain.py --sizes 768x3 "${common[@]}" \
-  --out "$out/gpu_pretrain_thread.json"
+  tests/test_exact_at_any_shape.py tests/test_linear_cross_entropy.py
+for vocab in 32000 111000; do
+  part "step_${big}_vocab$vocab" python benchmarks/gpu_pretrain.py "${device[@]}" --sizes "$big" "${batch[@]}" \
+    "${steps[@]}" --vocab "$vocab" --ray-steps 0 "${compile[@]}" --commit "$commit" \
+    --out "$out/step_${big}_vocab$vocab.json"
+done
+part "paper_input_path_$big" python benchmarks/gpu_pretrain.py "${device[@]}" --sizes "$big" "${batch[@]}" \
+  "${steps[@]}" --no-hf "${ray[@]}" --ray-collate-workers 3 --commit "$commit" --out "$out/paper_input_path_$big.json"
+part side_by_side_128x2 python benchmarks/side_by_side.py "${device[@]}" --size 128x2 --copies 3 "${side[@]}" \
+  --commit "$commit" --out "$out/side_by_side_128x2.json"
 
 echo "--- tests"
 tail -n 1 "$out/cuda_tests.log"
-echo "--- end to end under Ray Train (collate3: 3 collating processes; thread: the prefetch thread)"
-grep -H "Ray Train end to end" "$out"/gpu_pretrain_*.log | sed -E "s/; eval.json.*//"
+echo "--- the step alone (alignlab eager and compiled, HF beside it)"
+grep -HE "^ *[0-9]+x[0-9]+ .*ms/step" "$out"/step_*.log | sed -E "s|^.*/step_||"
+echo "--- end to end under Ray Train (paper preset's input path)"
+grep -h "Ray Train end to end" "$out"/paper_input_path_*.log | sed -E "s/; eval.json.*//"
+echo "--- side by side"
+grep -h "side by side give" "$out"/side_by_side_*.log
 exit $rc

@@ -21,7 +21,7 @@ what they score: MLM's 6 (d^2 + d V) per predicted position, NSP's pooler per ro
 decodes every position but is credited with the useful work only) per second, over the
 datasheet bf16 peak of the device in `throughput.PEAK_TFLOPS`; the measured peak of a large bf16 matmul is
 printed beside it. Every row is 128 real tokens (`[CLS] 63 [SEP] 62 [SEP]`, ids drawn uniformly from a real
-sentencepiece vocabulary of 32,000 pieces), so tokens and real tokens are the same here.
+sentencepiece vocabulary of `--vocab` pieces, 32,000 by default), so tokens and real tokens are the same here.
 
 Run from the repo root on a machine with a CUDA GPU (see benchmarks/README.md):
     python benchmarks/gpu_pretrain.py --compile
@@ -224,6 +224,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=4, help="alternating rounds (alignlab, HF, HF, alignlab, ...)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--compile", action="store_true", help="also time alignlab's step under torch.compile")
+    p.add_argument("--vocab", type=int, default=32_000,
+                   help="pieces of the tokenizer (32000; 111000 is the paper corpus's): the decoder's width")
     p.add_argument("--no-hf", action="store_true")
     p.add_argument("--ray-steps", type=int, default=600, help="steps of each Ray Train run (0: no Ray part)")
     p.add_argument("--ray-rows", type=int, default=76_800, help="rows of the synthetic corpus (passes repeat)")
@@ -248,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
               "machine": {**machine_info.machine("transformers", "ray"), "torch": torch.__version__,
                           "device": device_label(args.device),
                           "cuda": torch.version.cuda if args.device == "cuda" else None},
-              "precision": "bf16", "seq_len": SEQ, "vocab": 32_000,
+              "precision": "bf16", "seq_len": SEQ, "vocab": args.vocab,
               "datasheet_bf16_peak_tflops": (peak_flops(device_label(args.device), "bf16") or 0) / 1e12 or None}
     args.out.parent.mkdir(parents=True, exist_ok=True)
 
@@ -262,7 +264,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"# bf16 matmul (8192^3): {result['measured_bf16_matmul_tflops']} TFLOP/s measured; datasheet peak "
           f"{result['datasheet_bf16_peak_tflops']} TFLOP/s (MFU is against the datasheet)", flush=True)
     with tempfile.TemporaryDirectory(prefix="alignlab-tok-") as d:
-        tok = make_tokenizer(Path(d))
+        tok = make_tokenizer(Path(d), args.vocab)
         table = synthetic_rows(tok, 4 * args.batch)
         result["models"] = bench_models(sizes, tok, table, batch=args.batch, steps=args.steps, rounds=args.rounds,
                                         warmup=args.warmup, device=args.device, compile_model=False,

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from alignlab.platform.batching import IGNORE
+from alignlab.platform.linear_cross_entropy import linear_cross_entropy_sums
 from alignlab.platform.model import MaskedLMHead
 from alignlab.platform.registry import (Objective, classification_metrics, classification_sums, labelled,
                                         labelled_count, lock_inputs, register)
@@ -123,6 +124,11 @@ class MaskedLM(Objective):
         # shapes (labelled_rows: padded rows are labelled IGNORE and count nowhere).
         pos, target = labelled(batch, "mlm")
         h = hidden_BTH.reshape(-1, hidden_BTH.shape[-1]).index_select(0, pos)
+        if head.training and self.output_chunk_rows:
+            # The decoder and its loss a chunk of rows at a time: no [N, V] fp32 logits (a GPU's step; the same loss
+            # within float tolerance, `linear_cross_entropy`).
+            return linear_cross_entropy_sums(head.transform(h), head.tok_embedding.weight, head.bias, target,
+                                             chunk_rows=self.output_chunk_rows)
         logits = head(h)
         loss, sums = classification_sums(logits, target)
         if not head.training:  # held-out evaluation only: a second argmax is not worth its cost in training steps
@@ -132,6 +138,10 @@ class MaskedLM(Objective):
                 sums["masked_count"] = at_mask.sum().float()
                 sums["masked_correct"] = ((logits.argmax(-1) == target) & at_mask).sum().float()
         return loss, sums
+
+    def max_labelled(self, key, rows, width):
+        # round(mask_prob x n) of a row's n <= width - 2 non-special tokens (at least one), a monotone bound.
+        return rows * max(1, int(np.rint(self.config.mask_prob * (width - 2))))
 
     def head_flops(self, model_cfg, batch, *, seq_len):
         # The transform (d x d) and the tied decoder (d x V) on each predicted position: at a 111K vocabulary the

@@ -169,11 +169,31 @@ def _labels_or_ignore(col, n: int) -> np.ndarray:
     return col.astype(np.int64) if isinstance(col, np.ndarray) else np.fromiter(col, dtype=np.int64, count=n)
 
 
+def widen(batch: dict[str, np.ndarray], width: int, pad_id: int) -> dict[str, np.ndarray]:
+    """A collated batch's token-level ([B, T]) arrays padded on the right to `width` positions: `input_ids` with the
+    padding piece, `segment_ids` 0, booleans (the attention mask, locked inputs) False, floats 0, and any other
+    integer array -- an objective's labels -- IGNORE (the convention every token-level label array keeps at
+    padding). Example-level ([B]) arrays are unchanged."""
+    T = batch["input_ids"].shape[1]
+    if T >= width:
+        return batch
+    out = {}
+    for k, v in batch.items():
+        if v.ndim == 2 and v.shape[1] == T:
+            fill = pad_id if k == "input_ids" else 0 if k == "segment_ids" or v.dtype.kind in "bf" else IGNORE
+            wide = np.full((v.shape[0], width), fill, dtype=v.dtype)
+            wide[:, :T] = v
+            v = wide
+        out[k] = v
+    return out
+
+
 class Collator:
     def __init__(self, objectives: Sequence, tokenizer, *, max_len: int, layout_fraction: float = 0.25,
                  subword_alpha: float = 0.0, seed: int = 0, rank: int = 0, pad_to_max_len: bool = False):
-        """`pad_to_max_len`: every batch is the step's full length wide, not its longest example's (static shapes
-        for `torch.compile`)."""
+        """`pad_to_max_len`: every batch is widened to the step's full length after its labels are drawn at its own
+        width (`widen`), so that it holds exactly the batch collated without it, plus padding: room for the static
+        widths of `torch.compile` (`PretrainConfig.compile`, `bucketing.static_width`)."""
         self.objectives, self.tok, self.max_len = list(objectives), tokenizer, max_len
         self.pad_to_max_len = pad_to_max_len
         self.layout_fraction, self.subword_alpha = layout_fraction, subword_alpha
@@ -220,6 +240,8 @@ class Collator:
         batch = self.tensorize(ex)
         for o in self.objectives:
             o.add_labels(batch, ex, rng)
+        if self.pad_to_max_len:
+            batch = widen(batch, L, self.tok.pad_id)
         return {k: torch.from_numpy(v) for k, v in batch.items()}
 
     def _resample_web(self, rows, kind, a, b, rng: np.random.Generator) -> None:
@@ -266,7 +288,7 @@ class Collator:
 
         tokens, a_at, b_at, lead_at = _token_buffer(ex, cls, sep)
         lens = 2 + first_n + second_n + last_sep
-        T = L if self.pad_to_max_len else int(lens.max())
+        T = int(lens.max())  # the objectives draw their labels at this width, padded to the full length or not
         pos = np.arange(T)
         valid = pos < lens[:, None]
         input_ids = np.full((B, T), self.tok.pad_id, dtype=np.int64)

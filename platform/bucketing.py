@@ -10,6 +10,10 @@ and hands them out in an order drawn from `key` (so that the model does not see 
 first). Every row is still trained exactly once per pass, in batches of the same sizes; which rows share a batch
 changes, and an NSP partner may come from anywhere in the window.
 
+Under `torch.compile` (`PretrainConfig.compile`) a batch is cut to a static width instead (`static_width`: the
+smallest of a few fixed widths that holds its longest example), so that the step meets a handful of shapes; the
+rows, their order and their labels are those of the trimmed batches.
+
 A window is collated with its first step's settings (sequence length, curriculum): a schedule switch takes effect
 at the first window that starts on or after it, up to `window - 1` steps late.
 
@@ -52,12 +56,12 @@ Window = tuple[list[dict], int, int, int]
 
 
 def bucketed(row_batches: Iterator[dict], window: int, *, skip: int, key: Sequence[int], collate: Collate,
-             trim: bool = True, counted: list[int] | None = None,
+             width: str = "longest", counted: list[int] | None = None,
              elsewhere: tuple[Callable[[Window], Future], int] | None = None) -> Iterator[tuple[int, dict, list[str]]]:
     """(data position, batch, row ids) in bucketed order, from the data position after `skip`.
     `key`: each window's batch order is drawn from (*key, window index): pass (seed, phase, epoch) so that every
-    pass has its own order and a resumed run the same one. `trim`: cut each batch to its longest example (False
-    for static shapes, `PretrainConfig.compile`). `counted[0]`, if given, counts the row batches read from the
+    pass has its own order and a resumed run the same one. `width`: how wide each batch is cut (`WIDTHS`).
+    `counted[0]`, if given, counts the row batches read from the
     stream (skipped ones included).
     `elsewhere` = (submit, ahead): each window is handed to `submit`, which returns a future of the window's
     `window_batches` made elsewhere (collating processes), with up to `ahead` windows in flight; the batches and
@@ -65,7 +69,7 @@ def bucketed(row_batches: Iterator[dict], window: int, *, skip: int, key: Sequen
     windows = _windows(row_batches, window, skip, counted if counted is not None else [0])
     if elsewhere is None:
         for batches, w, skip_w, offset in windows:
-            yield from window_batches(batches, w, window, skip_w, offset, key, collate, trim)
+            yield from window_batches(batches, w, window, skip_w, offset, key, collate, width)
         return
     submit, ahead = elsewhere
     pending: deque[Future] = deque()
@@ -105,13 +109,18 @@ def _windows(row_batches: Iterator[dict], window: int, skip: int, counted: list[
 
 
 def window_batches(batches: list[dict], w: int, window: int, skip: int, offset: int, key: Sequence[int],
-                   collate: Collate, trim: bool) -> Iterator[tuple[int, dict, list[str]]]:
+                   collate: Collate, width: str) -> Iterator[tuple[int, dict, list[str]]]:
     """The batches of window `w` (its first `skip` left out), each with its data position and row ids. Row batches
     may come as Arrow tables (the driver's; they travel to a collating process cheaply) or as dicts of columns."""
+    if width not in WIDTHS:
+        raise ValueError(f"batch width must be one of {', '.join(WIDTHS)}, got {width!r}")
     batches = [b if isinstance(b, dict) else rows_from_arrow(b) for b in batches]
     if window == 1:
         if not skip:
             batch, ids = collate(batches[0], offset, 1)
+            if width == "static":
+                batch = _cut(batch, static_width(int(batch["attention_mask"].sum(1).max()),
+                                                 batch["attention_mask"].shape[1]))
             yield w + 1, batch, ids
         return
     batch, ids = collate(_concat(batches), offset, len(batches))
@@ -129,9 +138,34 @@ def window_batches(batches: list[dict], w: int, window: int, skip: int, offset: 
         if j < skip:
             continue
         rows = order[bounds[i]:bounds[i + 1]]
-        width = int(real[rows].max()) if trim else T
-        idx = torch.from_numpy(rows)
-        # Token-level tensors are [B, T] (the window's width); example-level ones [B].
-        sub = {k: (v[:, :width] if v.dim() >= 2 and v.shape[1] == T else v).index_select(0, idx)
-               for k, v in batch.items()}
-        yield w * window + j + 1, sub, [ids[t] for t in rows.tolist()]
+        longest = int(real[rows].max())
+        cut = {"longest": longest, "window": T, "static": static_width(longest, T)}[width]
+        yield w * window + j + 1, _cut(batch, cut, torch.from_numpy(rows)), [ids[t] for t in rows.tolist()]
+
+
+WIDTHS = ("longest", "window", "static")
+"""How wide a batch is cut: to its longest example (the default: least padding), to its window's width, or to a
+`static_width` (static shapes for `torch.compile`)."""
+
+STATIC_WIDTHS_PER_LENGTH = 4
+"""`static_width` picks among this many widths per sequence length: a quarter, a half, three quarters, all of it."""
+
+
+def static_width(longest: int, full: int) -> int:
+    """The smallest multiple of `full / STATIC_WIDTHS_PER_LENGTH` (rounded up) that holds `longest` tokens, at most
+    `full`: 32, 64, 96 or 128 at length 128. A compiled step then meets one shape per width (and length), where
+    trimming to the longest example gives it one per length a batch happens to have; the cost is the padding up to
+    the next width (about an eighth of a batch on average, less where most rows are full)."""
+    step = -(-full // STATIC_WIDTHS_PER_LENGTH)
+    return min(full, -(-longest // step) * step)
+
+
+def _cut(batch: dict, width: int, rows: torch.Tensor | None = None) -> dict:
+    """`batch`'s token-level tensors ([B, T]) cut to `width` positions, and every tensor to `rows` (all when None)."""
+    T = batch["attention_mask"].shape[1]
+    out = {}
+    for k, v in batch.items():
+        if v.dim() >= 2 and v.shape[1] == T:  # token-level; example-level ones are [B]
+            v = v[:, :width]
+        out[k] = v if rows is None else v.index_select(0, rows)
+    return out

@@ -224,7 +224,15 @@ class PretrainConfig:
     for GPU workers, whose training thread must not share its interpreter lock with the collation); 0: the
     prefetch thread collates. The same batches either way."""
     compile: bool = field(default=False, metadata={"omit_at_default": True})
-    """`torch.compile` the forward pass, with every batch padded to the full sequence length (static shapes)."""
+    """`torch.compile` the whole step (the forward pass with its losses, its backward pass, clipping and Adam) on static
+    shapes: each batch cut to one of a few widths (`bucketing.static_width`) and each head's labelled positions padded
+    to a bound (`Objective.max_labelled`). The rows, their grouping and their labels are the eager run's; the padding
+    and the kernels differ, so the digits do (within float tolerance), and a compiled model has an id of its own."""
+    loss_chunk_rows: int = field(default=-1, metadata={"omit_at_default": True})
+    """Rows per chunk of a head over the vocabulary (MLM's decoder and its cross-entropy,
+    `linear_cross_entropy`): > 0 never holds more than that many rows' fp32 logits at once; 0 the whole [N, V]
+    logits; -1 (auto): chunks of about 256 MiB on a GPU, the whole logits on a CPU (where they are small and the
+    plain loss is the one every CPU model was trained with). A runtime field: the same loss within float tolerance."""
     use_gpu: bool = False
     precision: str = "auto"
     """Matmul precision of the forward pass: "fp32", "bf16" (autocast; weights, optimizer state and losses stay
@@ -284,6 +292,9 @@ class PretrainConfig:
         _choice(self, "loss_scaling", LOSS_SCALINGS)
         if not 0.0 <= self.layout_fraction <= 1.0:
             raise ValueError(f"PretrainConfig.layout_fraction must be in [0, 1], got {self.layout_fraction}")
+        if self.loss_chunk_rows < -1:
+            raise ValueError(f"PretrainConfig.loss_chunk_rows must be -1 (auto), 0 (whole logits) or a number of rows, "
+                             f"got {self.loss_chunk_rows}")
         if min(self.warmup_steps, self.grad_clip, self.subword_regularization_alpha, self.corpus_embeddings,
                self.prefetch_batches, self.collate_workers) < 0:
             raise ValueError("PretrainConfig.warmup_steps, grad_clip, subword_regularization_alpha, corpus_embeddings, "
@@ -328,7 +339,8 @@ def untrained(cfg: PretrainConfig) -> PretrainConfig:
     default (the objectives too) and the precision is fp32 (nothing is trained), so every recipe of one
     architecture and seed shares one untrained model id. Runtime fields (resources, threads) are kept."""
     runtime = {f: getattr(cfg, f) for f in ("checkpoint_every", "log_every", "eval_batches", "cpus_per_worker",
-                                            "threads_per_worker", "prefetch_batches", "collate_workers")}
+                                            "threads_per_worker", "prefetch_batches", "collate_workers",
+                                            "loss_chunk_rows")}
     return PretrainConfig(model=cfg.model, seed=cfg.seed, max_steps=0, precision="fp32", **runtime)
 
 

@@ -125,7 +125,9 @@ class Encoder(nn.Module):
         mask = None
         # An all-ones mask is dropped where asking costs nothing (on the host); on a device the question would make
         # the host wait, so a given mask is used there (the pretraining step passes none for an unpadded batch).
-        if attention_mask is not None and (attention_mask.device.type != "cpu" or not bool(attention_mask.all())):
+        # Under torch.compile the question would break the graph: the mask is used as given.
+        if attention_mask is not None and (attention_mask.device.type != "cpu" or torch.compiler.is_compiling()
+                                           or not bool(attention_mask.all())):
             mask = attention_mask[:, None, None, :]
         if self.cfg.alibi > 0:
             mask = self.distance_bias(input_ids.shape[1], x.dtype, x.device, mask)
@@ -221,9 +223,13 @@ class MaskedLMHead(nn.Module):
         self.apply(init_weights)
         self.tok_embedding = tok_embedding  # registered as a submodule, but its weight is the encoder's
 
+    def transform(self, h_NH: torch.Tensor) -> torch.Tensor:
+        """The rows as the decoder reads them (dense, GELU, LayerNorm): what a chunked loss decodes itself
+        (`linear_cross_entropy`)."""
+        return self.ln(F.gelu(self.dense(h_NH)))
+
     def forward(self, h_NH: torch.Tensor) -> torch.Tensor:
-        x = self.ln(F.gelu(self.dense(h_NH)))
-        return F.linear(x, self.tok_embedding.weight, self.bias)
+        return F.linear(self.transform(h_NH), self.tok_embedding.weight, self.bias)
 
 
 class AlignModel(nn.Module):

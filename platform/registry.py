@@ -308,7 +308,13 @@ class Objective:
     """True for objectives whose labels exist only for linked (Wikipedia) chunks."""
     labelled_keys: ClassVar[tuple[str, ...]] = ()
     """Its [B, T] label arrays whose labelled positions its loss gathers with `labelled(batch, key)`: the engine finds
-    them on the host before the step, where `nonzero` costs no wait for the device."""
+    them on the host before the step, where `nonzero` costs no wait for the device, and sends the device only those
+    positions and their labels (`key.rows`, `key.targets`), not the [B, T] array."""
+    output_chunk_rows: int = 0
+    """Rows per chunk for a head over a large output (a vocabulary): > 0 asks its training loss to be computed a chunk
+    of rows at a time (`linear_cross_entropy.linear_cross_entropy_sums`: no [N, C] logits at once); 0 the whole
+    logits. Set on each objective by the engine from `PretrainConfig.loss_chunk_rows` (a runtime setting: the same
+    loss within float tolerance); an objective without such a head ignores it."""
     bert_pooler: ClassVar[bool] = False
     """True when this objective's head starts with BERT's pooler (a `pool` layer: dense + tanh on [CLS], as
     BERT's NSP head): `alignlab export` writes that layer as BertModel's pooler."""
@@ -351,6 +357,12 @@ class Objective:
 
     def finalize(self, sums: dict[str, float]) -> dict[str, float]:
         return classification_metrics(sums)
+
+    def max_labelled(self, key: str, rows: int, width: int) -> int:
+        """The most positions of `batch[key]` (one of its `labelled_keys`) that a batch of `rows` rows `width` tokens
+        wide can label. Under static shapes (`PretrainConfig.compile`) the engine pads the labelled positions to
+        exactly this many, so that every batch of one width has one shape. Default: every position."""
+        return rows * width
 
     def head_flops(self, model_cfg: Any, batch: dict, *, seq_len: int) -> float:
         """Training FLOPs of this objective's head (and any model of its own, RTD's generator) on one collated batch,
@@ -399,16 +411,20 @@ LABELLED_ROW_MULTIPLE = 32
 """`labelled_rows` pads the rows a head predicts to a multiple of this."""
 
 
-def labelled_rows(labels_N: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def labelled_rows(labels_N: torch.Tensor, rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The flat positions whose label is not IGNORE and their labels, padded with position 0 and label IGNORE to a
-    multiple of `LABELLED_ROW_MULTIPLE` rows. Why: how many positions a batch labels (MLM's masks, WHP's linked
+    multiple of `LABELLED_ROW_MULTIPLE` rows, or to exactly `rows` (static shapes: `Objective.max_labelled`). Why: how many positions a batch labels (MLM's masks, WHP's linked
     tokens) changes every step, and on CPU oneDNN builds a kernel per matmul shape and keeps 1,024 of them; a mini
     pretraining run meets more shapes than that, keeps rebuilding kernels and grows its memory
     (figures: benchmarks/README.md, "Labelled rows on CPU").
     Padded to a multiple of 32, MLM's ~300-600 rows take a handful of shapes. The padded rows cost a few percent of
     a head's matmul and count nowhere: `classification_sums` skips IGNORE labels."""
     pos = torch.nonzero(labels_N != IGNORE).squeeze(1)
-    pad = (-pos.numel()) % LABELLED_ROW_MULTIPLE  # read at call time: the benchmark and a test set it
+    if rows is not None and pos.numel() > rows:
+        raise ValueError(f"a batch labels {pos.numel()} positions, more than the {rows} its objective's max_labelled "
+                         "declares: the static shape would drop labels")
+    # LABELLED_ROW_MULTIPLE is read at call time: the benchmark and a test set it.
+    pad = (-pos.numel()) % LABELLED_ROW_MULTIPLE if rows is None else rows - pos.numel()
     if pad:
         pos = torch.cat([pos, pos.new_zeros(pad)])
     target = labels_N.index_select(0, pos)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from alignlab.platform.bucketing import bucketed
+from alignlab.platform.bucketing import bucketed, static_width
 
 
 def stream(n_batches: int, size: int = 8, seed: int = 1):
@@ -43,8 +43,8 @@ def test_bucketing_trains_every_row_once_in_batches_of_the_streams_size_with_les
         assert torch.equal(b["input_ids"], b["attention_mask"].long() * 7)
 
 
-def test_a_window_is_collated_once_at_its_first_step_and_without_trim_keeps_the_windows_width():
-    out = run(n_batches=16, window=8, trim=False)
+def test_a_window_is_collated_once_at_its_first_step_and_cut_to_its_own_width_keeps_it():
+    out = run(n_batches=16, window=8, width="window")
     assert {int(b["step"][0]) for _, b, _ in out[:8]} == {0} and {int(b["step"][0]) for _, b, _ in out[8:]} == {8}
     assert len({b["input_ids"].shape[1] for _, b, _ in out[:8]}) == 1
 
@@ -80,3 +80,21 @@ def test_a_label_array_that_is_not_per_row_is_refused_naming_it():
 
     with pytest.raises(ValueError, match="batch tensor 'pooled' has 3 rows, not the window's 16"):
         list(bucketed(stream(2), 2, skip=0, key=(0,), collate=bad))
+
+
+def test_static_widths_cut_the_same_rows_in_the_same_order_to_one_of_four_widths():
+    def full_width(rows, offset, batches):  # a compiled run's collation: every batch as wide as the length, 64
+        batch, ids = collate(rows, offset, batches)
+        wide = {k: torch.nn.functional.pad(v, (0, 64 - v.shape[1])) if v.dim() == 2 else v for k, v in batch.items()}
+        return wide, ids
+
+    longest = list(bucketed(stream(37), 8, skip=0, key=(0,), collate=full_width))
+    static = list(bucketed(stream(37), 8, skip=0, key=(0,), collate=full_width, width="static"))
+    assert [(p, rows) for p, _, rows in static] == [(p, rows) for p, _, rows in longest]
+    assert {b["input_ids"].shape[1] for _, b, _ in static} <= {16, 32, 48, 64}
+    for (_, s, _), (_, t, _) in zip(static, longest):
+        w = t["input_ids"].shape[1]
+        assert s["input_ids"].shape[1] == static_width(w, 64) >= w
+        assert torch.equal(s["input_ids"][:, :w], t["input_ids"]) and not s["attention_mask"][:, w:].any()
+    with pytest.raises(ValueError, match="width"):
+        run(width="widest")

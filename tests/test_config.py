@@ -111,7 +111,7 @@ _OTHER_VALUE = {
     # runtime-only
     "checkpoint_every": 7, "checkpoint_every_minutes": 20.0, "log_every": 3, "eval_batches": 9, "cpus_per_worker": 2.0,
     "threads_per_worker": 2,
-    "use_gpu": True, "prefetch_batches": 5, "collate_workers": 2, "bucket_batches": 4,
+    "use_gpu": True, "prefetch_batches": 5, "collate_workers": 2, "bucket_batches": 4, "loss_chunk_rows": 64,
 }
 
 

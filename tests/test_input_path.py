@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from collate_reference import ReferenceCollator  # noqa: E402
 from tiny_model import batches, tiny_tokenizer  # noqa: E402
 
-from alignlab.platform.batching import Collator, Ragged, rows_from_arrow  # noqa: E402
+from alignlab.platform.batching import IGNORE, Collator, Ragged, rows_from_arrow  # noqa: E402
 from alignlab.platform.draws import OneByOne  # noqa: E402
 from alignlab.platform.presets import PRETRAIN_PRESETS  # noqa: E402
 from alignlab.platform.pretrain.prefetch import Prefetcher  # noqa: E402
@@ -150,9 +150,10 @@ def test_a_chunk_an_objective_edited_in_place_is_collated_with_its_edit(tok):
     assert (from_arrow["input_ids"][::2, 1] == 7).all()
 
 
-def test_padding_to_the_full_length_changes_only_the_padding(tok):
-    # (not MLM: its draws are one per position of the batch's width, so a wider batch draws other masks)
-    objs = _objectives(tok, "nsp,whp,pad", {})
+def test_padding_to_the_full_length_changes_only_the_padding_masks_and_labels_included(tok):
+    # The objectives draw their labels at the batch's own width, then it is widened (`batching.widen`): a compiled
+    # run trains on the eager run's masks.
+    objs = _objectives(tok, "mlm,nsp,whp,pad", {})
     rows = batches(tok)[0]
     short = Collator(objs, tok, max_len=64)(rows, step=2)
     full = Collator(objs, tok, max_len=64, pad_to_max_len=True)(rows, step=2)
@@ -161,6 +162,8 @@ def test_padding_to_the_full_length_changes_only_the_padding(tok):
     for k, v in short.items():
         if v.dim() == 2:
             assert torch.equal(full[k][:, :T], v) and not full["attention_mask"][:, T:].any()
+            if k in ("mlm", "whp"):
+                assert (full[k][:, T:] == IGNORE).all(), k
         else:
             assert torch.equal(full[k], v)
 
@@ -360,15 +363,20 @@ def test_a_cuda_training_step_never_synchronizes_with_the_host(tok):
 
 @pytest.mark.slow
 def test_a_compiled_smoke_step_matches_the_eager_step(tok):
-    """`PretrainConfig.compile`: the same batch (padded to the full length either way) gives the eager step's
-    losses and weights within float tolerance. Slow: inductor compiles C++ kernels on CPU (over a minute here)."""
+    """`PretrainConfig.compile`: the whole step compiled (static labelled rows, the chunked MLM loss) gives the eager
+    step's losses and weights on the same batch within float tolerance. Slow: inductor compiles C++ kernels on CPU (over a minute here)."""
     cfg = dataclasses.replace(SMOKE, objectives="mlm,nsp,whp", precision="fp32",
                               model=dataclasses.replace(SMOKE.model, dropout=0.0))
-    eager, compiled = Pretrainer(cfg, tok), Pretrainer(dataclasses.replace(cfg, compile=True), tok)
+    eager = Pretrainer(cfg, tok)
+    compiled = Pretrainer(dataclasses.replace(cfg, compile=True, loss_chunk_rows=8), tok)
     assert compiled.collate.pad_to_max_len and not eager.collate.pad_to_max_len
+    assert compiled.objectives["mlm"].output_chunk_rows == 8 and eager.objectives["mlm"].output_chunk_rows == 0
     for step, rows in enumerate(batches(tok, num=2)):
         batch = compiled.collate(rows, step=step)
-        a, b = eager.train_step(batch), compiled.train_step(batch)
+        # The compiled step pads MLM's and WHP's labelled rows to their bound: one shape per width.
+        ready = compiled.prepare(batch)
+        assert ready["mlm.rows"].numel() == compiled.objectives["mlm"].max_labelled("mlm", *batch["mlm"].shape)
+        a, b = eager.train_step(batch), compiled.train_step(ready)
         for k in ("train/loss", "train/mlm/loss", "train/nsp/loss", "train/whp/loss"):
             assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-5), k
     for k, v in eager.model.state_dict().items():

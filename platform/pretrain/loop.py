@@ -18,7 +18,7 @@ import torch
 
 from alignlab.platform.bucketing import bucketed, window_batches
 from alignlab.platform.pretrain.prefetch import Prefetcher
-from alignlab.platform.pretrain.pretrain import Pretrainer, RankCollate, TrainState, prepare_batch
+from alignlab.platform.pretrain.pretrain import Pretrainer, RankCollate, TrainState
 from alignlab.platform.throughput import run_throughput
 
 
@@ -125,12 +125,13 @@ def _prepared(trainer: Pretrainer, rows_it: Iterator[dict], consumed: list[int],
     this thread only reads rows and pins what they made."""
     cfg, st = trainer.cfg, trainer.state
     start, epoch = st.step, st.epoch
-    key, trim = (cfg.seed, st.phase, epoch), not cfg.compile
+    # Under torch.compile each batch is cut to one of a few static widths, so that the compiled step meets few shapes.
+    key, width = (cfg.seed, st.phase, epoch), "static" if cfg.compile else "longest"
     collate = functools.partial(_collate_at, trainer.rank_collate, start=start, epoch=epoch)
-    elsewhere = pool.windows(start=start, epoch=epoch, key=key, trim=trim) if pool.active else None
+    elsewhere = pool.windows(start=start, epoch=epoch, key=key, width=width) if pool.active else None
     step = start
-    for position, batch, ids in bucketed(rows_it, cfg.bucket_batches, skip=skip, key=key, collate=collate, trim=trim,
-                                         counted=consumed, elsewhere=elsewhere):
+    for position, batch, ids in bucketed(rows_it, cfg.bucket_batches, skip=skip, key=key, collate=collate,
+                                         width=width, counted=consumed, elsewhere=elsewhere):
         if step >= stop_at:
             return
         yield position, (pool.receive(batch) if elsewhere else trainer.prepare(batch)), ids
@@ -180,12 +181,12 @@ class CollatingProcesses:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
-    def windows(self, *, start: int, epoch: int, key: tuple, trim: bool):
+    def windows(self, *, start: int, epoch: int, key: tuple, width: str):
         """`bucketing.bucketed`'s `elsewhere`: a window goes to the next free process; one more than the processes
         is kept in flight, so that a made window waits whenever the training step comes for it."""
         def submit(job):
             batches, w, skip_w, offset = job
-            return self._pool.submit(_collate_window, batches, w, self.window, skip_w, offset, key, trim, start, epoch)
+            return self._pool.submit(_collate_window, batches, w, self.window, skip_w, offset, key, width, start, epoch)
 
         return submit, self.workers + 1
 
@@ -208,13 +209,13 @@ def _start_collating(payload: bytes) -> None:
     _COLLATE = cloudpickle.loads(payload)
 
 
-def _collate_window(batches: list[dict], w: int, window: int, skip: int, offset: int, key: tuple, trim: bool,
+def _collate_window(batches: list[dict], w: int, window: int, skip: int, offset: int, key: tuple, width: str,
                     start: int, epoch: int) -> list[tuple[int, dict, list[str]]]:
     """In a collating process: window `w`'s batches, prepared (host-side, not pinned) and as numpy arrays."""
     rc = _COLLATE
     collate = functools.partial(_collate_at, rc, start=start, epoch=epoch)
     out = []
-    for position, batch, ids in window_batches(batches, w, window, skip, offset, key, collate, trim):
-        ready = prepare_batch(batch, rc.labelled_keys, pin=False)
+    for position, batch, ids in window_batches(batches, w, window, skip, offset, key, collate, width):
+        ready = rc.prepare(batch, pin=False)
         out.append((position, {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in ready.items()}, ids))
     return out

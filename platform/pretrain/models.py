@@ -25,10 +25,11 @@ from alignlab.platform.errors import positive_int
 from alignlab.platform.throughput import run_throughput
 
 RUNTIME_FIELDS = ("checkpoint_every", "checkpoint_every_minutes", "log_every", "eval_batches", "cpus_per_worker",
-                  "threads_per_worker", "prefetch_batches", "collate_workers")
+                  "threads_per_worker", "prefetch_batches", "collate_workers", "loss_chunk_rows")
 """PretrainConfig fields that change how a run is executed, not what the model learns: checkpoint and report
-frequency, how many held-out batches the final evaluation reads, the resources and threads of a worker, and how
-many batches are collated ahead, and where.
+frequency, how many held-out batches the final evaluation reads, the resources and threads of a worker, how
+many batches are collated ahead, and where, and how many rows of a vocabulary-sized loss are computed at once (the
+same loss summed in another order, as a worker's thread count sums its matmuls in another order).
 Every other field is in the id: in particular `num_workers`: `batch_size` is the global batch whatever the
 workers, but each of N workers reads its own share of the rows and draws its own labels and dropout masks
 (`pretrain.driver.data_config`), so N workers train another model than one; `precision`, "auto" resolved to what
@@ -67,6 +68,11 @@ def model_id(corpus_id: str, cfg: PretrainConfig) -> str:
         # earlier every-rank-collates-the-global-batch scheme, and a checkpoint of that scheme must not be resumed.
         # Hashed only for several workers, so single-worker ids (every preset but paper) stay as they were.
         d["rank_split"] = 1
+    if cfg.compile:
+        # Since issue #56 a compiled run draws its labels at each window's own width, as an eager run does, and cuts
+        # its batches to static widths (earlier: every batch padded to the full length before MLM drew its masks,
+        # so other masks). Hashed only when compiled, so that no other id moves.
+        d["static_shapes"] = 1
     what = "untrained" if cfg.max_steps == 0 else "+".join(cfg.objective_names)
     return f"{cfg.model.label}-{what}-{config_hash(corpus_id, d, {'code': PRETRAIN_CODE_VERSION})}"
 

@@ -19,6 +19,7 @@ import torch
 from alignlab.platform import registry as _registry  # noqa: F401 -- objective names resolve through it
 from alignlab.platform.batching import Collator
 from alignlab.platform.config import PretrainConfig
+from alignlab.platform.linear_cross_entropy import auto_chunk_rows
 from alignlab.platform.model import AlignModel
 from alignlab.platform.throughput import batch_flops
 
@@ -164,18 +165,39 @@ class TrainState:
     """Wall time inside `train_loop`, over all the run's lives up to the last checkpoint (start-up excluded)."""
 
 
-def prepare_batch(batch: dict[str, torch.Tensor], labelled_keys: tuple[str, ...], *, pin: bool) -> dict:
-    """The host's part of a step, done before it: whether the batch has padding (`has_padding`, a Python bool), the
-    labelled positions of the objectives' `labelled_keys` (`registry.labelled`), and with `pin` (for a GPU) the
-    tensors in pinned memory, so that the copy to the device is asynchronous. Each answers on the host what the
-    step would otherwise ask the device, waiting for it."""
+HOST_ONLY = "host_only"
+"""A prepared batch's list of the keys that stay on the host (`prepare_batch`): `Pretrainer.to_device` leaves them."""
+
+
+def prepare_batch(batch: dict[str, torch.Tensor], labelled_keys: tuple[str, ...], *, pin: bool,
+                  max_labelled: Callable[[str, int, int], int] | None = None) -> dict:
+    """The host's part of a step, done before it:
+    - whether the batch has padding (`has_padding`, a Python bool);
+    - the labelled positions of the objectives' `labelled_keys` and their labels (`registry.labelled`). The device
+      needs only these: the [B, T] label arrays stay on the host (`HOST_ONLY`; the FLOP count reads them there);
+    - token-level integer tensors as int32 (half the bytes to copy; embeddings and gathers take int32 indices, and
+      every value fits);
+    - with `pin` (for a GPU), the tensors the device gets in pinned memory, so that the copy is asynchronous.
+    Each answers on the host what the step would otherwise ask the device, waiting for it.
+    `max_labelled(key, rows, width)` (static shapes, `PretrainConfig.compile`): pad each key's labelled positions to
+    exactly that many (`Objective.max_labelled`), and attend with the mask even in a batch without padding, so that
+    a batch of one width has one shape and one graph."""
     out = dict(batch)
-    out["has_padding"] = not bool(batch["attention_mask"].all())
+    B, T = batch["attention_mask"].shape
+    out["has_padding"] = max_labelled is not None or not bool(batch["attention_mask"].all())
+    host_only = []
     for key in labelled_keys:
         if key in out:
-            out[f"{key}.rows"], out[f"{key}.targets"] = _registry.labelled_rows(out[key].reshape(-1))
+            rows = None if max_labelled is None else max_labelled(key, B, T)
+            out[f"{key}.rows"], out[f"{key}.targets"] = _registry.labelled_rows(out[key].reshape(-1), rows)
+            out[f"{key}.rows"] = out[f"{key}.rows"].to(torch.int32)
+            host_only.append(key)
+    for k, v in out.items():
+        if k not in host_only and isinstance(v, torch.Tensor) and v.dtype == torch.int64 and v.dim() == 2:
+            out[k] = v.to(torch.int32)
     if pin:
-        out = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+        out = {k: v.pin_memory() if isinstance(v, torch.Tensor) and k not in host_only else v for k, v in out.items()}
+    out[HOST_ONLY] = tuple(host_only)
     return out
 
 
@@ -195,6 +217,17 @@ class RankCollate:
     def collator_at(self, step: int) -> Collator:
         return self.curriculum if self.cfg.curriculum_at(step) else self.main
 
+    def prepare(self, batch: dict[str, torch.Tensor], *, pin: bool) -> dict:
+        """`prepare_batch` for these objectives, with static shapes under `PretrainConfig.compile`."""
+        return prepare_batch(batch, self.labelled_keys, pin=pin,
+                             max_labelled=self.max_labelled if self.cfg.compile else None)
+
+    def max_labelled(self, key: str, rows: int, width: int) -> int:
+        """`Objective.max_labelled` of the objective whose label array `key` is: the larger of its main and its
+        curriculum config's (a curriculum may mask more), so that a compiled run keeps one shape per width."""
+        collators = [c for c in (self.main, self.curriculum) if c is not None]
+        return max(o.max_labelled(key, rows, width) for c in collators for o in c.objectives if key in o.labelled_keys)
+
     def __call__(self, rows: dict, *, step: int, epoch: int = 0, max_len: int | None = None,
                  batches: int = 1) -> tuple[dict[str, torch.Tensor], list[str]]:
         """The batch of `rows` at `step` and the ids of its rows; `batches` > 1: the rows of that many steps,
@@ -206,6 +239,10 @@ class RankCollate:
                              f"{f' for each of {batches} steps' if batches > 1 else ''}, got {n}")
         ids = [f"{d}#{c}" for d, c in zip(rows["doc_id"], rows.get("chunk_index", range(n)))]
         return self.collator_at(step)(rows, step=step, max_len=max_len, epoch=epoch), ids
+
+
+def _int64(t: torch.Tensor) -> torch.Tensor:
+    return t.long() if t.dtype == torch.int32 else t
 
 
 class Pretrainer:
@@ -222,7 +259,7 @@ class Pretrainer:
     def __init__(self, cfg: PretrainConfig, tokenizer, *, rank: int = 0, world: int = 1, device: str = "cpu",
                  wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
                  reduce_counts: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 word_embeddings: np.ndarray | None = None):
+                 word_embeddings: np.ndarray | None = None, compile_backend: str = "inductor"):
         if world != cfg.num_workers:
             raise ValueError(f"this run has {world} Train workers but its config says num_workers={cfg.num_workers}")
         self.cfg, self.tok, self.device = cfg, tokenizer, torch.device(device)
@@ -245,12 +282,19 @@ class Pretrainer:
             torch.manual_seed(cfg.seed * 1_000_003 + rank + 1)
         fwd = _Forward(self.model, self.objectives)
         self.forward = wrap(fwd) if wrap else fwd
-        if cfg.compile:  # batches are then padded to the step's full length, so the shapes repeat
-            self.forward = torch.compile(self.forward)
         self.optimizer = make_optimizer(self.model, cfg)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
+        self._loss, self._clip = self._forward_loss, self._clip_gradients
+        if cfg.compile:
+            self._compile(compile_backend)
+        chunk = cfg.loss_chunk_rows
+        if chunk < 0:  # auto: a GPU's step computes a vocabulary-sized loss in chunks; a CPU's keeps the plain loss
+            chunk = auto_chunk_rows(tokenizer.vocab_size) if self.device.type == "cuda" else 0
+        for obj in self.objectives.values():
+            obj.output_chunk_rows = chunk
         # Each rank its own stream of randomness over its own rows (rank 0's alone with one worker).
         def collator(objectives) -> Collator:
+            # Under compile every batch is widened to the full length, to be cut to a static width (bucketing.py).
             return Collator(objectives, tokenizer, max_len=cfg.seq_len or cfg.model.max_len,
                             layout_fraction=cfg.layout_fraction, subword_alpha=cfg.subword_regularization_alpha,
                             seed=cfg.seed, rank=rank, pad_to_max_len=cfg.compile)
@@ -276,6 +320,8 @@ class Pretrainer:
         """Per step since the last `read_metrics`, summed on the device: total loss, then each objective's loss,
         count and correct."""
         self._summed_steps = 0
+        self._copy_stream = None
+        """The CUDA stream batches are copied on (`to_device`), made at the first copy."""
 
     def batch_flops(self, batch: dict, seq_len: int) -> float:
         """The training FLOPs of a collated host batch at sequence length `seq_len` (`throughput.batch_flops`): the
@@ -284,8 +330,24 @@ class Pretrainer:
         return batch_flops(self.cfg.model, seq_len, int(batch["attention_mask"].sum()), heads)
 
     def to_device(self, batch: dict) -> dict:
-        return {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v
-                for k, v in batch.items()}
+        """The batch's tensors on this trainer's device, but those a prepared batch keeps on the host (`HOST_ONLY`).
+        int32 tensors (`prepare_batch` halves what is copied) become int64 again on the device, so that the model and
+        every objective see the dtypes collation made. On a GPU the copy runs on a stream of its own: on the compute
+        stream it would wait behind the previous step's kernels, still queued there (the host runs ahead of the
+        device), and the step's first kernels behind it; the compute stream waits only for the copy to finish."""
+        keep = batch.get(HOST_ONLY, ())
+        items = {k: v for k, v in batch.items() if k != HOST_ONLY and k not in keep}
+        if self.device.type != "cuda":
+            return {k: _int64(v.to(self.device)) if isinstance(v, torch.Tensor) else v for k, v in items.items()}
+        if self._copy_stream is None:
+            self._copy_stream = torch.cuda.Stream(self.device)
+        with torch.cuda.stream(self._copy_stream):
+            copied = {k: v.to(self.device, non_blocking=True) for k, v in items.items() if isinstance(v, torch.Tensor)}
+        compute = torch.cuda.current_stream(self.device)
+        compute.wait_stream(self._copy_stream)
+        for v in copied.values():
+            v.record_stream(compute)  # made on the copy stream, used and freed on the compute stream
+        return {k: _int64(copied[k]) if k in copied else v for k, v in items.items()}
 
     def batch(self, rows: dict, *, step: int, epoch: int = 0, max_len: int | None = None) -> dict[str, torch.Tensor]:
         """This rank's training batch at `step`: its own rows (`cfg.worker_batch_size` of them), collated."""
@@ -300,7 +362,7 @@ class Pretrainer:
 
     def prepare(self, batch: dict[str, torch.Tensor]) -> dict:
         """`prepare_batch` for this trainer's objectives and device (off the training thread when prefetching)."""
-        return prepare_batch(batch, self.labelled_keys, pin=self.device.type == "cuda")
+        return self.rank_collate.prepare(batch, pin=self.device.type == "cuda")
 
     def collator_at(self, step: int) -> Collator:
         """The collator of optimizer step `step`: the objectives' curriculum configs early
@@ -328,21 +390,43 @@ class Pretrainer:
         if "has_padding" not in batch:
             batch = self.prepare(batch)
         self.forward.train()
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
-            out = self.forward(self.to_device(batch))
-        share = self._global_share(out)
-        total = sum(self.coefficients[n] * share[n] * loss for n, (loss, _) in out.items())
+        total, v = self._loss(self.to_device(batch))
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
-        if self.cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        self._clip()
         self.optimizer.step()
         self.scheduler.step()
         self.state.step += 1
-        parts = [total] + [x for loss, sums in out.values() for x in (loss, sums["count"], sums["correct"])]
-        v = torch.stack([x.detach().float().reshape(()) for x in parts])
         self._sums = v if self._sums is None else self._sums + v
         self._summed_steps += 1
+
+    def _forward_loss(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's forward pass on a device batch: (the weighted total loss, [total, then each objective's loss,
+        count and correct] detached, for `read_metrics`)."""
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            out = self.forward(batch)
+        share = self._global_share(out)
+        total = sum(self.coefficients[n] * share[n] * loss for n, (loss, _) in out.items())
+        parts = [total] + [x for loss, sums in out.values() for x in (loss, sums["count"], sums["correct"])]
+        return total, torch.stack([x.detach().float().reshape(()) for x in parts])
+
+    def _clip_gradients(self) -> None:
+        if self.cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+
+    def _compile(self, backend: str) -> None:
+        """`PretrainConfig.compile`: the step compiled whole. One worker: the forward pass with its losses and their
+        weighted sum as one graph, whose backward pass AOTAutograd compiles with it, and the gradient clipping as a
+        second. Several workers: DDP's forward is compiled (its gradient all-reduce runs in the backward pass; the
+        counts' all-reduce that weights each rank's loss stays outside) and the clipping. Adam is torch's fused
+        kernel over every parameter at once, which torch.compile deliberately does not trace (it stays one kernel
+        either way). `dynamic=False`: one static graph per shape (the static widths and labelled rows keep them
+        few, bucketing.py), not a symbolic one after the first new shape."""
+        if self.world == 1:
+            self._loss = torch.compile(self._forward_loss, backend=backend, dynamic=False)
+        else:
+            self.forward = torch.compile(self.forward, backend=backend, dynamic=False)
+        self._clip = torch.compile(self._clip_gradients, backend=backend, dynamic=False)
 
     def read_metrics(self) -> dict[str, float]:
         """The steps since the last read: mean total and per-objective loss, accuracy over their counts, and the
