@@ -82,6 +82,7 @@ def test_the_smoke_ablation_study_survives_a_killed_driver_and_reports_every_cal
     text = report.read_text()
     assert "Selection mode: honest" in text and "<u>" in text and "## Significance" in text
     assert "## What pretraining buys (positive control)" in text and "**Provenance:** commit " in text
+    assert "| untrained | none (untrained) | 0 |" in text  # the pretrained-models table: nothing was pretrained
     assert (sdir / "plots" / "accuracy_by_condition.png").stat().st_size > 1000
     # CT is the hand-labelled real-text set; AD is also scored out of domain; the user's files have columns of
     # their own; every context-free baseline is computed on the same splits and the strongest is named.

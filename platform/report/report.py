@@ -388,7 +388,9 @@ def pretrain_table(study: dict) -> list[str]:
     for key, info in models.items():
         ev_file = root_models / info["model_id"] / "final" / "eval.json"
         ev = read_json(ev_file) if ev_file.exists() else {}
-        objs = "+".join(o["name"] for o in info["pretrain"]["objectives"])
+        # An untrained model (zero steps) was pretrained with nothing; its config's objectives are the defaults.
+        objs = "none (untrained)" if info["pretrain"].get("max_steps") == 0 else \
+            "+".join(o["name"] for o in info["pretrain"]["objectives"])
         cells = []
         for m in metrics:
             a, p = ev.get(f"eval/{m}/accuracy"), ev.get(f"eval/{m}/perplexity")
