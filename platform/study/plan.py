@@ -12,6 +12,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from alignlab.platform.data.corpus_repeats import MAX_CORPUS_REPEATS, corpus_repeats, estimated_train_rows, train_rows
 from alignlab.platform.storage import Storage, as_storage
 from alignlab.platform.study.spec import calc_id
 from alignlab.platform.throughput import estimate_device_hours, expected_run_flops, measured_rates, peak_flops
@@ -47,6 +48,10 @@ def study_plan(study, root: Path | Storage, *, device: str = "cpu") -> dict:
         if ids is not None:
             cid = corpus_id(ccfg, sorted(ids), labellers=corpus_labellers(), content=content_holdout(sorted(tdirs)))
     corpus_built = cid is not None and st.finished(f"corpus/{cid}", legacy="manifest.json")
+    # The rows each model's examples are drawn from: exact once the corpus is built, else estimated from the
+    # packaged sources' words (None for a dump or web text, which only a build reads).
+    rows = train_rows(st.read_json(f"corpus/{cid}/manifest.json")) if corpus_built else estimated_train_rows(
+        study.corpus)
     rates = measured_rates(st.local / "models")
     gpu = device.lower() != "cpu"
     models, mids = [], {}
@@ -68,7 +73,8 @@ def study_plan(study, root: Path | Storage, *, device: str = "cpu") -> dict:
         mfu = flops / (hours * 3600 * peak) if hours and peak else None
         models.append({"key": m.key, "model_id": mid, "size": size, "precision": precision, "steps": cfg.max_steps,
                        "global_batch": cfg.batch_size, "workers": cfg.num_workers, "exists": done,
-                       "device_hours": hours, "source": source, "flops": flops, "mfu": mfu})
+                       "device_hours": hours, "source": source, "flops": flops, "mfu": mfu,
+                       "corpus_repeats": corpus_repeats(cfg, rows) if rows and cfg.max_steps else None})
     finished = {f[: -len(".json")] for f in st.list(f"studies/{study.name}/trials") if f.endswith(".json")}
     pending = len(study.calcs)
     if cid and not study.eval_files:  # with extra test files the ids also hash the staged files' names
@@ -83,7 +89,7 @@ def study_plan(study, root: Path | Storage, *, device: str = "cpu") -> dict:
     model_hours = [m["device_hours"] for m in models]
     total = None if None in model_hours or fel_hours is None else sum(model_hours) + fel_hours
     return {"study": study.name, "device": device, "tasks_built": cid is not None, "corpus_id": cid,
-            "corpus_built": corpus_built, "models": models,
+            "corpus_built": corpus_built, "corpus_rows": rows, "corpus_rows_exact": corpus_built, "models": models,
             "calculations": {"total": len(study.calcs), "pending": pending, "seconds_each": per_calc,
                              "device_hours": fel_hours},
             "searches": searches, "device_hours": total}
@@ -131,12 +137,21 @@ def format_plan(p: dict) -> str:
              "  task data and corpus: " + ("corpus " + p["corpus_id"] + (" built" if p["corpus_built"] else
                                                                           " to build")
                                            if p["tasks_built"] else "not built yet (model ids not known yet)"),
+             "  corpus training rows: " + (
+                 "unknown until the corpus is built (its sources are files only a build reads)" if p["corpus_rows"] is None
+                 else f"{p['corpus_rows']:,} " + ("(its manifest)" if p["corpus_rows_exact"] else
+                                                  "(estimated from its sources' words)")
+                 + f"; a model that repeats them more than {MAX_CORPUS_REPEATS} times is refused"),
              "  models:"]
     for m in p["models"]:
         state = "exists" if m["exists"] else ("to write" if m["steps"] == 0 else "to train")
         mfu = "" if m.get("mfu") is None else f" at {m['mfu']:.1%} MFU"
+        r = m.get("corpus_repeats")
+        repeats = "" if r is None else f"  {r:,.0f}" if r >= 10 else f"  {r:.2g}"
+        repeats = repeats and repeats + " passes over the corpus" + (
+            f" (refused: over {MAX_CORPUS_REPEATS})" if r > MAX_CORPUS_REPEATS else "")
         lines.append(f"    {m['key']:<24} {m['size']:>7} {m['precision']:<5} {m['steps']} steps x {m['global_batch']} "
-                     f"({m['workers']} worker{'s' if m['workers'] != 1 else ''})  {m['flops']:.2g} FLOP  {state:<8}  "
+                     f"({m['workers']} worker{'s' if m['workers'] != 1 else ''}){repeats}  {m['flops']:.2g} FLOP  {state:<8}  "
                      f"{hours(m['device_hours'])}{mfu}  [{m['source']}]  {m['model_id'] or ''}")
     c = p["calculations"]
     each = "no measured FEL calculation on this device" if c["seconds_each"] is None else \
