@@ -40,6 +40,7 @@ from alignlab.platform.errors import (Parser, name_list, nonneg_float, positive_
                                       run_guarded)
 from alignlab.platform.flags import (add_debug_flag, add_max_concurrent_flag, add_optuna_storage_flag, add_precision_flag,
                                      add_preset_flag, add_storage_flag)
+from alignlab.platform.study.layout import side_by_side
 from alignlab.platform.study.plan import default_device, format_plan, study_plan
 
 # The stages a study runs (corpus, pretraining, FEL, report: torch, pyarrow, pandas, optuna) are imported inside
@@ -59,7 +60,7 @@ def run_study(study: Study, root: Path | Storage, **kw) -> Path:
 
 
 def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None = None, progress: bool = True,
-               trial_resources: dict | None = None, max_parallel_pretrain: int = 1,
+               trial_resources: dict | None = None, max_parallel_pretrain: int | None = 1,
                optuna_storage: str | None = None, allow_corpus_repeats: bool = False) -> Path:
     """Run (or resume) a study and write its report; returns the report's path.
 
@@ -98,6 +99,12 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
         check_pretrain_resources(cfg)
     sdir.mkdir(parents=True, exist_ok=True)
     say = print if progress else (lambda *a, **k: None)
+    if max_parallel_pretrain is None:
+        import ray
+
+        max_parallel_pretrain = side_by_side(ray.cluster_resources(), [m.pretrain for m in study.models])
+        say(f"[study {study.name}] pretraining up to {max_parallel_pretrain} model(s) side by side (from the "
+            "cluster's GPUs; --parallel-pretrain N to choose)")
     say(f"[study {study.name}] building task datasets")
     tdir = build_tasks(st, langs=study.task_langs, max_docs_per_lang=study.task_max_docs_per_lang,
                        seed=study.corpus.seed, **dict(study.task_options))
@@ -309,8 +316,11 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
                     help="Ray Train workers of each pretraining run (default: the preset's; part of the model id)")
     ap.add_argument("--cpus-per-train-worker", type=positive_float, default=None,
                     help="Ray CPUs per Train worker (default: the preset's), e.g. to fit a worker to a node type")
-    ap.add_argument("--parallel-pretrain", type=positive_int, default=1,
-                    help="independent pretraining runs side by side (default 1; >1 is for clusters)")
+    ap.add_argument("--parallel-pretrain", type=positive_int, default=None,
+                    help="independent pretraining runs side by side (default: as many as the Ray cluster's GPUs hold "
+                         "when the models train on GPUs, one GPU per Train worker; 1 on CPUs)")
+    ap.add_argument("--gpus", type=nonneg_float, default=None, metavar="G",
+                    help="with --dry-run: the cluster's GPUs to lay the models out on (default: this machine's)")
     ap.add_argument(ALLOW_FLAG, action="store_true",
                     help=f"pretrain even when a model would go over its corpus more than {MAX_CORPUS_REPEATS} times "
                          "(refused otherwise, before any model trains; more text, --source/--path, is the better fix)")
@@ -425,7 +435,8 @@ def _run_study_command(build, args, ap) -> Path | None:
             m.pretrain, **train)) for m in study.models))
     root = resolve_root(args.storage)
     if args.dry_run:
-        print(format_plan(study_plan(study, root, device=args.device or default_device(study))))
+        print(format_plan(study_plan(study, root, device=args.device or default_device(study), gpus=args.gpus,
+                                     parallel=args.parallel_pretrain, trial_gpus=args.gpus_per_trial)))
         return None
     report = run_study(study, root, max_concurrent=args.max_concurrent,
                        trial_resources=resources, max_parallel_pretrain=args.parallel_pretrain,
