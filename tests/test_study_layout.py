@@ -79,3 +79,13 @@ def _build():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.build
+
+
+def test_the_paper_preset_asks_eight_cpus_and_three_collating_processes_a_gpu_without_changing_its_model_id():
+    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.pretrain.models import model_id
+
+    paper = PRETRAIN_PRESETS["paper"]
+    assert (paper.cpus_per_worker, paper.collate_workers, paper.use_gpu) == (8.0, 3, True)
+    before = dataclasses.replace(paper, cpus_per_worker=4.0, collate_workers=2)  # the preset until issue #56
+    assert model_id("bundled-x", paper) == model_id("bundled-x", before)
