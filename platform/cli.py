@@ -29,6 +29,7 @@ from pathlib import Path
 from alignlab.platform.config import (FEATURE_LAYERS, LOSS_SCALINGS, MODEL_SIZES, SCHEMES, SELECTION_MODES,
                                       WORD_POOLINGS, check_preset, untrained)
 from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS, PRETRAIN_PRESETS
+from alignlab.platform.data.corpus_repeats import MAX_CORPUS_REPEATS
 from alignlab.platform.data.corpus_flags import (add_corpus_arguments, corpus_flags_given, corpus_from_args,
                                                  fit_domain_phase)
 from alignlab.platform.fel.protocol import (NUM_FOLDS, TaskData, build_tasks, calculations, context_free_baselines,
@@ -96,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="divide each objective's loss by log(number of classes) (MUPPET §3.2); default none")
     add_precision_flag(pt, default=None, help="matmul precision (default: the preset's, auto: bf16 on a GPU or a "
                        "CPU where it trains faster, fp32 elsewhere); part of the model id")
+    pt.add_argument("--allow-corpus-repeats", action="store_true",
+                    help=f"train even when the run would go over its corpus more than {MAX_CORPUS_REPEATS} times (refused otherwise, "
+                         "before the corpus is built: give it more text with --source/--path instead)")
 
     md = sub.add_parser("models", help="list pretrained models")
     add_storage_flag(md)
@@ -221,6 +225,16 @@ def _dispatch(args) -> int:
             ensure_ray()
             check_pretrain_resources(cfg)
             check_root_on_every_node(root)  # the corpus's shards are written by tasks on every node
+        if cfg.max_steps and not args.allow_corpus_repeats:  # before building a corpus that cannot feed the run
+            from alignlab.platform.data.corpus_repeats import check_corpus_repeats, estimated_train_rows, train_rows
+
+            if args.corpus:  # a built corpus: its exact count
+                from alignlab.platform.data.corpus import load_manifest
+
+                manifest = load_manifest(Path(args.corpus))
+                check_corpus_repeats({"pretrain": cfg}, train_rows(manifest), manifest["corpus_id"], estimated=False)
+            elif (rows := estimated_train_rows(ccfg)) is not None:  # packaged sources; files are counted by a build
+                check_corpus_repeats({"pretrain": cfg}, rows, ccfg.source, estimated=True)
         cdir = Path(args.corpus) if args.corpus else build_corpus(ccfg, root)
         if args.corpus or ccfg != CORPUS_PRESETS[args.preset]:  # not the preset's corpus: fit its domain phase
             from alignlab.platform.data.corpus import corpus_sources, load_manifest

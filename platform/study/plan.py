@@ -12,7 +12,9 @@ import dataclasses
 import json
 from pathlib import Path
 
+from alignlab.platform.data.corpus_repeats import MAX_CORPUS_REPEATS, corpus_repeats, estimated_train_rows, train_rows
 from alignlab.platform.storage import Storage, as_storage
+from alignlab.platform.study.layout import side_by_side, wall_hours
 from alignlab.platform.study.spec import calc_id
 from alignlab.platform.throughput import estimate_device_hours, expected_run_flops, measured_rates, peak_flops
 
@@ -20,9 +22,12 @@ from alignlab.platform.throughput import estimate_device_hours, expected_run_flo
 # importing the plan's formatting loads none of them.
 
 
-def study_plan(study, root: Path | Storage, *, device: str = "cpu") -> dict:
+def study_plan(study, root: Path | Storage, *, device: str = "cpu", gpus: float | None = None,
+               parallel: int | None = None, trial_gpus: float = 0.0) -> dict:
     """The plan of `study` at `root` on `device` ("cpu" or a GPU name such as "H100", matched against the device
-    names runs recorded): {"models": [...], "calculations": {...}, "searches": [...], "device_hours": ...}."""
+    names runs recorded): {"models": [...], "calculations": {...}, "searches": [...], "device_hours": ...,
+    "layout": {...}}. The layout lays the models out on `gpus` GPUs (default: this machine's; on "cpu", none), `parallel`
+    side by side when given (else as a study would, `layout.side_by_side`), and FEL trials of `trial_gpus` each."""
     from alignlab.platform.data.corpus_identity import HELDOUT_FILE, _read_ids, content_holdout, corpus_id
     from alignlab.platform.pretrain.models import model_finished, model_id
     from alignlab.platform.fel.protocol import tasks_rel
@@ -47,6 +52,10 @@ def study_plan(study, root: Path | Storage, *, device: str = "cpu") -> dict:
         if ids is not None:
             cid = corpus_id(ccfg, sorted(ids), labellers=corpus_labellers(), content=content_holdout(sorted(tdirs)))
     corpus_built = cid is not None and st.finished(f"corpus/{cid}", legacy="manifest.json")
+    # The rows each model's examples are drawn from: exact once the corpus is built, else estimated from the
+    # packaged sources' words (None for a dump or web text, which only a build reads).
+    rows = train_rows(st.read_json(f"corpus/{cid}/manifest.json")) if corpus_built else estimated_train_rows(
+        study.corpus)
     rates = measured_rates(st.local / "models")
     gpu = device.lower() != "cpu"
     models, mids = [], {}
@@ -68,7 +77,10 @@ def study_plan(study, root: Path | Storage, *, device: str = "cpu") -> dict:
         mfu = flops / (hours * 3600 * peak) if hours and peak else None
         models.append({"key": m.key, "model_id": mid, "size": size, "precision": precision, "steps": cfg.max_steps,
                        "global_batch": cfg.batch_size, "workers": cfg.num_workers, "exists": done,
-                       "device_hours": hours, "source": source, "flops": flops, "mfu": mfu})
+                       "device_hours": hours, "source": source, "flops": flops, "mfu": mfu,
+                       "corpus_repeats": corpus_repeats(cfg, rows) if rows and cfg.max_steps else None,
+                       # Data-parallel: the global batch split evenly over the workers (docs/cluster.md).
+                       "per_device_batch": cfg.batch_size // cfg.num_workers})
     finished = {f[: -len(".json")] for f in st.list(f"studies/{study.name}/trials") if f.endswith(".json")}
     pending = len(study.calcs)
     if cid and not study.eval_files:  # with extra test files the ids also hash the staged files' names
@@ -82,11 +94,21 @@ def study_plan(study, root: Path | Storage, *, device: str = "cpu") -> dict:
     fel_hours = None if per_calc is None else (pending + search_trials) * per_calc / 3600
     model_hours = [m["device_hours"] for m in models]
     total = None if None in model_hours or fel_hours is None else sum(model_hours) + fel_hours
+    if gpus is None:  # this machine's GPUs; planned on a laptop for a GPU, one model's workers (one at a time)
+        gpus = 0.0 if not gpu else float(_local_gpus() or max(m.pretrain.num_workers for m in study.models))
+    side = parallel or (side_by_side({"GPU": gpus, "CPU": float("inf")}, [m.pretrain for m in study.models])
+                        if gpu else 1)  # a plan for a cluster assumes its nodes have the CPUs (cluster.yaml's do)
+    trials = max(1, int(gpus // trial_gpus)) if gpu and trial_gpus and gpus else None
+    layout = {"gpus": gpus, "side_by_side": side, "trials_at_once": trials,
+              "pretrain_device_hours": None if None in model_hours else sum(model_hours),
+              "pretrain_wall_hours": wall_hours(model_hours, [m["workers"] for m in models], side),
+              "fel_device_hours": fel_hours,
+              "fel_wall_hours": None if fel_hours is None or trials is None else fel_hours / trials}
     return {"study": study.name, "device": device, "tasks_built": cid is not None, "corpus_id": cid,
-            "corpus_built": corpus_built, "models": models,
+            "corpus_built": corpus_built, "corpus_rows": rows, "corpus_rows_exact": corpus_built, "models": models,
             "calculations": {"total": len(study.calcs), "pending": pending, "seconds_each": per_calc,
                              "device_hours": fel_hours},
-            "searches": searches, "device_hours": total}
+            "searches": searches, "device_hours": total, "layout": layout}
 
 
 def default_device(study) -> str:
@@ -97,6 +119,12 @@ def default_device(study) -> str:
     if any(m.pretrain.use_gpu for m in study.models) and torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
     return "cpu"
+
+
+def _local_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def _cpu_precision() -> str:
@@ -131,12 +159,22 @@ def format_plan(p: dict) -> str:
              "  task data and corpus: " + ("corpus " + p["corpus_id"] + (" built" if p["corpus_built"] else
                                                                           " to build")
                                            if p["tasks_built"] else "not built yet (model ids not known yet)"),
+             "  corpus training rows: " + (
+                 "unknown until the corpus is built (its sources are files only a build reads)" if p["corpus_rows"] is None
+                 else f"{p['corpus_rows']:,} " + ("(its manifest)" if p["corpus_rows_exact"] else
+                                                  "(estimated from its sources' words)")
+                 + f"; a model that repeats them more than {MAX_CORPUS_REPEATS} times is refused"),
              "  models:"]
     for m in p["models"]:
         state = "exists" if m["exists"] else ("to write" if m["steps"] == 0 else "to train")
         mfu = "" if m.get("mfu") is None else f" at {m['mfu']:.1%} MFU"
+        r = m.get("corpus_repeats")
+        repeats = "" if r is None else f"  {r:,.0f}" if r >= 10 else f"  {r:.2g}"
+        repeats = repeats and repeats + " passes over the corpus" + (
+            f" (refused: over {MAX_CORPUS_REPEATS})" if r > MAX_CORPUS_REPEATS else "")
+        split = f", {m['per_device_batch']} per device" if m["workers"] > 1 else ""
         lines.append(f"    {m['key']:<24} {m['size']:>7} {m['precision']:<5} {m['steps']} steps x {m['global_batch']} "
-                     f"({m['workers']} worker{'s' if m['workers'] != 1 else ''})  {m['flops']:.2g} FLOP  {state:<8}  "
+                     f"({m['workers']} worker{'s' if m['workers'] != 1 else ''}{split}){repeats}  {m['flops']:.2g} FLOP  {state:<8}  "
                      f"{hours(m['device_hours'])}{mfu}  [{m['source']}]  {m['model_id'] or ''}")
     c = p["calculations"]
     each = "no measured FEL calculation on this device" if c["seconds_each"] is None else \
@@ -145,5 +183,16 @@ def format_plan(p: dict) -> str:
                  f"[{each}]")
     for s in p["searches"]:
         lines.append(f"  search {s['name']}: {s['trials']} trials, {'done' if s['done'] else 'to run'}")
+    lay = p.get("layout")
+    if lay:
+        def wall(h):
+            return "unknown" if h is None else f"{h:.3g} h wall"
+
+        on = f"{lay['gpus']:g} GPU{'s' if lay['gpus'] != 1 else ''}" if lay["gpus"] else "CPUs"
+        lines.append(f"  layout on {on}: pretraining {lay['side_by_side']} model{'s' if lay['side_by_side'] != 1 else ''}"
+                     f" side by side, {hours(lay['pretrain_device_hours'])}, {wall(lay['pretrain_wall_hours'])}; FEL "
+                     + (f"{lay['trials_at_once']} trials at once, {hours(lay['fel_device_hours'])}, "
+                        f"{wall(lay['fel_wall_hours'])}" if lay["trials_at_once"] else
+                        f"{hours(lay['fel_device_hours'])} (trials on CPUs: as many at once as the cluster holds)"))
     lines.append(f"  estimated total: {hours(p['device_hours'])}")
     return "\n".join(lines)

@@ -30,6 +30,8 @@ from alignlab.platform.fel.trial_files import finished_calculations
 from alignlab.platform.study.spec import (DEFAULT_TRIAL_RESOURCES, SEARCH_OBJECTIVE, CalcSpec, ModelSpec, Study,
                                           calc_id, with_budget, with_precision, with_pretrain_seeds, with_untrained)
 from alignlab.platform.data.holdout import require_holdout
+from alignlab.platform.data.corpus_repeats import (ALLOW_FLAG, MAX_CORPUS_REPEATS, check_corpus_repeats,
+                                                   estimated_train_rows, train_rows)
 from alignlab.platform.ray_env import ensure_ray, quiet_ray_data
 from alignlab.platform.fel.task_files import write_jsonl
 from alignlab.platform.data.corpus_flags import add_corpus_arguments, corpus_from_args, fit_domain_phase
@@ -38,6 +40,7 @@ from alignlab.platform.errors import (Parser, name_list, nonneg_float, positive_
                                       run_guarded)
 from alignlab.platform.flags import (add_debug_flag, add_max_concurrent_flag, add_optuna_storage_flag, add_precision_flag,
                                      add_preset_flag, add_storage_flag)
+from alignlab.platform.study.layout import side_by_side
 from alignlab.platform.study.plan import default_device, format_plan, study_plan
 
 # The stages a study runs (corpus, pretraining, FEL, report: torch, pyarrow, pandas, optuna) are imported inside
@@ -57,8 +60,8 @@ def run_study(study: Study, root: Path | Storage, **kw) -> Path:
 
 
 def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None = None, progress: bool = True,
-               trial_resources: dict | None = None, max_parallel_pretrain: int = 1,
-               optuna_storage: str | None = None) -> Path:
+               trial_resources: dict | None = None, max_parallel_pretrain: int | None = 1,
+               optuna_storage: str | None = None, allow_corpus_repeats: bool = False) -> Path:
     """Run (or resume) a study and write its report; returns the report's path.
 
     `trial_resources` are one FEL trial's Ray resources ({"cpu": 1} by default); `max_parallel_pretrain`
@@ -66,7 +69,10 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
     for clusters: on a 2-CPU machine two trainers and their Ray Data pipelines starve each other of CPUs
     (docs/cluster.md#ray-data-needs-a-whole-cpu), so locally the default 1 (one after the other) is the safe choice.
     `optuna_storage`:
-    an RDB URL for the searches' Optuna studies instead of their journal files (`optuna_study`)."""
+    an RDB URL for the searches' Optuna studies instead of their journal files (`optuna_study`).
+    `allow_corpus_repeats`: pretrain models that would go over their corpus more than
+    `corpus_repeats.MAX_CORPUS_REPEATS` times, which is refused otherwise (before the corpus is built when its
+    sources allow an estimate, and again from its manifest before any model trains)."""
     from alignlab.platform.data.corpus import build_corpus, load_manifest
     from alignlab.platform.fel.protocol import build_tasks
     from alignlab.platform.report.report import collect_results, write_report
@@ -78,6 +84,11 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
     resources = dict(trial_resources or DEFAULT_TRIAL_RESOURCES)
     srel = f"studies/{study.name}"
     sdir = study_dir(st.local, study.name)
+    trained = {m.key: m.pretrain for m in study.models if m.pretrain.max_steps}
+    if trained and not allow_corpus_repeats:  # first: before Ray starts or a corpus that cannot feed them is built
+        rows = estimated_train_rows(study.corpus)
+        if rows is not None:
+            check_corpus_repeats(trained, rows, study.corpus.source, estimated=True)
     ensure_ray()
     # Before any work: a request the cluster can never hold would otherwise wait forever (issue #17).
     check_trial_resources(resources)
@@ -88,6 +99,12 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
         check_pretrain_resources(cfg)
     sdir.mkdir(parents=True, exist_ok=True)
     say = print if progress else (lambda *a, **k: None)
+    if max_parallel_pretrain is None:
+        import ray
+
+        max_parallel_pretrain = side_by_side(ray.cluster_resources(), [m.pretrain for m in study.models])
+        say(f"[study {study.name}] pretraining up to {max_parallel_pretrain} model(s) side by side (from the "
+            "cluster's GPUs; --parallel-pretrain N to choose)")
     say(f"[study {study.name}] building task datasets")
     tdir = build_tasks(st, langs=study.task_langs, max_docs_per_lang=study.task_max_docs_per_lang,
                        seed=study.corpus.seed, **dict(study.task_options))
@@ -99,7 +116,10 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
     corpus_cfg = dataclasses.replace(study.corpus, holdout_ids_file=str(tdir / "heldout_doc_ids.txt"))
     say(f"[study {study.name}] building corpus ({corpus_cfg.source})")
     cdir = build_corpus(corpus_cfg, st, progress=progress, task_dir=tdir)
-    require_holdout(load_manifest(cdir), tdir.name)  # a study's evidence needs its test text kept out
+    manifest = load_manifest(cdir)
+    require_holdout(manifest, tdir.name)  # a study's evidence needs its test text kept out
+    if trained and not allow_corpus_repeats:  # the exact count, also for the sources the estimate cannot read
+        check_corpus_repeats(trained, train_rows(manifest), manifest["corpus_id"], estimated=False)
     mdirs = pretrain_models(study, cdir, st, max_parallel=max_parallel_pretrain, say=say)
     declared = declarations()  # tasks declared from files: every trial registers them in its own process
 
@@ -296,8 +316,14 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
                     help="Ray Train workers of each pretraining run (default: the preset's; part of the model id)")
     ap.add_argument("--cpus-per-train-worker", type=positive_float, default=None,
                     help="Ray CPUs per Train worker (default: the preset's), e.g. to fit a worker to a node type")
-    ap.add_argument("--parallel-pretrain", type=positive_int, default=1,
-                    help="independent pretraining runs side by side (default 1; >1 is for clusters)")
+    ap.add_argument("--parallel-pretrain", type=positive_int, default=None,
+                    help="independent pretraining runs side by side (default: as many as the Ray cluster's GPUs hold "
+                         "when the models train on GPUs, one GPU per Train worker; 1 on CPUs)")
+    ap.add_argument("--gpus", type=nonneg_float, default=None, metavar="G",
+                    help="with --dry-run: the cluster's GPUs to lay the models out on (default: this machine's)")
+    ap.add_argument(ALLOW_FLAG, action="store_true",
+                    help=f"pretrain even when a model would go over its corpus more than {MAX_CORPUS_REPEATS} times "
+                         "(refused otherwise, before any model trains; more text, --source/--path, is the better fix)")
     from alignlab.platform.task import registered_tasks
 
     for t in registered_tasks():  # each task's own data-builder flags
@@ -409,11 +435,12 @@ def _run_study_command(build, args, ap) -> Path | None:
             m.pretrain, **train)) for m in study.models))
     root = resolve_root(args.storage)
     if args.dry_run:
-        print(format_plan(study_plan(study, root, device=args.device or default_device(study))))
+        print(format_plan(study_plan(study, root, device=args.device or default_device(study), gpus=args.gpus,
+                                     parallel=args.parallel_pretrain, trial_gpus=args.gpus_per_trial)))
         return None
     report = run_study(study, root, max_concurrent=args.max_concurrent,
                        trial_resources=resources, max_parallel_pretrain=args.parallel_pretrain,
-                       optuna_storage=args.optuna_storage)
+                       optuna_storage=args.optuna_storage, allow_corpus_repeats=args.allow_corpus_repeats)
     print(f"Report: {report}")
     if root.remote:
         print(f"Stored at: {root.url(f'studies/{study.name}/report.md')}")
