@@ -18,6 +18,7 @@ import argparse
 import datetime as dt
 import json
 import multiprocessing as mp
+from queue import Empty
 import os
 import shlex
 import sys
@@ -68,11 +69,17 @@ def layout(copies: int, args: dict, tok_path: str) -> dict:
     procs = [ctx.Process(target=_one, args=({**args, "seed": i}, tok_path, barrier, queue)) for i in range(copies)]
     for p in procs:
         p.start()
-    results = [queue.get() for _ in procs]
+    results = []
+    while len(results) < copies:  # a process that dies before reporting must not leave this waiting forever
+        try:
+            results.append(queue.get(timeout=5))
+        except Empty:
+            if dead := [p.exitcode for p in procs if p.exitcode not in (None, 0)]:
+                for p in procs:
+                    p.terminate()
+                raise SystemExit(f"a side-by-side process failed (exit {dead[0]}); its traceback is above")
     for p in procs:
         p.join()
-        if p.exitcode:
-            raise SystemExit(f"a side-by-side process failed (exit {p.exitcode}); its traceback is above")
     wall = max(r["seconds"] for r in results)  # every copy started at the barrier
     tokens = sum(r["tokens"] for r in results)
     return {"copies": copies, "wall_s": round(wall, 3), "tokens_per_s": round(tokens / wall),
