@@ -211,6 +211,10 @@ class PretrainConfig:
     eval_batches: int = 20
     num_workers: int = 1
     cpus_per_worker: float = 1.0
+    gpus_per_worker: float = field(default=1.0, metadata={"omit_at_default": True})
+    """Ray GPUs per Train worker when `use_gpu`: 1, or a fraction 1/K that lets K one-worker models train side by
+    side on one GPU (a study packs models whose step alone cannot fill a GPU, `study.layout.models_per_gpu`). A
+    runtime field: where a model trains does not change what it learns."""
     threads_per_worker: int = 0
     """torch threads per worker; 0 means max(1, int(cpus_per_worker))."""
     bucket_batches: int = field(default=16, metadata={"omit_at_default": True})
@@ -246,7 +250,11 @@ class PretrainConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "objectives", _resolve_objectives(self.objectives))
         _positive(self, "batch_size", "bucket_batches", "lr", "checkpoint_every", "log_every", "num_workers",
-                  "cpus_per_worker")
+                  "cpus_per_worker", "gpus_per_worker")
+        if self.gpus_per_worker > 1 or (self.gpus_per_worker < 1 and self.num_workers > 1):
+            raise ValueError(f"PretrainConfig.gpus_per_worker must be 1, or a fraction for one-worker models (several "
+                             f"of them share a GPU; data-parallel workers need a GPU each), got {self.gpus_per_worker} "
+                             f"with num_workers={self.num_workers}")
         if self.max_steps < 0:
             raise ValueError(f"PretrainConfig.max_steps must be >= 0 (0: no pretraining), got {self.max_steps}")
         if self.max_steps == 0 and (self.domain_fraction or self.curriculum_fraction or self.short_seq_fraction):
@@ -339,7 +347,7 @@ def untrained(cfg: PretrainConfig) -> PretrainConfig:
     default (the objectives too) and the precision is fp32 (nothing is trained), so every recipe of one
     architecture and seed shares one untrained model id. Runtime fields (resources, threads) are kept."""
     runtime = {f: getattr(cfg, f) for f in ("checkpoint_every", "log_every", "eval_batches", "cpus_per_worker",
-                                            "threads_per_worker", "prefetch_batches", "collate_workers",
+                                            "gpus_per_worker", "threads_per_worker", "prefetch_batches", "collate_workers",
                                             "loss_chunk_rows")}
     return PretrainConfig(model=cfg.model, seed=cfg.seed, max_steps=0, precision="fp32", **runtime)
 

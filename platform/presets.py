@@ -61,13 +61,17 @@ def _pretrain_presets() -> dict[str, PretrainConfig]:
                                batch_size=32, lr=1e-3, warmup_steps=100, decay="linear", max_steps=3000, short_seq_len=64,
                                short_seq_fraction=0.5, checkpoint_every=500, eval_batches=20, num_workers=1,
                                cpus_per_worker=1.0, threads_per_worker=2, layout_fraction=0.5, corpus_embeddings=0.1),
-        # 500M examples at batch 256 (§3.3), 4 GPUs. Each GPU worker collates in 3 processes of its own, so that its
-        # training thread has the interpreter lock to itself (docs/input_path.md): on one H100 the input path, not the
-        # GPU, set the pace (a third of the loop waiting for data, docs/throughput.md). 8 CPUs a GPU: the step, 3
-        # collating processes, the reading, and Ray Data's read tasks beside them; the 8-GPU nodes of cluster.yaml have
-        # 12 (p4d.24xlarge) or 24 (p5.48xlarge). Both are runtime fields (models.RUNTIME_FIELDS): the model id is the same.
+        # 500M examples at batch 256 (§3.3), on one GPU: a study trains its models one per GPU side by side
+        # (study/layout.py), which keeps every GPU busier than data parallelism, whose 32-64 rows a GPU at this batch
+        # leave each step under its launch floor and add an all-reduce (docs/cluster.md#one-model-per-gpu);
+        # `--train-workers N` asks for data parallelism (another model id). The GPU worker collates in 3 processes
+        # of its own, so that its training thread has the interpreter lock to itself (docs/input_path.md): on one
+        # H100 the input path, not the GPU, set the pace (a third of the loop waiting for data, docs/throughput.md).
+        # 8 CPUs a GPU: the step, 3 collating processes, the reading, and Ray Data's read tasks beside them; the
+        # 8-GPU nodes of cluster.yaml have 12 (p4d.24xlarge) or 24 (p5.48xlarge). Both are runtime fields
+        # (models.RUNTIME_FIELDS): the model id is the same.
         "paper": PretrainConfig(model=MODEL_SIZES["768x3"], batch_size=256, lr=1e-4, warmup_steps=10000,
-                                max_steps=500_000_000 // 256, checkpoint_every=5000, eval_batches=200, num_workers=4,
+                                max_steps=500_000_000 // 256, checkpoint_every=5000, eval_batches=200, num_workers=1,
                                 cpus_per_worker=8.0, use_gpu=True, collate_workers=3),
     }
 

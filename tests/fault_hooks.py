@@ -199,3 +199,28 @@ class Each:
     def __call__(self, **kw) -> None:
         for hook in self.hooks:
             hook(**kw)
+
+
+class StepTimes:
+    """Records when each rank finished each reported step, and on which device (one JSON line per step in
+    `out/<tag>-rank<r>.jsonl`): the side-by-side tests read whether two runs trained at the same time."""
+
+    def __init__(self, out: str, tag: str):
+        self.out, self.tag = out, tag
+
+    def __call__(self, *, rank, step, trainer, **_) -> None:
+        import json
+        import time
+        from pathlib import Path
+
+        with open(Path(self.out) / f"{self.tag}-rank{rank}.jsonl", "a") as f:
+            f.write(json.dumps({"step": step, "t": time.time(), "device": str(trainer.device)}) + "\n")
+
+
+def pretrain_in_task(cdir: str, cfg: dict, root: str, after_step) -> str:
+    """`pretrain` as the body of a Ray task, as a study runs models side by side (`study.run._pretrain_task`),
+    with a probe after each step."""
+    from alignlab.platform.config import pretrain_from_dict
+    from alignlab.platform.pretrain.driver import pretrain
+
+    return str(pretrain(cdir, pretrain_from_dict(cfg), root, after_step=after_step))

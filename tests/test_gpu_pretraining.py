@@ -54,3 +54,32 @@ def test_a_pretraining_run_trains_on_the_device_ray_train_gave_it_and_its_record
     if tp["mfu"] is not None:
         assert 0 < tp["mfu"] < 1
     assert all(np.isfinite(v) for k, v in done.items() if isinstance(v, float)), done
+
+
+@pytest.mark.ray
+@CUDA
+def test_two_small_models_on_half_a_gpu_each_train_at_the_same_time_on_the_one_gpu(smoke_corpus, tmp_path):
+    """What a study does with models that cannot fill a GPU (study/layout.pack): each Train worker asks Ray for half
+    a GPU, so both runs train at once, each on the one GPU, as two Ray tasks (study.run.pretrain_models)."""
+    import ray
+    from fault_hooks import StepTimes, pretrain_in_task
+
+    from alignlab.platform.config import to_dict
+
+    out = tmp_path / "times"
+    out.mkdir()
+    task = ray.remote(num_cpus=0)(registered(pretrain_in_task))
+    runs = []
+    for seed in (1, 2):
+        cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp", max_steps=60, checkpoint_every=60,
+                                  log_every=1, use_gpu=True, gpus_per_worker=0.5, seed=seed)
+        runs.append(task.remote(str(smoke_corpus), to_dict(cfg), str(tmp_path / "root"),
+                                registered(StepTimes(str(out), f"seed{seed}"))))
+    assert len({ray.get(r) for r in runs}) == 2
+    spans = []
+    for seed in (1, 2):
+        steps = [json.loads(line) for line in (out / f"seed{seed}-rank0.jsonl").read_text().splitlines()]
+        assert len(steps) == 60 and {s["device"] for s in steps} == {"cuda:0"}
+        spans.append((steps[0]["t"], steps[-1]["t"]))
+    (a0, a1), (b0, b1) = spans
+    assert a0 < b1 and b0 < a1, spans  # their training overlapped: neither waited for the other's GPU

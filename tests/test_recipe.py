@@ -212,9 +212,9 @@ def test_the_masking_curriculum_names_another_model_only_when_it_is_on():
 
     paper = PRETRAIN_PRESETS["paper"]
     # The paper preset's id, pinned: the field leaves it alone when off (it moved only when PRETRAIN_CODE_VERSION
-    # and the device kind entered every model id, issue #43, and the per-rank
-    # split of its 4 workers, issue #42).
-    assert model_id("bundled-dabc0247e631", paper) == "768x3-mlm-b9e352a3997f"
+    # and the device kind entered every model id, issue #43, the per-rank split of its 4 workers, issue #42, and
+    # when it went to one worker, issue #56).
+    assert model_id("bundled-dabc0247e631", paper) == "768x3-mlm-f5f199592455"
     curriculum = dataclasses.replace(paper, curriculum_fraction=0.5)
     assert model_id("bundled-dabc0247e631", curriculum) != model_id("bundled-dabc0247e631", paper)
 
@@ -262,9 +262,9 @@ def test_the_position_kind_names_another_model_only_when_it_is_not_the_default_l
 
     paper = PRETRAIN_PRESETS["paper"]
     # The paper preset's id, pinned: the field leaves it alone at its default (it moved only when
-    # PRETRAIN_CODE_VERSION and the device kind entered every model id, issue #43, and the per-rank
-    # split of its 4 workers, issue #42).
-    assert model_id("bundled-dabc0247e631", paper) == "768x3-mlm-b9e352a3997f"
+    # PRETRAIN_CODE_VERSION and the device kind entered every model id, issue #43, the per-rank split of its 4
+    # workers, issue #42, and when it went to one worker, issue #56).
+    assert model_id("bundled-dabc0247e631", paper) == "768x3-mlm-f5f199592455"
     sin = dataclasses.replace(paper, model=dataclasses.replace(paper.model, position="sinusoidal"))
     assert model_id("bundled-dabc0247e631", sin) != model_id("bundled-dabc0247e631", paper)
     alibi = dataclasses.replace(paper, model=dataclasses.replace(paper.model, alibi=0.5))

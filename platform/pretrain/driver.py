@@ -37,10 +37,11 @@ from alignlab.platform.devices import use_device
 
 def worker_resources(cfg: PretrainConfig) -> dict:
     """One Train worker's Ray resources (`use_gpu` alone would reserve only {"GPU": 1},
-    docs/cluster.md#a-gpu-worker-needs-its-cpus-named)."""
+    docs/cluster.md#a-gpu-worker-needs-its-cpus-named): a whole GPU, or the fraction of one that a study packing
+    small models side by side gives it (`gpus_per_worker`)."""
     resources = {"CPU": cfg.cpus_per_worker}
     if cfg.use_gpu:
-        resources["GPU"] = 1
+        resources["GPU"] = cfg.gpus_per_worker
     return resources
 
 

@@ -70,6 +70,9 @@ def study_plan(study, root: Path | Storage, *, device: str = "cpu", gpus: float 
             hours, source = 0.0, "exists" if done else "untrained: no pretraining"
         else:
             hours, source = estimate_device_hours(size, device, precision, cfg.max_steps * cfg.batch_size, rates)
+        # A run packed onto 1/K of a GPU (layout.pack) holds the GPU for 1/K of the hours it takes alone.
+        share = cfg.gpus_per_worker if gpu and cfg.use_gpu else 1.0
+        hours = None if hours is None else hours * share
         # The one FLOP count (throughput.batch_flops) of the whole run, with full rows; with the estimate's hours and
         # the device's peak, the MFU that estimate assumes.
         flops = expected_run_flops(cfg, study.corpus.vocab_size)
@@ -77,6 +80,7 @@ def study_plan(study, root: Path | Storage, *, device: str = "cpu", gpus: float 
         mfu = flops / (hours * 3600 * peak) if hours and peak else None
         models.append({"key": m.key, "model_id": mid, "size": size, "precision": precision, "steps": cfg.max_steps,
                        "global_batch": cfg.batch_size, "workers": cfg.num_workers, "exists": done,
+                       "gpus_per_worker": share,
                        "device_hours": hours, "source": source, "flops": flops, "mfu": mfu,
                        "corpus_repeats": corpus_repeats(cfg, rows) if rows and cfg.max_steps else None,
                        # Data-parallel: the global batch split evenly over the workers (docs/cluster.md).
@@ -101,7 +105,8 @@ def study_plan(study, root: Path | Storage, *, device: str = "cpu", gpus: float 
     trials = max(1, int(gpus // trial_gpus)) if gpu and trial_gpus and gpus else None
     layout = {"gpus": gpus, "side_by_side": side, "trials_at_once": trials,
               "pretrain_device_hours": None if None in model_hours else sum(model_hours),
-              "pretrain_wall_hours": wall_hours(model_hours, [m["workers"] for m in models], side),
+              "pretrain_wall_hours": wall_hours(model_hours, [m["workers"] * m["gpus_per_worker"] for m in models],
+                                                  side),
               "fel_device_hours": fel_hours,
               "fel_wall_hours": None if fel_hours is None or trials is None else fel_hours / trials}
     return {"study": study.name, "device": device, "tasks_built": cid is not None, "corpus_id": cid,
@@ -173,6 +178,8 @@ def format_plan(p: dict) -> str:
         repeats = repeats and repeats + " passes over the corpus" + (
             f" (refused: over {MAX_CORPUS_REPEATS})" if r > MAX_CORPUS_REPEATS else "")
         split = f", {m['per_device_batch']} per device" if m["workers"] > 1 else ""
+        g = m.get("gpus_per_worker", 1.0)
+        split += f", {round(1 / g)} models per GPU" if g < 1 else ""
         lines.append(f"    {m['key']:<24} {m['size']:>7} {m['precision']:<5} {m['steps']} steps x {m['global_batch']} "
                      f"({m['workers']} worker{'s' if m['workers'] != 1 else ''}{split}){repeats}  {m['flops']:.2g} FLOP  {state:<8}  "
                      f"{hours(m['device_hours'])}{mfu}  [{m['source']}]  {m['model_id'] or ''}")

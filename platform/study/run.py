@@ -40,7 +40,7 @@ from alignlab.platform.errors import (Parser, name_list, nonneg_float, positive_
                                       run_guarded)
 from alignlab.platform.flags import (add_debug_flag, add_max_concurrent_flag, add_optuna_storage_flag, add_precision_flag,
                                      add_preset_flag, add_storage_flag)
-from alignlab.platform.study.layout import side_by_side
+from alignlab.platform.study.layout import MAX_MODELS_PER_GPU, pack, side_by_side
 from alignlab.platform.study.plan import default_device, format_plan, study_plan
 
 # The stages a study runs (corpus, pretraining, FEL, report: torch, pyarrow, pandas, optuna) are imported inside
@@ -103,8 +103,11 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
         import ray
 
         max_parallel_pretrain = side_by_side(ray.cluster_resources(), [m.pretrain for m in study.models])
+        shares = sorted({round(1 / m.pretrain.gpus_per_worker) for m in study.models
+                         if m.pretrain.use_gpu and m.pretrain.max_steps and m.pretrain.gpus_per_worker < 1})
         say(f"[study {study.name}] pretraining up to {max_parallel_pretrain} model(s) side by side (from the "
-            "cluster's GPUs; --parallel-pretrain N to choose)")
+            "cluster's GPUs; --parallel-pretrain N to choose)"
+            + (f"; {'/'.join(map(str, shares))} small models per GPU (--models-per-gpu K to choose)" if shares else ""))
     say(f"[study {study.name}] building task datasets")
     tdir = build_tasks(st, langs=study.task_langs, max_docs_per_lang=study.task_max_docs_per_lang,
                        seed=study.corpus.seed, **dict(study.task_options))
@@ -319,6 +322,10 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
     ap.add_argument("--parallel-pretrain", type=positive_int, default=None,
                     help="independent pretraining runs side by side (default: as many as the Ray cluster's GPUs hold "
                          "when the models train on GPUs, one GPU per Train worker; 1 on CPUs)")
+    ap.add_argument("--models-per-gpu", type=positive_int, default=None, metavar="K",
+                    help="one-worker models trained on one GPU side by side, each on 1/K of it (default: as many as "
+                         f"its step leaves the GPU idle for, up to {MAX_MODELS_PER_GPU}, study/layout.models_per_gpu; "
+                         "1: a GPU each)")
     ap.add_argument("--gpus", type=nonneg_float, default=None, metavar="G",
                     help="with --dry-run: the cluster's GPUs to lay the models out on (default: this machine's)")
     ap.add_argument(ALLOW_FLAG, action="store_true",
@@ -433,6 +440,11 @@ def _run_study_command(build, args, ap) -> Path | None:
     if train:  # every model the study pretrains, sized to the cluster's nodes
         study = dataclasses.replace(study, models=tuple(dataclasses.replace(m, pretrain=dataclasses.replace(
             m.pretrain, **train)) for m in study.models))
+    # Small GPU models share a GPU (a runtime field: the ids stay); after --train-workers, which makes a model
+    # data-parallel and so unpackable.
+    packed = pack([m.pretrain for m in study.models], study.corpus.vocab_size, args.models_per_gpu)
+    study = dataclasses.replace(study, models=tuple(dataclasses.replace(m, pretrain=c)
+                                                    for m, c in zip(study.models, packed)))
     root = resolve_root(args.storage)
     if args.dry_run:
         print(format_plan(study_plan(study, root, device=args.device or default_device(study), gpus=args.gpus,
