@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # The GPU path's checks in one go, for a machine with one CUDA GPU where alignlab is installed over a CUDA build of
-# torch (`pip install -e ".[dev]"` after it). Run it first whenever a GPU is lent (about 8 minutes on one H100):
+# torch (`pip install -e ".[dev]"` after it). Run it first whenever a GPU is lent (about 8 minutes on one H100 without
+# part 3, whose corpus build and compiling of four widths are not timed yet):
 #   1. the CUDA tests: device placement, the training step without host syncs, FEL calculations on cuda giving the
 #      CPU's numbers, pretraining under Ray Train on the GPU (prefetch thread and a collating process), and a resume
 #      on the GPU restoring its state there and its CUDA random state;
 #   2. the 768x3 step alone (sequence 128, batch 256, bf16), eager and compiled whole (static widths, the chunked
 #      MLM loss), beside Hugging Face's BertForPreTraining, at a 32K and at the paper corpus's 111K vocabulary
 #      (benchmarks/gpu_pretrain.py; MLM + NSP on synthetic full rows);
-#   3. 768x3 end to end under Ray Train with the paper preset's input path (3 collating processes, 8 CPUs for the
+#   3. the 768x3 step alone as a real run trains it: MLM, NSP, WHP and PAD on length-bucketed rows of the mini
+#      preset's corpus (built here, with its own 8K tokenizer), made by the training loop's own code, eager and
+#      compiled (static widths): ms/step, real tokens/s, padding, MFU, memory (gpu_pretrain.py --real-rows);
+#   4. 768x3 end to end under Ray Train with the paper preset's input path (3 collating processes, 8 CPUs for the
 #      worker): tokens/s, MFU by the one FLOP count, data wait;
-#   4. three 128x2 models side by side on the one GPU against one alone (benchmarks/side_by_side.py).
+#   5. three 128x2 models side by side on the one GPU against one alone (benchmarks/side_by_side.py).
 # Each writes its log (and its JSON) into OUT_DIR, default benchmarks/results/gpu_checks_<commit>/. The figures
 # are printed at the end; commit the folder.
 #
@@ -42,11 +46,16 @@ if [ "$dry" = 1 ]; then
   device=(--device cpu); big=128x2; batch=(--batch 8); steps=(--steps 1 --rounds 1 --warmup 1)
   ray=(--ray-steps 12 --ray-rows 400 --ray-cpus 2 --cpus-per-worker 1); compile=()
   side=(--batch 8 --steps 2 --warmup 1); collect=(--collect-only)  # the CUDA tests are collected, not run
+  # The smoke corpus (seconds to build) and the tiny model: the part's code paths, not its figures. One torch
+  # thread: on a small machine busy with other work, a second one makes each of the tiny model's many small ops wait
+  # for a core (its step took 10 to 850 ms on 2 cores).
+  real_size=tiny; real=(--real-rows smoke --batch 8 --real-windows 1 --rounds 1); real_env=(env OMP_NUM_THREADS=1)
   part machine python -c "import platform, torch; print(platform.processor() or platform.machine(), torch.__version__)"
 else
   device=(--device cuda); big=768x3; batch=(--batch 256); steps=(--steps 20 --rounds 2 --warmup 3)
   ray=(--ray-steps 400 --ray-cpus 12 --cpus-per-worker 8); compile=(--compile)
   side=(--batch 256 --steps 200 --warmup 10); collect=()
+  real_size=768x3; real=(--real-rows mini --batch 256 --real-windows 4 --rounds 3); real_env=()
   part gpu nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
 fi
 
@@ -58,6 +67,8 @@ for vocab in 32000 111000; do
     "${steps[@]}" --vocab "$vocab" --ray-steps 0 "${compile[@]}" --commit "$commit" \
     --out "$out/step_${big}_vocab$vocab.json"
 done
+part "real_rows_$real_size" "${real_env[@]}" python benchmarks/gpu_pretrain.py "${device[@]}" --sizes "$real_size" \
+  "${real[@]}" "${compile[@]}" --commit "$commit" --out "$out/real_rows_$real_size.json"
 part "paper_input_path_$big" python benchmarks/gpu_pretrain.py "${device[@]}" --sizes "$big" "${batch[@]}" \
   "${steps[@]}" --no-hf "${ray[@]}" --ray-collate-workers 3 --commit "$commit" --out "$out/paper_input_path_$big.json"
 part side_by_side_128x2 python benchmarks/side_by_side.py "${device[@]}" --size 128x2 --copies 3 "${side[@]}" \
@@ -67,6 +78,9 @@ echo "--- tests"
 tail -n 1 "$out/cuda_tests.log"
 echo "--- the step alone (alignlab eager and compiled, HF beside it)"
 grep -HE "^ *[0-9]+x[0-9]+ .*ms/step" "$out"/step_*.log | sed -E "s|^.*/step_||"
+echo "--- the step alone on real length-bucketed rows, the four objectives (alignlab eager and compiled)"
+grep -h "^# corpus: " "$out"/real_rows_*.log
+grep -h "on real bucketed rows" "$out"/real_rows_*.log
 echo "--- end to end under Ray Train (paper preset's input path)"
 grep -h "Ray Train end to end" "$out"/paper_input_path_*.log | sed -E "s/; eval.json.*//"
 echo "--- side by side"

@@ -1,7 +1,7 @@
 """Pretraining on one GPU: alignlab's step against Hugging Face `BertForPreTraining`, and the whole run under Ray Train.
 
-Three measurements, side by side in one process (written to `--out`, default
-`benchmarks/results/gpu_pretrain.json`):
+Three measurements on synthetic rows, side by side in one process (written to `--out`, default
+`benchmarks/results/gpu_pretrain.json`), and a fourth on real rows, run alone (`--real-rows`):
 
 1. **Model step** (`models`): one optimizer step (forward, backward, grad clipping at 1.0, the same optimizer
    class and settings) at sequence length 128, a global batch of 256 rows on the one GPU, bf16 autocast, for
@@ -15,22 +15,41 @@ Three measurements, side by side in one process (written to `--out`, default
    on a synthetic corpus, for each size. Steady seconds per step and the fraction of wall time the loop waited
    for data come from the loop's TensorBoard reports (as in `pretrain_throughput.py --part ray`); tokens/s and MFU
    are also read from the model's `final/eval.json` ("throughput"), i.e. what every run records.
+4. **Real rows** (`--real-rows PRESET`, `real_rows` in `--out`, default
+   `benchmarks/results/gpu_pretrain_real_rows.json`): the step as a real run trains it, which parts 1-2 do not
+   show -- all four objectives (mlm,nsp,whp,pad, the paper preset's settings) on rows of varying length with WHP
+   and PAD labels, length-bucketed. The bundled corpus of the corpus preset PRESET (`mini`; `smoke` for a dry
+   run) is built by the platform's `build_corpus` (Ray is shut down before any step), and the vocabulary is its
+   own tokenizer's (printed). `--real-windows` bucketing windows of the preset's 16 row batches are read from its
+   train shards, spread over the split, and made into batches by the training loop's own code
+   (`pretrain.loop._prepared`: `bucketing.bucketed`, collated at each window's step, cut to the longest example,
+   or with `--compile` to a static width, then prepared); those batches are put on the device before the clock,
+   as in part 1. Each size is timed eager and (with `--compile`) compiled, on the same rows and labels: each
+   round is one pass over all the batches, after one untimed pass that meets every width (so a compiled step has
+   made all its graphs). Printed per size and mode: ms/step, real tokens/s (padding not counted), the padding
+   fraction of the batches as cut, MFU by the same FLOP count as the loop's (`Pretrainer.batch_flops` on each
+   batch), and the peak device memory on CUDA. No HF beside it: HF has no WHP or PAD head. The synthetic parts
+   are not run.
 
 MFU everywhere is the one FLOP count of `throughput.batch_flops` (6 N + 12 L d T per real token, plus the heads on
 what they score: MLM's 6 (d^2 + d V) per predicted position, NSP's pooler per row; the same count for HF, which
 decodes every position but is credited with the useful work only) per second, over the
 datasheet bf16 peak of the device in `throughput.PEAK_TFLOPS`; the measured peak of a large bf16 matmul is
-printed beside it. Every row is 128 real tokens (`[CLS] 63 [SEP] 62 [SEP]`, ids drawn uniformly from a real
-sentencepiece vocabulary of `--vocab` pieces, 32,000 by default), so tokens and real tokens are the same here.
+printed beside it. In parts 1-3 every row is 128 real tokens (`[CLS] 63 [SEP] 62 [SEP]`, ids drawn uniformly from a
+real sentencepiece vocabulary of `--vocab` pieces, 32,000 by default), so tokens and real tokens are the same there.
 
 Run from the repo root on a machine with a CUDA GPU (see benchmarks/README.md):
     python benchmarks/gpu_pretrain.py --compile
+    python benchmarks/gpu_pretrain.py --real-rows mini --sizes 768x3 --batch 256 --real-windows 4 --rounds 3 --compile
 A CPU dry run of the code paths (no figures worth keeping):
     python benchmarks/gpu_pretrain.py --device cpu --sizes 128x2 --batch 16 --steps 2 --rounds 1 --ray-steps 20
+    python benchmarks/gpu_pretrain.py --device cpu --real-rows smoke --sizes tiny --batch 8 --real-windows 1 --rounds 1
 """
 from __future__ import annotations
 
 import argparse
+import collections
+import dataclasses
 import datetime as dt
 import gc
 import json
@@ -43,6 +62,7 @@ import time
 import traceback
 from pathlib import Path
 
+import numpy as np
 import torch
 
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
@@ -55,6 +75,8 @@ from alignlab.platform.throughput import peak_flops
 
 SEQ = 128
 RESULTS = Path(__file__).resolve().parent / "results" / "gpu_pretrain.json"
+REAL_RESULTS = Path(__file__).resolve().parent / "results" / "gpu_pretrain_real_rows.json"
+REAL_OBJECTIVES = "mlm,nsp,whp,pad"
 
 
 def config(size: str, batch: int, device: str, **kw) -> PretrainConfig:
@@ -215,13 +237,173 @@ def ray_run(size: str, tok, *, batch: int, steps: int, num_rows: int, device: st
             "eval_json_device": ev.get("device") or (ev.get("throughput") or {}).get("device")}
 
 
+def build_real_corpus(preset: str, root: Path) -> Path:
+    """The bundled corpus of the corpus preset `preset`, built (or found under `root`) by the platform's own
+    `build_corpus`, which starts a local Ray for its labelling as `alignlab corpus build` does. Ray is shut down
+    before any step is timed, so that none of its processes takes a core from the step."""
+    import ray
+
+    from alignlab.platform.data.corpus import build_corpus
+    from alignlab.platform.presets import CORPUS_PRESETS
+
+    try:
+        return build_corpus(CORPUS_PRESETS[preset], root, progress=False)
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+def real_row_batches(cdir: Path, batch: int, windows: int, window: int) -> tuple[list, int]:
+    """`windows` windows of `window` row batches of `batch` training rows, as Arrow tables (what the driver hands
+    the loop, `batching.rows_from_arrow` turns them into rows), and the split's row count. The rows are the train
+    shards' in the manifest's order, the order every pass reads them in; each window is a contiguous stretch of
+    that stream, and the windows are spread evenly over the split, because a corpus holds its sources one after
+    another (the mini one: Wikipedia summaries, then package summaries) and a pass meets them all. Ray Data's local
+    shuffle is left out: it changes which rows meet in a window, not how long they are."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from alignlab.platform.data.corpus import load_manifest, shard_names
+
+    names = shard_names(cdir, load_manifest(cdir), "train")
+    table = pa.concat_tables([pq.read_table(cdir / "shards" / n) for n in names])
+    span = window * batch
+    if table.num_rows < span:
+        raise SystemExit(f"corpus {cdir.name} has {table.num_rows} training rows, fewer than one window of {window} "
+                         f"batches of {batch}: use a smaller --batch")
+    starts = np.linspace(0, table.num_rows - span, windows).round().astype(int).tolist()
+    return [table.slice(s + j * batch, batch).combine_chunks() for s in starts for j in range(window)], table.num_rows
+
+
+def real_config(size: str, batch: int, device: str, *, compile_model: bool) -> PretrainConfig:
+    """The paper preset (its objectives' settings, layout fraction, bucket windows) with the four objectives, at
+    `size` and a global batch of `batch` on the one device, bf16; the learning rate schedule is the preset's and
+    costs nothing here."""
+    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.registry import objectives_like
+
+    base = PRETRAIN_PRESETS["paper"]
+    return dataclasses.replace(base, model=MODEL_SIZES[size], batch_size=batch, num_workers=1, collate_workers=0,
+                               objectives=objectives_like(REAL_OBJECTIVES, base.objectives), precision="bf16",
+                               use_gpu=device == "cuda", compile=compile_model)
+
+
+def bench_real_rows(sizes, tok, row_batches: list, out: dict, save, *, batch: int, rounds: int, device: str,
+                    compile_model: bool) -> None:
+    """The step of each size with the four objectives on batches made from `row_batches` by the training loop's
+    own code, eager and (with `compile_model`) compiled; each model's figures (or its error) into `out`, saved."""
+    peak = peak_flops(device_label(device), "bf16")
+    for size in sizes:
+        eager_ids: list = []
+        for compiled in (False, True) if compile_model else (False,):
+            label = f"{size} {'compiled' if compiled else 'eager'}"
+            try:
+                out[label] = real_rows_step(size, tok, row_batches, eager_ids, batch=batch, rounds=rounds,
+                                            device=device, compiled=compiled, peak=peak)
+            except Exception:  # keep the other figures; the log shows why
+                traceback.print_exc()
+                out[label] = {"size": size, "compiled": compiled, "error": traceback.format_exc(limit=3)}
+            save()
+            gc.collect()  # free the device memory before the next model
+            if device == "cuda":
+                torch.cuda.empty_cache()
+
+
+def real_rows_step(size: str, tok, row_batches: list, eager_ids: list, *, batch: int, rounds: int, device: str,
+                   compiled: bool, peak: float | None) -> dict:
+    # The loop's own batch maker: length-bucketed windows (`bucketing.bucketed`), collated at each window's step,
+    # cut to their longest example (eager) or to a static width (compiled), prepared (pinned on a GPU). With the
+    # pool not entered, no collating process starts and the batches are made here, as with collate_workers 0.
+    from alignlab.platform.pretrain.loop import CollatingProcesses, _prepared
+
+    cfg = real_config(size, batch, device, compile_model=compiled)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()  # this model's peak alone
+    t0 = time.perf_counter()
+    tr = Pretrainer(cfg, tok, device=device)
+    made = list(_prepared(tr, iter(row_batches), [0], skip=0, stop_at=len(row_batches), pool=CollatingProcesses(tr)))
+    collate_s = time.perf_counter() - t0
+    batches = [b for _, b, _ in made]
+    ids = [i for _, _, i in made]
+    seq_len = cfg.seq_len_at(0)
+    real = sum(int(b["attention_mask"].sum()) for b in batches)
+    slots = sum(b["attention_mask"].numel() for b in batches)
+    flops = sum(tr.batch_flops(b, seq_len) for b in batches)  # the loop's count, on the host batches
+    widths = dict(sorted(collections.Counter(int(b["attention_mask"].shape[1]) for b in batches).items()))
+    on_device = [tr.to_device(b) for b in batches]  # as the synthetic step's: the copy is not timed
+    n = len(on_device)
+    # One pass before the clock: every width is met once, so a compiled step has made all its graphs.
+    for b in on_device:
+        tr.step(b)
+    sync(device)
+    tr.read_metrics()
+    warm_s = time.perf_counter() - t0
+    times, losses = [], []
+    for _ in range(rounds):
+        times.append(timed(lambda i: tr.step(on_device[i]), n, device))
+        losses.append(tr.read_metrics()["train/loss"])
+    s = statistics.median(times)
+    row = {"size": size, "compiled": compiled, "batch": batch, "seq_len": seq_len, "steps_per_round": n,
+           "rounds": rounds, "step_ms": round(s * 1e3, 3), "step_ms_rounds": [round(x * 1e3, 3) for x in times],
+           "real_tokens_per_step": round(real / n, 1), "real_tokens_per_s": round(real / n / s),
+           "padding_fraction": round(1 - real / slots, 4), "widths": widths,
+           "flops_per_real_token": round(flops / real),
+           "mfu": None if peak is None else round(flops / n / s / peak, 4),
+           "collate_s": round(collate_s, 1), "warmup_s": round(warm_s, 1),
+           "train_loss_rounds": [round(x, 4) for x in losses]}
+    if compiled:  # the rows, their grouping and their labels are the eager run's; only the widths differ
+        row["same_rows_as_eager"] = ids == eager_ids
+    else:
+        eager_ids[:] = ids
+    if device == "cuda":
+        row["max_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    mfu = "n/a" if row["mfu"] is None else f"{row['mfu']:.1%}"
+    print(f"{size:>6} {'compiled' if compiled else 'eager':>8}  {REAL_OBJECTIVES} on real bucketed rows: "
+          f"{row['step_ms']:7.2f} ms/step {row['real_tokens_per_s']:>10,} real tok/s  padding "
+          f"{row['padding_fraction']:.1%}  MFU {mfu}"
+          + (f"  max memory {row['max_memory_gib']} GiB" if device == "cuda" else "")
+          + (f"  (widths {widths})" if compiled else ""), flush=True)
+    return row
+
+
+def real_rows_part(args, sizes: list[str], result: dict, save) -> None:
+    """`--real-rows`: the corpus built, its rows read, and the step of each size timed on them. Exits 1 if a
+    model's step failed (the others' figures are kept)."""
+    from alignlab.platform.data.tokenizer import Tokenizer
+
+    with tempfile.TemporaryDirectory(prefix="alignlab-real-rows-") as d:
+        t = time.perf_counter()
+        cdir = build_real_corpus(args.real_rows, args.corpus_root or Path(d))
+        build_s = time.perf_counter() - t
+        tok = Tokenizer(cdir / "tokenizer.model")
+        window = real_config(sizes[0], args.batch, args.device, compile_model=False).bucket_batches
+        row_batches, train_rows = real_row_batches(cdir, args.batch, args.real_windows, window)
+        result["vocab"] = tok.vocab_size
+        info = {"corpus_preset": args.real_rows, "corpus_id": cdir.name, "corpus_build_s": round(build_s, 1),
+                "train_rows": train_rows, "vocab": tok.vocab_size, "objectives": REAL_OBJECTIVES,
+                "batch": args.batch, "bucket_batches": window, "windows": args.real_windows,
+                "steps_per_round": len(row_batches), "models": {}}
+        result["real_rows"] = info
+        print(f"# corpus: preset {args.real_rows} ({cdir.name}, {train_rows:,} training rows, built or found in "
+              f"{build_s:.0f} s); vocabulary: the corpus's own tokenizer, {tok.vocab_size:,} pieces\n"
+              f"# {REAL_OBJECTIVES} on {args.real_windows} bucketing window(s) of {window} batches of {args.batch} "
+              f"rows spread over the split: {len(row_batches)} steps a round, {args.rounds} round(s)", flush=True)
+        save()
+        bench_real_rows(sizes, tok, row_batches, info["models"], save, batch=args.batch, rounds=args.rounds,
+                        device=args.device, compile_model=args.compile)
+    if any("error" in r for r in info["models"].values()):
+        raise SystemExit(f"a step failed: see the traceback above and {os.path.relpath(args.out)}")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--sizes", default="768x3,128x2", help="comma-separated hidden x layers labels")
     p.add_argument("--batch", type=int, default=256, help="global batch (rows per step on the one device)")
     p.add_argument("--steps", type=int, default=30, help="timed steps per model per round")
-    p.add_argument("--rounds", type=int, default=4, help="alternating rounds (alignlab, HF, HF, alignlab, ...)")
+    p.add_argument("--rounds", type=int, default=4,
+                   help="alternating rounds (alignlab, HF, HF, alignlab, ...); with --real-rows, timed passes over "
+                        "the batches")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--compile", action="store_true", help="also time alignlab's step under torch.compile")
     p.add_argument("--vocab", type=int, default=32_000,
@@ -235,9 +417,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ray-bucket-batches", type=int, default=16, help="PretrainConfig.bucket_batches of the Ray runs")
     p.add_argument("--ray-collate-workers", type=int, default=0,
                    help="PretrainConfig.collate_workers of the Ray runs (0: collated on the worker's prefetch thread)")
+    p.add_argument("--real-rows", choices=("mini", "smoke"),
+                   help="time only the step with mlm,nsp,whp,pad on length-bucketed rows of this corpus preset's "
+                        "bundled corpus (built here; its own tokenizer), eager and with --compile compiled; the "
+                        "synthetic, HF and Ray parts are not run")
+    p.add_argument("--real-windows", type=int, default=4,
+                   help="bucketing windows (of the preset's 16 row batches each) timed per round with --real-rows")
+    p.add_argument("--corpus-root", type=Path,
+                   help="storage root to build (or find) the --real-rows corpus under (default: a temporary one)")
     p.add_argument("--commit", default=os.environ.get("ALIGNLAB_COMMIT", "unknown"))
-    p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--out", type=Path, help=f"default {os.path.relpath(RESULTS)}, "
+                                            f"or {os.path.relpath(REAL_RESULTS)} with --real-rows")
     args = p.parse_args(argv)
+    args.out = args.out or (REAL_RESULTS if args.real_rows else RESULTS)
     sizes = [s for s in args.sizes.split(",") if s]
     for s in sizes:
         if s not in MODEL_SIZES:
@@ -263,6 +455,10 @@ def main(argv: list[str] | None = None) -> None:
     result["measured_bf16_matmul_tflops"] = round(matmul_peak(args.device), 1)
     print(f"# bf16 matmul (8192^3): {result['measured_bf16_matmul_tflops']} TFLOP/s measured; datasheet peak "
           f"{result['datasheet_bf16_peak_tflops']} TFLOP/s (MFU is against the datasheet)", flush=True)
+    if args.real_rows:
+        real_rows_part(args, sizes, result, save)
+        print(f"# wrote {os.path.relpath(args.out)}\n# command: {command}")
+        return
     with tempfile.TemporaryDirectory(prefix="alignlab-tok-") as d:
         tok = make_tokenizer(Path(d), args.vocab)
         table = synthetic_rows(tok, 4 * args.batch)

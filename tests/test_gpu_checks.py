@@ -1,5 +1,6 @@
 """The prepared GPU check (benchmarks/gpu_checks.sh) cannot fail for a typo when GPU time comes: its dry run on CPU
 runs every part's command at toy sizes and prints every summary line."""
+import json
 import os
 import subprocess
 import sys
@@ -16,12 +17,27 @@ def test_the_gpu_checks_dry_run_runs_every_part_on_cpu_and_prints_its_figures(tm
     run = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_checks.sh"), "--dry-run", str(out)],
                          capture_output=True, text=True, timeout=900, env={**os.environ, "ALIGNLAB_COMMIT": "dryrun"})
     assert run.returncode == 0, run.stdout + run.stderr
-    parts = ("cuda_tests", "step_128x2_vocab32000", "step_128x2_vocab111000", "paper_input_path_128x2",
-             "side_by_side_128x2")
+    parts = ("cuda_tests", "step_128x2_vocab32000", "step_128x2_vocab111000", "real_rows_tiny",
+             "paper_input_path_128x2", "side_by_side_128x2")
     for part in parts:
         assert f"{part}: exit 0" in run.stdout, run.stdout
         assert (out / f"{part}.log").read_text().splitlines()[1].startswith("# commit dryrun")
     for name in parts[1:]:
         assert (out / f"{name}.json").is_file(), name  # each benchmark's figures, with its command and commit
     assert "Ray Train end to end" in run.stdout and "side by side give" in run.stdout
-    assert run.stdout.count("ms/step") >= 2  # the step alone at both vocabularies
+    lines = run.stdout.splitlines()
+    assert sum("_vocab" in x and "ms/step" in x for x in lines) >= 2  # the step alone at both vocabularies
+    # The step on real bucketed rows: the four objectives on the smoke corpus, its own vocabulary, every figure.
+    from alignlab.platform.presets import CORPUS_PRESETS
+
+    pieces = CORPUS_PRESETS["smoke"].vocab_size
+    assert f"vocabulary: the corpus's own tokenizer, {pieces:,} pieces" in run.stdout, run.stdout
+    line = next(x for x in lines if "on real bucketed rows" in x)
+    assert line.split()[:3] == ["tiny", "eager", "mlm,nsp,whp,pad"], line
+    assert all(f in line for f in ("ms/step", "real tok/s", "padding", "MFU")), line
+    real = json.loads((out / "real_rows_tiny.json").read_text())["real_rows"]
+    assert real["corpus_preset"] == "smoke" and real["objectives"] == "mlm,nsp,whp,pad" and real["vocab"] == pieces
+    row = real["models"]["tiny eager"]
+    assert row["step_ms"] > 0 and row["real_tokens_per_s"] > 0 and 0 <= row["padding_fraction"] < 1, row
+    assert row["real_tokens_per_step"] < row["batch"] * row["seq_len"], row  # rows of varying length, not full ones
+    assert row["steps_per_round"] == real["bucket_batches"] == 16, row  # one bucketing window of the preset's 16
