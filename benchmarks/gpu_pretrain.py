@@ -423,8 +423,9 @@ def main(argv: list[str] | None = None) -> None:
                         "synthetic, HF and Ray parts are not run")
     p.add_argument("--real-windows", type=int, default=4,
                    help="bucketing windows (of the preset's 16 row batches each) timed per round with --real-rows")
-    p.add_argument("--corpus-root", type=Path,
-                   help="storage root to build (or find) the --real-rows corpus under (default: a temporary one)")
+    p.add_argument("--corpus-root", type=Path, default=os.environ.get("ALIGNLAB_REAL_ROWS_ROOT") or None,
+                   help="storage root to build (or find) the --real-rows corpus under (default: "
+                        "$ALIGNLAB_REAL_ROWS_ROOT, else a temporary one; a root that holds it already saves the build)")
     p.add_argument("--commit", default=os.environ.get("ALIGNLAB_COMMIT", "unknown"))
     p.add_argument("--out", type=Path, help=f"default {os.path.relpath(RESULTS)}, "
                                             f"or {os.path.relpath(REAL_RESULTS)} with --real-rows")

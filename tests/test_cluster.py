@@ -206,6 +206,10 @@ def test_a_smoke_study_with_an_s3_storage_root_keeps_every_artifact_in_the_bucke
         proc.wait()
 
 
+# -m slow: the slowest test of the suite (~150 s). Its parts run in the default suite: the autoscaler adding and
+# removing nodes (test_gpu_trials_make_the_autoscaler_...), a study whose root is an S3 bucket
+# (test_a_smoke_study_with_an_s3_storage_root_...), two data-parallel Train workers (test_data_parallel.py).
+@pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.cluster
 def test_a_smoke_study_on_an_autoscaling_cluster_pretrains_on_two_nodes_with_its_root_in_s3(tmp_path):

@@ -116,6 +116,10 @@ def _study_trials(journal: Path) -> list:
     return optuna.load_study(study_name=name, storage=storage).trials
 
 
+# -m slow (~85 s): the resume of a killed search driver through its Optuna journal runs in the default suite on a
+# toy search whose trials last long enough to be cut (test_optuna_storage.py), and the smoke search itself end
+# to end (test_optuna_storage.py, test_studies.py).
+@pytest.mark.slow
 @pytest.mark.ray
 def test_a_search_killed_mid_way_resumes_from_its_finished_trials(tmp_path):
     from optuna.trial import TrialState

@@ -12,10 +12,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="a bash script")
-def test_the_gpu_checks_dry_run_runs_every_part_on_cpu_and_prints_its_figures(tmp_path):
+def test_the_gpu_checks_dry_run_runs_every_part_on_cpu_and_prints_its_figures(tmp_path, smoke_corpus, storage_root):
     out = tmp_path / "checks"
+    # The real-rows part finds the session's smoke corpus at its root instead of building it again (its build is
+    # tested elsewhere; here the part's own code is what runs).
+    env = {**os.environ, "ALIGNLAB_COMMIT": "dryrun", "ALIGNLAB_REAL_ROWS_ROOT": str(storage_root)}
     run = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_checks.sh"), "--dry-run", str(out)],
-                         capture_output=True, text=True, timeout=900, env={**os.environ, "ALIGNLAB_COMMIT": "dryrun"})
+                         capture_output=True, text=True, timeout=900, env=env)
     assert run.returncode == 0, run.stdout + run.stderr
     parts = ("cuda_tests", "step_128x2_vocab32000", "step_128x2_vocab111000", "real_rows_tiny",
              "paper_input_path_128x2", "side_by_side_128x2")
@@ -36,6 +39,7 @@ def test_the_gpu_checks_dry_run_runs_every_part_on_cpu_and_prints_its_figures(tm
     assert line.split()[:3] == ["tiny", "eager", "mlm,nsp,whp,pad"], line
     assert all(f in line for f in ("ms/step", "real tok/s", "padding", "MFU")), line
     real = json.loads((out / "real_rows_tiny.json").read_text())["real_rows"]
+    assert real["corpus_id"] == Path(smoke_corpus).name  # found at $ALIGNLAB_REAL_ROWS_ROOT, not built again
     assert real["corpus_preset"] == "smoke" and real["objectives"] == "mlm,nsp,whp,pad" and real["vocab"] == pieces
     row = real["models"]["tiny eager"]
     assert row["step_ms"] > 0 and row["real_tokens_per_s"] > 0 and 0 <= row["padding_fraction"] < 1, row
