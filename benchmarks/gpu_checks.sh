@@ -7,7 +7,8 @@
 #      on the GPU restoring its state there and its CUDA random state;
 #   2. the 768x3 step alone (sequence 128, batch 256, bf16), eager and compiled whole (static widths, the chunked
 #      MLM loss), beside Hugging Face's BertForPreTraining, at a 32K and at the paper corpus's 111K vocabulary
-#      (benchmarks/gpu_pretrain.py; MLM + NSP on synthetic full rows);
+#      (benchmarks/gpu_pretrain.py; MLM + NSP on synthetic full rows); at 32K also compiled and replayed as CUDA
+#      graphs (PretrainConfig.cuda_graphs, off by default until this measures it);
 #   3. the 768x3 step alone as a real run trains it: MLM, NSP, WHP and PAD on length-bucketed rows of the mini
 #      preset's corpus (built here, with its own 8K tokenizer), made by the training loop's own code, eager and
 #      compiled (static widths): ms/step, real tokens/s, padding, MFU, memory (gpu_pretrain.py --real-rows);
@@ -63,8 +64,10 @@ part cuda_tests python -m pytest -q -p no:cacheprovider "${collect[@]}" -k "cuda
   tests/test_gpu_pretraining.py tests/test_device_placement.py tests/test_finetune.py tests/test_input_path.py \
   tests/test_exact_at_any_shape.py tests/test_linear_cross_entropy.py
 for vocab in 32000 111000; do
+  graphs=()  # the compiled step replayed as CUDA graphs too, once (its compile costs a minute or two)
+  [ "$dry" = 0 ] && [ "$vocab" = 32000 ] && graphs=(--cuda-graphs)
   part "step_${big}_vocab$vocab" python benchmarks/gpu_pretrain.py "${device[@]}" --sizes "$big" "${batch[@]}" \
-    "${steps[@]}" --vocab "$vocab" --ray-steps 0 "${compile[@]}" --commit "$commit" \
+    "${steps[@]}" --vocab "$vocab" --ray-steps 0 "${compile[@]}" "${graphs[@]}" --commit "$commit" \
     --out "$out/step_${big}_vocab$vocab.json"
 done
 part "real_rows_$real_size" "${real_env[@]}" python benchmarks/gpu_pretrain.py "${device[@]}" --sizes "$real_size" \

@@ -122,13 +122,14 @@ def timed(fn, steps: int, device: str) -> float:
 
 
 def bench_models(sizes, tok, table, *, batch: int, steps: int, rounds: int, warmup: int, device: str,
-                 compile_model: bool, with_hf: bool) -> dict:
+                 compile_model: bool, with_hf: bool, cuda_graphs: bool = False) -> dict:
     out = {}
     peak = peak_flops(device_label(device), "bf16")
     rows = to_numpy_rows(table.slice(0, 4 * batch))
     for size in sizes:
         m = MODEL_SIZES[size]
-        cfg = config(size, batch, device, compile=compile_model)
+        cfg = config(size, batch, device, compile=compile_model, cuda_graphs=cuda_graphs)
+        label = " compiled+graphs" if cuda_graphs else " compiled" if compile_model else ""
         t0 = time.perf_counter()
         al = Pretrainer(cfg, tok, device=device)
         collated = [al.collate({k: v[i * batch:(i + 1) * batch] for k, v in rows.items()}, step=i) for i in range(4)]
@@ -153,7 +154,7 @@ def bench_models(sizes, tok, table, *, batch: int, steps: int, rounds: int, warm
                 elif with_hf:
                     times[who].append(timed(lambda i: hf.step(hf_inputs[i % 4]), steps, device))
         row = {"size": size, "batch": batch, "seq_len": SEQ, "tokens_per_step": tokens, "flops_per_token": fpt,
-               "compiled": compile_model, "warmup_s_alignlab": round(warm_al, 1),
+               "compiled": compile_model, "cuda_graphs": cuda_graphs, "warmup_s_alignlab": round(warm_al, 1),
                "optimizer": f"{type(al.optimizer).__name__}({', '.join(f'{k}={v}' for k, v in al.optimizer.defaults.items() if k in ('lr', 'fused', 'foreach'))})"}
         for who, ts in times.items():
             if not ts:
@@ -169,9 +170,9 @@ def bench_models(sizes, tok, table, *, batch: int, steps: int, rounds: int, warm
         if device == "cuda":
             row["max_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
             torch.cuda.reset_peak_memory_stats()
-        out[size + (" compiled" if compile_model else "")] = row
+        out[size + label] = row
         mfu = (lambda w: "n/a" if row.get(f"{w}_mfu") is None else f"{row[f'{w}_mfu']:.1%}")
-        print(f"{size:>6}{' compiled' if compile_model else ''}  alignlab {row['alignlab_step_ms']:7.2f} ms/step "
+        print(f"{size:>6}{label}  alignlab {row['alignlab_step_ms']:7.2f} ms/step "
               f"{row['alignlab_tokens_per_s']:>10,} tok/s MFU {mfu('alignlab')}"
               + (f"  | HF {row['hf_step_ms']:7.2f} ms/step {row['hf_tokens_per_s']:>10,} tok/s MFU {mfu('hf')}"
                  f"  | ratio {row['ratio_tokens_per_s']:.2f}x" if with_hf else ""), flush=True)
@@ -406,6 +407,8 @@ def main(argv: list[str] | None = None) -> None:
                         "the batches")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--compile", action="store_true", help="also time alignlab's step under torch.compile")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="with --compile: also time the compiled step replayed as CUDA graphs (PretrainConfig.cuda_graphs)")
     p.add_argument("--vocab", type=int, default=32_000,
                    help="pieces of the tokenizer (32000; 111000 is the paper corpus's): the decoder's width")
     p.add_argument("--no-hf", action="store_true")
@@ -498,6 +501,15 @@ def main(argv: list[str] | None = None) -> None:
             except Exception:
                 traceback.print_exc()
                 result["compiled"] = {"error": traceback.format_exc(limit=3)}
+            save()
+        if args.compile and args.cuda_graphs:
+            try:
+                result["cuda_graphs"] = bench_models(sizes[:1], tok, table, batch=args.batch, steps=args.steps,
+                                                     rounds=2, warmup=args.warmup, device=args.device,
+                                                     compile_model=True, with_hf=False, cuda_graphs=True)
+            except Exception:
+                traceback.print_exc()
+                result["cuda_graphs"] = {"error": traceback.format_exc(limit=3)}
             save()
     print(f"# wrote {os.path.relpath(args.out)}\n# command: {command}")
 

@@ -232,6 +232,12 @@ class PretrainConfig:
     shapes: each batch cut to one of a few widths (`bucketing.static_width`) and each head's labelled positions padded
     to a bound (`Objective.max_labelled`). The rows, their grouping and their labels are the eager run's; the padding
     and the kernels differ, so the digits do (within float tolerance), and a compiled model has an id of its own."""
+    cuda_graphs: bool = field(default=False, metadata={"omit_at_default": True})
+    """With `compile` on a CUDA device and one worker: the compiled forward pass with its losses, and its backward
+    pass, replayed as CUDA graphs (torch.compile's "reduce-overhead" mode), one launch a graph instead of one a
+    kernel, for steps whose time is launches (small models, small per-GPU batches). The same kernels on the same
+    batches: a runtime field. Off by default until a GPU has measured it (benchmarks/gpu_checks.sh); no effect on
+    a CPU."""
     loss_chunk_rows: int = field(default=-1, metadata={"omit_at_default": True})
     """Rows per chunk of a head over the vocabulary (MLM's decoder and its cross-entropy,
     `linear_cross_entropy`): > 0 never holds more than that many rows' fp32 logits at once; 0 the whole [N, V]
@@ -300,6 +306,10 @@ class PretrainConfig:
         _choice(self, "loss_scaling", LOSS_SCALINGS)
         if not 0.0 <= self.layout_fraction <= 1.0:
             raise ValueError(f"PretrainConfig.layout_fraction must be in [0, 1], got {self.layout_fraction}")
+        if self.cuda_graphs and not (self.compile and self.num_workers == 1):
+            raise ValueError("PretrainConfig.cuda_graphs replays the compiled step: it needs compile=True and one "
+                             f"worker (DDP's gradient all-reduce is not captured), got compile={self.compile}, "
+                             f"num_workers={self.num_workers}")
         if self.loss_chunk_rows < -1:
             raise ValueError(f"PretrainConfig.loss_chunk_rows must be -1 (auto), 0 (whole logits) or a number of rows, "
                              f"got {self.loss_chunk_rows}")

@@ -381,3 +381,34 @@ def test_a_compiled_smoke_step_matches_the_eager_step(tok):
             assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-5), k
     for k, v in eager.model.state_dict().items():
         assert torch.allclose(v, compiled.model.state_dict()[k], rtol=1e-4, atol=1e-5), k
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_compiled_cuda_step_replayed_as_cuda_graphs_trains_the_compiled_steps_losses_and_weights(tok):
+    """`PretrainConfig.cuda_graphs`: the same compiled kernels replayed as graphs, so the same losses and weights
+    (dropout off), and the metrics of every step kept although each replay writes into the same memory."""
+    cfg = dataclasses.replace(SMOKE, objectives="mlm,nsp,whp,pad", precision="bf16", use_gpu=True, compile=True,
+                              model=dataclasses.replace(SMOKE.model, dropout=0.0))
+    plain, graphs = Pretrainer(cfg, tok, device="cuda"), Pretrainer(dataclasses.replace(cfg, cuda_graphs=True), tok,
+                                                                    device="cuda")
+    assert graphs._graphs and not plain._graphs
+    for step, rows in enumerate(batches(tok, num=4)):
+        batch = plain.collate(rows, step=step)
+        a, b = plain.train_step(batch), graphs.train_step(graphs.collate(rows, step=step))
+        for k in ("train/loss", "train/mlm/loss", "train/nsp/loss"):
+            assert b[k] == pytest.approx(a[k], rel=1e-3, abs=1e-4), (step, k)
+    for k, v in plain.model.state_dict().items():
+        assert torch.allclose(v, graphs.model.state_dict()[k], rtol=1e-3, atol=1e-4), k
+
+
+def test_cuda_graphs_are_refused_without_compile_or_with_several_workers_and_never_name_another_model(tok):
+    from alignlab.platform.pretrain.models import model_id
+
+    with pytest.raises(ValueError, match="cuda_graphs .* needs compile=True and one worker"):
+        dataclasses.replace(SMOKE, cuda_graphs=True)
+    with pytest.raises(ValueError, match="num_workers=2"):
+        dataclasses.replace(SMOKE, compile=True, num_workers=2, cuda_graphs=True)
+    compiled = dataclasses.replace(SMOKE, compile=True, use_gpu=True)
+    assert model_id("bundled-x", dataclasses.replace(compiled, cuda_graphs=True)) == model_id("bundled-x", compiled)
+    cpu = Pretrainer(dataclasses.replace(SMOKE, compile=True, cuda_graphs=True), tok)
+    assert not cpu._graphs  # a CPU has no CUDA graphs: the compiled step as it is

@@ -25,7 +25,8 @@ from alignlab.platform.errors import positive_int
 from alignlab.platform.throughput import run_throughput
 
 RUNTIME_FIELDS = ("checkpoint_every", "checkpoint_every_minutes", "log_every", "eval_batches", "cpus_per_worker",
-                  "gpus_per_worker", "threads_per_worker", "prefetch_batches", "collate_workers", "loss_chunk_rows")
+                  "gpus_per_worker", "threads_per_worker", "prefetch_batches", "collate_workers", "loss_chunk_rows",
+                  "cuda_graphs")
 """PretrainConfig fields that change how a run is executed, not what the model learns: checkpoint and report
 frequency, how many held-out batches the final evaluation reads, the resources and threads of a worker, how
 many batches are collated ahead, and where, and how many rows of a vocabulary-sized loss are computed at once (the

@@ -285,6 +285,7 @@ class Pretrainer:
         self.optimizer = make_optimizer(self.model, cfg)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
         self._loss, self._clip = self._forward_loss, self._clip_gradients
+        self._graphs = cfg.cuda_graphs and self.device.type == "cuda" and compile_backend == "inductor"
         if cfg.compile:
             self._compile(compile_backend)
         chunk = cfg.loss_chunk_rows
@@ -390,7 +391,11 @@ class Pretrainer:
         if "has_padding" not in batch:
             batch = self.prepare(batch)
         self.forward.train()
+        if self._graphs:  # a new step: the graphs' outputs of the last one may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
         total, v = self._loss(self.to_device(batch))
+        if self._graphs:  # kept past the next replay, which writes into the same memory
+            v = v.clone()
         self.optimizer.zero_grad(set_to_none=True)
         total.backward()
         self._clip()
@@ -423,7 +428,10 @@ class Pretrainer:
         either way). `dynamic=False`: one static graph per shape (the static widths and labelled rows keep them
         few, bucketing.py), not a symbolic one after the first new shape."""
         if self.world == 1:
-            self._loss = torch.compile(self._forward_loss, backend=backend, dynamic=False)
+            # `cuda_graphs`: the forward graph and its AOT backward replayed as CUDA graphs. Not the clipping: it
+            # scales its inputs (the gradients) in place, which a CUDA graph would have to copy in and out.
+            mode = "reduce-overhead" if self._graphs else None
+            self._loss = torch.compile(self._forward_loss, backend=backend, dynamic=False, mode=mode)
         else:
             self.forward = torch.compile(self.forward, backend=backend, dynamic=False)
         self._clip = torch.compile(self._clip_gradients, backend=backend, dynamic=False)
