@@ -41,9 +41,11 @@ def test_the_paper_sizes_are_the_nine_of_table_1():
 def test_the_paper_preset_matches_section_3_3():
     p = PRETRAIN_PRESETS["paper"]
     assert (p.batch_size, p.lr, p.model.max_len) == (256, 1e-4, 128)
-    # batch_size is the global batch: 4 GPU workers of 64 rows each make one step of 256, and the run sees the
-    # paper's 500M examples whatever the number of workers (it used to be 4 x 256 per step: 2B examples).
-    assert (p.num_workers, p.worker_batch_size) == (4, 64)
+    # batch_size is the global batch: one GPU worker trains all 256 rows of a step (a study trains its models one per
+    # GPU side by side, study/layout.py), and the run sees the paper's 500M examples whatever the number of workers
+    # (it used to be 4 x 256 per step with 4 workers: 2B examples).
+    assert (p.num_workers, p.worker_batch_size) == (1, 256)
+    assert dataclasses.replace(p, num_workers=4).worker_batch_size == 64
     assert p.max_steps * p.batch_size == pytest.approx(500_000_000, rel=0.01)
     assert dataclasses.replace(p, num_workers=8).max_steps * p.batch_size == pytest.approx(500_000_000, rel=0.01)
     f = FINETUNE_PRESETS["paper"]
@@ -112,6 +114,7 @@ _OTHER_VALUE = {
     "checkpoint_every": 7, "checkpoint_every_minutes": 20.0, "log_every": 3, "eval_batches": 9, "cpus_per_worker": 2.0,
     "threads_per_worker": 2,
     "use_gpu": True, "prefetch_batches": 5, "collate_workers": 2, "bucket_batches": 4, "loss_chunk_rows": 64,
+    "gpus_per_worker": 0.5, "cuda_graphs": True,
 }
 
 
@@ -119,7 +122,8 @@ _OTHER_VALUE = {
 _COMPANION = {"short_seq_len": {"short_seq_len": 16, "short_seq_fraction": 0.25},
               "short_seq_fraction": {"short_seq_len": 32, "short_seq_fraction": 0.25},
               "domain_sources": {"domain_sources": ("software",), "domain_fraction": 0.25},
-              "domain_fraction": {"domain_sources": ("software",), "domain_fraction": 0.25}}
+              "domain_fraction": {"domain_sources": ("software",), "domain_fraction": 0.25},
+              "cuda_graphs": {"compile": True}}
 
 
 def _smoke(**changes):
