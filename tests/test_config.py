@@ -107,13 +107,13 @@ _OTHER_VALUE = {
     "decay": "linear", "max_steps": 13, "grad_clip": 0.5, "layout_fraction": 0.5, "subword_regularization_alpha": 0.1,
     "num_workers": 2, "precision": "fp32", "seed": 1, "loss_scaling": "log_classes",
     "adam_betas": (0.9, 0.98), "adam_eps": 1e-6, "weight_decay": 0.01, "seq_len": 32, "curriculum_fraction": 0.5,
-    "corpus_embeddings": 0.1, "compile": True,
+    "corpus_embeddings": 0.1, "compile": True, "use_gpu": True,
     # set together: each is changed with its companion at a fixed value (see _COMPANION)
     "short_seq_len": 32, "short_seq_fraction": 0.5, "domain_sources": ("web",), "domain_fraction": 0.5,
     # runtime-only
     "checkpoint_every": 7, "checkpoint_every_minutes": 20.0, "log_every": 3, "eval_batches": 9, "cpus_per_worker": 2.0,
     "threads_per_worker": 2,
-    "use_gpu": True, "prefetch_batches": 5, "collate_workers": 2, "bucket_batches": 4, "loss_chunk_rows": 64,
+    "prefetch_batches": 5, "collate_workers": 2, "bucket_batches": 4, "loss_chunk_rows": 64,
     "gpus_per_worker": 0.5, "cuda_graphs": True,
 }
 
