@@ -24,9 +24,14 @@ K to a GPU."""
 MAX_MODELS_PER_GPU = 4
 """At most this many models share one GPU: beyond it their CPUs (each keeps its own `cpus_per_worker`) and
 context switches cost more than the idle GPU time they fill."""
-_REFERENCE_PEAK_TFLOPS = 989.0
-"""The H100 SXM's bf16 peak (throughput.PEAK_TFLOPS), the GPU `LAUNCH_FLOOR_S` was measured on: a model that
+REFERENCE_GPU = "H100"
+"""The GPU `LAUNCH_FLOOR_S` was measured on, whose bf16 peak (throughput.PEAK_TFLOPS) the rule uses: a model that
 cannot fill an H100 cannot fill a slower GPU of the same launch overhead either, so one rule serves every kind."""
+
+
+def _packable(cfg: PretrainConfig) -> bool:
+    """A run that trains, on one GPU worker: data-parallel workers need a GPU each."""
+    return bool(cfg.max_steps and cfg.use_gpu and cfg.num_workers == 1)
 
 
 def models_per_gpu(cfg: PretrainConfig, vocab_size: int) -> int:
@@ -36,11 +41,11 @@ def models_per_gpu(cfg: PretrainConfig, vocab_size: int) -> int:
 
     A rule from one measured floor, not a measurement of packing: `--models-per-gpu K` overrides it, and
     benchmarks/side_by_side.py measures what K side by side get on a given GPU (docs/cluster.md#small-models-share-a-gpu)."""
-    from alignlab.platform.throughput import expected_run_flops
+    from alignlab.platform.throughput import expected_run_flops, peak_flops
 
-    if not (cfg.max_steps and cfg.use_gpu and cfg.num_workers == 1):
+    if not _packable(cfg):
         return 1
-    step_s = expected_run_flops(cfg, vocab_size) / cfg.max_steps / (PACK_MFU * _REFERENCE_PEAK_TFLOPS * 1e12)
+    step_s = expected_run_flops(cfg, vocab_size) / cfg.max_steps / (PACK_MFU * peak_flops(REFERENCE_GPU, "bf16"))
     return int(max(1, min(MAX_MODELS_PER_GPU, math.floor(LAUNCH_FLOOR_S / step_s))))
 
 
@@ -50,7 +55,7 @@ def pack(models: Sequence[PretrainConfig], vocab_size: int, per_gpu: int | None 
     a whole GPU for the others. Only `gpus_per_worker` changes, a runtime field: the model ids stay."""
     out = []
     for cfg in models:
-        if cfg.max_steps and cfg.use_gpu and cfg.num_workers == 1:
+        if _packable(cfg):
             k = per_gpu or models_per_gpu(cfg, vocab_size)
             cfg = dataclasses.replace(cfg, gpus_per_worker=1.0 / k)
         out.append(cfg)
