@@ -16,9 +16,8 @@ from pathlib import Path
 import torch
 
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
-import alignlab.platform.registry  # noqa: F401  (the presets name objectives)
+from alignlab.platform.encoder.model import Encoder
 from alignlab.platform.presets import PRETRAIN_PRESETS
-from alignlab.platform.model import Encoder
 
 
 def main(argv=None) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from alignlab.platform.data.tokenizer import Tokenizer
+from alignlab.platform.encoder.tokenizer import Tokenizer
 
 
 def only_folder(storage: Path, kind: str) -> Path:

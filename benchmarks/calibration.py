@@ -45,7 +45,7 @@ from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # machine_info, when imported by a test
 import machine_info
-from alignlab.platform.provenance import code_commit  # noqa: E402
+from alignlab.platform.runtime.provenance import code_commit  # noqa: E402
 
 from alignlab.platform.report.unit_statistics import paired_test  # noqa: E402
 

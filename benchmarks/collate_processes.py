@@ -31,14 +31,14 @@ import machine_info  # benchmarks/, on sys.path when a benchmark runs as a scrip
 from bench_corpus import only_folder
 from feed_rate import OBJECTIVES, record_batches
 
-from alignlab.platform.batching import Collator
-from alignlab.platform.bucketing import bucketed
-from alignlab.platform.data.tokenizer import Tokenizer
+from alignlab.platform.encoder.batching import Collator
+from alignlab.platform.encoder.registry import objectives_like
+from alignlab.platform.encoder.tokenizer import Tokenizer
 from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.pretrain.bucketing import bucketed
 from alignlab.platform.pretrain.loop import CollatingProcesses, _collate_at
 from alignlab.platform.pretrain.prefetch import Prefetcher
 from alignlab.platform.pretrain.pretrain import RankCollate, build_objectives
-from alignlab.platform.registry import objectives_like
 
 
 def busy(ms: float) -> None:

@@ -1,5 +1,5 @@
 """The input path as it was before issue #42 (main at 95c4c1f): the per-row Python collation that
-`platform/batching.py` replaced with array operations over the batch.
+`platform/encoder/batching.py` replaced with array operations over the batch.
 
 Kept verbatim (names aside) as the yardstick of two things: tests/test_input_path.py checks that the new collation
 gives exactly these batches for the same rows and step, and benchmarks/feed_rate.py times both side by side. The
@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from alignlab.platform.batching import IGNORE, Examples, _flat
-from alignlab.platform.registry import lock_inputs
+from alignlab.platform.encoder.batching import IGNORE, Examples, _flat
+from alignlab.platform.encoder.registry import lock_inputs
 
 FORMAT_IDS = {"pair": 0, "acronym": 1}  # row_format of the two layouts (the engine's was this until PAD owned its own)
 

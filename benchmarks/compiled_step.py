@@ -24,10 +24,10 @@ import torch
 
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import load_corpus
+from alignlab.platform.corpus.corpus_embeddings import for_corpus
+from alignlab.platform.encoder.registry import resolve_objectives
 from alignlab.platform.presets import PRETRAIN_PRESETS
-from alignlab.platform.data.corpus_embeddings import for_corpus
 from alignlab.platform.pretrain.pretrain import Pretrainer, resolve_precision, to_numpy_rows
-from alignlab.platform.registry import resolve_objectives
 
 
 def main(argv=None) -> None:

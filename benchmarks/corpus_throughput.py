@@ -1,6 +1,6 @@
 """Corpus build throughput: the bundled corpus built with 1 and with 2 Ray Data labelling workers.
 
-Each build is `alignlab.platform.data.corpus.build_corpus(cfg, root, num_workers=N, progress=False)`, the
+Each build is `alignlab.platform.corpus.corpus.build_corpus(cfg, root, num_workers=N, progress=False)`, the
 real stage, into a fresh temporary storage root (the corpus is content-addressed: a second build into
 the same root would be a cache hit). Every build runs in its own child process with its own local
 Ray, started first with `ray_env.ensure_ray` (as the CLI does) and timed apart from the build, so no
@@ -143,8 +143,8 @@ def child_build(spec: dict) -> dict:
     import ray
     import ray.data
 
-    import alignlab.platform.data.corpus as corpus
-    from alignlab.platform.ray_env import ensure_ray
+    import alignlab.platform.corpus.corpus as corpus
+    from alignlab.platform.runtime.ray_env import ensure_ray
 
     cfg = corpus_config(spec["preset"], spec["max_docs_per_lang"])
     # Ray Data's parallelism comes from the staged document parts (one per `docs_per_shard` documents and

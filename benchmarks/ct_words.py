@@ -34,11 +34,12 @@ import torch
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import only_folder
 from alignlab.objectives.ct_data import TAGS, ct_lexicon
-from alignlab.platform.presets import FINETUNE_PRESETS
+from alignlab.platform.encoder.model import AlignModel
 from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained
-from alignlab.platform.model import AlignModel
-from alignlab.platform.fel.protocol import TaskData, calculations, fel_split
+from alignlab.platform.fel.protocol import calculations, fel_split
 from alignlab.platform.fel.task_scoring import encode_examples, logits_and_labels
+from alignlab.platform.presets import FINETUNE_PRESETS
+from alignlab.platform.tasks.task_data import TaskData
 
 RANDOM = "random:"
 

@@ -5,7 +5,7 @@ preset's settings), the same rows go through both paths, interleaved round by ro
 load hits both:
 - `old`: the collation of main at 95c4c1f (benchmarks/collate_reference.py: per-row Python lists, a scan of the
   batch per NSP pair, an argsort per MLM draw) on the training thread;
-- `new`: `platform/batching.py`'s `Collator` (array operations over the batch, the same batches: checked here on
+- `new`: `platform/encoder/batching.py`'s `Collator` (array operations over the batch, the same batches: checked here on
   every batch) and `pretrain.prepare_batch` (padding flag, labelled rows, pinned memory when CUDA is available),
   run on the background thread of `prefetch.Prefetcher` at depth 2, as `train_loop` runs it, on rows read in
   length buckets of the preset's `bucket_batches` row batches (`bucketing.py`), as `train_loop` reads them.
@@ -43,13 +43,13 @@ import machine_info  # benchmarks/, on sys.path when a benchmark runs as a scrip
 from bench_corpus import only_folder
 from collate_reference import ReferenceCollator
 
-from alignlab.platform.batching import Collator, rows_from_arrow
-from alignlab.platform.bucketing import bucketed
+from alignlab.platform.encoder.batching import Collator, rows_from_arrow
+from alignlab.platform.encoder.registry import objectives_like
+from alignlab.platform.encoder.tokenizer import Tokenizer
 from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.pretrain.bucketing import bucketed
 from alignlab.platform.pretrain.prefetch import Prefetcher
 from alignlab.platform.pretrain.pretrain import build_objectives, prepare_batch
-from alignlab.platform.registry import objectives_like
-from alignlab.platform.data.tokenizer import Tokenizer
 
 RESULTS = Path(__file__).resolve().parent / "results" / "feed_rate.json"
 OBJECTIVES = "mlm,nsp,whp,pad"

@@ -28,9 +28,10 @@ import machine_info  # benchmarks/, on sys.path when a benchmark runs as a scrip
 from bench_corpus import only_folder
 from ct_words import load_model
 from fel_refit import inner_split, strongest_baseline
-from alignlab.platform.presets import FINETUNE_PRESETS
 from alignlab.platform.fel.finetune import finetune_calculation
-from alignlab.platform.fel.protocol import TaskData, calculations, fel_split
+from alignlab.platform.fel.protocol import calculations, fel_split
+from alignlab.platform.presets import FINETUNE_PRESETS
+from alignlab.platform.tasks.task_data import TaskData
 
 
 def main(argv=None) -> None:

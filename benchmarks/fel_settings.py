@@ -27,10 +27,11 @@ import torch
 
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import only_folder
-from alignlab.platform.presets import FINETUNE_PRESETS
 from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained
-from alignlab.platform.fel.protocol import TaskData, fel_split
-from alignlab.platform.task import task as task_named
+from alignlab.platform.fel.protocol import fel_split
+from alignlab.platform.presets import FINETUNE_PRESETS
+from alignlab.platform.tasks.task import task as task_named
+from alignlab.platform.tasks.task_data import TaskData
 
 GRID = (
     {},  # the mini FEL preset: pred, lr 1e-3, at most 100 epochs, patience 10

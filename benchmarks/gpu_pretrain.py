@@ -71,7 +71,7 @@ from alignlab.objectives.masked_lm import MaskedLMConfig
 from alignlab.objectives.next_sentence import NextSentenceConfig
 from alignlab.platform.config import MODEL_SIZES, PretrainConfig
 from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows
-from alignlab.platform.throughput import peak_flops
+from alignlab.platform.runtime.throughput import peak_flops
 
 SEQ = 128
 RESULTS = Path(__file__).resolve().parent / "results" / "gpu_pretrain.json"
@@ -191,7 +191,7 @@ def ray_run(size: str, tok, *, batch: int, steps: int, num_rows: int, device: st
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from alignlab.platform.pretrain.driver import pretrain
-    from alignlab.platform.ray_env import quiet_ray_data
+    from alignlab.platform.runtime.ray_env import quiet_ray_data
 
     cfg = config(size, batch, device, num_workers=1, cpus_per_worker=cpus_per_worker, max_steps=steps,
                  checkpoint_every=steps, eval_batches=2, compile=compile_model, bucket_batches=bucket_batches,
@@ -244,7 +244,7 @@ def build_real_corpus(preset: str, root: Path) -> Path:
     before any step is timed, so that none of its processes takes a core from the step."""
     import ray
 
-    from alignlab.platform.data.corpus import build_corpus
+    from alignlab.platform.corpus.corpus import build_corpus
     from alignlab.platform.presets import CORPUS_PRESETS
 
     try:
@@ -264,7 +264,7 @@ def real_row_batches(cdir: Path, batch: int, windows: int, window: int) -> tuple
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from alignlab.platform.data.corpus import load_manifest, shard_names
+    from alignlab.platform.corpus.corpus import load_manifest, shard_names
 
     names = shard_names(cdir, load_manifest(cdir), "train")
     table = pa.concat_tables([pq.read_table(cdir / "shards" / n) for n in names])
@@ -280,8 +280,8 @@ def real_config(size: str, batch: int, device: str, *, compile_model: bool) -> P
     """The paper preset (its objectives' settings, layout fraction, bucket windows) with the four objectives, at
     `size` and a global batch of `batch` on the one device, bf16; the learning rate schedule is the preset's and
     costs nothing here."""
+    from alignlab.platform.encoder.registry import objectives_like
     from alignlab.platform.presets import PRETRAIN_PRESETS
-    from alignlab.platform.registry import objectives_like
 
     base = PRETRAIN_PRESETS["paper"]
     return dataclasses.replace(base, model=MODEL_SIZES[size], batch_size=batch, num_workers=1, collate_workers=0,
@@ -370,7 +370,7 @@ def real_rows_step(size: str, tok, row_batches: list, eager_ids: list, *, batch:
 def real_rows_part(args, sizes: list[str], result: dict, save) -> None:
     """`--real-rows`: the corpus built, its rows read, and the step of each size timed on them. Exits 1 if a
     model's step failed (the others' figures are kept)."""
-    from alignlab.platform.data.tokenizer import Tokenizer
+    from alignlab.platform.encoder.tokenizer import Tokenizer
 
     with tempfile.TemporaryDirectory(prefix="alignlab-real-rows-") as d:
         t = time.perf_counter()

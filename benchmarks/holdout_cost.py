@@ -1,4 +1,4 @@
-"""What the content holdout (platform/data/holdout.py) costs a corpus build: the staging pass of a preset's corpus,
+"""What the content holdout (platform/tasks/holdout.py) costs a corpus build: the staging pass of a preset's corpus,
 timed with the rule off and on, interleaved (off, on, on, off, ...) so a change of machine load is spread.
 
 Staging (`corpus_sources.stage_documents`: read the sources, hold out, write the documents to parquet parts) is
@@ -20,9 +20,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from alignlab.platform.corpus.corpus_identity import content_holdout, heldout_doc_ids
+from alignlab.platform.corpus.corpus_sources import iter_sources, stage_documents
 from alignlab.platform.presets import CORPUS_PRESETS
-from alignlab.platform.data.corpus_identity import content_holdout, heldout_doc_ids
-from alignlab.platform.data.corpus_sources import iter_sources, stage_documents
 
 
 def main() -> int:

@@ -41,8 +41,8 @@ CONTENDERS = ("ct", "ct_all_mean", "ad", "enc", "hf")
 
 
 def _tokenizer(workdir: Path, vocab_size: int):
-    from alignlab.platform.data.sources import read_bundled
-    from alignlab.platform.data.tokenizer import Tokenizer, train_tokenizer
+    from alignlab.platform.encoder.tokenizer import Tokenizer, train_tokenizer
+    from alignlab.platform.sources.sources import read_bundled
 
     path = workdir / "tokenizer.model"
     train_tokenizer([d.text for d in read_bundled(("en",), max_docs_per_lang=3000)], path, vocab_size=vocab_size)
@@ -51,12 +51,12 @@ def _tokenizer(workdir: Path, vocab_size: int):
 
 def _predictor(size: str, tok, feature_layers: str = "last", word_pooling: str = "first"):
     from alignlab.platform.config import MODEL_SIZES
-    from alignlab.platform.fel.finetune_config import FinetuneConfig
+    from alignlab.platform.encoder.model import AlignModel
     from alignlab.platform.fel.finetune import Finetuned
+    from alignlab.platform.fel.finetune_config import FinetuneConfig
     from alignlab.platform.fel.head_input import reads_of, task_head
-    from alignlab.platform.model import AlignModel
     from alignlab.platform.fel.inference import Predictor
-    from alignlab.platform.task import task
+    from alignlab.platform.tasks.task import task
 
     torch.manual_seed(0)
     cfg = MODEL_SIZES[size]
@@ -93,7 +93,7 @@ def bench_size(size: str, tok, runs: int, warmup: int) -> dict:
     pred_all_mean, _ = _predictor(size, tok, "all", "mean")
     hf = _hf_bert(size, tok.vocab_size)
     from alignlab.objectives.acronym_detection import pair_input as ad_input
-    from alignlab.platform.fel.task_kinds import query_input as ct_input
+    from alignlab.platform.tasks.task_kinds import query_input as ct_input
 
     ct_ids, _ = ct_input(tok, QUERY.split(), model.cfg.max_len)
     ad_ids, _ = ad_input(tok, ACRONYM, SNIPPET, model.cfg.max_len, "letters")

@@ -36,9 +36,9 @@ def child(a) -> None:
     import torch
 
     from bench_corpus import load_corpus
-    from alignlab.platform import registry
+    from alignlab.platform.corpus.corpus_embeddings import for_corpus
+    from alignlab.platform.encoder import registry
     from alignlab.platform.presets import PRETRAIN_PRESETS
-    from alignlab.platform.data.corpus_embeddings import for_corpus
     from alignlab.platform.pretrain.pretrain import Pretrainer, resolve_precision, to_numpy_rows
 
     torch.set_num_threads(a.threads)

@@ -52,14 +52,15 @@ import torch
 
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import load_corpus, only_folder
-from alignlab.platform.batching import Collator
-from alignlab.platform.data.corpus_embeddings import for_corpus
-from alignlab.platform.registry import resolve_objectives
 from alignlab.platform.config import ModelConfig, to_dict
-from alignlab.platform.presets import FINETUNE_PRESETS, PRETRAIN_PRESETS
+from alignlab.platform.corpus.corpus_embeddings import for_corpus
+from alignlab.platform.encoder.batching import Collator
+from alignlab.platform.encoder.registry import resolve_objectives
 from alignlab.platform.fel.finetune import Pretrained, finetune_calculation
+from alignlab.platform.fel.protocol import calculations, context_free_baselines, fel_split
+from alignlab.platform.presets import FINETUNE_PRESETS, PRETRAIN_PRESETS
 from alignlab.platform.pretrain.pretrain import Pretrainer, lr_lambda, resolve_precision, to_numpy_rows
-from alignlab.platform.fel.protocol import TaskData, calculations, context_free_baselines, fel_split
+from alignlab.platform.tasks.task_data import TaskData
 
 MINI = PRETRAIN_PRESETS["mini"]
 _OLD_MINI = dict(model=dataclasses.replace(MINI.model, norm="post", dropout=0.1, alibi=0.0), lr=1e-3, warmup_steps=100,

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from alignlab.platform.config import MODEL_SIZES
-from alignlab.platform.model import Encoder, SequenceHead
+from alignlab.platform.encoder.model import Encoder, SequenceHead
 
 
 def batch(rng: np.random.Generator, n: int, words: int, letters: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -25,8 +25,8 @@ from pathlib import Path
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 import fel_settings
 from bench_corpus import only_folder
+from alignlab.platform.encoder.registry import resolve_objectives
 from alignlab.platform.presets import PRETRAIN_PRESETS
-from alignlab.platform.registry import resolve_objectives
 
 # Absolute settings, not changes to whatever the preset is now, so that an arm names the same model ids later.
 ARMS = {
@@ -56,7 +56,7 @@ def main(argv=None) -> None:
     import ray
 
     from alignlab.platform.pretrain.driver import pretrain
-    from alignlab.platform.ray_env import ensure_ray
+    from alignlab.platform.runtime.ray_env import ensure_ray
 
     command = "python benchmarks/mini_seeds.py " + " ".join(sys.argv[1:] if argv is None else argv)
     corpus = only_folder(a.storage, "corpus")

@@ -31,10 +31,10 @@ import torch
 
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from alignlab.objectives.pseudo_acronym import make_pad_pairs
-from alignlab.platform.batching import Collator
 from alignlab.platform.config import pretrain_from_dict
+from alignlab.platform.encoder.batching import Collator
+from alignlab.platform.encoder.tokenizer import Tokenizer
 from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows
-from alignlab.platform.data.tokenizer import Tokenizer
 
 KINDS = ("pos", "mutate", "other")
 

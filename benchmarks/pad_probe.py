@@ -32,14 +32,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from alignlab.platform.registry import objective_config
 from alignlab.platform.config import MODEL_SIZES, NORMS, PRECISIONS
-from alignlab.platform.presets import FINETUNE_PRESETS, PRETRAIN_PRESETS
+from alignlab.platform.corpus.corpus_embeddings import for_corpus
+from alignlab.platform.encoder.registry import objective_config
+from alignlab.platform.encoder.tokenizer import Tokenizer
 from alignlab.platform.fel.finetune import Pretrained, finetune_calculation
-from alignlab.platform.data.corpus_embeddings import for_corpus
+from alignlab.platform.fel.protocol import calculations, context_free_baselines, fel_split
+from alignlab.platform.presets import FINETUNE_PRESETS, PRETRAIN_PRESETS
 from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows
-from alignlab.platform.fel.protocol import TaskData, calculations, context_free_baselines, fel_split
-from alignlab.platform.data.tokenizer import Tokenizer
+from alignlab.platform.tasks.task_data import TaskData
 
 
 def main(argv=None) -> None:

@@ -51,14 +51,14 @@ import machine_info  # benchmarks/, on sys.path when a benchmark runs as a scrip
 from alignlab.objectives.masked_lm import MaskedLMConfig, decoder_flops
 from alignlab.objectives.next_sentence import NextSentenceConfig
 from alignlab.platform.config import MODEL_SIZES, PretrainConfig
+from alignlab.platform.corpus.corpus import shard_schema
+from alignlab.platform.corpus.corpus_embeddings import for_corpus
+from alignlab.platform.encoder.registry import corpus_labellers
+from alignlab.platform.encoder.tokenizer import Tokenizer, train_tokenizer
 from alignlab.platform.presets import PRETRAIN_PRESETS
-from alignlab.platform.throughput import batch_flops
-from alignlab.platform.data.corpus import shard_schema
-from alignlab.platform.registry import corpus_labellers
-from alignlab.platform.data.corpus_embeddings import for_corpus
-from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows
 from alignlab.platform.pretrain.loop import train_loop
-from alignlab.platform.data.tokenizer import Tokenizer, train_tokenizer
+from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows
+from alignlab.platform.runtime.throughput import batch_flops
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pretrain_throughput.json"
 SIZES = ("256x1", "256x3", "512x2", "768x3")
@@ -338,7 +338,7 @@ def ray_run(cfg: PretrainConfig, cdir: Path, root: Path, *, env_vars: dict[str, 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from alignlab.platform.pretrain.driver import pretrain
-    from alignlab.platform.ray_env import quiet_ray_data
+    from alignlab.platform.runtime.ray_env import quiet_ray_data
 
     t_init = time.perf_counter()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=1024**3,

@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(REPO / "studies"))
     import null_control
 
-    from alignlab.platform.storage import resolve_root
+    from alignlab.platform.storage.root import resolve_root
     from alignlab.platform.study.run import run_study
 
     cols = {f"s{k}": (2 * k, 2 * k + 1) for k in range(args.columns)}

@@ -27,9 +27,9 @@ from torch import nn
 
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import load_corpus
-from alignlab.platform.batching import IGNORE, Collator
+from alignlab.platform.encoder.batching import IGNORE, Collator
+from alignlab.platform.encoder.registry import resolve_objectives
 from alignlab.platform.pretrain.pretrain import to_numpy_rows
-from alignlab.platform.registry import resolve_objectives
 
 
 class Reference(nn.Module):

@@ -40,7 +40,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "side_by_side.json"
 
 def _one(args: dict, tok_path: str, barrier, queue) -> None:
     """One process: build the model, warm it, wait for the others, time its steps, report tokens/s."""
-    from alignlab.platform.data.tokenizer import Tokenizer
+    from alignlab.platform.encoder.tokenizer import Tokenizer
 
     torch.set_num_threads(args["threads"])
     device, batch = args["device"], args["batch"]

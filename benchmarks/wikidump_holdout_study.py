@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from alignlab.platform.data.sources import read_bundled
+from alignlab.platform.sources.sources import read_bundled
 
 REPO = Path(__file__).resolve().parents[1]
 

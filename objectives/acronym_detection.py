@@ -25,13 +25,14 @@ import math
 
 import torch
 
-from alignlab.platform.data.holdout import HeldOutText
-from alignlab.platform.task import BuiltData, register_task
-from alignlab.platform.fel.task_kinds import PairClassificationTask
+from alignlab.platform.tasks.holdout import HeldOutText
+from alignlab.platform.tasks.task import BuiltData, register_task
+from alignlab.platform.tasks.task_data import NUM_FOLDS, SHIPPED_TASK_DATA, grouped_folds
+from alignlab.platform.tasks.task_kinds import PairClassificationTask
 
 from alignlab.objectives.ad_data import (AD_BUILDER_VERSION, AD_FORMAT, build_ad_dataset, defining_doc_ids,
                                          letters_only_ad_hits, span_matcher_ad_hits)
-from alignlab.platform.fel.task_files import majority_hits
+from alignlab.platform.tasks.task_files import majority_hits
 
 
 def pair_input(tok, acronym: str, snippet: str, max_len: int, acronym_form: str) -> tuple[list[int], list[int]]:
@@ -43,16 +44,9 @@ def pair_input(tok, acronym: str, snippet: str, max_len: int, acronym_form: str)
     return ids, [0] * (len(acr) + 2) + [1] * (len(snip) + 1)
 
 
-def _protocol():
-    # Imported when used: the registry imports this module while platform.config (which protocol imports) loads.
-    from alignlab.platform.fel import protocol
-
-    return protocol
-
-
 def snippet_folds(examples: list) -> list[list[int]]:
     """Example indices per fold; both pairs of a snippet land in the same fold (fixed, seed-independent)."""
-    return _protocol().grouped_folds(examples, lambda ex: ex.snippet)
+    return grouped_folds(examples, lambda ex: ex.snippet)
 
 
 @register_task
@@ -111,7 +105,7 @@ class AcronymDetection(PairClassificationTask):
     def build_data(self, docs, *, seed, options):
         """In-domain pairs from the bundled corpus, plus the shipped out-of-domain npm pairs."""
         ad, stats = build_ad_dataset(docs, seed=seed, target_snippets=options["target_snippets"])
-        ood = self.load_examples(_protocol().SHIPPED_TASK_DATA / "ad_ood.jsonl")
+        ood = self.load_examples(SHIPPED_TASK_DATA / "ad_ood.jsonl")
         # Snippets are corpus text, so their documents are held out, and so are the documents that define a
         # positive's acronym ("long form (ACRO)" elsewhere gives the answer away).
         heldout = set(stats.pop("doc_ids", [])) | defining_doc_ids(docs, ad)
@@ -127,12 +121,12 @@ class AcronymDetection(PairClassificationTask):
         return pool, test
 
     def search_pool_key(self, fold):
-        return str(fold % _protocol().NUM_FOLDS)
+        return str(fold % NUM_FOLDS)
 
     def search_groups(self, points):
         # Every snippet is in some fold's test set, so fold f gets its own search inside its four training
         # folds (nested cross-validation).
-        k, groups = _protocol().NUM_FOLDS, {}
+        k, groups = NUM_FOLDS, {}
         for f, s in points:
             groups[f % k] = groups.get(f % k, ()) + ((f, s),)
         return groups

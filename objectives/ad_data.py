@@ -45,10 +45,10 @@ import numpy as np
 
 from alignlab.objectives.ad_mining import (PAREN_RE, SnippetCandidate, is_initialism, matches_a_span,
                                            snippet_candidates)
-from alignlab.platform.data.text import mutation_kernel
-from alignlab.platform.data.documents import Document
-from alignlab.platform.fel.task_files import TaskFormat
-from alignlab.platform.data.text import LETTERS, first_letters, letter_probs, occurs_as_word, words_of, words_with_spans
+from alignlab.platform.sources.documents import Document
+from alignlab.platform.sources.text import mutation_kernel
+from alignlab.platform.sources.text import LETTERS, first_letters, letter_probs, occurs_as_word, words_of, words_with_spans
+from alignlab.platform.tasks.task_files import TaskFormat
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from alignlab.platform.data.documents import Document
-from alignlab.platform.data.text import occurs_as_word, words_of, words_with_spans
+from alignlab.platform.sources.documents import Document
+from alignlab.platform.sources.text import occurs_as_word, words_of, words_with_spans
 
 # Words an acronym may skip (each still may give its initial): "Academy of Motion Picture Arts
 # and Sciences (AMPAS)", "Light Amplification by Stimulated Emission of Radiation (LASER)".

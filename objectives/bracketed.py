@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 from alignlab.objectives.ct_data import CTExample
-from alignlab.platform.fel.task_files import TaskDataError
+from alignlab.platform.tasks.task_files import TaskDataError
 
 
 def parse_line(line: str) -> tuple[list[str], list[str]]:

@@ -13,13 +13,13 @@ from collections.abc import Sequence
 import torch
 
 from alignlab.objectives.hyperlink import TAGS as WHP_TAGS
-from alignlab.platform.data.holdout import HeldOutText
-from alignlab.platform.task import BuiltData, Task, register_task
-from alignlab.platform.fel.task_kinds import TaggingTask, query_input
+from alignlab.platform.tasks.holdout import HeldOutText
+from alignlab.platform.tasks.task import BuiltData, Task, register_task
+from alignlab.platform.tasks.task_kinds import TaggingTask, query_input
 
 from alignlab.objectives.ct_data import (CT_FORMAT, build_ct_dataset, concepts_from_documents, gazetteer_ct_hits,
                                          lexicon_ct_hits, run_rule_ct_hits, tag_fractions, title_words)
-from alignlab.platform.fel.task_files import majority_hits
+from alignlab.platform.tasks.task_files import majority_hits
 
 
 CT_BASELINE_NOTES = ("CT: lexicon (each word's most frequent training tag), run rule (a word tagged N in training is "
@@ -102,7 +102,7 @@ class ConceptTagging(TaggingTask):
         return options["ct_data"]
 
     def build_data(self, docs, *, seed, options):
-        from alignlab.platform.fel.protocol import SHIPPED_TASK_DATA
+        from alignlab.platform.tasks.task_data import SHIPPED_TASK_DATA
 
         en_docs = [d for d in docs if d.lang == "en"]
         if options["ct_data"] == "templated":
@@ -173,7 +173,7 @@ class ConceptTagging(TaggingTask):
 
 def _convert_bracketed(args) -> int:
     from alignlab.objectives import bracketed
-    from alignlab.platform.fel.task_files import TaskDataError
+    from alignlab.platform.tasks.task_files import TaskDataError
 
     try:
         n = bracketed.convert(args.src, args.dst, texts=args.texts)

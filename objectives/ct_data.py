@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from alignlab.objectives.hyperlink import TAGS as WHP_TAGS
-from alignlab.platform.data.documents import Document
-from alignlab.platform.fel.task_files import TaskFormat
-from alignlab.platform.data.text import words_of
+from alignlab.platform.sources.documents import Document
+from alignlab.platform.sources.text import words_of
+from alignlab.platform.tasks.task_files import TaskFormat
 
 TAGS = WHP_TAGS
 """CT's tags in label-index order: CT has WHP's shape, and a kept WHP head predicts these indices."""

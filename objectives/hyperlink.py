@@ -21,10 +21,10 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from alignlab.platform.model import TokenHead
-from alignlab.platform.registry import (CorpusLabels, Objective, classification_sums, labelled, labelled_count,
+from alignlab.platform.encoder.model import TokenHead
+from alignlab.platform.encoder.registry import (CorpusLabels, Objective, classification_sums, labelled, labelled_count,
                                         register)
-from alignlab.platform.throughput import matmul_flops
+from alignlab.platform.runtime.throughput import matmul_flops
 
 TAGS = ("N", "S", "E", "SE")
 N, S, E, SE = 0, 1, 2, 3

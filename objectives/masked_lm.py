@@ -15,12 +15,12 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from alignlab.platform.batching import IGNORE
-from alignlab.platform.linear_cross_entropy import linear_cross_entropy_sums
-from alignlab.platform.model import MaskedLMHead
-from alignlab.platform.registry import (Objective, classification_metrics, classification_sums, labelled,
+from alignlab.platform.encoder.batching import IGNORE
+from alignlab.platform.encoder.linear_cross_entropy import linear_cross_entropy_sums
+from alignlab.platform.encoder.model import MaskedLMHead
+from alignlab.platform.encoder.registry import (Objective, classification_metrics, classification_sums, labelled,
                                         labelled_count, lock_inputs, register)
-from alignlab.platform.throughput import matmul_flops
+from alignlab.platform.runtime.throughput import matmul_flops
 
 
 @register

@@ -13,11 +13,11 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from alignlab.platform.batching import IGNORE
-from alignlab.platform.draws import OneByOne
-from alignlab.platform.model import SequenceHead
-from alignlab.platform.throughput import TwoWayClsHeadFlops
-from alignlab.platform.registry import Objective, classification_sums, register
+from alignlab.platform.encoder.batching import IGNORE
+from alignlab.platform.encoder.draws import OneByOne
+from alignlab.platform.encoder.model import SequenceHead
+from alignlab.platform.encoder.registry import Objective, classification_sums, register
+from alignlab.platform.runtime.throughput import TwoWayClsHeadFlops
 
 
 @register

@@ -6,7 +6,7 @@ used on the first pass over the corpus; every later pass draws new pairs among t
 training batch (`PseudoAcronym.redraw_pairs`), so a corpus repeated for several epochs does not repeat its pairs.
 A chunk cut to fit a shorter example gets a new pair drawn from its visible words (`PseudoAcronym.fit_to_length`).
 
-Initials and eligible spans are those of `alignlab.platform.data.text`: a word's initial is its first
+Initials and eligible spans are those of `alignlab.platform.sources.text`: a word's initial is its first
 alphabetic character, accents dropped, lowercased, in a-z, else the word is ineligible; only contiguous
 spans of `min_words`..`max_words` (2..6) eligible words count.
 
@@ -49,11 +49,11 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from alignlab.platform.batching import IGNORE
-from alignlab.platform.model import SequenceHead
-from alignlab.platform.throughput import TwoWayClsHeadFlops
-from alignlab.platform.registry import CorpusLabels, Objective, classification_sums, register
-from alignlab.platform.data.text import (INELIGIBLE, LETTERS, InitialCache, check_span_lengths, initials_string,
+from alignlab.platform.encoder.batching import IGNORE
+from alignlab.platform.encoder.model import SequenceHead
+from alignlab.platform.encoder.registry import CorpusLabels, Objective, classification_sums, register
+from alignlab.platform.runtime.throughput import TwoWayClsHeadFlops
+from alignlab.platform.sources.text import (INELIGIBLE, LETTERS, InitialCache, check_span_lengths, initials_string,
                                          letter_distribution, mutation_kernel)
 
 _OTHER_RETRIES = 16

@@ -34,10 +34,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from alignlab.platform.batching import IGNORE
-from alignlab.platform.registry import Objective, classification_metrics, classification_sums, labelled_rows, register
-from alignlab.platform.model import Encoder, EncoderLayer, MaskedLMHead, TokenHead, init_weights
-from alignlab.platform.throughput import matmul_flops
+from alignlab.platform.encoder.batching import IGNORE
+from alignlab.platform.encoder.model import Encoder, EncoderLayer, MaskedLMHead, TokenHead, init_weights
+from alignlab.platform.encoder.registry import Objective, classification_metrics, classification_sums, labelled_rows, register
+from alignlab.platform.runtime.throughput import matmul_flops
 
 
 @register

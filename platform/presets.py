@@ -6,13 +6,13 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 
 from alignlab.platform.config import MODEL_SIZES, PretrainConfig
-from alignlab.platform.data.corpus_config import CorpusConfig, SourceSpec
+from alignlab.platform.corpus.corpus_config import CorpusConfig, SourceSpec
 from alignlab.platform.fel.finetune_config import FinetuneConfig
 
 CORPUS_PRESETS: dict[str, CorpusConfig] = {
     "smoke": CorpusConfig(langs=("en",), max_docs_per_lang=300, vocab_size=1000, tokenizer_sample_docs=300,
                           max_len=64, docs_per_shard=100, task_max_docs_per_lang=3000),
-    # The bundled Wikipedia summaries plus 40k PyPI package summaries (platform/data/corpus_data/): the mini study's CT
+    # The bundled Wikipedia summaries plus 40k PyPI package summaries (platform/sources/corpus_data/): the mini study's CT
     # test set is npm package summaries, and software-domain text lowered CT's perplexity on the FEL validation
     # splits over three pretraining seeds, at the same accuracy (docs/journal/round-08.md). WHP and PAD
     # still learn from the Wikipedia part.

@@ -20,12 +20,12 @@ reference (baseline) row; a declared task (`--task ...`) keeps the rows its pool
 import dataclasses
 
 from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS
-from alignlab.platform.fel.protocol import NUM_FOLDS
 from alignlab.platform.study.presets import (SIZE_GRID, SMOKE_TASK_DOCS, largest_size, protocol_points, sized_pretrain,
                                              without_aligned)
 from alignlab.platform.study.run import study_main
 from alignlab.platform.study.spec import CalcSpec, ModelSpec, Study
-from alignlab.platform.task import task
+from alignlab.platform.tasks.task import task
+from alignlab.platform.tasks.task_data import NUM_FOLDS
 
 TASK_SNIPPETS = task("ad").build_options["target_snippets"]  # AD's own default, which this study keeps (600)
 AD_POOL = 2 * TASK_SNIPPETS * (NUM_FOLDS - 1) // NUM_FOLDS  # 960

@@ -11,11 +11,11 @@ repeats this over many seed pairs for a false-positive rate with its interval.
 """
 import dataclasses
 
-from alignlab.platform.fel.protocol import NUM_FOLDS
 from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS
 from alignlab.platform.study.presets import SMOKE_TASK_DOCS, largest_size, sized_pretrain
 from alignlab.platform.study.run import study_main
 from alignlab.platform.study.spec import CalcSpec, ModelSpec, Study
+from alignlab.platform.tasks.task_data import NUM_FOLDS
 
 COLUMNS = {"A": (0, 1), "A'": (2, 3)}
 

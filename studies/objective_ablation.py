@@ -15,9 +15,9 @@ so the paper's table keeps its own report.
 """
 import dataclasses
 
-from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS, PRETRAIN_PRESETS
+from alignlab.platform.encoder.registry import objectives_like
 from alignlab.platform.fel.protocol import calculations
-from alignlab.platform.registry import objectives_like
+from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS, PRETRAIN_PRESETS
 from alignlab.platform.study.run import study_main
 from alignlab.platform.study.spec import CalcSpec, ModelSpec, Study, with_untrained
 

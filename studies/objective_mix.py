@@ -43,10 +43,10 @@ def build(preset: str) -> MixSearchSpec:
 
 def main(argv=None, prog=None):
     """The script's command line (`python studies/objective_mix.py` and `alignlab study objective_mix`)."""
-    from alignlab.platform.errors import Parser, run_guarded
-    from alignlab.platform.flags import (add_max_concurrent_flag, add_optuna_storage_flag, add_precision_flag,
+    from alignlab.platform.runtime.errors import Parser, run_guarded
+    from alignlab.platform.storage.root import resolve_root
+    from alignlab.platform.study.flags import (add_max_concurrent_flag, add_optuna_storage_flag, add_precision_flag,
                                          add_preset_flag, add_storage_flag)
-    from alignlab.platform.storage import resolve_root
     from alignlab.platform.study.tasks import add_task_arguments, declare_specs, search_with_tasks
 
     ap = Parser(prog=prog, description=build.__doc__)

@@ -11,7 +11,7 @@ def ray_session():
     """A real local Ray: 2 CPUs, no dashboard, started once per session (docs/cluster.md#a-local-ray-for-tests)."""
     import ray
 
-    from alignlab.platform.ray_env import quiet_ray_data
+    from alignlab.platform.runtime.ray_env import quiet_ray_data
 
     if not ray.is_initialized():
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=1024**3)
@@ -28,8 +28,8 @@ def storage_root(tmp_path_factory):
 @pytest.fixture(scope="session")
 def smoke_corpus(ray_session, storage_root):
     """The smoke-preset bundled corpus, built once on the real Ray instance."""
+    from alignlab.platform.corpus.corpus import build_corpus
     from alignlab.platform.presets import CORPUS_PRESETS
-    from alignlab.platform.data.corpus import build_corpus
 
     return build_corpus(CORPUS_PRESETS["smoke"], storage_root, progress=False)
 

@@ -12,10 +12,10 @@ from alignlab.objectives.hyperlink import E, N, S, SE
 from alignlab.objectives.hyperlink import TAGS as WHP_TAGS
 from alignlab.objectives.hyperlink import word_tags as whp_word_tags
 from alignlab.objectives.pseudo_acronym import make_pad_pairs
-from alignlab.platform.data.text import (
+from alignlab.platform.sources.documents import Document, Link
+from alignlab.platform.sources.text import (
                                          LETTERS, initials, letter_distribution, mutation_kernel, span_initials, split_words, word_initial,
                                          )
-from alignlab.platform.data.documents import Document, Link
 
 
 # ---------------------------------------------------------------- helpers

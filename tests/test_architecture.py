@@ -11,15 +11,15 @@ import ast
 import re
 from pathlib import Path
 
-from alignlab.platform.registry import layout_fraction_key, registered
-from alignlab.platform.task import registered_tasks, task_names
+from alignlab.platform.encoder.registry import layout_fraction_key, registered
+from alignlab.platform.tasks.task import registered_tasks, task_names
 
 PLATFORM = Path(__file__).resolve().parents[1] / "platform"
 
 RAY_EDGES = {
     # Where work is distributed: the Ray Data pipeline, the TorchTrainer wrapper, the Tune trainables and
     # tuner, the Ray session itself and its resource checks. Every other module runs without Ray.
-    "data/corpus.py", "pretrain/driver.py", "ray_env.py", "resources.py", "study/objective_search.py",
+    "corpus/corpus.py", "pretrain/driver.py", "runtime/ray_env.py", "runtime/resources.py", "study/objective_search.py",
     "study/run.py", "study/grid.py", "study/search.py", "study/search_tune.py",
 }
 FOREIGN_KEYS = {
@@ -37,7 +37,7 @@ GENERIC_WORDS = {
 }
 
 
-PACKAGE_DATA = ("data/corpus_data", "pretrain/hf")  # shipped files, never imported by the engine
+PACKAGE_DATA = ("sources/corpus_data", "pretrain/hf")  # shipped files, never imported by the engine
 
 
 def _modules() -> list[Path]:
@@ -60,7 +60,7 @@ def _owned() -> set[str]:
     the names of the options a task or a layout declares (AD's acronym_form and target_snippets, the layout
     fraction's id key), with each distinctive word of them ("snippets"). The engine names none of these: a
     name in it means an option of one objective or task that it handles as its own."""
-    from alignlab.platform.registry import objective_class
+    from alignlab.platform.encoder.registry import objective_class
 
     layouts = {getattr(objective_class(c), "example_format", "pair") for c in registered().values()} - {"pair"}
     options = {k for t in registered_tasks() for k in (*t.build_options, *t.finetune_options)}
@@ -229,6 +229,48 @@ def test_the_circle_guard_sees_a_planted_circle_through_a_local_import_and_ignor
     assert _circles(_import_graph(tmp_path)) == []
 
 
+LAYERS = ("storage", "runtime", "encoder", "config", "sources", "tasks", "corpus", "pretrain", "fel", "presets",
+          "report", "study", "cli")
+"""platform/ bottom to top: the foundations (the storage root, the runtime, the encoder every stage shares, the
+configs), then the stages in the order of the data flow, the presets that set every stage, the report (which reads
+the studies' results from disk), the studies (which run every stage, the report last) and the command. A folder or
+a top-level module each (docs/architecture.md#the-rooms)."""
+
+
+def _layer(mod: str) -> int:
+    return LAYERS.index(mod.split(".")[2])
+
+
+def _upward(graph: dict[str, dict[str, int]]) -> list[str]:
+    """Each import of a module of a later layer (`LAYERS`) by one of an earlier layer: "a:line -> b"."""
+    return [f"{a}:{line} -> {b}" for a, edges in sorted(graph.items()) for b, line in sorted(edges.items())
+            if _layer(b) > _layer(a)]
+
+
+def test_every_module_of_the_engine_sits_in_a_named_layer():
+    mods = _import_graph(PLATFORM)
+    unplaced = sorted(m for m in mods if m != "alignlab.platform" and m.split(".")[2] not in LAYERS)
+    assert not unplaced, f"modules outside the layers of LAYERS (add the folder there, in data-flow order): {unplaced}"
+
+
+def test_no_stage_imports_a_later_stage():
+    """The data flow runs one way: a stage imports the foundations and the stages before it, never one after it,
+    counting function-local imports (issue #57). A stage that needs a later stage's code is a sign the code
+    belongs earlier."""
+    up = _upward({m: e for m, e in _import_graph(PLATFORM).items() if m != "alignlab.platform"})
+    assert not up, "imports that run against the data flow (move the code to the earlier layer):\n" + "\n".join(up)
+
+
+def test_the_stage_order_guard_sees_a_planted_upward_import(tmp_path):
+    for folder in ("tasks", "report"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text('"""A stage."""\n')
+    (tmp_path / "tasks" / "a.py").write_text("def f():\n    from alignlab.platform.report import b\n")
+    (tmp_path / "report" / "b.py").write_text("from alignlab.platform.tasks.a import f\n")
+    graph = _import_graph(tmp_path)
+    assert _upward(graph) == ["alignlab.platform.tasks.a:2 -> alignlab.platform.report.b"]
+
+
 def test_no_engine_module_defines_a_module_getattr():
     """No module-level `__getattr__` (issue #45): a name a module hands on lazily is a dependency no reader, tool
     or import sees. Callers import a name from the module that defines it."""
@@ -267,10 +309,10 @@ def test_no_engine_module_hands_on_a_name_it_only_imports():
 
 def test_the_re_export_guard_sees_an_unused_name_and_an_imported_name_in_all():
     assert _handed_on("from alignlab.platform.pretrain.models import model_id\n") == ["1: model_id"]
-    assert _handed_on("from alignlab.platform.storage import read_json\n__all__ = ['read_json']\n"
+    assert _handed_on("from alignlab.platform.storage.root import read_json\n__all__ = ['read_json']\n"
                       "read_json('x')\n") == ["1: read_json"]
-    assert _handed_on("from alignlab.platform.storage import read_json\nread_json('x')\n") == []
-    assert _handed_on("from alignlab.platform import registry as _registry\n") == []  # a module
+    assert _handed_on("from alignlab.platform.storage.root import read_json\nread_json('x')\n") == []
+    assert _handed_on("from alignlab.platform.encoder import registry as _registry\n") == []  # a module
     assert _handed_on("from alignlab.platform.study import run\n") == []  # a stage's module
 
 

@@ -1,9 +1,9 @@
-"""Length bucketing (platform/bucketing.py): every row once a pass, less padding, exact resume."""
+"""Length bucketing (platform/pretrain/bucketing.py): every row once a pass, less padding, exact resume."""
 import numpy as np
 import pytest
 import torch
 
-from alignlab.platform.bucketing import bucketed, static_width
+from alignlab.platform.pretrain.bucketing import bucketed, static_width
 
 
 def stream(n_batches: int, size: int = 8, seed: int = 1):

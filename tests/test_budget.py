@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from alignlab.platform.fel.task_kinds import declare_task, undeclare
 from alignlab.platform.study.spec import reference_budget, with_budget
 from alignlab.platform.study.tasks import parse_task_spec, with_tasks
+from alignlab.platform.tasks.task_kinds import declare_task, undeclare
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "software_ner"

@@ -15,7 +15,6 @@ import pytest
 import torch
 from fault_hooks import CrashOnce, Each, Probe, registered
 
-from alignlab.platform import registry as _registry  # noqa: F401 -- objective names resolve through it
 from alignlab.platform.presets import PRETRAIN_PRESETS
 
 # Checkpoints by steps only at the last step: whatever else is checkpointed is the minutes' doing.
@@ -135,8 +134,8 @@ def test_a_multi_node_cluster_refuses_a_local_root_one_of_its_nodes_does_not_see
                                        "the cluster's 2 nodes do not see"), lines[0]
             assert "s3://" in lines[0] and not (local_disk / "root" / "corpus").exists()
             ok = cluster.ask(f"check_root_on_every_node(as_storage({str(shared / 'root')!r})) is None",
-                             imports="import ray; from alignlab.platform.resources import check_root_on_every_node; "
-                                     "from alignlab.platform.storage import as_storage")
+                             imports="import ray; from alignlab.platform.runtime.resources import check_root_on_every_node; "
+                                     "from alignlab.platform.storage.root import as_storage")
             assert ok is True
         finally:
             if node is not None:

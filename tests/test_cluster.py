@@ -314,9 +314,9 @@ def test_a_ctrl_c_in_the_middle_of_uploading_model_pt_to_s3_leaves_a_model_no_ru
 
     import boto3
 
-    from alignlab.platform import storage as storage_mod
     from alignlab.platform.pretrain.models import LEGACY_MARKER, model_finished
-    from alignlab.platform.storage import MARKER, resolve_root, write_json, write_marker
+    from alignlab.platform.storage import root as storage_mod
+    from alignlab.platform.storage.root import MARKER, resolve_root, write_json, write_marker
 
     proc, endpoint = _moto_server()
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from alignlab.platform.locks import LOCK_DIR, artifact_lock, lock_path
+from alignlab.platform.storage.locks import LOCK_DIR, artifact_lock, lock_path
 from local_cluster import moto_server
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,12 +51,12 @@ def test_a_lock_is_held_for_the_block_names_its_holder_and_is_free_after_it(tmp_
 
 
 def test_a_second_process_waits_for_the_lock_and_takes_it_when_the_holder_is_killed(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from alignlab.platform.locks import "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from alignlab.platform.storage.locks import "
                                "artifact_lock\nwith artifact_lock(sys.argv[1], 'model-m', progress=False): "
                                "print('held', flush=True); time.sleep(600)", str(tmp_path)],
                               stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
-    waiter = _start([sys.executable, "-c", "import sys; from alignlab.platform.locks import artifact_lock\n"
+    waiter = _start([sys.executable, "-c", "import sys; from alignlab.platform.storage.locks import artifact_lock\n"
                      "with artifact_lock(sys.argv[1], 'model-m'): print('got it', flush=True)", str(tmp_path)], tmp_path)
     time.sleep(2)
     assert waiter.poll() is None, "the second process did not wait for the lock"
@@ -69,7 +69,7 @@ def test_a_second_process_waits_for_the_lock_and_takes_it_when_the_holder_is_kil
 def test_a_build_killed_midway_leaves_temporaries_that_the_next_build_of_the_same_id_deletes_first(tmp_path, capsys):
     """SIGKILL skips every `finally`: a build's temporary folder (named after the dead pid) stays. The next build of
     that id deletes it under the lock, before building; another id's temporaries and finished folders stay."""
-    from alignlab.platform.locks import build_once
+    from alignlab.platform.storage.locks import build_once
 
     dead = tmp_path / "corpus" / "c1.tmp-99999"
     (dead / "shards").mkdir(parents=True)

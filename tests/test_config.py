@@ -4,10 +4,9 @@ import dataclasses
 import pytest
 
 from alignlab.platform import config as C
-from alignlab.platform.data.corpus_config import CorpusConfig
+from alignlab.platform.corpus.corpus_config import CorpusConfig
 from alignlab.platform.fel.finetune_config import FinetuneConfig
 from alignlab.platform.presets import FINETUNE_PRESETS, PRETRAIN_PRESETS
-from alignlab.platform import registry  # noqa: F401 -- objective names in configs resolve through it
 
 
 def test_a_bad_preset_name_is_a_value_error_naming_the_choices():
@@ -84,7 +83,7 @@ def test_a_non_bundled_corpus_needs_paths():
 def test_the_encoder_init_is_berts_by_default_and_fan_in_on_request():
     import torch
 
-    from alignlab.platform.model import Encoder
+    from alignlab.platform.encoder.model import Encoder
 
     torch.manual_seed(0)
     bert = Encoder(C.MODEL_SIZES["128x2"], 1000)
@@ -178,9 +177,10 @@ def test_alignlab_pretrain_trains_at_the_precision_its_flag_names(tmp_path, monk
     """`alignlab pretrain --precision fp32` hands the trainer an fp32 config; without the flag, the preset's."""
     import json
 
-    from alignlab.platform import cli, ray_env
-    from alignlab.platform.data import corpus
+    from alignlab.platform import cli
+    from alignlab.platform.corpus import corpus
     from alignlab.platform.pretrain import driver as pretrain_ray
+    from alignlab.platform.runtime import ray_env
 
     asked = []
 
@@ -201,12 +201,12 @@ def test_alignlab_pretrain_trains_at_the_precision_its_flag_names(tmp_path, monk
 
 def test_the_cost_table_of_the_cluster_page_follows_from_the_paper_presets_global_batch():
     """docs/cluster.md, "What the presets cost": examples = max_steps x the global batch (500M, not 500M x workers), FLOPs
-    by the one count `alignlab plan` uses (`throughput.expected_run_flops`: full rows, MLM's decoder on its predicted
+    by the one count `alignlab plan` uses (`cost.expected_run_flops`: full rows, MLM's decoder on its predicted
     positions at the paper corpus's 111K vocabulary), hours at the assumed 50 TFLOP/s of an A10G."""
     import re
     from pathlib import Path
 
-    from alignlab.platform.throughput import expected_run_flops
+    from alignlab.platform.pretrain.cost import expected_run_flops
 
     repo = Path(__file__).resolve().parents[1]
     readme = (repo / "docs" / "cluster.md").read_text()

@@ -10,11 +10,11 @@ import pyarrow.parquet as pq
 import pytest
 from test_sources import dump_xml, page, write_dump
 
-from alignlab.platform.data.corpus_config import SourceSpec
+from alignlab.platform.corpus.corpus_config import SourceSpec
+from alignlab.platform.corpus.corpus_identity import task_heldout_text
 from alignlab.platform.presets import CORPUS_PRESETS
-from alignlab.platform.data.corpus_identity import task_heldout_text
-from alignlab.platform.data.holdout import HOLDOUT_RULE_VERSION, NGRAM, ContentHoldout, HeldOutText, require_holdout
-from alignlab.platform.fel.protocol import TaskData, build_tasks
+from alignlab.platform.tasks.holdout import HOLDOUT_RULE_VERSION, NGRAM, ContentHoldout, HeldOutText, require_holdout
+from alignlab.platform.tasks.task_data import TaskData, build_tasks
 
 SMOKE = CORPUS_PRESETS["smoke"]
 
@@ -84,7 +84,7 @@ def _filler(i: int) -> str:
 
 @pytest.mark.ray
 def test_no_task_text_or_acronym_definition_in_a_dump_or_web_folder_reaches_a_shard(ray_session, tmp_path, task_dir):
-    from alignlab.platform.data.corpus import build_corpus, load_manifest
+    from alignlab.platform.corpus.corpus import build_corpus, load_manifest
 
     root = task_dir.parent.parent  # the fixture's root: the corpus finds the same task folder there
     snippet, definer, ct_text, ood = _planted(task_dir)
@@ -137,7 +137,7 @@ def test_a_study_stops_before_pretraining_on_a_corpus_built_before_the_rule(ray_
 
     from test_studies import load_script
 
-    import alignlab.platform.data.corpus as corpus
+    import alignlab.platform.corpus.corpus as corpus
     from alignlab.platform.study.run import run_study
 
     old = tmp_path / "root" / "corpus" / "bundled-old"

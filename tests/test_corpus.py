@@ -11,11 +11,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from alignlab.platform.data.corpus_config import CorpusConfig
+from alignlab.platform.corpus.corpus import MANIFEST, chunk_document, load_manifest, shard_names
+from alignlab.platform.corpus.corpus_config import CorpusConfig
+from alignlab.platform.encoder.tokenizer import Tokenizer, train_tokenizer
 from alignlab.platform.presets import CORPUS_PRESETS
-from alignlab.platform.data.corpus import MANIFEST, chunk_document, load_manifest, shard_names
-from alignlab.platform.data.documents import CorpusInputError, Document, Link
-from alignlab.platform.data.tokenizer import Tokenizer, train_tokenizer
+from alignlab.platform.sources.documents import CorpusInputError, Document, Link
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def test_the_smoke_corpus_builds_with_manifest_stats_tokenizer_and_labelled_shar
 
 @pytest.mark.ray
 def test_a_second_build_of_the_same_config_reuses_the_finished_corpus(smoke_corpus, storage_root):
-    from alignlab.platform.data.corpus import build_corpus
+    from alignlab.platform.corpus.corpus import build_corpus
 
     before = (smoke_corpus / MANIFEST).stat().st_mtime_ns
     assert build_corpus(CORPUS_PRESETS["smoke"], storage_root, progress=False) == smoke_corpus
@@ -87,7 +87,7 @@ def _web_cfg(paths) -> CorpusConfig:
 
 @pytest.mark.ray
 def test_a_web_corpus_has_no_link_labels(ray_session, tmp_path):
-    from alignlab.platform.data.corpus import build_corpus
+    from alignlab.platform.corpus.corpus import build_corpus
 
     f = tmp_path / "web.jsonl"
     rng = np.random.default_rng(0)
@@ -125,7 +125,7 @@ def _bad_inputs(tmp_path):
 @pytest.mark.parametrize("case", ["missing", "corrupt bz2", "truncated xml", "non-utf8", "jsonl without text",
                                   "empty corpus"])
 def test_bad_input_names_the_file_and_cause_and_leaves_no_corpus(ray_session, tmp_path, case):
-    from alignlab.platform.data.corpus import build_corpus
+    from alignlab.platform.corpus.corpus import build_corpus
 
     source, path, expected = _bad_inputs(tmp_path)[case]
     cfg = dataclasses.replace(_web_cfg([path]), source=source)

@@ -78,7 +78,7 @@ def assert_identical_corpora(a: Path, b: Path) -> None:
 
 @pytest.mark.ray
 def test_two_builds_of_the_same_config_write_identical_shards_tokenizer_and_counts(ray_session, tmp_path):
-    from alignlab.platform.data.corpus import build_corpus
+    from alignlab.platform.corpus.corpus import build_corpus
 
     a = build_corpus(CONFIG, tmp_path / "root-a", progress=False)
     b = build_corpus(CONFIG, tmp_path / "root-b", progress=False, num_workers=2)

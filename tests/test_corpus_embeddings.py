@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from alignlab.platform.config import to_dict
+from alignlab.platform.corpus.corpus_embeddings import WORD_EMBEDDINGS, cooccurrence, training_sequences, word_embeddings
+from alignlab.platform.encoder.tokenizer import Tokenizer
 from alignlab.platform.presets import PRETRAIN_PRESETS
-from alignlab.platform.data.corpus_embeddings import WORD_EMBEDDINGS, cooccurrence, training_sequences, word_embeddings
 from alignlab.platform.pretrain.pretrain import Pretrainer
-from alignlab.platform.data.tokenizer import Tokenizer
 
 SMOKE = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", precision="fp32")
 

@@ -9,9 +9,9 @@ import dataclasses
 
 import pyarrow.parquet as pq
 
-from alignlab.platform.data.corpus_config import CorpusConfig
-from alignlab.platform.data.corpus_sources import doc_hash, stage_documents
-from alignlab.platform.data.documents import Document
+from alignlab.platform.corpus.corpus_config import CorpusConfig
+from alignlab.platform.corpus.corpus_sources import doc_hash, stage_documents
+from alignlab.platform.sources.documents import Document
 
 SOURCES = ("en", "es", "fr")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from alignlab.platform.data.corpus_repeats import (MAX_CORPUS_REPEATS, check_corpus_repeats, corpus_repeats,
+from alignlab.platform.corpus.corpus_repeats import (MAX_CORPUS_REPEATS, check_corpus_repeats, corpus_repeats,
                                                    estimated_train_rows)
 
 STUDIES = Path(__file__).resolve().parent.parent / "studies"
@@ -101,12 +101,13 @@ def test_the_plan_shows_each_models_passes_over_its_corpus_and_marks_the_refused
 
 def test_alignlab_pretrain_refuses_a_run_that_would_repeat_the_preset_corpus_before_building_it(tmp_path, capsys,
                                                                                                 monkeypatch):
-    from alignlab.platform import cli, ray_env
+    from alignlab.platform import cli
     from alignlab.platform.pretrain import driver
+    from alignlab.platform.runtime import ray_env
 
     monkeypatch.setattr(driver, "check_pretrain_resources", lambda cfg: None)  # the refusal, not this machine's CPUs
     monkeypatch.setattr(ray_env, "ensure_ray", lambda *a, **k: None)
-    monkeypatch.setattr("alignlab.platform.resources.check_root_on_every_node", lambda root: None)
+    monkeypatch.setattr("alignlab.platform.runtime.resources.check_root_on_every_node", lambda root: None)
     # 30,000 steps x 16 = 480,000 smoke examples over its ~1,400 rows: ~350 passes.
     assert cli.main(["pretrain", "--preset", "smoke", "--max-steps", "30000", "--storage", str(tmp_path / "st")]) == 2
     err = capsys.readouterr().err

@@ -17,15 +17,15 @@ import pytest
 from test_sources import dump_xml, page, write_dump
 
 from alignlab.platform.config import to_dict
-from alignlab.platform.data.corpus_config import CorpusConfig, SourceSpec, corpus_from_dict
+from alignlab.platform.corpus.corpus import MANIFEST, corpus_epochs, load_manifest, warn_if_corpus_repeats
+from alignlab.platform.corpus.corpus_config import CorpusConfig, SourceSpec, corpus_from_dict
+from alignlab.platform.corpus.corpus_flags import add_corpus_arguments, corpus_from_args
+from alignlab.platform.corpus.corpus_identity import corpus_id
+from alignlab.platform.corpus.corpus_sources import cap_non_english, doc_hash, stage_documents
+from alignlab.platform.encoder.tokenizer import Tokenizer, check_vocab_size, train_tokenizer
 from alignlab.platform.presets import CORPUS_PRESETS
-from alignlab.platform.data.corpus import MANIFEST, corpus_epochs, load_manifest, warn_if_corpus_repeats
-from alignlab.platform.data.corpus_flags import add_corpus_arguments, corpus_from_args
-from alignlab.platform.data.corpus_identity import corpus_id
-from alignlab.platform.data.corpus_sources import cap_non_english, doc_hash, stage_documents
-from alignlab.platform.data.documents import CorpusInputError, Document
-from alignlab.platform.errors import Parser
-from alignlab.platform.data.tokenizer import Tokenizer, check_vocab_size, train_tokenizer
+from alignlab.platform.runtime.errors import Parser
+from alignlab.platform.sources.documents import CorpusInputError, Document
 
 HELD_OUT = ["bundled:en:Alan Turing", "bundled:fr:Paris"]
 WIKI_ONLY_WORD = "zanzibar"
@@ -38,7 +38,7 @@ WEB_WORDS = "data science model train loss token layer head query snippet acrony
 def test_the_preset_corpora_have_pinned_ids_that_carry_the_code_and_holdout_versions(monkeypatch):
     # Pinned so that an id never moves by accident; they moved on purpose when the corpus code version and the
     # content holdout's rule and task data entered the id (issue #43: older ids named shards of older code).
-    import alignlab.platform.data.corpus_identity as ci
+    import alignlab.platform.corpus.corpus_identity as ci
 
     smoke, mini = CORPUS_PRESETS["smoke"], CORPUS_PRESETS["mini"]
     ordered = dataclasses.replace(smoke, shuffle_documents=False)
@@ -292,7 +292,7 @@ def test_a_dump_plus_web_text_builds_one_corpus_whose_stats_count_both(mixed_cor
 
 @pytest.mark.ray
 def test_the_vocabulary_of_web_text_only_does_not_know_the_letters_of_a_word_of_the_wiki_part(mixed_corpus):
-    from alignlab.platform.data.wikidump import read_wikidump
+    from alignlab.platform.sources.wikidump import read_wikidump
 
     cdir, tmp_path, _ = mixed_corpus
     tok = Tokenizer(cdir / "tokenizer.model")
@@ -318,7 +318,7 @@ def test_the_manifest_records_the_vocabulary_size_requested_and_reached_and_the_
 
 @pytest.mark.ray
 def test_a_corpus_with_a_smaller_vocabulary_is_refused_when_found_without_the_permission(mixed_corpus):
-    from alignlab.platform.data.corpus import build_corpus
+    from alignlab.platform.corpus.corpus import build_corpus
 
     cdir, tmp_path, _ = mixed_corpus
     cfg = corpus_from_dict(load_manifest(cdir)["config"])

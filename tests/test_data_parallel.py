@@ -22,7 +22,6 @@ import pytest
 import torch
 from fault_hooks import CrashRankOnce, Probe, registered
 
-from alignlab.platform import registry as _registry  # noqa: F401 -- objective names resolve through it
 from alignlab.platform.presets import PRETRAIN_PRESETS
 
 # Dropout on (the smoke model's 0.1): each rank draws its own masks, which a resumed rank must draw again (d). fp32:
@@ -57,9 +56,9 @@ def test_the_global_batch_must_divide_among_the_workers():
 
 
 def test_a_rank_collates_only_its_own_rows_with_its_own_key_and_one_worker_collates_as_before(smoke_corpus):
-    from alignlab.platform.batching import Collator
+    from alignlab.platform.encoder.batching import Collator
+    from alignlab.platform.encoder.tokenizer import Tokenizer
     from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows
-    from alignlab.platform.data.tokenizer import Tokenizer
     import pyarrow.parquet as pq
 
     tok = Tokenizer(smoke_corpus / "tokenizer.model")

@@ -9,20 +9,20 @@ import torch
 
 from alignlab.platform.cli import main
 from alignlab.platform.config import MODEL_SIZES
-from alignlab.platform.fel.finetune_config import FinetuneConfig
+from alignlab.platform.encoder.model import AlignModel
+from alignlab.platform.encoder.registry import resolve_objectives
+from alignlab.platform.encoder.tokenizer import Tokenizer, train_tokenizer
 from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained, save_finetuned
-from alignlab.platform.model import AlignModel
-from alignlab.platform.registry import resolve_objectives
-from alignlab.platform.storage import MARKER, write_json
-from alignlab.platform.task import task_names
-from alignlab.platform.fel.task_kinds import declare_task, undeclare
-from alignlab.platform.data.tokenizer import Tokenizer, train_tokenizer
+from alignlab.platform.fel.finetune_config import FinetuneConfig
+from alignlab.platform.storage.root import MARKER, write_json
+from alignlab.platform.tasks.task import task_names
+from alignlab.platform.tasks.task_kinds import declare_task, undeclare
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "software_ner"
 
 
 def _pretrained(root: Path):
-    from alignlab.platform.data.sources import read_bundled
+    from alignlab.platform.sources.sources import read_bundled
 
     final = root / "models" / "tiny-test" / "final"
     final.mkdir(parents=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from alignlab.platform.devices import device_for_worker, device_name, use_device
+from alignlab.platform.runtime.devices import device_for_worker, device_name, use_device
 
 
 def test_four_workers_sharing_a_node_each_take_their_own_gpu():

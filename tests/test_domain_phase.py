@@ -12,11 +12,11 @@ import pytest
 import torch
 from fault_hooks import Probe, registered
 
+from alignlab.platform.corpus.corpus_config import SourceSpec
+from alignlab.platform.encoder.tokenizer import Tokenizer
 from alignlab.platform.presets import CORPUS_PRESETS, PRETRAIN_PRESETS
-from alignlab.platform.data.corpus_config import SourceSpec
-from alignlab.platform.pretrain.pretrain import Pretrainer
 from alignlab.platform.pretrain.loop import train_loop
-from alignlab.platform.data.tokenizer import Tokenizer
+from alignlab.platform.pretrain.pretrain import Pretrainer
 
 SMOKE = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", log_every=1)
 # Rows in stream order (no length bucketing), so that which rows each step trains on can be read off the stream.
@@ -26,7 +26,7 @@ PHASED = dataclasses.replace(SMOKE, max_steps=8, domain_sources=("software",), d
 @pytest.fixture(scope="module")
 def two_source_corpus(ray_session, tmp_path_factory):
     """A smoke corpus of Wikipedia summaries and software summaries."""
-    from alignlab.platform.data.corpus import build_corpus
+    from alignlab.platform.corpus.corpus import build_corpus
 
     cfg = dataclasses.replace(CORPUS_PRESETS["smoke"], sources=(SourceSpec(name="bundled"), SourceSpec(name="software")),
                               max_docs_per_lang=300, hold_out_tasks=False)
@@ -70,7 +70,7 @@ def test_the_domain_phase_is_part_of_the_model_id_and_off_keeps_the_ids_from_bef
 
 
 def test_a_presets_domain_phase_is_turned_off_on_a_corpus_without_its_sources(capsys):
-    from alignlab.platform.data.corpus_flags import fit_domain_phase
+    from alignlab.platform.corpus.corpus_flags import fit_domain_phase
 
     assert fit_domain_phase(PHASED, ["bundled", "software"]) is PHASED
     assert fit_domain_phase(SMOKE, ["bundled"]) is SMOKE
@@ -148,7 +148,7 @@ def test_pretraining_under_ray_ends_on_the_domain_sources_rows(two_source_corpus
 
 @pytest.mark.ray
 def test_a_domain_phase_on_a_corpus_without_its_source_is_refused_naming_the_corpus(smoke_corpus, tmp_path):
-    from alignlab.platform.data.corpus import load_manifest
+    from alignlab.platform.corpus.corpus import load_manifest
     from alignlab.platform.pretrain.driver import pretrain
 
     cid = load_manifest(smoke_corpus)["corpus_id"]

@@ -22,7 +22,6 @@ import pytest
 import torch
 from fault_hooks import Probe, registered
 
-from alignlab.platform import registry as _registry  # noqa: F401 -- objective names resolve through it
 from alignlab.platform.presets import PRETRAIN_PRESETS
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (and a torch built for it)")
@@ -35,9 +34,9 @@ _OWN_RAY = r'''
 import sys, json
 sys.path.insert(0, {tests!r})
 import ray
-from alignlab.platform.ray_env import quiet_ray_data
 from alignlab.platform.config import pretrain_from_dict
 from alignlab.platform.pretrain.driver import pretrain
+from alignlab.platform.runtime.ray_env import quiet_ray_data
 from fault_hooks import Probe, registered
 
 ray.init(address="local", num_cpus={cpus}, include_dashboard=False, log_to_driver=False, object_store_memory=2**30)

@@ -13,8 +13,8 @@ transformers = pytest.importorskip("transformers", reason="export needs transfor
 from tiny_model import real_texts, tiny_pretrained  # noqa: E402
 
 from alignlab.platform.cli import main  # noqa: E402
+from alignlab.platform.encoder.model import Encoder  # noqa: E402
 from alignlab.platform.fel.finetune import load_pretrained  # noqa: E402
-from alignlab.platform.model import Encoder  # noqa: E402
 
 
 def _encoder(mdir):
@@ -116,7 +116,7 @@ def test_an_encoder_with_a_tensor_bert_lacks_is_refused(tmp_path):
     sd = torch.load(mdir / "final" / "model.pt", weights_only=True)
     sd["encoder.layers.0.extra_gate.weight"] = torch.zeros(2)
     torch.save(sd, mdir / "final" / "model.pt")
-    from alignlab.platform.storage import write_marker
+    from alignlab.platform.storage.root import write_marker
 
     write_marker(mdir / "final")  # a whole model (its marker matches), but one with a tensor BERT lacks
     with pytest.raises(ValueError, match="cannot export exactly.*extra_gate"):
@@ -205,7 +205,7 @@ def test_a_pre_ln_encoder_without_its_final_layernorm_is_refused(tmp_path):
     sd = torch.load(mdir / "final" / "model.pt", weights_only=True)
     del sd["encoder.final_ln.weight"], sd["encoder.final_ln.bias"]
     torch.save(sd, mdir / "final" / "model.pt")
-    from alignlab.platform.storage import write_marker
+    from alignlab.platform.storage.root import write_marker
 
     write_marker(mdir / "final")  # a whole model (its marker matches), but one without the final LayerNorm
     with pytest.raises(ValueError, match="cannot export exactly as a transformers RobertaPreLayerNormModel.*final_ln"):

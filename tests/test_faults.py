@@ -119,7 +119,7 @@ def test_debug_shows_the_traceback_that_the_boundary_otherwise_hides(tmp_path):
 def test_a_model_folder_whose_tokenizer_is_not_its_own_is_refused_in_one_line(tmp_path):
     """A tokenizer.model copied in from another model (its marker rewritten, so the folder looks whole): every
     id would index the wrong embedding row, silently. Loading refuses it, naming the folder and both sizes."""
-    from alignlab.platform.storage import MARKER, write_marker
+    from alignlab.platform.storage.root import MARKER, write_marker
     from tiny_model import tiny_pretrained, tiny_tokenizer
 
     root = tmp_path / "st"

@@ -65,7 +65,7 @@ def test_an_fel_trial_asking_for_a_custom_resource_that_no_node_offers_is_refuse
 
 @pytest.mark.ray
 def test_a_request_that_fits_passes_and_one_that_does_not_names_what_was_asked_and_what_exists(ray_session):
-    from alignlab.platform.resources import ResourceRequestError, check_request
+    from alignlab.platform.runtime.resources import ResourceRequestError, check_request
 
     check_request("an FEL trial", {"cpu": 1})
     check_request("pretraining", {"CPU": 0.5}, 2, spare_cpus=1)
@@ -84,7 +84,7 @@ def test_pretrain_itself_refuses_an_impossible_request_before_writing_the_model_
 
     from alignlab.platform.presets import PRETRAIN_PRESETS
     from alignlab.platform.pretrain.driver import pretrain
-    from alignlab.platform.resources import ResourceRequestError
+    from alignlab.platform.runtime.resources import ResourceRequestError
 
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], use_gpu=True)
     with pytest.raises(ResourceRequestError, match="GPU: 1"):
@@ -96,7 +96,7 @@ def test_pretrain_itself_refuses_an_impossible_request_before_writing_the_model_
 
 _LISTENERS = """
 import json, psutil
-from alignlab.platform.ray_env import ensure_ray
+from alignlab.platform.runtime.ray_env import ensure_ray
 ensure_ray()
 import ray
 me = psutil.Process()
@@ -141,7 +141,7 @@ def tiny_root(tmp_path_factory):
     sys.path.insert(0, str(Path(__file__).parent))
     from tiny_model import tiny_pretrained
 
-    from alignlab.platform.fel.protocol import build_tasks
+    from alignlab.platform.tasks.task_data import build_tasks
 
     root = tmp_path_factory.mktemp("faults-root")
     mdir = tiny_pretrained(root)
@@ -158,7 +158,8 @@ def _ft(**kw):
 
 def test_a_calculation_whose_validation_numbers_are_never_finite_fails_with_its_reason(tiny_root):
     from alignlab.platform.fel.finetune import NonFiniteError, finetune_calculation, load_pretrained
-    from alignlab.platform.fel.protocol import TaskData, fel_split
+    from alignlab.platform.fel.protocol import fel_split
+    from alignlab.platform.tasks.task_data import TaskData
 
     _, mdir, tdir = tiny_root
     ft = _ft(lr=1e30)  # the first update makes every weight huge: the validation perplexity is inf or nan
@@ -174,7 +175,7 @@ def test_a_study_records_a_diverged_calculation_as_failed_finishes_the_others_an
 
     from alignlab.platform.config import to_dict
     from alignlab.platform.report.report import collect_results, write_report
-    from alignlab.platform.storage import as_storage, read_json, study_dir, write_json
+    from alignlab.platform.storage.root import as_storage, read_json, study_dir, write_json
     from alignlab.platform.study.grid import run_trials
     from alignlab.platform.study.spec import calc_id
 
@@ -218,7 +219,7 @@ def test_a_ctrl_c_after_a_tune_run_of_calculations_stops_the_driver_with_keyboar
     from fault_hooks import assert_ctrl_c_raises_keyboard_interrupt
 
     from alignlab.platform.config import to_dict
-    from alignlab.platform.storage import as_storage, read_json, study_dir
+    from alignlab.platform.storage.root import as_storage, read_json, study_dir
     from alignlab.platform.study.grid import run_trials
     from alignlab.platform.study.spec import calc_id
 
@@ -235,7 +236,7 @@ def test_a_ctrl_c_after_a_tune_run_of_calculations_stops_the_driver_with_keyboar
 @pytest.mark.ray
 def test_a_search_records_a_diverged_trial_as_failed_and_picks_its_best_among_the_others(ray_session, tiny_root):
     from alignlab.platform.config import to_dict
-    from alignlab.platform.storage import as_storage, study_dir
+    from alignlab.platform.storage.root import as_storage, study_dir
     from alignlab.platform.study.search import run_search
     from alignlab.platform.study.spec import calc_id
     from alignlab.platform.study.spec import SearchParam, SearchSpec
@@ -287,9 +288,9 @@ def test_a_diverging_pretraining_run_stops_with_one_clear_error_and_is_never_reg
     import dataclasses
 
     from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.pretrain.loop import NonFiniteLossError
     from alignlab.platform.pretrain.models import is_finished, list_models
-    from alignlab.platform.pretrain.driver import pretrain
 
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], lr=1e30, max_steps=6, checkpoint_every=2, log_every=1)
     root = tmp_path / "root"
@@ -315,9 +316,9 @@ def test_two_data_parallel_workers_stop_together_at_a_non_finite_loss_and_none_w
     import dataclasses
 
     from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.pretrain.loop import NonFiniteLossError
     from alignlab.platform.pretrain.models import is_finished
-    from alignlab.platform.pretrain.driver import pretrain
 
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], lr=1e30, max_steps=6, checkpoint_every=2, log_every=1,
                               num_workers=2, cpus_per_worker=0.5)
@@ -341,7 +342,7 @@ SECRET_URIS = [
 
 @pytest.mark.parametrize("uri, shown", SECRET_URIS)
 def test_credentials_in_a_storage_uri_are_redacted_and_the_rest_is_kept(uri, shown):
-    from alignlab.platform.storage import Storage, redact
+    from alignlab.platform.storage.root import Storage, redact
 
     assert redact(uri) == shown
     assert redact(f"could not open {uri} (denied)") == f"could not open {shown} (denied)"
@@ -373,7 +374,7 @@ def test_the_train_workers_get_the_real_root_inside_their_function_not_in_the_re
     import inspect
 
     from alignlab.platform.pretrain.driver import worker_fn
-    from alignlab.platform.storage import redact
+    from alignlab.platform.storage.root import redact
 
     real = "s3://AKIAEXAMPLE:wJalrXUtnFEMI@bucket/prefix"
     fn = worker_fn(real)

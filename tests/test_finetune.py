@@ -10,24 +10,24 @@ import shutil
 import pytest
 import torch
 
-from alignlab.platform.registry import resolve_objectives
+from alignlab.objectives.acronym_detection import pair_input as ad_input
+from alignlab.objectives.ad_data import ADExample
+from alignlab.objectives.concept_tagging import tags_to_brackets
+from alignlab.objectives.ct_data import CTExample
 from alignlab.objectives.hyperlink import TAGS as WHP_TAGS
 from alignlab.platform.cli import main
 from alignlab.platform.config import MODEL_SIZES
-from alignlab.platform.fel.finetune_config import FinetuneConfig
-from alignlab.objectives.acronym_detection import pair_input as ad_input
-from alignlab.platform.fel.task_kinds import query_input as ct_input, word_pieces
-from alignlab.objectives.concept_tagging import tags_to_brackets
+from alignlab.platform.encoder.model import AlignModel
+from alignlab.platform.encoder.registry import resolve_objectives
+from alignlab.platform.encoder.tokenizer import Tokenizer, train_tokenizer
 from alignlab.platform.fel.finetune import (Calculation, build_task_model, finetune_calculation, finetuned_dir,
                                             load_finetuned, load_pretrained, save_finetuned)
-from alignlab.platform.fel.task_scoring import encode_examples, evaluate_examples
+from alignlab.platform.fel.finetune_config import FinetuneConfig
 from alignlab.platform.fel.inference import FastEncoder, Predictor, _mkl_linear_ok, _mkldnn_linear_ok
-from alignlab.platform.model import AlignModel
-from alignlab.platform.storage import write_json
-from alignlab.objectives.ad_data import ADExample
-from alignlab.objectives.ct_data import CTExample
-from alignlab.platform.fel.task_files import write_jsonl
-from alignlab.platform.data.tokenizer import Tokenizer, train_tokenizer
+from alignlab.platform.fel.task_scoring import encode_examples, evaluate_examples
+from alignlab.platform.storage.root import write_json
+from alignlab.platform.tasks.task_files import write_jsonl
+from alignlab.platform.tasks.task_kinds import query_input as ct_input, word_pieces
 
 MODEL_ID = "tiny-mlm+nsp+whp+pad-test"
 
@@ -88,7 +88,7 @@ DATA = {"ct": (CT_TRAIN, CT_VAL, CT_TEST), "ad": (AD_TRAIN, AD_VAL, AD_TEST)}
 @pytest.fixture(scope="module")
 def storage(tmp_path_factory):
     """A storage root holding one tiny pretrained model (mlm, nsp, whp, pad) written as `models.export_final` does."""
-    from alignlab.platform.data.sources import read_bundled
+    from alignlab.platform.sources.sources import read_bundled
 
     root = tmp_path_factory.mktemp("ft-storage")
     final = root / "models" / MODEL_ID / "final"
@@ -316,7 +316,7 @@ class _EncoderCalls:
     """Records the input_ids of every Encoder forward (a global torch hook, removed on exit)."""
 
     def __enter__(self):
-        from alignlab.platform.model import Encoder
+        from alignlab.platform.encoder.model import Encoder
 
         self.inputs = []
         self.handle = torch.nn.modules.module.register_module_forward_hook(
@@ -664,8 +664,8 @@ def test_refit_is_refused_on_the_examples_it_trains_on_and_with_paper_selection(
 
 def test_refit_off_leaves_a_configs_dict_and_ids_as_they_were_before_the_field():
     from alignlab.platform.config import config_hash, to_dict
-    from alignlab.platform.presets import FINETUNE_PRESETS
     from alignlab.platform.fel.finetune import finetuned_id
+    from alignlab.platform.presets import FINETUNE_PRESETS
 
     off, on = _cfg("ct"), _cfg("ct", refit=True)
     assert "refit" not in to_dict(off) and to_dict(on)["refit"] is True
@@ -770,8 +770,8 @@ def test_an_ad_head_reading_every_layer_is_served_from_its_cls_vectors(storage, 
 
 def test_the_head_input_fields_stay_out_of_a_configs_dict_and_ids_at_their_defaults_and_are_validated():
     from alignlab.platform.config import config_hash, to_dict
-    from alignlab.platform.presets import FINETUNE_PRESETS
     from alignlab.platform.fel.finetune import finetuned_id
+    from alignlab.platform.presets import FINETUNE_PRESETS
 
     plain, wide = _cfg("ct"), _cfg("ct", feature_layers="all", word_pooling="mean")
     assert not {"feature_layers", "word_pooling"} & set(to_dict(plain))

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from alignlab.platform.config import SCHEMES, ModelConfig
+from alignlab.platform.encoder.model import AlignModel
 from alignlab.platform.fel.finetune_schemes import trainable_parameters
-from alignlab.platform.model import AlignModel
-from alignlab.platform.task import head_for, task_names
+from alignlab.platform.tasks.task import head_for, task_names
 
 
 def _model(norm: str, position: str) -> AlignModel:

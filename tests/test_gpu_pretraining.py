@@ -15,10 +15,9 @@ import pytest
 import torch
 from fault_hooks import Probe, registered
 
-from alignlab.platform import registry as _registry  # noqa: F401 -- objective names resolve through it
 from alignlab.platform.presets import PRETRAIN_PRESETS
 from alignlab.platform.pretrain.driver import pretrain
-from alignlab.platform.throughput import peak_flops
+from alignlab.platform.runtime.throughput import peak_flops
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (and a torch built for it)")
 

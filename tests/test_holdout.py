@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from alignlab.objectives.ad_data import ADExample, defining_doc_ids
-from alignlab.platform.task import load_examples
 from alignlab.platform.presets import CORPUS_PRESETS
-from alignlab.platform.data.documents import Document
+from alignlab.platform.sources.documents import Document
+from alignlab.platform.tasks.task import load_examples
 
 
 def _ad(acronym: str, long_form: str, label: int = 1) -> ADExample:
@@ -52,9 +52,9 @@ def test_a_cli_built_corpus_holds_out_every_task_document_and_is_the_corpus_a_st
     from test_studies import load_script
 
     from alignlab.platform.cli import main
-    from alignlab.platform.data.corpus import MANIFEST, build_corpus, load_manifest
-    from alignlab.platform.fel.protocol import build_tasks
-    from alignlab.platform.data.sources import read_bundled
+    from alignlab.platform.corpus.corpus import MANIFEST, build_corpus, load_manifest
+    from alignlab.platform.sources.sources import read_bundled
+    from alignlab.platform.tasks.task_data import build_tasks
 
     root = tmp_path / "root"
     # The README's stage-by-stage path, corpus first: the task data does not exist yet.
@@ -110,8 +110,8 @@ def test_every_study_holds_out_the_task_data_it_finetunes_on():
 
     from test_studies import SCRIPTS, load_script
 
-    from alignlab.platform.fel.protocol import build_tasks
-    from alignlab.platform.task import registered_tasks
+    from alignlab.platform.tasks.task import registered_tasks
+    from alignlab.platform.tasks.task_data import build_tasks
 
     defaults = {k: p.default for k, p in inspect.signature(build_tasks).parameters.items()}
     defaults.update({k: v for t in registered_tasks() for k, v in t.build_options.items()})  # the tasks' own options

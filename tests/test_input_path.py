@@ -17,12 +17,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from collate_reference import ReferenceCollator  # noqa: E402
 from tiny_model import batches, tiny_tokenizer  # noqa: E402
 
-from alignlab.platform.batching import IGNORE, Collator, Ragged, rows_from_arrow  # noqa: E402
-from alignlab.platform.draws import OneByOne  # noqa: E402
+from alignlab.platform.encoder.batching import IGNORE, Collator, Ragged, rows_from_arrow  # noqa: E402
+from alignlab.platform.encoder.draws import OneByOne  # noqa: E402
 from alignlab.platform.presets import PRETRAIN_PRESETS  # noqa: E402
+from alignlab.platform.pretrain.loop import train_loop  # noqa: E402
 from alignlab.platform.pretrain.prefetch import Prefetcher  # noqa: E402
 from alignlab.platform.pretrain.pretrain import Pretrainer, build_objectives
-from alignlab.platform.pretrain.loop import train_loop  # noqa: E402
 
 SMOKE = PRETRAIN_PRESETS["smoke"]
 VARIANTS = {
@@ -76,7 +76,7 @@ def test_the_array_collation_makes_exactly_the_batches_of_the_per_row_collation_
 
     import pyarrow.parquet as pq
 
-    from alignlab.platform.data.tokenizer import Tokenizer
+    from alignlab.platform.encoder.tokenizer import Tokenizer
 
     corpus_tok = Tokenizer(smoke_corpus / "tokenizer.model")
     names = json.loads((smoke_corpus / "manifest.json").read_text())["shards"]["train"]

@@ -1,13 +1,13 @@
-"""The chunked linear + cross-entropy (`platform/linear_cross_entropy.py`) is the plain loss summed in another order:
+"""The chunked linear + cross-entropy (`platform/encoder/linear_cross_entropy.py`) is the plain loss summed in another order:
 the same mean loss, sums and gradients within float tolerance, at any chunk size, with ignored rows, under bf16
 autocast too."""
 import pytest
 import torch
 import torch.nn.functional as F
 
-from alignlab.platform.batching import IGNORE
-from alignlab.platform.linear_cross_entropy import auto_chunk_rows, linear_cross_entropy_sums
-from alignlab.platform.registry import classification_sums
+from alignlab.platform.encoder.batching import IGNORE
+from alignlab.platform.encoder.linear_cross_entropy import auto_chunk_rows, linear_cross_entropy_sums
+from alignlab.platform.encoder.registry import classification_sums
 
 
 def _inputs(n=37, h=16, c=101, seed=0):

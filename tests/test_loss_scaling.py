@@ -8,11 +8,11 @@ import pytest
 
 from tiny_model import batches, tiny_tokenizer
 
-from alignlab.platform.registry import objective_config
 from alignlab.platform.config import pretrain_from_dict, to_dict
+from alignlab.platform.encoder.registry import objective_config
 from alignlab.platform.presets import PRETRAIN_PRESETS
-from alignlab.platform.pretrain.pretrain import Pretrainer
 from alignlab.platform.pretrain.models import model_id
+from alignlab.platform.pretrain.pretrain import Pretrainer
 
 WEIGHTS = {"mlm": 1.0, "nsp": 2.0, "whp": 0.5, "pad": 3.0}
 

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from alignlab.platform.storage import MARKER, Storage, folder_finished, write_json, write_marker  # noqa: E402
+from alignlab.platform.storage.root import MARKER, Storage, folder_finished, write_json, write_marker  # noqa: E402
 
 
 def _folder(d: Path, announce: bool = True) -> Path:
@@ -85,9 +85,9 @@ def test_a_remote_model_from_before_markers_is_finished_but_one_mid_upload_is_no
 def test_a_saved_finetuned_model_with_a_truncated_weights_file_is_refused_on_load(tmp_path):
     from tiny_model import tiny_pretrained
 
-    from alignlab.platform.fel.finetune_config import FinetuneConfig
-    from alignlab.platform.fel.finetune import finetune_calculation, load_finetuned, load_pretrained, save_finetuned
     from alignlab.objectives.ct_data import CTExample
+    from alignlab.platform.fel.finetune import finetune_calculation, load_finetuned, load_pretrained, save_finetuned
+    from alignlab.platform.fel.finetune_config import FinetuneConfig
 
     pre = load_pretrained(tiny_pretrained(tmp_path, "mlm", steps=1))
     ex = [CTExample(("a", f"w{i}", "b"), ("N", "SE", "N")) for i in range(12)]
@@ -106,10 +106,10 @@ def test_a_finished_model_keeps_its_last_checkpoint_and_a_truncated_weights_file
         ray_session, smoke_corpus, tmp_path):
     import dataclasses
 
-    from alignlab.platform.presets import PRETRAIN_PRESETS
     from alignlab.platform.fel.finetune import load_pretrained
-    from alignlab.platform.pretrain.models import is_finished, list_models
+    from alignlab.platform.presets import PRETRAIN_PRESETS
     from alignlab.platform.pretrain.driver import pretrain
+    from alignlab.platform.pretrain.models import is_finished, list_models
 
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], max_steps=6, checkpoint_every=2)
     root = tmp_path / "root"
@@ -135,9 +135,9 @@ def test_a_finished_model_keeps_its_last_checkpoint_and_a_truncated_weights_file
 
 @pytest.mark.ray
 def test_a_corpus_with_a_shard_cut_short_is_unfinished_and_built_again(ray_session, tmp_path):
+    from alignlab.platform.corpus.corpus import MANIFEST, build_corpus, corpus_finished
     from alignlab.platform.presets import CORPUS_PRESETS
-    from alignlab.platform.data.corpus import MANIFEST, build_corpus, corpus_finished
-    from alignlab.platform.storage import as_storage
+    from alignlab.platform.storage.root import as_storage
 
     st = as_storage(tmp_path / "st")
     cdir = build_corpus(CORPUS_PRESETS["smoke"], st, progress=False)
@@ -154,8 +154,8 @@ def test_a_corpus_with_a_shard_cut_short_is_unfinished_and_built_again(ray_sessi
 
 
 def test_task_data_with_a_file_cut_short_is_unfinished_and_built_again(tmp_path):
-    from alignlab.platform.fel.protocol import build_tasks, tasks_finished
-    from alignlab.platform.storage import as_storage
+    from alignlab.platform.storage.root import as_storage
+    from alignlab.platform.tasks.task_data import build_tasks, tasks_finished
 
     st = as_storage(tmp_path / "st")
     tdir = build_tasks(st, max_docs_per_lang=30)

@@ -1,7 +1,7 @@
 """Adding an objective is one module and no change to the engine: a toy objective defined and registered here, a
 word-length tagger with its own corpus-time labels, is labelled into a corpus, pretrained and reported.
 
-The toy follows the registry's recipe for an objective outside `alignlab.objectives` (platform/registry.py's
+The toy follows the registry's recipe for an objective outside `alignlab.objectives` (platform/encoder/registry.py's
 docstring): `@register` its config, and since Ray's workers cannot import this test file, pickle its module by
 value before the corpus labelling actors and the training workers start.
 """
@@ -20,10 +20,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from alignlab.platform import registry
-from alignlab.platform.batching import IGNORE
-from alignlab.platform.model import TokenHead
-from alignlab.platform.registry import CorpusLabels, Objective, classification_sums
+from alignlab.platform.encoder import registry
+from alignlab.platform.encoder.batching import IGNORE
+from alignlab.platform.encoder.model import TokenHead
+from alignlab.platform.encoder.registry import CorpusLabels, Objective, classification_sums
 
 BUCKET_EDGES = (3, 6)
 """Word length in characters: 1-3 → class 0, 4-6 → class 1, longer → class 2."""
@@ -102,9 +102,9 @@ def by_value():
 
 
 def test_a_registered_objective_labels_corpus_words_on_their_first_subword(word_length, tmp_path):
-    from alignlab.platform.data.corpus import chunk_document
-    from alignlab.platform.data.documents import Document
-    from alignlab.platform.data.tokenizer import Tokenizer, train_tokenizer
+    from alignlab.platform.corpus.corpus import chunk_document
+    from alignlab.platform.encoder.tokenizer import Tokenizer, train_tokenizer
+    from alignlab.platform.sources.documents import Document
 
     train_tokenizer(["a quick brown fox jumped over extraordinarily lazy dogs"] * 50, tmp_path / "t.model",
                     vocab_size=60)
@@ -124,9 +124,9 @@ def test_a_registered_objective_labels_corpus_words_on_their_first_subword(word_
 def test_a_toy_objective_from_a_test_module_is_labelled_pretrained_and_reported(ray_session, word_length, by_value,
                                                                                 tmp_path):
     from alignlab.platform.config import to_dict
+    from alignlab.platform.corpus.corpus import build_corpus, load_manifest
+    from alignlab.platform.corpus.corpus_identity import corpus_id
     from alignlab.platform.presets import CORPUS_PRESETS, PRETRAIN_PRESETS
-    from alignlab.platform.data.corpus import build_corpus, load_manifest
-    from alignlab.platform.data.corpus_identity import corpus_id
     from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.report.report import pretrain_table
 

@@ -53,11 +53,11 @@ def test_pretraining_finishes_on_another_node_from_the_last_checkpoint_when_its_
 
     from fault_hooks import WaitToBeRemovedAt, registered
 
+    from alignlab.platform.corpus.corpus import build_corpus
     from alignlab.platform.presets import CORPUS_PRESETS, PRETRAIN_PRESETS
-    from alignlab.platform.data.corpus import build_corpus
-    from alignlab.platform.pretrain.models import is_finished
     from alignlab.platform.pretrain.driver import pretrain
-    from alignlab.platform.ray_env import quiet_ray_data
+    from alignlab.platform.pretrain.models import is_finished
+    from alignlab.platform.runtime.ray_env import quiet_ray_data
 
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], max_steps=8, checkpoint_every=2, log_every=1,
                               precision="fp32", cpus_per_worker=1.0)
@@ -125,12 +125,12 @@ def test_a_node_lost_mid_study_runs_no_finished_calculation_again_and_the_result
 
     from alignlab.platform.config import to_dict
     from alignlab.platform.fel.finetune_config import FinetuneConfig
-    from alignlab.platform.fel.protocol import build_tasks
+    from alignlab.platform.fel.trial_files import finished_calculations
     from alignlab.platform.report.report import collect_results
-    from alignlab.platform.storage import as_storage, read_json, study_dir
+    from alignlab.platform.storage.root import as_storage, read_json, study_dir
     from alignlab.platform.study.grid import run_trials
     from alignlab.platform.study.spec import calc_id
-    from alignlab.platform.fel.trial_files import finished_calculations
+    from alignlab.platform.tasks.task_data import build_tasks
 
     root = tmp_path / "root"
     mdir = tiny_pretrained(root)
@@ -146,7 +146,7 @@ def test_a_node_lost_mid_study_runs_no_finished_calculation_again_and_the_result
                  "eval_sets": {}} for ft in fts]
 
     def study_json(name: str) -> None:
-        from alignlab.platform.storage import write_json
+        from alignlab.platform.storage.root import write_json
 
         cs = calcs(name)
         write_json(study_dir(root, name) / "study.json", {

@@ -45,11 +45,10 @@ def test_the_pareto_front_keeps_exactly_the_undominated_trials():
 def test_a_mini_trial_leaves_ray_data_a_whole_cpu_on_two_cpus_without_changing_the_model_id():
     """The mini search hung on 2 CPUs (trial 0.1 + worker 1.0 left Ray Data 0.9 CPU): the worker's logical CPUs
     are cut to fit, its torch threads and the model id are not."""
-    import alignlab.platform.registry  # noqa: F401 -- objective names need the registry
     from alignlab.platform.presets import PRETRAIN_PRESETS
     from alignlab.platform.pretrain.models import model_id
+    from alignlab.platform.runtime.resources import RAY_DATA_CPUS
     from alignlab.platform.study.objective_search import TRIAL_CPUS, beside_trials
-    from alignlab.platform.resources import RAY_DATA_CPUS
 
     mini = dataclasses.replace(PRETRAIN_PRESETS["mini"], objectives="mlm,nsp")
     fitted = beside_trials(mini, 2.0, 1)
@@ -128,7 +127,7 @@ def test_a_search_without_declared_tasks_keeps_its_name_and_the_id_it_had_before
 
 def test_declared_tasks_name_the_search_and_its_id_and_the_first_one_is_maximized_unless_named(monkeypatch):
     from alignlab.platform.study.tasks import declare_specs, search_with_tasks
-    from alignlab.platform.fel.task_kinds import undeclare
+    from alignlab.platform.tasks.task_kinds import undeclare
 
     monkeypatch.chdir(REPO)
     spec = load_script("objective_mix").build("smoke")
@@ -159,7 +158,7 @@ def test_a_smoke_search_on_a_declared_task_maximizes_its_metric_and_names_it_in_
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    from alignlab.platform.fel.task_kinds import undeclare
+    from alignlab.platform.tasks.task_kinds import undeclare
 
     monkeypatch.chdir(REPO)
     try:

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from alignlab.platform.registry import resolve_objectives
-from alignlab.platform.batching import Collator
-from alignlab.platform.data.tokenizer import Tokenizer, train_tokenizer
+from alignlab.platform.encoder.batching import Collator
+from alignlab.platform.encoder.registry import resolve_objectives
+from alignlab.platform.encoder.tokenizer import Tokenizer, train_tokenizer
 
 WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau "
          "upsilon phi chi psi omega").split()
@@ -197,7 +197,7 @@ def test_pad_subword_regularization_resamples_the_chunk_but_keeps_its_words_and_
 
 def test_pad_pairs_are_the_stored_ones_on_the_first_pass_and_drawn_afresh_on_later_passes(tok):
     from alignlab.objectives.pseudo_acronym import PseudoAcronymConfig
-    from alignlab.platform.data.text import initials
+    from alignlab.platform.sources.text import initials
 
     rows = _rows(tok, n=16)
     col = Collator([PseudoAcronymConfig().build(tok)], tok, max_len=64, layout_fraction=1.0)
@@ -222,7 +222,7 @@ def test_pad_pairs_are_the_stored_ones_on_the_first_pass_and_drawn_afresh_on_lat
 @pytest.mark.parametrize("form", ["letters", "text"])
 def test_a_pad_label_holds_for_the_words_its_example_shows_when_the_chunk_is_cut_to_a_shorter_length(tok, form):
     from alignlab.objectives.pseudo_acronym import PseudoAcronymConfig
-    from alignlab.platform.data.text import initials
+    from alignlab.platform.sources.text import initials
 
     # 40-word chunks do not fit 32 tokens: the short-sequence phase cuts them, and a stored positive's span may be
     # in the part cut off. Every label must hold for the words the example shows.
@@ -269,7 +269,7 @@ def test_importing_one_objective_module_first_still_registers_them_all():
     import subprocess
     import sys
 
-    code = ("import alignlab.objectives.masked_lm; from alignlab.platform.registry import registered; "
+    code = ("import alignlab.objectives.masked_lm; from alignlab.platform.encoder.registry import registered; "
             "print(sorted(registered()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "['mlm', 'nsp', 'pad', 'rtd', 'whp']", out.stderr[-2000:]
@@ -303,7 +303,7 @@ def test_labelled_rows_pad_each_head_to_a_multiple_of_32_rows_and_change_no_loss
     to a multiple of 32 rows (few matmul shapes, so oneDNN's kernel cache holds them), and the padding counts nowhere."""
     import dataclasses
 
-    from alignlab.platform import registry
+    from alignlab.platform.encoder import registry
     from alignlab.platform.presets import PRETRAIN_PRESETS
     from alignlab.platform.pretrain.pretrain import Pretrainer, forward_objectives
 

@@ -17,9 +17,9 @@ from optuna.trial import TrialState
 
 from test_studies import load_script
 
-from alignlab.platform.study.optuna_study import (DRIVER, INTERRUPTED, OPTUNA_STORAGE_ENV, RETRY_OF, TUNE_TRIAL,
-                                                  open_study, study_place, trial_counts)
 from alignlab.platform.report.search_importance import importance_lines
+from alignlab.platform.storage.optuna_place import OPTUNA_STORAGE_ENV, study_place
+from alignlab.platform.study.optuna_study import DRIVER, INTERRUPTED, RETRY_OF, TUNE_TRIAL, open_study, trial_counts
 
 OBJECTIVE = "val_accuracy_at_best_ppl"
 SPACE = {"lr": FloatDistribution(1e-4, 1e-1, log=True), "dropout": FloatDistribution(0.0, 0.3),
@@ -168,7 +168,7 @@ def _check_against_summary(loaded: optuna.Study, summary: dict, search) -> None:
 
 @pytest.mark.ray
 def test_a_smoke_search_leaves_a_journal_that_optuna_load_study_opens(ray_session, storage_root):
-    from alignlab.platform.storage import read_json
+    from alignlab.platform.storage.root import read_json
     from alignlab.platform.study.run import run_study
 
     study, search = _smoke_ct_search("optuna_journal-smoke")
@@ -198,7 +198,7 @@ def test_a_smoke_search_leaves_a_journal_that_optuna_load_study_opens(ray_sessio
 
 @pytest.mark.ray
 def test_an_rdb_url_holds_the_study_instead_of_a_journal(ray_session, storage_root, tmp_path):
-    from alignlab.platform.storage import read_json
+    from alignlab.platform.storage.root import read_json
     from alignlab.platform.study.run import run_study
 
     study, search = _smoke_ct_search("optuna_rdb-smoke")
@@ -221,7 +221,8 @@ import ray
 from optuna.distributions import FloatDistribution
 from ray import tune
 
-from alignlab.platform.study.optuna_study import open_study, study_place
+from alignlab.platform.storage.optuna_place import study_place
+from alignlab.platform.study.optuna_study import open_study
 from alignlab.platform.study.search_tune import OptunaStudySearch, TellTuneErrors, run_rounds
 
 root, num_samples = Path(sys.argv[1]), int(sys.argv[2])

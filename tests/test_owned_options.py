@@ -8,12 +8,12 @@ import dataclasses
 import pytest
 
 from alignlab.platform.config import to_dict
-from alignlab.platform.fel.finetune_config import FinetuneConfig
-from alignlab.platform.presets import FINETUNE_PRESETS, PRETRAIN_PRESETS
+from alignlab.platform.encoder.registry import default_set, objectives_like
 from alignlab.platform.fel.finetune import finetuned_id
+from alignlab.platform.fel.finetune_config import FinetuneConfig
 from alignlab.platform.fel.finetune_config import finetune_from_dict
+from alignlab.platform.presets import FINETUNE_PRESETS, PRETRAIN_PRESETS
 from alignlab.platform.pretrain.models import model_id
-from alignlab.platform.registry import default_set, objectives_like
 
 
 def test_calculation_ids_made_before_the_task_options_moved_still_name_the_same_calculations():

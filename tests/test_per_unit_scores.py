@@ -12,11 +12,11 @@ from tiny_model import tiny_pretrained
 from alignlab.objectives.ad_data import ADExample
 from alignlab.objectives.ct_data import CTExample
 from alignlab.platform.cli import main
-from alignlab.platform.fel.finetune_config import FinetuneConfig
 from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained
+from alignlab.platform.fel.finetune_config import FinetuneConfig
 from alignlab.platform.fel.protocol import extra_test_scores
-from alignlab.platform.fel.task_files import write_jsonl
 from alignlab.platform.fel.task_scoring import scores_per_test_unit
+from alignlab.platform.tasks.task_files import write_jsonl
 
 CONCEPTS = ["paris", "super mario", "alan turing", "new york city", "red river", "tokyo", "black sea"]
 

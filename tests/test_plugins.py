@@ -23,10 +23,10 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from alignlab.platform.batching import IGNORE
-from alignlab.platform.model import TokenHead
-from alignlab.platform.registry import Objective, classification_sums, register
-from alignlab.platform.fel.task_kinds import declare_task
+from alignlab.platform.encoder.batching import IGNORE
+from alignlab.platform.encoder.model import TokenHead
+from alignlab.platform.encoder.registry import Objective, classification_sums, register
+from alignlab.platform.tasks.task_kinds import declare_task
 
 
 @register
@@ -101,7 +101,7 @@ def _env(*paths: Path) -> dict:
             "PYTHONPATH": os.pathsep.join([*map(str, paths), os.environ.get("PYTHONPATH", "")])}
 
 
-LIST = ("from alignlab.platform.registry import registered; from alignlab.platform.task import task_names; "
+LIST = ("from alignlab.platform.encoder.registry import registered; from alignlab.platform.tasks.task import task_names; "
         "import json; print(json.dumps([list(registered()), list(task_names())]))")
 
 

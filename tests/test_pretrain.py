@@ -11,11 +11,11 @@ import pytest
 import torch
 from fault_hooks import assert_ctrl_c_raises_keyboard_interrupt, crash_once_at
 
+from alignlab.platform.encoder.tokenizer import Tokenizer
 from alignlab.platform.presets import PRETRAIN_PRESETS
-from alignlab.platform.pretrain.pretrain import Pretrainer
-from alignlab.platform.progress import ProgressLine
 from alignlab.platform.pretrain.loop import train_loop
-from alignlab.platform.data.tokenizer import Tokenizer
+from alignlab.platform.pretrain.pretrain import Pretrainer
+from alignlab.platform.runtime.progress import ProgressLine
 
 SMOKE = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", log_every=1)
 
@@ -106,8 +106,8 @@ def uninterrupted(smoke_corpus, tmp_path_factory):
 
 @pytest.mark.ray
 def test_pretraining_writes_a_registered_model_with_eval_metrics_and_tensorboard(uninterrupted, smoke_corpus):
-    from alignlab.platform.pretrain.models import list_models
     from alignlab.platform.pretrain.driver import pretrain
+    from alignlab.platform.pretrain.models import list_models
 
     ev = json.loads((uninterrupted / "final" / "eval.json").read_text())
     assert ev["step"] == SMOKE.max_steps
@@ -133,10 +133,10 @@ def test_a_ctrl_c_after_pretraining_under_ray_train_stops_the_driver_with_keyboa
 
 @pytest.mark.ray
 def test_pretraining_prints_and_records_the_precision_it_trains_at(smoke_corpus, tmp_path, capsys):
-    from alignlab.platform.data.corpus import load_manifest
-    from alignlab.platform.pretrain.pretrain import resolve_precision
-    from alignlab.platform.pretrain.models import list_models, model_id
+    from alignlab.platform.corpus.corpus import load_manifest
     from alignlab.platform.pretrain.driver import pretrain
+    from alignlab.platform.pretrain.models import list_models, model_id
+    from alignlab.platform.pretrain.pretrain import resolve_precision
 
     cfg = dataclasses.replace(SMOKE, precision="auto", max_steps=2, checkpoint_every=2)
     used = resolve_precision(cfg).precision  # bf16 on a CPU where it trains faster, fp32 elsewhere
@@ -215,8 +215,8 @@ def test_a_train_worker_reading_and_collating_on_its_training_thread_trains_the_
 
 @pytest.mark.ray
 def test_rerunning_after_a_failed_run_continues_at_the_exact_step(uninterrupted, smoke_corpus, tmp_path):
-    from alignlab.platform.pretrain.models import is_finished
     from alignlab.platform.pretrain.driver import pretrain
+    from alignlab.platform.pretrain.models import is_finished
 
     with pytest.raises(Exception):
         pretrain(smoke_corpus, SMOKE, tmp_path, max_failures=0, after_step=crash_once_at(11))
@@ -241,8 +241,8 @@ def test_bad_pretraining_requests_get_clear_errors(smoke_corpus, tmp_path):
 
 @pytest.mark.ray
 def test_whp_on_a_web_only_corpus_is_refused_before_training(ray_session, tmp_path):
+    from alignlab.platform.corpus.corpus import build_corpus
     from alignlab.platform.presets import CORPUS_PRESETS
-    from alignlab.platform.data.corpus import build_corpus
     from alignlab.platform.pretrain.driver import pretrain
 
     f = tmp_path / "web.txt"

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from alignlab.platform.fel.finetune_config import FinetuneConfig
-from alignlab.platform.fel.protocol import NUM_FOLDS, TaskData, calculations, fel_split
 from alignlab.objectives.ad_data import ADExample
 from alignlab.objectives.ct_data import CTExample
+from alignlab.platform.fel.finetune_config import FinetuneConfig
+from alignlab.platform.fel.protocol import calculations, fel_split
+from alignlab.platform.tasks.task_data import NUM_FOLDS, TaskData
 
 NUM_SNIPPETS = 40
 NUM_POOL, NUM_TEST = 30, 12

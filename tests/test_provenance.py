@@ -8,8 +8,8 @@ import re
 
 from toy_study import write_toy_study
 
-from alignlab.platform.provenance import code_commit, describe_commit, provenance
 from alignlab.platform.report.report import collect_results, write_report
+from alignlab.platform.runtime.provenance import code_commit, describe_commit, provenance
 
 
 def test_the_provenance_names_this_checkouts_commit_the_machine_and_the_versions():

@@ -9,7 +9,6 @@ import json
 
 import pytest
 
-from alignlab.platform import registry as _registry  # noqa: F401 -- objective names resolve through it
 from alignlab.platform.presets import PRETRAIN_PRESETS
 
 ONE = dataclasses.replace(PRETRAIN_PRESETS["smoke"], cpus_per_worker=0.25, threads_per_worker=1)

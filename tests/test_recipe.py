@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from alignlab.platform.config import MODEL_SIZES, PretrainConfig
+from alignlab.platform.encoder.model import Encoder
 from alignlab.platform.presets import PRETRAIN_PRESETS
-from alignlab.platform.model import Encoder
 from alignlab.platform.pretrain.pretrain import Pretrainer, lr_lambda, make_optimizer
 
 from tiny_model import batches, tiny_pretrained, tiny_tokenizer
@@ -73,7 +73,7 @@ def test_dropout_zero_gives_identical_outputs_in_train_and_eval_mode(norm):
 
 def _count_sdpa(monkeypatch) -> list:
     """Calls of SDPA from the model's attention (the real function still runs)."""
-    import alignlab.platform.model as model_mod
+    import alignlab.platform.encoder.model as model_mod
 
     calls, real = [], torch.nn.functional.scaled_dot_product_attention
 
@@ -87,7 +87,7 @@ def _count_sdpa(monkeypatch) -> list:
 
 @pytest.mark.parametrize("mask", ["none", "padding", "distance_bias"])
 def test_bf16_training_attention_is_written_out_and_matches_sdpa_in_outputs_and_gradients(mask, monkeypatch):
-    from alignlab.platform.model import EncoderLayer
+    from alignlab.platform.encoder.model import EncoderLayer
 
     ids, seg = _inputs(T=16, B=3)
     cfg = dataclasses.replace(TINY, alibi=2.0 if mask == "distance_bias" else 0.0, dropout=0.0)
@@ -182,7 +182,7 @@ def test_the_masking_curriculum_draws_uniform_masks_first_then_mlms_own_and_eval
     from tiny_model import real_texts
 
     from alignlab.objectives.masked_lm import MaskedLMConfig
-    from alignlab.platform.data.tokenizer import Tokenizer
+    from alignlab.platform.encoder.tokenizer import Tokenizer
 
     tok = tiny_tokenizer(tmp_path)  # then the corpus's token counts next to it, as a corpus build saves them
     counts = np.bincount([i for t in real_texts() for i in tok.sp.encode(t)], minlength=tok.vocab_size)
@@ -207,7 +207,6 @@ def test_the_masking_curriculum_draws_uniform_masks_first_then_mlms_own_and_eval
 
 
 def test_the_masking_curriculum_names_another_model_only_when_it_is_on():
-    from alignlab.platform import registry  # noqa: F401 -- objective names resolve through it
     from alignlab.platform.pretrain.models import model_id
 
     paper = PRETRAIN_PRESETS["paper"]
@@ -235,7 +234,7 @@ def test_bad_recipe_values_are_refused_naming_the_field(bad, match):
 
 
 def test_sinusoidal_positions_are_the_scaled_sinusoids_and_no_training_step_moves_them():
-    from alignlab.platform.model import sinusoids
+    from alignlab.platform.encoder.model import sinusoids
 
     tok = tiny_tokenizer_for_recipe()
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp", precision="fp32", lr=1e-2,
@@ -257,7 +256,6 @@ def test_sinusoidal_positions_are_the_scaled_sinusoids_and_no_training_step_move
 
 
 def test_the_position_kind_names_another_model_only_when_it_is_not_the_default_learned_table():
-    from alignlab.platform import registry  # noqa: F401 -- objective names resolve through it
     from alignlab.platform.pretrain.models import model_id
 
     paper = PRETRAIN_PRESETS["paper"]
@@ -340,11 +338,11 @@ CRAMMED = dict(model=dataclasses.replace(TINY, norm="pre", dropout=0.0, alibi=1.
 
 
 def test_a_crammed_model_finetunes_and_its_fast_predictor_matches_the_module_forward(tmp_path):
-    from alignlab.platform.presets import FINETUNE_PRESETS
     from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained, save_finetuned
     from alignlab.platform.fel.inference import Predictor
-    from alignlab.platform.task import load_examples
-    from alignlab.platform.fel.protocol import SHIPPED_TASK_DATA
+    from alignlab.platform.presets import FINETUNE_PRESETS
+    from alignlab.platform.tasks.task import load_examples
+    from alignlab.platform.tasks.task_data import SHIPPED_TASK_DATA
 
     mdir = tiny_pretrained(tmp_path, steps=4, **CRAMMED)
     pre = load_pretrained(mdir)
@@ -356,7 +354,7 @@ def test_a_crammed_model_finetunes_and_its_fast_predictor_matches_the_module_for
     fdir = save_finetuned(tmp_path, pre, cfg, result)
     pred = Predictor.load(fdir)
     model = pred.ft.model.eval()
-    from alignlab.platform.fel.task_kinds import query_input as ct_input
+    from alignlab.platform.tasks.task_kinds import query_input as ct_input
 
     words = list(examples[60].tokens)
     ids, first = ct_input(pred.tok, words, model.cfg.max_len)
@@ -372,9 +370,9 @@ def test_a_crammed_model_finetunes_and_its_fast_predictor_matches_the_module_for
 def test_a_crammed_recipe_pretrains_under_ray_train_and_its_id_names_the_recipe(smoke_corpus, tmp_path):
     import json
 
-    from alignlab.platform.data.corpus import load_manifest
-    from alignlab.platform.pretrain.models import model_id
+    from alignlab.platform.corpus.corpus import load_manifest
     from alignlab.platform.pretrain.driver import pretrain
+    from alignlab.platform.pretrain.models import model_id
 
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", max_steps=4,
                               checkpoint_every=4, precision="fp32", **CRAMMED)

@@ -38,7 +38,8 @@ def test_a_budget_that_the_validation_split_takes_whole_is_refused_naming_the_bu
 
 
 def test_the_smallest_budget_the_message_names_does_train_and_the_one_below_does_not(tiny_root):
-    from alignlab.platform.fel.protocol import TaskData, fel_split
+    from alignlab.platform.fel.protocol import fel_split
+    from alignlab.platform.tasks.task_data import TaskData
 
     _, _, tdir = tiny_root
     data = TaskData.load(tdir)
@@ -74,7 +75,7 @@ def test_a_registry_entry_whose_config_is_damaged_is_listed_as_broken_naming_the
 
 
 def _study_with_trial(tmp_path: Path, text: str) -> tuple[Path, str]:
-    from alignlab.platform.storage import write_json
+    from alignlab.platform.storage.root import write_json
 
     sdir = tmp_path / "root" / "studies" / "cut"
     cid = "ct-0123456789ab"
@@ -88,8 +89,8 @@ def _study_with_trial(tmp_path: Path, text: str) -> tuple[Path, str]:
 
 @pytest.mark.parametrize("text", ["", '{"calc_id": "ct-01'])
 def test_a_zero_length_trial_file_is_named_by_the_report_and_a_rerun_runs_its_calculation_again(tmp_path, text):
-    from alignlab.platform.storage import as_storage
     from alignlab.platform.fel.trial_files import finished_calculations
+    from alignlab.platform.storage.root import as_storage
 
     sdir, cid = _study_with_trial(tmp_path, text)
     code, out = _run(ALIGNLAB + ["report", str(sdir)], tmp_path)
@@ -112,13 +113,13 @@ def test_a_calculation_that_runs_out_of_memory_fails_alone_is_reported_and_a_rer
     trial writes its file as a failure with the reason, the report lists it, and it does not count as finished."""
     import torch
 
-    from alignlab.platform.fel import finetune
     from alignlab.platform.config import to_dict
-    from alignlab.platform.report.report import collect_results, write_report
-    from alignlab.platform.storage import as_storage, read_json, study_dir, write_json
-    from alignlab.platform.study.spec import calc_id
-    from alignlab.platform.study.grid import run_one
+    from alignlab.platform.fel import finetune
     from alignlab.platform.fel.trial_files import finished_calculations
+    from alignlab.platform.report.report import collect_results, write_report
+    from alignlab.platform.storage.root import as_storage, read_json, study_dir, write_json
+    from alignlab.platform.study.grid import run_one
+    from alignlab.platform.study.spec import calc_id
 
     root, mdir, tdir = tiny_root
     st, sdir = as_storage(root), study_dir(root, "oom")

@@ -30,9 +30,9 @@ def test_a_pretraining_run_that_runs_out_of_memory_stops_at_once_naming_the_mode
     same batch on the same device would run out of memory again, for ever."""
     from fault_hooks import OutOfMemoryAt, registered
 
-    from alignlab.platform.out_of_memory import RECORD, OutOfMemory
-    from alignlab.platform.pretrain.models import is_finished
     from alignlab.platform.pretrain.driver import pretrain
+    from alignlab.platform.pretrain.models import is_finished
+    from alignlab.platform.runtime.out_of_memory import RECORD, OutOfMemory
 
     cfg, root, out = _cfg(), tmp_path / "root", tmp_path / "out"
     out.mkdir()
@@ -57,9 +57,9 @@ def test_one_of_two_data_parallel_workers_running_out_of_memory_ends_the_run_and
         ray_session, smoke_corpus, tmp_path):
     from fault_hooks import OutOfMemoryAt, registered
 
-    from alignlab.platform.out_of_memory import OutOfMemory
-    from alignlab.platform.pretrain.models import is_finished
     from alignlab.platform.pretrain.driver import pretrain
+    from alignlab.platform.pretrain.models import is_finished
+    from alignlab.platform.runtime.out_of_memory import OutOfMemory
 
     cfg, root, out = _cfg(num_workers=2, cpus_per_worker=0.5), tmp_path / "root", tmp_path / "out"
     out.mkdir()
@@ -103,9 +103,9 @@ def test_a_disk_that_fills_while_a_checkpoint_is_written_names_the_folder_and_th
 
     from fault_hooks import FillDiskAt, Probe, registered
 
-    from alignlab.platform.errors import _describe
-    from alignlab.platform.pretrain.models import is_finished
     from alignlab.platform.pretrain.driver import pretrain
+    from alignlab.platform.pretrain.models import is_finished
+    from alignlab.platform.runtime.errors import _describe
 
     cfg, root, out = _cfg(), small_disk / "root", tmp_path / "out"
     out.mkdir()
@@ -134,8 +134,8 @@ def test_an_empty_run_snapshot_is_rebuilt_from_the_whole_checkpoints_leaving_out
 
     import torch
 
-    from alignlab.platform.run_snapshot import SNAPSHOT, repair
-    from alignlab.platform.storage import as_storage
+    from alignlab.platform.pretrain.run_snapshot import SNAPSHOT, repair
+    from alignlab.platform.storage.root import as_storage
 
     run = tmp_path / "models" / "m" / "ray" / "train"
     names = ["checkpoint_2026-01-01_00-00-01.000000", "checkpoint_2026-01-01_00-00-02.000000",

@@ -16,10 +16,10 @@ from urllib.parse import quote
 
 import pytest
 
-from alignlab.platform import remote_lock
-from alignlab.platform.locks import artifact_lock, lock_path
-from alignlab.platform.remote_lock import LEASE_ENV, lease_seconds
-from alignlab.platform.storage import Storage
+from alignlab.platform.storage.locks import artifact_lock, lock_path
+from alignlab.platform.storage.remote_lock import LEASE_ENV, lease_seconds
+from alignlab.platform.storage import remote_lock
+from alignlab.platform.storage.root import Storage
 from local_cluster import fake_gcs_server, moto_server
 
 PLATFORM = Path(__file__).resolve().parents[1] / "platform"
@@ -27,8 +27,8 @@ AWS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAUL
 
 BUILD = """
 import sys, time
-from alignlab.platform.locks import build_once
-from alignlab.platform.storage import MARKER, resolve_root, write_marker
+from alignlab.platform.storage.locks import build_once
+from alignlab.platform.storage.root import MARKER, resolve_root, write_marker
 
 st, rel = resolve_root(sys.argv[1]), "corpus/c1"
 
@@ -48,8 +48,8 @@ print("have", (st.local / rel / "data.txt").read_text() == "x" * 1000, flush=Tru
 HOLD = """
 import sys, time
 from pathlib import Path
-from alignlab.platform.locks import artifact_lock
-from alignlab.platform.storage import Storage
+from alignlab.platform.storage.locks import artifact_lock
+from alignlab.platform.storage.root import Storage
 
 # The Storage made directly: the lock is all this holds (pyarrow's GCS client needs real Google credentials).
 with artifact_lock(Storage(sys.argv[1], Path(sys.argv[3])), "model-m", label="[m]"):

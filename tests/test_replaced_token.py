@@ -9,9 +9,9 @@ import torch
 
 from tiny_model import batches, tiny_tokenizer
 
-from alignlab.platform.registry import resolve_objectives
+from alignlab.platform.encoder.model import AlignModel
+from alignlab.platform.encoder.registry import resolve_objectives
 from alignlab.platform.presets import PRETRAIN_PRESETS
-from alignlab.platform.model import AlignModel
 from alignlab.platform.pretrain.pretrain import Pretrainer
 
 ALL = "mlm,nsp,whp,pad,rtd"
@@ -80,7 +80,7 @@ def test_rtd_trains_with_every_other_objective_and_its_generator_and_discriminat
 
 
 def test_rtd_alone_and_an_untied_generator_of_a_chosen_width(tok):
-    from alignlab.platform.registry import objective_config
+    from alignlab.platform.encoder.registry import objective_config
 
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], precision="fp32",
                               objectives=(objective_config("rtd", generator_hidden=16, tie_embeddings=False),))

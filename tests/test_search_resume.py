@@ -14,9 +14,10 @@ import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
+from alignlab.platform.storage.optuna_place import study_place
 from alignlab.platform.study import optuna_study as os_
 from alignlab.platform.study.optuna_study import (DRIVER, INTERRUPTED, RETRY_OF, DriverSession, open_study,
-                                                  recover_interrupted, study_place, trial_counts)
+                                                  recover_interrupted, trial_counts)
 
 SPACE = {"lr": FloatDistribution(0.0, 1.0)}
 

@@ -1,5 +1,5 @@
 """The `software` corpus source: PyPI package summaries shipped with alignlab, the software-domain part of the
-mini corpus (platform/data/corpus_data/README.md). They must never hold a FEL test text, and a corpus built with them
+mini corpus (platform/sources/corpus_data/README.md). They must never hold a FEL test text, and a corpus built with them
 must train MLM and NSP on them without link labels."""
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from alignlab.platform.data.corpus_config import CorpusConfig, SourceSpec
+from alignlab.platform.corpus.corpus_config import CorpusConfig, SourceSpec
+from alignlab.platform.corpus.corpus_identity import corpus_id, source_fingerprint
 from alignlab.platform.presets import CORPUS_PRESETS
-from alignlab.platform.data.corpus_identity import corpus_id, source_fingerprint
-from alignlab.platform.data.documents import CorpusInputError
-from alignlab.platform.data.text_files import SOFTWARE_FILE, read_software
-from alignlab.platform.data.sources import iter_documents
+from alignlab.platform.sources.documents import CorpusInputError
+from alignlab.platform.sources.sources import iter_documents
+from alignlab.platform.sources.text_files import SOFTWARE_FILE, read_software
 
 NPM = Path(__file__).resolve().parents[1] / "objectives" / "task_data" / "npm"
 STOP = frozenset("""a an the for to of with and in on from by your you that this is are it as or into using based
@@ -80,7 +80,7 @@ def test_the_mini_corpus_is_wikipedia_plus_software_and_is_named_by_the_files_co
 
 @pytest.mark.ray
 def test_a_corpus_with_the_software_source_trains_mlm_on_it_without_link_labels(ray_session, tmp_path):
-    from alignlab.platform.data.corpus import build_corpus
+    from alignlab.platform.corpus.corpus import build_corpus
 
     cfg = dataclasses.replace(CORPUS_PRESETS["smoke"], sources=(SourceSpec(name="bundled"), SourceSpec(name="software")),
                               max_docs_per_lang=300, hold_out_tasks=False)

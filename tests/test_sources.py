@@ -7,11 +7,11 @@ from xml.sax.saxutils import escape
 
 import pytest
 
-from alignlab.platform.data.documents import CorpusInputError, Document, Link
-from alignlab.platform.data.sources import (build_title_matcher, iter_documents, link_density, read_bundled,
+from alignlab.platform.sources.documents import CorpusInputError, Document, Link
+from alignlab.platform.sources.sources import (build_title_matcher, iter_documents, link_density, read_bundled,
                                             reconstruct_links, surface_form)
-from alignlab.platform.data.text_files import read_web
-from alignlab.platform.data.wikidump import read_wikidump, wikitext_to_text
+from alignlab.platform.sources.text_files import read_web
+from alignlab.platform.sources.wikidump import read_wikidump, wikitext_to_text
 
 BRAZIL_WIKITEXT = """{{Infobox country|name={{lang|pt|Brasil}}|capital=[[Brasília]]}}
 '''Brazil''' is a country whose largest city is [[São Paulo]].<ref>Census {{cite web|url=x}}</ref> Its capital is [[Brasília|the capital]]<ref name="b"/>.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from alignlab.platform.storage import Storage, resolve_root
+from alignlab.platform.storage.root import Storage, resolve_root
 
 
 def test_a_relative_path_and_a_file_uri_are_the_same_local_root(tmp_path, monkeypatch):

@@ -83,8 +83,8 @@ def test_a_presets_objective_settings_carry_over_to_the_studys_objective_subsets
     from alignlab.objectives.masked_lm import MaskedLMConfig
     from alignlab.objectives.pseudo_acronym import PseudoAcronymConfig
     from alignlab.platform import presets
+    from alignlab.platform.encoder.registry import objectives_like, resolve_objectives
     from alignlab.platform.presets import PRETRAIN_PRESETS
-    from alignlab.platform.registry import objectives_like, resolve_objectives
 
     base = dataclasses.replace(PRETRAIN_PRESETS["mini"], objectives=resolve_objectives(
         ["mlm", "nsp", "whp", PseudoAcronymConfig(chunk_labels=True)]))
@@ -126,9 +126,9 @@ def test_finetune_search_runs_one_honest_search_per_task():
 
 
 def _task_data():
-    from alignlab.platform.fel.protocol import TaskData
     from alignlab.objectives.ad_data import ADExample
     from alignlab.objectives.ct_data import CTExample
+    from alignlab.platform.tasks.task_data import TaskData
 
     ad = [ADExample(acr, f"snippet {i} of the acronym study", label) for i in range(300)
           for acr, label in ((f"s{i}a", 1), (f"s{i}b", 0))]
@@ -207,8 +207,8 @@ def test_a_study_rejects_a_baseline_that_has_no_calculations():
 
 @pytest.mark.ray
 def test_finetune_search_at_smoke_runs_end_to_end_on_ray(ray_session, storage_root):
+    from alignlab.platform.storage.root import read_json
     from alignlab.platform.study.run import run_study
-    from alignlab.platform.storage import read_json
 
     study = load_script("finetune_search").build("smoke")
     # One task's search keeps the test short; the script searches both. Eight trials, one at a time (so the
@@ -245,8 +245,8 @@ def test_finetune_search_at_smoke_runs_end_to_end_on_ray(ray_session, storage_ro
 def test_a_named_precision_trains_the_models_auto_trains_on_that_kind_of_cpu_under_its_own_study(tmp_path,
                                                                                                  monkeypatch):
     from alignlab.platform.pretrain import pretrain
-    from alignlab.platform.study import run as study_run
     from alignlab.platform.pretrain.models import model_id
+    from alignlab.platform.study import run as study_run
     from alignlab.platform.study.spec import with_precision
 
     script = load_script("objective_ablation")

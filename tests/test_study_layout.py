@@ -7,7 +7,6 @@ import dataclasses
 
 import pytest
 
-import alignlab.platform.registry  # noqa: F401  (the presets resolve their objectives through it)
 from alignlab.platform.study.layout import MAX_MODELS_PER_GPU, models_per_gpu, pack, side_by_side, wall_hours
 
 

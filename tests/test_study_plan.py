@@ -37,9 +37,9 @@ def test_a_dry_run_on_an_empty_root_lists_every_model_and_calculation_as_to_make
 @pytest.fixture(scope="module")
 def trained(smoke_corpus, storage_root):
     """The smoke objective ablation's first model, pretrained for real at the session's root."""
-    from alignlab.platform.study.spec import with_precision
     from alignlab.platform.config import check_preset
     from alignlab.platform.pretrain.driver import pretrain
+    from alignlab.platform.study.spec import with_precision
 
     study = with_precision(_build("objective_ablation")(check_preset("smoke")), "auto")
     return study, pretrain(smoke_corpus, study.models[0].pretrain, storage_root)
@@ -51,7 +51,7 @@ def test_a_smoke_run_records_its_throughput_in_eval_json_and_tensorboard(trained
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from alignlab.platform.throughput import encoder_flops_per_token
+    from alignlab.platform.runtime.throughput import encoder_flops_per_token
 
     study, mdir = trained
     tp = json.loads((mdir / "final" / "eval.json").read_text())["throughput"]
@@ -105,10 +105,11 @@ def test_the_paper_plan_on_an_h100_counts_each_models_flops_and_the_mfu_its_esti
     """The one FLOP count (docs/throughput.md#the-flop-count) in the plan: each model's FLOPs with full rows at the
     paper corpus's 111K vocabulary, and the MFU that the device-hours estimate implies on the device's peak."""
     from alignlab.platform.cli import main
+    from alignlab.platform.config import check_preset
+    from alignlab.platform.runtime.throughput import MEASURED
+    from alignlab.platform.pretrain.cost import expected_run_flops
     from alignlab.platform.study.plan import study_plan
     from alignlab.platform.study.spec import with_precision
-    from alignlab.platform.config import check_preset
-    from alignlab.platform.throughput import MEASURED, expected_run_flops
 
     study = with_precision(_build("objective_ablation")(check_preset("paper")), "auto")
     plan = study_plan(study, tmp_path / "root", device="H100")

@@ -10,15 +10,16 @@ import pytest
 
 from alignlab.objectives import ad_data as AD
 from alignlab.objectives import ct_data as CT
+from alignlab.objectives import bracketed
 from alignlab.objectives.ad_data import ADExample
 from alignlab.objectives.ad_mining import matches_a_span
 from alignlab.objectives.ct_data import CTExample
-from alignlab.objectives import bracketed
-from alignlab.platform import task as T
 from alignlab.platform.cli import main
-from alignlab.platform.fel.protocol import SHIPPED_TASK_DATA, context_free_baselines
-from alignlab.platform.fel.task_files import TaskDataError
-from alignlab.platform.data.text import words_of
+from alignlab.platform.fel.protocol import context_free_baselines
+from alignlab.platform.sources.text import words_of
+from alignlab.platform.tasks import task as T
+from alignlab.platform.tasks.task_data import SHIPPED_TASK_DATA
+from alignlab.platform.tasks.task_files import TaskDataError
 
 NPM = SHIPPED_TASK_DATA
 

@@ -1,4 +1,4 @@
-"""Tasks from files (platform/fel/task_kinds.py): the three kinds' validation with FILE:LINE, heads made from the
+"""Tasks from files (platform/tasks/task_kinds.py): the three kinds' validation with FILE:LINE, heads made from the
 data, context-free baselines, entity span F1, a full FEL calculation of each kind on a tiny real model, and the
 study transform that gives a declared task rows of its own."""
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from alignlab.platform.task import task, task_names
-from alignlab.platform.fel.task_files import TaskDataError
-from alignlab.platform.fel.task_kinds import declarations, declare_all, declare_task, undeclare
-from alignlab.platform.fel.task_kind_data import is_span_scheme
+from alignlab.platform.tasks.task import task, task_names
+from alignlab.platform.tasks.task_files import TaskDataError
+from alignlab.platform.tasks.task_kind_data import is_span_scheme
+from alignlab.platform.tasks.task_kinds import declarations, declare_all, declare_task, undeclare
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "software_ner"
@@ -144,9 +144,9 @@ def test_a_name_taken_by_other_files_is_refused(declared, tmp_path):
 @pytest.mark.parametrize("kind", ["sequence", "pair", "tagging"])
 def test_a_calculation_of_each_kind_runs_on_a_tiny_model_and_keeps_the_aligned_head_only_when_it_fits(
         declared, tmp_path, kind):
-    from alignlab.platform.presets import FINETUNE_PRESETS
     from alignlab.platform.fel.finetune import build_task_model, finetune_calculation, load_pretrained
     from alignlab.platform.fel.protocol import test_unit_metrics
+    from alignlab.platform.presets import FINETUNE_PRESETS
 
     from tests.tiny_model import tiny_pretrained
 

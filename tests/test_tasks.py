@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from alignlab.platform.data.documents import Document
 from alignlab.objectives.ad_data import ADExample, build_ad_dataset, letters_only_ad_baseline
 from alignlab.objectives.ad_mining import (ACRONYM_MINOR_WORDS, find_acronym_pairs, is_initialism, matches_a_span,
                                            schwartz_hearst_long_form)
 from alignlab.objectives.ct_data import (CT_PATTERNS, PAPER_CT_TAG_FRACTIONS, STOPWORDS, TAGS,
                                          CTExample, build_ct_dataset, concepts_from_documents, content_words,
                                          lexicon_ct_baseline, tag_sequence_problems)
-from alignlab.platform.fel.task_files import TaskDataError, majority_baseline, write_jsonl
-from alignlab.platform.task import check_disjoint, load_examples, validate_file
-from alignlab.platform.data.text import LETTERS, first_letters, occurs_as_word, words_of
+from alignlab.platform.sources.documents import Document
+from alignlab.platform.sources.text import LETTERS, first_letters, occurs_as_word, words_of
+from alignlab.platform.tasks.task import check_disjoint, load_examples, validate_file
+from alignlab.platform.tasks.task_files import TaskDataError, majority_baseline, write_jsonl
 
 
 def _write(path: Path, lines: list) -> Path:
@@ -401,7 +401,7 @@ def _bundled_summaries(lang_file: str, limit: int) -> list[Document]:
 def bundled_ad():
     """The AD dataset built (seed 0, defaults) from all bundled summaries in read_bundled()'s order
     (en, es, fr), as the protocol builds it; built once for the module."""
-    from alignlab.platform.data.sources import read_bundled
+    from alignlab.platform.sources.sources import read_bundled
 
     return build_ad_dataset(read_bundled(), seed=0)
 

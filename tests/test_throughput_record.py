@@ -7,8 +7,9 @@ import dataclasses
 
 import pytest
 
-from alignlab.platform.throughput import (MEASURED, batch_flops, encoder_flops_per_token, estimate_device_hours,
-                                          expected_run_flops, peak_flops, same_device, summary)
+from alignlab.platform.pretrain.cost import expected_run_flops
+from alignlab.platform.runtime.throughput import (MEASURED, batch_flops, encoder_flops_per_token, estimate_device_hours,
+                                                  peak_flops, same_device, summary)
 
 
 def test_the_encoder_costs_six_times_its_matrices_plus_the_attention_term_per_token():
@@ -37,9 +38,9 @@ def test_a_768x3_batch_costs_the_hand_counted_flops_at_a_32k_and_a_111k_vocabula
     7 tokens, NSP and PAD one [CLS] each: counted by hand, then by the objectives' own `head_flops` on the batch."""
     import torch
 
-    from alignlab.platform.batching import IGNORE
+    from alignlab.platform.encoder.batching import IGNORE
+    from alignlab.platform.encoder.registry import objective_config
     from alignlab.platform.presets import MODEL_SIZES
-    from alignlab.platform.registry import objective_config
 
     m = MODEL_SIZES["768x3"]
     assert (m.hidden, m.num_layers, m.ffn) == (768, 3, 3072)
@@ -61,8 +62,8 @@ def test_a_768x3_batch_costs_the_hand_counted_flops_at_a_32k_and_a_111k_vocabula
 
 
 def test_every_bundled_objective_counts_its_heads_flops():
+    from alignlab.platform.encoder.registry import is_plugin, objective_class, registered
     from alignlab.platform.presets import MODEL_SIZES
-    from alignlab.platform.registry import is_plugin, objective_class, registered
 
     for name, cls in registered().items():
         if not is_plugin(cls):
@@ -122,10 +123,10 @@ def test_a_plan_estimates_from_measured_rates_and_says_where_they_come_from():
 def test_the_loop_counts_real_tokens_rows_and_each_batchs_flops_and_a_resume_keeps_them(smoke_corpus):
     import pyarrow.parquet as pq
 
+    from alignlab.platform.encoder.tokenizer import Tokenizer
     from alignlab.platform.presets import PRETRAIN_PRESETS
-    from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows
     from alignlab.platform.pretrain.loop import train_loop
-    from alignlab.platform.data.tokenizer import Tokenizer
+    from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows
 
     # Each batch collated at its own step, in stream order (no length bucketing), so a fresh trainer remakes them.
     cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], max_steps=3, checkpoint_every=3, log_every=1,

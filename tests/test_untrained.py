@@ -40,7 +40,7 @@ def test_alignlab_pretrain_objectives_none_writes_the_initial_weights_without_tr
     assert ev["step"] == 0 and ev["throughput"]["device_hours"] == 0.0 and "ray" not in {
         p.name for p in (storage_root / "models" / mid).iterdir()}, "no Train run: nothing was trained"
     # The weights are exactly what a Train worker builds first with that seed.
-    from alignlab.platform.data.tokenizer import Tokenizer
+    from alignlab.platform.encoder.tokenizer import Tokenizer
     from alignlab.platform.pretrain.pretrain import Pretrainer
 
     cfg = untrained(PRETRAIN_PRESETS["smoke"])

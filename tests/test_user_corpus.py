@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from alignlab.platform.data.documents import CorpusInputError, Link
-from alignlab.platform.data.text_files import read_web
+from alignlab.platform.sources.documents import CorpusInputError, Link
+from alignlab.platform.sources.text_files import read_web
 
 
 def test_a_folder_of_text_jsonl_and_parquet_documents_is_read_with_its_link_spans(tmp_path):

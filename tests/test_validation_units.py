@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alignlab.platform.fel.finetune_config import FinetuneConfig
-from alignlab.platform.fel.protocol import TaskData, calculations, fel_split, validation_split
 from alignlab.objectives.ad_data import ADExample
 from alignlab.objectives.ct_data import CTExample
+from alignlab.platform.fel.finetune_config import FinetuneConfig
+from alignlab.platform.fel.protocol import calculations, fel_split, validation_split
+from alignlab.platform.tasks.task_data import TaskData
 
 
 def _ad(num_snippets: int = 60) -> list[ADExample]:

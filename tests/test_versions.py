@@ -63,11 +63,11 @@ def _check(key: str, now: dict, constant: str, where: str, same) -> None:
 def _smoke_corpus_rows(tmp: Path) -> list[dict]:
     """The labelled rows of a small bundled corpus, made by the corpus stage's own code without Ray: staging
     (`stage_documents`), the objectives' fit, the tokenizer, and `ChunkLabeler` called as Ray Data calls it."""
-    from alignlab.platform.data.corpus import ChunkLabeler
-    from alignlab.platform.data.corpus_sources import stage_documents
-    from alignlab.platform.registry import corpus_labellers
-    from alignlab.platform.data.sources import read_bundled
-    from alignlab.platform.data.tokenizer import train_tokenizer
+    from alignlab.platform.corpus.corpus import ChunkLabeler
+    from alignlab.platform.corpus.corpus_sources import stage_documents
+    from alignlab.platform.encoder.registry import corpus_labellers
+    from alignlab.platform.encoder.tokenizer import train_tokenizer
+    from alignlab.platform.sources.sources import read_bundled
 
     cfg = dataclasses.replace(CORPUS_PRESETS["smoke"], max_docs_per_lang=60, vocab_size=400, docs_per_shard=40,
                               allow_smaller_vocab=True)
@@ -86,13 +86,13 @@ def _smoke_corpus_rows(tmp: Path) -> list[dict]:
 
 
 def test_labelled_shards_change_only_with_the_corpus_code_version(tmp_path):
-    from alignlab.platform.data.corpus_identity import CORPUS_CODE_VERSION
+    from alignlab.platform.corpus.corpus_identity import CORPUS_CODE_VERSION
 
     rows = _smoke_corpus_rows(tmp_path)
     assert len(rows) > 50
     digest = hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()
     _check("corpus rows", {"version": CORPUS_CODE_VERSION, "rows": len(rows), "sha256": digest},
-           "CORPUS_CODE_VERSION", "platform/data/corpus_identity.py", lambda g, n: g == n)
+           "CORPUS_CODE_VERSION", "platform/corpus/corpus_identity.py", lambda g, n: g == n)
 
 
 # ---------------------------------------------------------------- pretraining: model, objectives, collation, optimizer

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from alignlab.platform.config import config_hash
+from alignlab.platform.encoder.tokenizer import Tokenizer, train_tokenizer
 from alignlab.platform.presets import PRETRAIN_PRESETS
-from alignlab.platform.data.tokenizer import Tokenizer, train_tokenizer
 
 NPM_TEXTS = Path(__file__).resolve().parents[1] / "objectives" / "task_data" / "npm" / "ct_texts.txt"
 
@@ -70,9 +70,9 @@ def batches(tok: Tokenizer, batch_size: int = 16, num: int = 4) -> list[dict]:
 
 def tiny_pretrained(root: Path, objectives: str = "mlm,nsp,whp,pad", steps: int = 3, **overrides) -> Path:
     """A finished model folder `<root>/models/<id>/` (final/model.pt, model_config.json, tokenizer.model)."""
-    from alignlab.platform.pretrain.pretrain import Pretrainer
     from alignlab.platform.pretrain.models import export_final
-    from alignlab.platform.storage import write_json
+    from alignlab.platform.pretrain.pretrain import Pretrainer
+    from alignlab.platform.storage.root import write_json
 
     from alignlab.platform.config import to_dict
 

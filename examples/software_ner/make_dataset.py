@@ -1,6 +1,6 @@
 """Make the worked example of docs/your_task.md: a small BIO-tagged token-tagging set from PyPI package summaries.
 
-Source: platform/data/corpus_data/software_summaries.txt (PyPI package summaries shipped with alignlab; one
+Source: platform/sources/corpus_data/software_summaries.txt (PyPI package summaries shipped with alignlab; one
 `name<TAB>summary` a line). Labels: silver, not hand-made -- each summary word sequence matching an entry of
 the lists below is tagged B-/I-LANG (a programming or markup language) or B-/I-TECH (a framework, service or
 tool); case-insensitive, trailing punctuation ignored; everything else is O. A summary is kept when it has 4 to

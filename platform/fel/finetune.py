@@ -18,7 +18,7 @@ on the selection split, and training goes on until BOTH have stopped improving f
 (or to `max_epochs`), so the best-accuracy column is the best of a run that was not cut short at the
 perplexity's stopping point; "epochs" is the 1-based epoch of the best selection perplexity.
 Metrics: accuracy, and perplexity = exp(mean cross-entropy), over the task's scored units (`Task.unit`).
-Tasks are objects (`alignlab.platform.task`): this module looks them up by the config's name and never
+Tasks are objects (`alignlab.platform.tasks.task`): this module looks them up by the config's name and never
 asks which task it is handling.
 A task's own options (`FinetuneConfig.task_options`, `Task.finetune_options`) reach only its input encoding.
 Device (`device`, default "cpu"): the model, the cached `pred` features and every batch live there ("cuda" in a
@@ -42,16 +42,17 @@ import torch
 import torch.nn.functional as F
 
 from alignlab.platform.config import ModelConfig, config_hash, to_dict
+from alignlab.platform.encoder.model import AlignModel
+from alignlab.platform.encoder.tokenizer import Tokenizer, check_model_vocabulary
 from alignlab.platform.fel.finetune_config import FinetuneConfig, finetune_from_dict
 from alignlab.platform.fel.finetune_schemes import MULTITASK, trainable_parameters
 from alignlab.platform.fel.head_input import LAST_LAYER_FIRST_PIECE, HeadInput, fits, reads_of, task_head, widened
-from alignlab.platform.model import AlignModel
-from alignlab.platform.storage import MARKER, folder_finished, publish_dir, read_json, write_json, write_marker
-from alignlab.platform.task import Encoded, Task, head_for, registered_tasks, task as task_named
-from alignlab.platform.fel.task_kinds import declarations, declare_all
-from alignlab.platform.fel.task_scoring import (encode_examples, logits_and_labels, UNIT_SCORES, as_task,
-                                                metrics_from_logits, on_device, scores_per_test_unit, unit_vectors)
-from alignlab.platform.data.tokenizer import Tokenizer, check_model_vocabulary
+from alignlab.platform.fel.task_scoring import (encode_examples, logits_and_labels, UNIT_SCORES, metrics_from_logits,
+                                                on_device, scores_per_test_unit, unit_vectors)
+from alignlab.platform.storage.root import MARKER, folder_finished, publish_dir, read_json, write_json, write_marker
+from alignlab.platform.tasks.task import Encoded, Task, head_for, registered_tasks, task as task_named
+from alignlab.platform.tasks.task import as_task
+from alignlab.platform.tasks.task_kinds import declarations, declare_all
 
 
 

@@ -1,25 +1,13 @@
-"""FinetuneConfig: one FEL calculation's settings, and the task registry its names and options are checked
-against (`task.py` sets it). Read through `config` too (`from alignlab.platform.config import FinetuneConfig`)."""
+"""FinetuneConfig: one FEL calculation's settings, its task names and options checked against the task registry
+(`alignlab.platform.tasks.task`)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from alignlab.platform.config import FEATURE_LAYERS, SCHEMES, SELECTION_MODES, WORD_POOLINGS, _choice, _positive
-
-_task_registry: tuple[Callable[[], str], Callable[[], tuple[str, ...]], Callable[[], dict], Callable[[], dict]] | None = None
-
-
-def set_task_registry(default: Callable[[], str], names: Callable[[], tuple[str, ...]],
-                      options: Callable[[], dict], options_in_every_id: Callable[[], dict]) -> None:
-    """`options()`: {name: allowed values, the first the default} of the finetuning options the registered tasks
-    declare (`Task.finetune_options`); `options_in_every_id()`: {name: default} of those hashed into every
-    FinetuneConfig's dict even at their default (`Task.options_in_every_id`)."""
-    global _task_registry
-    _task_registry = (default, names, options, options_in_every_id)
-
+from alignlab.platform.tasks.task import _default_task, finetune_options, options_in_every_id, task_names
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FinetuneConfig:
@@ -64,14 +52,12 @@ class FinetuneConfig:
         that were FinetuneConfig fields before the tasks owned them) are there at their default too, so every
         id made before the move names the same calculation."""
         del out["task_options"]
-        return {**out, **_task_registry[3](), **dict(self.task_options)}
+        return {**out, **options_in_every_id(), **dict(self.task_options)}
 
     def __post_init__(self) -> None:
-        if _task_registry is None:
-            raise ValueError("FinetuneConfig.task: task names need the task registry; import alignlab.platform.task first")
         if not self.task:
-            object.__setattr__(self, "task", _task_registry[0]())
-        _choice(self, "task", _task_registry[1]())
+            object.__setattr__(self, "task", _default_task())
+        _choice(self, "task", task_names())
         _choice(self, "scheme", SCHEMES)
         _choice(self, "selection", SELECTION_MODES)
         object.__setattr__(self, "task_options", _task_options(self.task_options))
@@ -91,7 +77,7 @@ class FinetuneConfig:
 
 def _task_options(given: Any) -> tuple[tuple[str, Any], ...]:
     """Validated (name, value) pairs of the tasks' declared finetuning options, sorted, defaults dropped."""
-    declared = _task_registry[2]()
+    declared = finetune_options()
     out = {}
     for name, value in dict(given).items():
         if name not in declared:

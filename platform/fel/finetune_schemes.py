@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from alignlab.platform.model import AlignModel
+from alignlab.platform.encoder.model import AlignModel
 
 MULTITASK = "mt:pred+trm"
 TRAINS_TRANSFORMER = ("pred+trm", MULTITASK, "pred+trm+emb")

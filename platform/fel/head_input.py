@@ -16,7 +16,7 @@ from torch import nn
 
 from alignlab.platform.config import ModelConfig
 from alignlab.platform.fel.finetune_config import FinetuneConfig
-from alignlab.platform.task import TokenTask
+from alignlab.platform.tasks.task import TokenTask
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from alignlab.platform.encoder.model import Encoder
 from alignlab.platform.fel.finetune import Finetuned, load_finetuned
 from alignlab.platform.fel.head_input import head_input
-from alignlab.platform.model import Encoder
-from alignlab.platform.task import registered_tasks, word_means
+from alignlab.platform.tasks.task import registered_tasks, word_means
 
 
 def _mkl_linear_ok() -> bool:

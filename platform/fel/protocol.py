@@ -1,4 +1,5 @@
-"""The FEL protocol (paper §3.4): the task datasets a study uses, and the ten calculations per data point.
+"""The FEL protocol (paper §3.4): the ten calculations per data point over the task data
+(`alignlab.platform.tasks.task_data`), their splits and the context-free baselines.
 
 - AD: 5-fold cross-validation over snippets (a snippet's positive and negative share a fold) x 2
   seeds; the training set of budget n is sampled from the four training folds, the fifth is the test set.
@@ -11,139 +12,26 @@ In "honest" selection a validation split (`val_fraction` of n) is carved from th
 so the model trains on the rest and the test set only scores the selected epochs.
 Searches (`search_split`, `search_groups`) are nested: a search whose setting is reported on AD's
 fold f samples only from fold f's four training folds; CT's searches sample from the pool.
-Each task object (`alignlab.platform.task`) owns its data layout, folds, searches and baselines; this
+Each task object (`alignlab.platform.tasks.task`) owns its data layout, folds, searches and baselines; this
 module runs the protocol over whichever task a config names.
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import random
 from collections import Counter
-from dataclasses import dataclass
-from pathlib import Path
 
-from alignlab.platform.config import config_hash
 from alignlab.platform.fel.finetune_config import FinetuneConfig
-from alignlab.platform.locks import build_once
-from alignlab.platform.storage import MARKER, as_storage, write_json, write_marker, write_text
-from alignlab.platform.task import Task, registered_tasks
-from alignlab.platform.fel.task_scoring import as_task, evaluate_examples
-from alignlab.platform.fel.task_files import write_jsonl
-from alignlab.platform.fel.task_scoring import UNIT_SCORES
-from alignlab.platform.data.sources import read_bundled
+from alignlab.platform.fel.task_scoring import UNIT_SCORES, evaluate_examples
+from alignlab.platform.tasks.task import Task, as_task, registered_tasks
+from alignlab.platform.tasks.task_data import NUM_FOLDS, TaskData
 
-NUM_FOLDS = 5
 NUM_SEEDS = 2
 
 
 def calculations() -> list[tuple[int, int]]:
     """(fold, seed) of the ten calculations of one data point."""
     return [(fold, seed) for fold in range(NUM_FOLDS) for seed in range(NUM_SEEDS)]
-
-
-# The objectives room (a namespace package: no origin of its own) ships the real-text task data.
-SHIPPED_TASK_DATA = Path(next(iter(importlib.util.find_spec("alignlab.objectives").submodule_search_locations))) / "task_data" / "npm"
-TASK_BUILDER_VERSION = 3
-"""Bumped when build_tasks writes different files for the same arguments (3: hand-labelled CT by default,
-out-of-domain AD, article titles for the gazetteer baseline)."""
-
-
-@dataclass
-class TaskData:
-    tdir: Path
-    files: dict[str, list]
-    """Every registered task's examples by its `Task.data_files` names, also readable as attributes
-    (`data.<name>`): a new task brings its own files without a change here."""
-
-    def __getattr__(self, name: str) -> list:
-        files = self.__dict__.get("files") or {}
-        if name in files:
-            return files[name]
-        raise AttributeError(f"TaskData has no task file named {name!r} (registered: {', '.join(files)})")
-
-    @classmethod
-    def load(cls, tdir: Path) -> "TaskData":
-        """Every registered task's files (`Task.data_files`) from the task folder."""
-        tdir = Path(tdir)
-        fields = {}
-        for t in registered_tasks():
-            for field_name, (fname, required) in t.data_files.items():
-                path = tdir / fname
-                fields[field_name] = t.load_examples(path) if required or path.exists() else []
-        return cls(tdir, fields)
-
-    def extra_tests(self, task: str | Task) -> dict[str, list]:
-        """Test sets every calculation of `task` is also scored on, besides its protocol test set."""
-        return as_task(task).extra_tests(self)
-
-
-def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int | None = None, seed: int = 0,
-                **options) -> Path:
-    """Build (or find) every registered task's data in one folder (`Task.build_data`); the documents a task
-    marks are listed for holdout. `options` are the tasks' own (`Task.build_options`: AD's `target_snippets`,
-    CT's `ct_data`), each at its default unless given."""
-    tasks = registered_tasks()
-    rel, options = tasks_rel(langs=langs, max_docs_per_lang=max_docs_per_lang, seed=seed, **options)
-    st = as_storage(root)
-    tdir = st.local / rel
-    build_once(st, rel.replace("/", "-"), lambda: tasks_finished(st, rel),
-               lambda: _build_tasks(st, rel, tasks, langs, max_docs_per_lang, seed, options), label=f"[{rel}]",
-               leftovers=(f"{rel}/*.tmp", f"{rel}/.*.tmp-*"))
-    return tdir
-
-
-def tasks_rel(*, langs=("en", "es", "fr"), max_docs_per_lang: int | None = None, seed: int = 0,
-              **options) -> tuple[str, dict]:
-    """The task folder (relative to the root) that `build_tasks` with these arguments builds or finds, and the
-    tasks' options completed with their defaults; nothing is built (`alignlab plan` asks this too)."""
-    tasks = registered_tasks()
-    defaults = {k: v for t in tasks for k, v in t.build_options.items()}
-    unknown = sorted(set(options) - set(defaults))
-    if unknown:
-        raise TypeError(f"build_tasks got unknown task options {', '.join(unknown)} (known: {', '.join(defaults)})")
-    options = {**defaults, **options}
-    parts = [t.build_key(options) for t in tasks]  # validates each task's options first
-    key = config_hash({"langs": list(langs), "max_docs": max_docs_per_lang, "seed": seed,
-                       "builder": TASK_BUILDER_VERSION, **{k: v for p in parts for k, v in p.items()}})
-    return "tasks/" + "-".join([*(tag for t in tasks if (tag := t.folder_tag(options))), key]), options
-
-
-def tasks_finished(st, rel: str) -> bool:
-    """Is the task folder `rel` finished at the root (its size marker whole, or, built before markers, its
-    stats.json) and present in this node's cache?"""
-    return st.finished(rel, legacy="stats.json") and st.pull(rel, marker="stats.json")
-
-
-def _build_tasks(st, rel: str, tasks: list, langs, max_docs_per_lang: int | None, seed: int, options: dict) -> None:
-    tdir = st.local / rel
-    docs = list(read_bundled(langs, max_docs_per_lang=max_docs_per_lang))
-    built = [t.build_data(docs, seed=seed, options=options) for t in tasks]
-    tdir.mkdir(parents=True, exist_ok=True)
-    for b in built:
-        for name, content in b.files.items():
-            if isinstance(content, str):
-                write_text(tdir / name, content)
-            else:
-                write_jsonl(tdir / name, content)
-    doc_ids = sorted(set().union(*(b.heldout_doc_ids for b in built)))
-    write_text(tdir / "heldout_doc_ids.txt", "".join(d + "\n" for d in doc_ids))
-    # In name order, so the file is the same however the tasks are registered.
-    stats = dict(sorted(((k, v) for b in built for k, v in b.stats.items()), key=lambda kv: kv[0]))
-    write_json(tdir / "stats.json", {**stats, "heldout_documents": len(doc_ids)})
-    write_marker(tdir)
-    st.push(rel, last=("stats.json", MARKER))
-
-
-def grouped_folds(examples: list, group) -> list[list[int]]:
-    """Example indices per fold; examples of one `group(ex)` land in the same fold (fixed, seed-independent)."""
-    groups = sorted({group(ex) for ex in examples})
-    random.Random(12345).shuffle(groups)
-    fold_of = {g: i % NUM_FOLDS for i, g in enumerate(groups)}
-    folds: list[list[int]] = [[] for _ in range(NUM_FOLDS)]
-    for i, ex in enumerate(examples):
-        folds[fold_of[group(ex)]].append(i)
-    return folds
 
 
 def pool_size(data: TaskData, task: str | Task, fold: int) -> int:

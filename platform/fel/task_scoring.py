@@ -15,16 +15,10 @@ import math
 import torch
 import torch.nn.functional as F
 
+from alignlab.platform.encoder.model import AlignModel
+from alignlab.platform.encoder.tokenizer import Tokenizer
 from alignlab.platform.fel.head_input import head_input
-from alignlab.platform.model import AlignModel
-from alignlab.platform.task import Encoded, Task, task as task_named
-from alignlab.platform.data.tokenizer import Tokenizer
-
-
-def as_task(task: str | Task) -> Task:
-    """A task object: `task` itself when it is one (a trial resolves its task once and passes the object down),
-    else the registered task of that name."""
-    return task if isinstance(task, Task) else task_named(task)
+from alignlab.platform.tasks.task import Encoded, Task, as_task
 
 
 def encode_examples(task: str | Task, examples, tok: Tokenizer, max_len: int, options=()) -> Encoded:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alignlab.platform.storage import Storage, read_json
+from alignlab.platform.storage.root import Storage, read_json
 
 RETRY = "retry_on_rerun"
 """Set in a failed calculation's row when a rerun of the study should run it again (out of memory)."""

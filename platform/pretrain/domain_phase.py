@@ -13,7 +13,7 @@ def check_domain_sources(cfg: PretrainConfig, manifest: dict) -> None:
     """A domain phase needs rows of its sources and of others in the corpus (`PretrainConfig.domain_sources`)."""
     if not cfg.domain_sources:
         return
-    from alignlab.platform.data.corpus import corpus_sources
+    from alignlab.platform.corpus.corpus import corpus_sources
 
     have, where = corpus_sources(manifest), f"corpus {manifest.get('corpus_id')}"
     if have is None:

@@ -11,28 +11,29 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from alignlab.platform.batching import rows_from_arrow
 from alignlab.platform.config import PretrainConfig, pretrain_from_dict, to_dict
-from alignlab.platform.data.corpus_embeddings import WORD_EMBEDDINGS, save, training_sequences, word_embeddings
-from alignlab.platform.locks import build_once
+from alignlab.platform.corpus.corpus import (CORPUS_SMALL_FILES_ONLY, MANIFEST, check_corpus_fills_a_batch, shard_names,
+                                           warn_if_corpus_repeats)
+from alignlab.platform.corpus.corpus_embeddings import WORD_EMBEDDINGS, save, training_sequences, word_embeddings
+from alignlab.platform.encoder.batching import rows_from_arrow
+from alignlab.platform.encoder.tokenizer import Tokenizer
+from alignlab.platform.pretrain import run_snapshot
+from alignlab.platform.pretrain.domain_phase import check_domain_sources, rows_of_sources
+from alignlab.platform.pretrain.loop import NonFiniteLossError, train_loop
 from alignlab.platform.pretrain.models import (DIVERGED, FINAL_MARKER, check_corpus_for, diverged_reason, export_final,
                                                fetch_model, keep_checkpoints_default, model_finished, model_id,
                                                prune_checkpoints)
-from alignlab.platform import out_of_memory, run_snapshot
-from alignlab.platform.disk_space import checkpoint_disk_full, no_space_left
-from alignlab.platform.pretrain.domain_phase import check_domain_sources, rows_of_sources
-from alignlab.platform.pretrain.loop import NonFiniteLossError, train_loop
 from alignlab.platform.pretrain.pretrain import resolve_precision, Pretrainer
-from alignlab.platform.ray_env import own_sigint, ensure_ray, post_progress
-from alignlab.platform.storage import Storage, as_storage, corpus_dir, model_dir, resolve_root, write_json
-from alignlab.platform.resources import RAY_DATA_CPUS, check_request, check_root_on_every_node
-from alignlab.platform.data.corpus import (CORPUS_SMALL_FILES_ONLY, MANIFEST, check_corpus_fills_a_batch, shard_names,
-                                           warn_if_corpus_repeats)
-from alignlab.platform.errors import USER_ERRORS, raised_in_worker
-from alignlab.platform.progress import ProgressLine
-from alignlab.platform.throughput import run_throughput
-from alignlab.platform.data.tokenizer import Tokenizer
-from alignlab.platform.devices import use_device
+from alignlab.platform.runtime import out_of_memory
+from alignlab.platform.runtime.devices import use_device
+from alignlab.platform.runtime.errors import USER_ERRORS, raised_in_worker
+from alignlab.platform.runtime.progress import ProgressLine
+from alignlab.platform.runtime.ray_env import own_sigint, ensure_ray, post_progress
+from alignlab.platform.runtime.resources import RAY_DATA_CPUS, check_request, check_root_on_every_node
+from alignlab.platform.runtime.throughput import run_throughput
+from alignlab.platform.storage.disk_space import checkpoint_disk_full, no_space_left
+from alignlab.platform.storage.locks import build_once
+from alignlab.platform.storage.root import Storage, as_storage, corpus_dir, model_dir, resolve_root, write_json
 
 
 def worker_resources(cfg: PretrainConfig) -> dict:

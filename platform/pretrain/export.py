@@ -59,10 +59,10 @@ from pathlib import Path
 import torch
 
 from alignlab.platform.config import ModelConfig, pretrain_from_dict, to_dict
-from alignlab.platform.storage import read_json, write_json, folder_finished
-from alignlab.platform.model import Encoder, AlignModel
-from alignlab.platform.data.tokenizer import CLS, MASK, PAD, SEP, UNK, Tokenizer
-from alignlab.platform.registry import objective_class
+from alignlab.platform.encoder.model import Encoder, AlignModel
+from alignlab.platform.encoder.registry import objective_class
+from alignlab.platform.encoder.tokenizer import CLS, MASK, PAD, SEP, UNK, Tokenizer
+from alignlab.platform.storage.root import read_json, write_json, folder_finished
 
 HEADS_FILE = "alignlab_heads.safetensors"
 HEADS_JSON = "alignlab_heads.json"
@@ -260,7 +260,7 @@ def hf_tokenizer(model_path: str | Path, max_len: int):
 
 def _head_info(name: str, state: dict[str, torch.Tensor], module: str, config: dict, num_classes: int | None) -> dict:
     kind = {"TokenHead": "per token", "SequenceHead": "[CLS] vector", "MaskedLMHead": "masked positions"}
-    return {"objective": name, "module": f"alignlab.platform.model.{module}" if module else None,
+    return {"objective": name, "module": f"alignlab.platform.encoder.model.{module}" if module else None,
             "input": kind.get(module, "see module"),
             "num_classes": num_classes,
             "config": config, "tensors": {k: list(v.shape) for k, v in state.items()},

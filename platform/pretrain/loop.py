@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import torch
 
-from alignlab.platform.bucketing import bucketed, window_batches
+from alignlab.platform.pretrain.bucketing import bucketed, window_batches
 from alignlab.platform.pretrain.prefetch import Prefetcher
 from alignlab.platform.pretrain.pretrain import Pretrainer, RankCollate, TrainState
-from alignlab.platform.throughput import run_throughput
+from alignlab.platform.runtime.throughput import run_throughput
 
 
 class NonFiniteLossError(ValueError):

@@ -16,13 +16,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from alignlab.platform.config import PretrainConfig, config_hash, to_dict
-from alignlab.platform.data.corpus import load_manifest
+from alignlab.platform.corpus.corpus import load_manifest
+from alignlab.platform.encoder.registry import objective_class
 from alignlab.platform.pretrain.pretrain import resolve_precision
-from alignlab.platform.registry import objective_class
-from alignlab.platform.storage import (MARKER, Storage, as_storage, folder_finished, model_dir, read_json, publish_dir,
+from alignlab.platform.runtime.errors import positive_int
+from alignlab.platform.runtime.throughput import run_throughput
+from alignlab.platform.storage.root import (MARKER, Storage, as_storage, folder_finished, model_dir, read_json, publish_dir,
                                        write_json, write_marker, write_text)
-from alignlab.platform.errors import positive_int
-from alignlab.platform.throughput import run_throughput
 
 RUNTIME_FIELDS = ("checkpoint_every", "checkpoint_every_minutes", "log_every", "eval_batches", "cpus_per_worker",
                   "gpus_per_worker", "threads_per_worker", "prefetch_batches", "collate_workers", "loss_chunk_rows",

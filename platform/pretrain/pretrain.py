@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from alignlab.platform import registry as _registry  # noqa: F401 -- objective names resolve through it
-from alignlab.platform.batching import Collator
 from alignlab.platform.config import PretrainConfig
-from alignlab.platform.linear_cross_entropy import auto_chunk_rows
-from alignlab.platform.model import AlignModel
-from alignlab.platform.throughput import batch_flops
+from alignlab.platform.encoder import registry as _registry
+from alignlab.platform.encoder.batching import Collator
+from alignlab.platform.encoder.linear_cross_entropy import auto_chunk_rows
+from alignlab.platform.encoder.model import AlignModel
+from alignlab.platform.runtime.throughput import batch_flops
 
 
 EVAL_STEP_BASE = 1 << 40

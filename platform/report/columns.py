@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from alignlab.platform.fel.protocol import baseline_names as task_baseline_names
-from alignlab.platform.task import registered_tasks
+from alignlab.platform.tasks.task import registered_tasks
 
 
 def baseline_names(df: pd.DataFrame, prefix: str = "") -> list[str]:

@@ -18,17 +18,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from alignlab.platform.report.significance import (FLOOR, MODEL, P_VALUE, UNTRAINED, Comparison, against_floor,
-                                                   against_model, bold_cells, control_section, correct_family,
-                                                   generalises_over, runs_in, significance_section)
-from alignlab.platform.report.unit_statistics import RUN_KEY, Evidence
-from alignlab.platform.provenance import describe_commit
-from alignlab.platform.storage import read_json, write_text
-from alignlab.platform.task import registered_tasks, task as task_named
 from alignlab.platform.fel.trial_files import read_trial
 from alignlab.platform.report.columns import baseline_names, extra_test_sets, extra_test_text, strongest_baseline
 from alignlab.platform.report.plots import EFFECT_CAPTION, effect_plot, plots as make_plots
 from alignlab.platform.report.search_importance import importance_lines
+from alignlab.platform.report.significance import (FLOOR, MODEL, P_VALUE, UNTRAINED, Comparison, against_floor,
+                                                   against_model, bold_cells, control_section, correct_family,
+                                                   generalises_over, runs_in, significance_section)
+from alignlab.platform.report.unit_statistics import RUN_KEY, Evidence
+from alignlab.platform.runtime.provenance import describe_commit
+from alignlab.platform.storage.root import read_json, write_text
+from alignlab.platform.tasks.task import registered_tasks, task as task_named
 
 
 def collect_results(sdir: Path) -> pd.DataFrame:

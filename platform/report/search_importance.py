@@ -23,7 +23,7 @@ def importance_lines(sdir: Path, recorded: dict | None, search: str, metrics: li
     import optuna
     from optuna.trial import TrialState
 
-    from alignlab.platform.study.optuna_study import load_recorded_study
+    from alignlab.platform.storage.optuna_place import load_recorded_study
 
     if not recorded:
         return ["Parameter importance: none (this search ran before searches kept a persistent Optuna study).", ""]

@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 
 from alignlab.platform.fel.finetune_config import FinetuneConfig, finetune_from_dict
-from alignlab.platform.ray_env import own_sigint
-from alignlab.platform.storage import Storage, as_storage, study_dir, write_json, redact
-from alignlab.platform.study.spec import DEFAULT_TRIAL_RESOURCES
-from alignlab.platform.resources import check_request
 from alignlab.platform.fel.trial_files import RETRY
+from alignlab.platform.runtime.ray_env import own_sigint
+from alignlab.platform.runtime.resources import check_request
+from alignlab.platform.storage.root import Storage, as_storage, study_dir, write_json, redact
+from alignlab.platform.study.spec import DEFAULT_TRIAL_RESOURCES
 
 # The FEL stack and the model store (torch, pyarrow) are imported inside the trial functions that run on Ray
 # workers: the driver expands and submits the grid without loading them.
@@ -65,7 +65,7 @@ def trial_device() -> str:
     records it."""
     import ray
 
-    from alignlab.platform.devices import ray_worker_device
+    from alignlab.platform.runtime.devices import ray_worker_device
 
     return str(ray_worker_device(ray.get_gpu_ids()))
 
@@ -147,13 +147,13 @@ def run_one(calc: dict, device: str = "cpu") -> dict:
 
     import torch
 
-    from alignlab.platform import out_of_memory
-    from alignlab.platform.provenance import code_commit
     from alignlab.platform.fel.finetune import NonFiniteError, finetune_calculation, load_pretrained
-    from alignlab.platform.fel.protocol import (TaskData, context_free_baselines, extra_test_scores, fel_split,
-                                                test_unit_metrics)
-    from alignlab.platform.task import task
-    from alignlab.platform.fel.task_kinds import declare_all
+    from alignlab.platform.fel.protocol import context_free_baselines, extra_test_scores, fel_split, test_unit_metrics
+    from alignlab.platform.runtime import out_of_memory
+    from alignlab.platform.runtime.provenance import code_commit
+    from alignlab.platform.tasks.task import task
+    from alignlab.platform.tasks.task_data import TaskData
+    from alignlab.platform.tasks.task_kinds import declare_all
 
     started = time.time()
     declare_all(calc.get("declared_tasks"))
@@ -212,7 +212,7 @@ def _write_trial(calc: dict, sdir: Path, tb_dir: Path, res: dict, started: float
     # What the trial cost on its device, loading and scoring included (a fractional GPU counts whole).
     row["device_seconds"] = round(row["finished_at"] - row["started_at"], 3)
     if "device" in res:
-        from alignlab.platform.devices import device_name
+        from alignlab.platform.runtime.devices import device_name
 
         row["device_name"] = device_name(res["device"])
     write_json(sdir / "trials" / f"{calc['calc_id']}.json", row)

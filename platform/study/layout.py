@@ -41,7 +41,8 @@ def models_per_gpu(cfg: PretrainConfig, vocab_size: int) -> int:
 
     A rule from one measured floor, not a measurement of packing: `--models-per-gpu K` overrides it, and
     benchmarks/side_by_side.py measures what K side by side get on a given GPU (docs/cluster.md#small-models-share-a-gpu)."""
-    from alignlab.platform.throughput import expected_run_flops, peak_flops
+    from alignlab.platform.pretrain.cost import expected_run_flops
+    from alignlab.platform.runtime.throughput import peak_flops
 
     if not _packable(cfg):
         return 1

@@ -35,18 +35,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from alignlab.platform.config import PretrainConfig, config_hash, pretrain_from_dict, to_dict
-from alignlab.platform.data.corpus_config import CorpusConfig
-from alignlab.platform.fel.finetune_config import FinetuneConfig, finetune_from_dict
-from alignlab.platform.ray_env import own_sigint, quiet_ray_data, ensure_ray
-from alignlab.platform.storage import Storage, as_storage, read_json, study_dir, write_json, write_text, resolve_root
-from alignlab.platform.task import task, task_names
-from alignlab.platform.registry import objective_config, resolve_objectives
-from alignlab.platform.resources import RAY_DATA_CPUS
-from alignlab.platform.study.grid import trial_device
-from alignlab.platform.data.holdout import require_holdout
-from alignlab.platform.fel.task_kinds import declarations, declare_all
+from alignlab.platform.corpus.corpus_config import CorpusConfig
+from alignlab.platform.encoder.registry import objective_config, resolve_objectives
 from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained
-from alignlab.platform.fel.protocol import TaskData, fel_split, test_unit_metrics, build_tasks
+from alignlab.platform.fel.finetune_config import FinetuneConfig, finetune_from_dict
+from alignlab.platform.fel.protocol import fel_split, test_unit_metrics
+from alignlab.platform.runtime.ray_env import own_sigint, quiet_ray_data, ensure_ray
+from alignlab.platform.runtime.resources import RAY_DATA_CPUS
+from alignlab.platform.storage.root import Storage, as_storage, read_json, study_dir, write_json, write_text, resolve_root
+from alignlab.platform.study.grid import trial_device
+from alignlab.platform.tasks.holdout import require_holdout
+from alignlab.platform.tasks.task import task, task_names
+from alignlab.platform.tasks.task_data import TaskData, build_tasks
+from alignlab.platform.tasks.task_kinds import declarations, declare_all
 
 # Optuna, the Tune searcher (Ray Tune), the corpus and the model store (pyarrow) are imported inside the
 # functions that run the search or a trial; declaring one loads none of them.
@@ -191,8 +192,8 @@ def mix_trial(config: dict, storage_uri: str | None = None, concurrent: int = 1)
     import torch
     from ray import tune
 
-    from alignlab.platform.pretrain.models import fetch_model
     from alignlab.platform.pretrain.driver import pretrain
+    from alignlab.platform.pretrain.models import fetch_model
 
     ctx = config["ctx"]
     declare_all(ctx.get("declared"))  # the search's declared tasks, in this worker process too
@@ -236,8 +237,9 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
     its pretraining resumes from the run's last Train checkpoint (the model registry)."""
     from ray import tune
 
-    from alignlab.platform.data.corpus import build_corpus, load_manifest
-    from alignlab.platform.study.optuna_study import JOURNAL_SUFFIX, finished_trials, open_study, study_place, trial_counts
+    from alignlab.platform.corpus.corpus import build_corpus, load_manifest
+    from alignlab.platform.storage.optuna_place import JOURNAL_SUFFIX, study_place
+    from alignlab.platform.study.optuna_study import finished_trials, open_study, trial_counts
     from alignlab.platform.study.search_tune import OptunaStudySearch, TellTuneErrors, run_rounds
 
     t0 = time.time()

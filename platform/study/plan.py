@@ -12,11 +12,11 @@ import dataclasses
 import json
 from pathlib import Path
 
-from alignlab.platform.data.corpus_repeats import MAX_CORPUS_REPEATS, corpus_repeats, estimated_train_rows, train_rows
-from alignlab.platform.storage import Storage, as_storage
+from alignlab.platform.corpus.corpus_repeats import MAX_CORPUS_REPEATS, corpus_repeats, estimated_train_rows, train_rows
+from alignlab.platform.runtime.throughput import estimate_device_hours, measured_rates, peak_flops
+from alignlab.platform.storage.root import Storage, as_storage
 from alignlab.platform.study.layout import side_by_side, wall_hours
 from alignlab.platform.study.spec import calc_id
-from alignlab.platform.throughput import estimate_device_hours, expected_run_flops, measured_rates, peak_flops
 
 # The corpus and model ids, the protocol and the registry (torch, pyarrow) are imported inside `study_plan`:
 # importing the plan's formatting loads none of them.
@@ -28,10 +28,11 @@ def study_plan(study, root: Path | Storage, *, device: str = "cpu", gpus: float 
     names runs recorded): {"models": [...], "calculations": {...}, "searches": [...], "device_hours": ...,
     "layout": {...}}. The layout lays the models out on `gpus` GPUs (default: this machine's; on "cpu", none), `parallel`
     side by side when given (else as a study would, `layout.side_by_side`), and FEL trials of `trial_gpus` each."""
-    from alignlab.platform.data.corpus_identity import HELDOUT_FILE, _read_ids, content_holdout, corpus_id
+    from alignlab.platform.corpus.corpus_identity import HELDOUT_FILE, _read_ids, content_holdout, corpus_id
+    from alignlab.platform.encoder.registry import corpus_labellers
+    from alignlab.platform.pretrain.cost import expected_run_flops
     from alignlab.platform.pretrain.models import model_finished, model_id
-    from alignlab.platform.fel.protocol import tasks_rel
-    from alignlab.platform.registry import corpus_labellers
+    from alignlab.platform.tasks.task_data import tasks_rel
 
     st = as_storage(root)
     rel, _ = tasks_rel(langs=study.task_langs, max_docs_per_lang=study.task_max_docs_per_lang,

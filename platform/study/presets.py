@@ -45,8 +45,8 @@ def without_aligned() -> dict[str, tuple[str, str]]:
     ("-" + the objective) and objectives (the default set, `registry.default_set`, less that one), in the tasks'
     order. One model per objective: a task aligned with an objective an earlier task has (a declared task;
     `study/tasks.with_tasks` gives it that task's cells), or with none of the default set, gets no entry."""
-    from alignlab.platform.registry import default_set
-    from alignlab.platform.task import registered_tasks
+    from alignlab.platform.encoder.registry import default_set
+    from alignlab.platform.tasks.task import registered_tasks
 
     out, objectives = {}, default_set().split(",")
     for t in registered_tasks():
@@ -60,7 +60,7 @@ def without_aligned() -> dict[str, tuple[str, str]]:
 def sized_pretrain(preset: str, hidden: int, num_layers: int, objectives: str | None = None) -> PretrainConfig:
     """The preset's pretraining run for a model of this size and objective set (default: the objectives' declared
     default set, `registry.default_set`)."""
-    from alignlab.platform.registry import default_set, objectives_like
+    from alignlab.platform.encoder.registry import default_set, objectives_like
 
     objectives = objectives or default_set()
 

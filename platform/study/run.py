@@ -22,26 +22,26 @@ import time
 from pathlib import Path
 
 from alignlab.platform.config import config_hash, pretrain_from_dict, to_dict, check_preset
-from alignlab.platform.locks import artifact_lock
-from alignlab.platform.storage import Storage, as_storage, study_dir, write_json, resolve_root
-from alignlab.platform.study.grid import check_trial_resources, run_trials
-from alignlab.platform.study.search import run_search
-from alignlab.platform.fel.trial_files import finished_calculations
-from alignlab.platform.study.spec import (DEFAULT_TRIAL_RESOURCES, SEARCH_OBJECTIVE, CalcSpec, ModelSpec, Study,
-                                          calc_id, with_budget, with_precision, with_pretrain_seeds, with_untrained)
-from alignlab.platform.data.holdout import require_holdout
-from alignlab.platform.data.corpus_repeats import (ALLOW_FLAG, MAX_CORPUS_REPEATS, check_corpus_repeats,
+from alignlab.platform.corpus.corpus_flags import add_corpus_arguments, corpus_from_args, fit_domain_phase
+from alignlab.platform.corpus.corpus_repeats import (ALLOW_FLAG, MAX_CORPUS_REPEATS, check_corpus_repeats,
                                                    estimated_train_rows, train_rows)
-from alignlab.platform.ray_env import ensure_ray, quiet_ray_data
-from alignlab.platform.fel.task_files import write_jsonl
-from alignlab.platform.data.corpus_flags import add_corpus_arguments, corpus_from_args, fit_domain_phase
-from alignlab.platform.study.tasks import add_task_arguments, declare_specs, declared_budgets, with_tasks
-from alignlab.platform.errors import (Parser, name_list, nonneg_float, positive_float, positive_int, positive_int_list,
+from alignlab.platform.fel.trial_files import finished_calculations
+from alignlab.platform.runtime.errors import (Parser, name_list, nonneg_float, positive_float, positive_int, positive_int_list,
                                       run_guarded)
-from alignlab.platform.flags import (add_debug_flag, add_max_concurrent_flag, add_optuna_storage_flag, add_precision_flag,
+from alignlab.platform.runtime.ray_env import ensure_ray, quiet_ray_data
+from alignlab.platform.storage.locks import artifact_lock
+from alignlab.platform.storage.root import Storage, as_storage, study_dir, write_json, resolve_root
+from alignlab.platform.study.flags import (add_debug_flag, add_max_concurrent_flag, add_optuna_storage_flag, add_precision_flag,
                                      add_preset_flag, add_storage_flag)
+from alignlab.platform.study.grid import check_trial_resources, run_trials
 from alignlab.platform.study.layout import MAX_MODELS_PER_GPU, pack, side_by_side
 from alignlab.platform.study.plan import default_device, format_plan, study_plan
+from alignlab.platform.study.search import run_search
+from alignlab.platform.study.spec import (DEFAULT_TRIAL_RESOURCES, SEARCH_OBJECTIVE, CalcSpec, ModelSpec, Study,
+                                          calc_id, with_budget, with_precision, with_pretrain_seeds, with_untrained)
+from alignlab.platform.study.tasks import add_task_arguments, declare_specs, declared_budgets, with_tasks
+from alignlab.platform.tasks.holdout import require_holdout
+from alignlab.platform.tasks.task_files import write_jsonl
 
 # The stages a study runs (corpus, pretraining, FEL, report: torch, pyarrow, pandas, optuna) are imported inside
 # the functions that run them: a study script imports `study_main` and parses its flags (or prints its plan)
@@ -73,11 +73,11 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
     `allow_corpus_repeats`: pretrain models that would go over their corpus more than
     `corpus_repeats.MAX_CORPUS_REPEATS` times, which is refused otherwise (before the corpus is built when its
     sources allow an estimate, and again from its manifest before any model trains)."""
-    from alignlab.platform.data.corpus import build_corpus, load_manifest
-    from alignlab.platform.fel.protocol import build_tasks
+    from alignlab.platform.corpus.corpus import build_corpus, load_manifest
     from alignlab.platform.report.report import collect_results, write_report
-    from alignlab.platform.fel.task_kinds import declarations
-    from alignlab.platform.provenance import provenance
+    from alignlab.platform.runtime.provenance import provenance
+    from alignlab.platform.tasks.task_data import build_tasks
+    from alignlab.platform.tasks.task_kinds import declarations
 
     t0 = time.time()
     st = as_storage(root)
@@ -186,7 +186,7 @@ def stage_eval_files(study: Study, sdir: Path) -> dict[str, tuple[str, str]]:
     file's stem; a bad file fails here, before any pretraining, naming the file and line."""
     import re
 
-    from alignlab.platform.task import load_examples
+    from alignlab.platform.tasks.task import load_examples
 
     out: dict[str, tuple[str, str]] = {}
     for task, path in study.eval_files:
@@ -203,7 +203,8 @@ def stage_eval_files(study: Study, sdir: Path) -> dict[str, tuple[str, str]]:
 def check_budgets(study: Study, tdir: Path) -> None:
     """Fail before any pretraining when a calculation asks for more examples than its task pool holds, naming both
     ways out: a smaller budget for the whole study, or for that task alone (a declared task's `budget=N`)."""
-    from alignlab.platform.fel.protocol import TaskData, check_honest_budget
+    from alignlab.platform.fel.protocol import check_honest_budget
+    from alignlab.platform.tasks.task_data import TaskData
 
     data = TaskData.load(tdir)
     bad, short = set(), {}
@@ -258,7 +259,7 @@ def pretrain_models(study: Study, cdir: Path, root: Path | Storage, *, max_paral
         return mdirs
     import ray
 
-    from alignlab.platform.data.corpus import load_manifest
+    from alignlab.platform.corpus.corpus import load_manifest
     from alignlab.platform.pretrain.models import model_id
 
     cid = load_manifest(cdir)["corpus_id"]
@@ -301,7 +302,7 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
     each, from a repeatable `--objectives` (the optional extra rows of an ablation, e.g. with RTD).
     With `--dry-run` it prints the study's plan (`plan`) and returns None. `prog`: the name usage and errors show
     (`alignlab study NAME` runs a script's `main` with it; default the script's file name)."""
-    from alignlab.platform.registry import objective_names
+    from alignlab.platform.encoder.registry import objective_names
 
     ap = Parser(prog=prog, description=build.__doc__)
     add_preset_flag(ap)
@@ -331,7 +332,7 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
     ap.add_argument(ALLOW_FLAG, action="store_true",
                     help=f"pretrain even when a model would go over its corpus more than {MAX_CORPUS_REPEATS} times "
                          "(refused otherwise, before any model trains; more text, --source/--path, is the better fix)")
-    from alignlab.platform.task import registered_tasks
+    from alignlab.platform.tasks.task import registered_tasks
 
     for t in registered_tasks():  # each task's own data-builder flags
         t.add_build_arguments(ap)
@@ -383,14 +384,14 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
 
 def task_options(args) -> tuple:
     """The tasks' build options given on the command line (`Task.add_build_arguments`: dest = the option name)."""
-    from alignlab.platform.task import registered_tasks
+    from alignlab.platform.tasks.task import registered_tasks
 
     return tuple(sorted((k, getattr(args, k)) for t in registered_tasks() for k in t.build_options
                         if getattr(args, k, None) is not None))
 
 
 def _run_study_command(build, args, ap) -> Path | None:
-    from alignlab.platform.task import task_names
+    from alignlab.platform.tasks.task import task_names
 
     declared = declare_specs(args.declare_tasks)  # TaskDataError names every FILE:LINE: problem
     eval_files = []

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from alignlab.platform.config import config_hash, to_dict
 from alignlab.platform.fel.finetune_config import FinetuneConfig, finetune_from_dict
-from alignlab.platform.ray_env import own_sigint
-from alignlab.platform.storage import Storage, read_json, write_json
+from alignlab.platform.runtime.ray_env import own_sigint
+from alignlab.platform.storage.root import Storage, read_json, write_json
 from alignlab.platform.study.grid import (Progress, check_trial_resources, concurrency, localize, other_task_train,
                                           threads_per_trial, trial_calc, trial_device, tune_safe, tune_storage)
 from alignlab.platform.study.spec import DEFAULT_TRIAL_RESOURCES, SEARCH_OBJECTIVE, SearchSpec
@@ -43,7 +43,8 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
     # optuna_study import them at their top).
     from ray import tune
 
-    from alignlab.platform.study.optuna_study import JOURNAL_SUFFIX, finished_trials, open_study, study_place, trial_counts
+    from alignlab.platform.storage.optuna_place import JOURNAL_SUFFIX, study_place
+    from alignlab.platform.study.optuna_study import finished_trials, open_study, trial_counts
     from alignlab.platform.study.search_tune import (OptunaStudySearch, TellTuneErrors, distribution, finite, run_rounds,
                                                      scheduler)
 
@@ -138,9 +139,9 @@ def search_trial(config: dict, storage_uri: str | None = None) -> None:
     from ray import tune
 
     from alignlab.platform.fel.finetune import NonFiniteError, finetune_calculation, load_pretrained
-    from alignlab.platform.fel.protocol import TaskData
-    from alignlab.platform.fel.task_kinds import declare_all
-    from alignlab.platform.task import task
+    from alignlab.platform.tasks.task import task
+    from alignlab.platform.tasks.task_data import TaskData
+    from alignlab.platform.tasks.task_kinds import declare_all
 
     torch.set_num_threads(config.get("threads", 1))
     calc = localize(trial_calc(config["calc"], storage_uri))

@@ -25,7 +25,8 @@ from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 from ray.tune.search import Searcher
 
-from alignlab.platform.study.optuna_study import (LEASE_INTERVAL_S, DriverSession, StudyPlace, attr_value, give_back,
+from alignlab.platform.storage.optuna_place import StudyPlace
+from alignlab.platform.study.optuna_study import (LEASE_INTERVAL_S, DriverSession, attr_value, give_back,
                                                   recover_interrupted, trial_counts)
 from alignlab.platform.study.spec import SearchParam, SearchSpec
 

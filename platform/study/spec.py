@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from alignlab.platform.config import PRECISIONS, PretrainConfig, config_hash
-from alignlab.platform.data.corpus_config import CorpusConfig
+from alignlab.platform.corpus.corpus_config import CorpusConfig
 from alignlab.platform.fel.finetune_config import FinetuneConfig
 
 # The task registry, the FEL protocol and the model store (torch, pyarrow) are imported inside the functions that

@@ -49,7 +49,7 @@ def parse_task_spec(spec: str) -> dict:
 
 def declare_specs(specs) -> list[str]:
     """Declare every `--task` spec (files validated, FILE:LINE problems raised); their names."""
-    from alignlab.platform.fel.task_kinds import declare_task
+    from alignlab.platform.tasks.task_kinds import declare_task
 
     names = []
     for spec in specs:
@@ -106,7 +106,7 @@ def with_tasks(study, names, only=None, budgets: dict[str, int] | None = None):
     rows (data_budget), the declared task keeps only the rows its pool can hold, and its baseline cell moves to the
     largest of them; elsewhere a budget its pool cannot hold is refused before any work (`run.check_budgets`)."""
     from alignlab.platform.study.spec import with_budget
-    from alignlab.platform.task import task
+    from alignlab.platform.tasks.task import task
 
     budgets = dict(budgets or {})
     if not names and not only:
@@ -147,7 +147,7 @@ def with_tasks(study, names, only=None, budgets: dict[str, int] | None = None):
     used = {c.model for c in calcs} | {s.model for s in searches}
     cols = {c.col for c in calcs} | {s.col for s in searches}
     baseline_col = study.baseline_col if study.baseline_col in cols else sorted(cols)[0]
-    from alignlab.platform.fel.task_kinds import declarations
+    from alignlab.platform.tasks.task_kinds import declarations
 
     key = config_hash({"declared": [d for d in declarations() if d["name"] in names], "added": sorted(names),
                        "only": sorted(only or ()), **({"budgets": budgets} if budgets else {})}, length=8)
@@ -193,8 +193,8 @@ def search_with_tasks(spec, names, only=None, maximize=()):
     too (with `only`, only those tasks) and maximizes `maximize` (`TASK[:METRIC]`; default: each scored task's
     accuracy, or, when tasks are declared, the first declared task's). It carries the declarations (their
     files' digests) and is named after them, so a search on other tasks is another search with its own report."""
-    from alignlab.platform.task import task_names
-    from alignlab.platform.fel.task_kinds import declarations
+    from alignlab.platform.tasks.task import task_names
+    from alignlab.platform.tasks.task_kinds import declarations
 
     if not names and not only and not maximize:
         return spec

@@ -17,8 +17,8 @@ import csv
 import sys
 
 from alignlab.objectives.ad_data import build_ad_dataset
-from alignlab.platform.fel.task_files import write_jsonl
-from alignlab.platform.data.documents import Document
+from alignlab.platform.sources.documents import Document
+from alignlab.platform.tasks.task_files import write_jsonl
 
 
 def npm_documents(path):

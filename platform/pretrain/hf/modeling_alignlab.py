@@ -7,7 +7,7 @@ config.json's `auto_map`, so the folder loads without alignlab installed:
     model = transformers.AutoModel.from_pretrained(folder, trust_remote_code=True)
 
 It imports torch and transformers only (a test checks that). The architecture is alignlab's `Encoder`
-(platform/model.py), written out again:
+(platform/encoder/model.py), written out again:
 
 - embeddings: word + learned (or stored sinusoidal) absolute position 0..T-1 + token type, then LayerNorm;
 - per layer, post-LN (`norm="post"`, BERT's order) or pre-LN (`norm="pre"`, a final LayerNorm after the last
