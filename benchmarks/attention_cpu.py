@@ -27,7 +27,7 @@ from bench_corpus import load_corpus
 from alignlab.platform.corpus.corpus_embeddings import for_corpus
 from alignlab.platform.encoder.model import EncoderLayer
 from alignlab.platform.presets import PRETRAIN_PRESETS
-from alignlab.platform.pretrain.pretrain import Pretrainer, resolve_precision, to_numpy_rows
+from alignlab.platform.pretrain.pretrain import Pretrainer, with_resolved_precision, to_numpy_rows
 
 
 def main(argv=None) -> None:
@@ -43,7 +43,7 @@ def main(argv=None) -> None:
     corpus, tok, train, _ = load_corpus(a.storage, a.corpus)
     command = "python benchmarks/attention_cpu.py " + " ".join(sys.argv[1:] if argv is None else argv)
     mini = PRETRAIN_PRESETS["mini"]
-    auto = resolve_precision(mini).precision
+    auto = with_resolved_precision(mini).precision
     precisions = sorted({auto, "fp32"}, key=lambda x: x != auto)
     print(f"# {command}\n# corpus {corpus.name}, {a.threads} threads, torch {torch.__version__}, "
           f"precision auto -> {auto} here; timing {', '.join(precisions)}", flush=True)

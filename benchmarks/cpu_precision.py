@@ -1,6 +1,6 @@
 """Does bf16 train faster than fp32 on this CPU? The mini training step in each precision, side by side.
 
-`precision="auto"` picks bf16 on a CPU only where it measured faster (`pretrain.bf16_is_faster`): AMX, or
+`precision="auto"` picks bf16 on a CPU only where it measured faster (`precision.bf16_is_faster`): AMX, or
 AVX512-BF16 on AMD. An Intel CPU that shows AVX512-BF16 without AMX multiplies bf16 no faster than fp32, and
 autocast's casts then make the step slower. This benchmark times full training steps of the mini preset's model
 (all four objectives, the same batches; each precision on the engine's own attention path) interleaved in rounds, at
@@ -26,7 +26,7 @@ import machine_info  # benchmarks/, on sys.path when a benchmark runs as a scrip
 from bench_corpus import load_corpus
 from alignlab.platform.corpus.corpus_embeddings import for_corpus
 from alignlab.platform.presets import PRETRAIN_PRESETS
-from alignlab.platform.pretrain.pretrain import Pretrainer, cpu_vendor_and_flags, resolve_precision, to_numpy_rows
+from alignlab.platform.pretrain.pretrain import Pretrainer, cpu_vendor_and_flags, with_resolved_precision, to_numpy_rows
 
 PRECISIONS = ("fp32", "bf16")
 
@@ -53,7 +53,7 @@ def main(argv=None) -> None:
     corpus, tok, train, _ = load_corpus(a.storage, a.corpus)
     command = "python benchmarks/cpu_precision.py " + " ".join(sys.argv[1:] if argv is None else argv)
     mini = PRETRAIN_PRESETS["mini"]
-    auto = resolve_precision(mini).precision
+    auto = with_resolved_precision(mini).precision
     vendor, flags = cpu_vendor_and_flags()
     shown = sorted(f for f in flags if "bf16" in f or f.startswith("amx"))
     print(f"# {command}\n# {machine_info.cpu_model()} ({vendor}; {' '.join(shown) or 'no bf16 or AMX flags'}), "

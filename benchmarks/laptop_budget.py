@@ -59,7 +59,7 @@ from alignlab.platform.encoder.registry import resolve_objectives
 from alignlab.platform.fel.finetune import Pretrained, finetune_calculation
 from alignlab.platform.fel.protocol import calculations, context_free_baselines, fel_split
 from alignlab.platform.presets import FINETUNE_PRESETS, PRETRAIN_PRESETS
-from alignlab.platform.pretrain.pretrain import Pretrainer, lr_lambda, resolve_precision, to_numpy_rows
+from alignlab.platform.pretrain.pretrain import Pretrainer, lr_lambda, with_resolved_precision, to_numpy_rows
 from alignlab.platform.tasks.task_data import TaskData
 
 MINI = PRETRAIN_PRESETS["mini"]
@@ -328,7 +328,7 @@ def main(argv=None) -> None:
 
     runs = []
     for name in names:
-        cfg = resolve_precision(build_config(name, objectives))
+        cfg = with_resolved_precision(build_config(name, objectives))
         print(f"[{name}] precision {cfg.precision}, warmup {cfg.warmup_steps / cfg.max_steps:.1%} of the budget, "
               f"decay {cfg.decay}, seq {cfg.seq_len_at(cfg.max_steps)}"
               + (f" ({cfg.short_seq_len} for the first {cfg.short_seq_fraction:.0%})" if cfg.short_seq_len else ""),

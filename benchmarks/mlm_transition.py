@@ -31,7 +31,7 @@ from alignlab.platform.corpus.corpus_embeddings import for_corpus
 from alignlab.platform.encoder.batching import Collator
 from alignlab.platform.encoder.registry import resolve_objectives
 from alignlab.platform.presets import PRETRAIN_PRESETS
-from alignlab.platform.pretrain.pretrain import Pretrainer, resolve_precision, to_numpy_rows
+from alignlab.platform.pretrain.pretrain import Pretrainer, with_resolved_precision, to_numpy_rows
 
 
 def mlm_accuracies(trainer: Pretrainer, held: dict, collate: Collator, batches: int) -> tuple[float, float]:
@@ -72,7 +72,7 @@ def main(argv=None) -> None:
         changes["model"] = dataclasses.replace(mini.model, alibi=a.alibi)
     if a.no_short_seq:
         changes.update(short_seq_len=0, short_seq_fraction=0.0)
-    cfg = resolve_precision(dataclasses.replace(mini, **changes))
+    cfg = with_resolved_precision(dataclasses.replace(mini, **changes))
     trainer = Pretrainer(cfg, tok, word_embeddings=for_corpus(corpus, cfg, tok.vocab_size))
     evals = {}
     for alpha in (0.5, 0.0):  # rare-weighted (the paper's) and uniform held-out masks

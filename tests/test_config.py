@@ -154,23 +154,24 @@ def test_configs_differing_only_in_workers_are_two_models_and_only_in_runtime_fi
 
 
 def test_auto_precision_names_the_model_of_the_precision_it_resolves_to(monkeypatch):
-    from alignlab.platform.pretrain import pretrain as P
     from alignlab.platform.pretrain.models import model_id
+    from alignlab.platform.pretrain.pretrain import with_resolved_precision as resolved
+    from alignlab.platform.runtime import precision
 
     auto = dataclasses.replace(PRETRAIN_PRESETS["smoke"], precision="auto")
     bf16, fp32 = (model_id("c", dataclasses.replace(auto, precision=p)) for p in ("bf16", "fp32"))
     assert bf16 != fp32
-    assert model_id("c", auto) == model_id("c", P.resolve_precision(auto))
-    monkeypatch.setattr(P, "cpu_prefers_bf16", lambda: True)
-    assert P.resolve_precision(auto).precision == "bf16" and model_id("c", auto) == bf16
-    monkeypatch.setattr(P, "cpu_prefers_bf16", lambda: False)
-    assert P.resolve_precision(auto).precision == "fp32" and model_id("c", auto) == fp32
+    assert model_id("c", auto) == model_id("c", resolved(auto))
+    monkeypatch.setattr(precision, "cpu_prefers_bf16", lambda: True)
+    assert resolved(auto).precision == "bf16" and model_id("c", auto) == bf16
+    monkeypatch.setattr(precision, "cpu_prefers_bf16", lambda: False)
+    assert resolved(auto).precision == "fp32" and model_id("c", auto) == fp32
     # GPU workers train in bf16 under "auto", whatever the driver's CPU; explicit precisions stay as asked. The
     # device kind is in the id: a GPU's bf16 (or fp32) digits are not a CPU's.
     gpu = dataclasses.replace(auto, use_gpu=True)
-    assert P.resolve_precision(gpu).precision == "bf16" and model_id("c", gpu) != bf16
+    assert resolved(gpu).precision == "bf16" and model_id("c", gpu) != bf16
     assert model_id("c", gpu) == model_id("c", dataclasses.replace(gpu, precision="bf16"))
-    assert P.resolve_precision(dataclasses.replace(auto, precision="fp32", use_gpu=True)).precision == "fp32"
+    assert resolved(dataclasses.replace(auto, precision="fp32", use_gpu=True)).precision == "fp32"
 
 
 def test_alignlab_pretrain_trains_at_the_precision_its_flag_names(tmp_path, monkeypatch):

@@ -55,14 +55,14 @@ def test_a_domain_phase_takes_known_sources_with_a_fraction_that_leaves_steps_to
 def test_the_domain_phase_is_part_of_the_model_id_and_off_keeps_the_ids_from_before_it_existed():
     from alignlab.platform.config import config_hash, pretrain_from_dict, to_dict
     from alignlab.platform.pretrain.models import ADDED_MODEL_FIELDS, PRETRAIN_CODE_VERSION, RUNTIME_FIELDS, model_id
-    from alignlab.platform.pretrain.pretrain import resolve_precision
+    from alignlab.platform.pretrain.pretrain import with_resolved_precision
 
     assert model_id("c", PHASED) != model_id("c", dataclasses.replace(PHASED, domain_fraction=0.5))
     assert model_id("c", PHASED) != model_id("c", dataclasses.replace(PHASED, domain_sources=("web",)))
     assert pretrain_from_dict(to_dict(PHASED)) == PHASED
     # Off, the id is the hash of a config dict without the domain fields: the id every model had before them.
     off = dataclasses.replace(PHASED, domain_sources=(), domain_fraction=0.0)
-    before = {k: v for k, v in to_dict(resolve_precision(off)).items()
+    before = {k: v for k, v in to_dict(with_resolved_precision(off)).items()
               if k not in (*RUNTIME_FIELDS, "domain_sources", "domain_fraction", "curriculum_fraction")}
     before["model"] = {k: v for k, v in before["model"].items() if ADDED_MODEL_FIELDS.get(k, v) != v or k not in ADDED_MODEL_FIELDS}
     code = {"code": PRETRAIN_CODE_VERSION}

@@ -277,7 +277,8 @@ def test_importing_one_objective_module_first_still_registers_them_all():
 
 def test_precision_auto_means_bf16_on_gpus_and_on_cpus_where_bf16_trains_faster():
     from alignlab.platform.config import PretrainConfig
-    from alignlab.platform.pretrain.pretrain import cpu_prefers_bf16, use_bf16
+    from alignlab.platform.pretrain.pretrain import use_bf16
+    from alignlab.platform.runtime.precision import cpu_prefers_bf16
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert use_bf16("auto", cuda) and use_bf16("bf16", cpu) and not use_bf16("fp32", cuda)
@@ -287,7 +288,7 @@ def test_precision_auto_means_bf16_on_gpus_and_on_cpus_where_bf16_trains_faster(
 
 
 def test_cpus_train_in_bf16_only_with_amx_or_amd_avx512_bf16():
-    from alignlab.platform.pretrain.pretrain import bf16_is_faster
+    from alignlab.platform.runtime.precision import bf16_is_faster
 
     avx512 = {"avx512f", "avx512_vnni", "avx_vnni"}
     assert bf16_is_faster("GenuineIntel", avx512 | {"avx512_bf16", "amx_bf16", "amx_tile"})

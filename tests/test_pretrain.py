@@ -136,10 +136,10 @@ def test_pretraining_prints_and_records_the_precision_it_trains_at(smoke_corpus,
     from alignlab.platform.corpus.corpus import load_manifest
     from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.pretrain.models import list_models, model_id
-    from alignlab.platform.pretrain.pretrain import resolve_precision
+    from alignlab.platform.pretrain.pretrain import with_resolved_precision
 
     cfg = dataclasses.replace(SMOKE, precision="auto", max_steps=2, checkpoint_every=2)
-    used = resolve_precision(cfg).precision  # bf16 on a CPU where it trains faster, fp32 elsewhere
+    used = with_resolved_precision(cfg).precision  # bf16 on a CPU where it trains faster, fp32 elsewhere
     mdir = pretrain(smoke_corpus, cfg, tmp_path)
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith(f"[pretrain {mdir.name}] precision {used} (auto: bf16 ")

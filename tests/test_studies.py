@@ -244,7 +244,7 @@ def test_finetune_search_at_smoke_runs_end_to_end_on_ray(ray_session, storage_ro
 
 def test_a_named_precision_trains_the_models_auto_trains_on_that_kind_of_cpu_under_its_own_study(tmp_path,
                                                                                                  monkeypatch):
-    from alignlab.platform.pretrain import pretrain
+    from alignlab.platform.runtime import precision
     from alignlab.platform.pretrain.models import model_id
     from alignlab.platform.study import run as study_run
     from alignlab.platform.study.spec import with_precision
@@ -260,10 +260,10 @@ def test_a_named_precision_trains_the_models_auto_trains_on_that_kind_of_cpu_und
     # The id of `--precision fp32` on this machine is the id `auto` names on a CPU where bf16 is no faster, and
     # `--precision bf16` that of `auto` on one with it: a named precision reuses the other kind of CPU's models.
     for has_bf16, named in ((False, "fp32"), (True, "bf16")):
-        monkeypatch.setattr(pretrain, "cpu_prefers_bf16", lambda: has_bf16)
+        monkeypatch.setattr(precision, "cpu_prefers_bf16", lambda: has_bf16)
         assert [model_id("c", m.pretrain) for m in study.models] == \
                [model_id("c", m.pretrain) for m in with_precision(study, named).models]
-    monkeypatch.setattr(pretrain, "cpu_prefers_bf16", lambda: True)
+    monkeypatch.setattr(precision, "cpu_prefers_bf16", lambda: True)
     assert model_id("c", study.models[0].pretrain) != model_id("c", fp32.models[0].pretrain)
     with pytest.raises(ValueError, match="fp16"):
         with_precision(study, "fp16")

@@ -23,7 +23,7 @@ from alignlab.platform.pretrain.loop import NonFiniteLossError, train_loop
 from alignlab.platform.pretrain.models import (DIVERGED, FINAL_MARKER, check_corpus_for, diverged_reason, export_final,
                                                fetch_model, keep_checkpoints_default, model_finished, model_id,
                                                prune_checkpoints)
-from alignlab.platform.pretrain.pretrain import resolve_precision, Pretrainer
+from alignlab.platform.pretrain.pretrain import Pretrainer, with_resolved_precision
 from alignlab.platform.runtime import out_of_memory
 from alignlab.platform.runtime.devices import use_device
 from alignlab.platform.runtime.errors import USER_ERRORS, raised_in_worker
@@ -82,7 +82,7 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
               "hold_out_tasks off): its models may have read task test text; rebuild it with `alignlab corpus build` "
               "(docs/holdout.md)", flush=True)
     requested = cfg.precision
-    cfg = resolve_precision(cfg)  # the workers train at the precision the id names, wherever they run
+    cfg = with_resolved_precision(cfg)  # the workers train at the precision the id names, wherever they run
     mid = model_id(cid, cfg)
     if cfg.max_steps == 0:  # an untrained model: its initial weights, written here without Ray Train
         build_once(st, f"model-{mid}", lambda: model_finished(st, mid),

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from alignlab.platform.config import PretrainConfig, config_hash, to_dict
 from alignlab.platform.corpus.corpus import load_manifest
 from alignlab.platform.encoder.registry import objective_class
-from alignlab.platform.pretrain.pretrain import resolve_precision
+from alignlab.platform.pretrain.pretrain import with_resolved_precision
 from alignlab.platform.runtime.errors import positive_int
 from alignlab.platform.runtime.throughput import run_throughput
 from alignlab.platform.storage.root import (MARKER, Storage, as_storage, folder_finished, model_dir, read_json, publish_dir,
@@ -34,7 +34,7 @@ same loss summed in another order, as a worker's thread count sums its matmuls i
 Every other field is in the id: in particular `num_workers`: `batch_size` is the global batch whatever the
 workers, but each of N workers reads its own share of the rows and draws its own labels and dropout masks
 (`pretrain.driver.data_config`), so N workers train another model than one; `precision`, "auto" resolved to what
-it picks (resolve_precision); and `use_gpu`, the device kind: a GPU's kernels sum in another order (and may use TF32), so even an fp32 model trained there
+it picks (runtime/precision.py); and `use_gpu`, the device kind: a GPU's kernels sum in another order (and may use TF32), so even an fp32 model trained there
 has other digits than one trained on a CPU."""
 
 
@@ -57,7 +57,7 @@ def model_id(corpus_id: str, cfg: PretrainConfig) -> str:
     """Objectives ("untrained" for a model trained zero steps), then a hash of: the corpus id (which carries the corpus code version and the holdout), every
     PretrainConfig field but RUNTIME_FIELDS (precision as resolved; `use_gpu`, the device kind, included), and
     PRETRAIN_CODE_VERSION. The table is in docs/ids.md."""
-    d = to_dict(resolve_precision(cfg))
+    d = to_dict(with_resolved_precision(cfg))
     for f in RUNTIME_FIELDS:
         d.pop(f, None)  # fields added later with "omit_at_default" are absent at their defaults
     for fields, added in ((d["model"], ADDED_MODEL_FIELDS), (d, ADDED_PRETRAIN_FIELDS)):

@@ -21,6 +21,7 @@ from alignlab.platform.encoder import registry as _registry
 from alignlab.platform.encoder.batching import Collator
 from alignlab.platform.encoder.linear_cross_entropy import auto_chunk_rows
 from alignlab.platform.encoder.model import AlignModel
+from alignlab.platform.runtime.precision import resolve_precision
 from alignlab.platform.runtime.throughput import batch_flops
 
 
@@ -71,47 +72,20 @@ class _Forward(torch.nn.Module):
         return forward_objectives(self.model, self.objectives, batch)
 
 
-def bf16_is_faster(vendor: str, flags: set[str]) -> bool:
-    """Does bf16 autocast train faster than fp32 on a CPU of this vendor ("GenuineIntel", "AuthenticAMD", ...) and
-    these /proc/cpuinfo flags? As measured with the mini step (benchmarks/cpu_precision.py, docs/pretrain.md#precision):
-    - Intel with AMX: bf16 (1.4x the fp32 step);
-    - AMD with AVX512-BF16 (Zen 4 on): bf16 (README command 1 in 17 minutes against 22 in fp32);
-    - Intel with AVX512-BF16 but no AMX (measured on a VM that hides a Xeon's AMX): fp32. oneDNN's AVX512-BF16
-      matmuls are no faster than MKL's fp32 ones at these shapes, and autocast's casts made the step 1.2-1.4x slower;
-    - no bf16 instructions: fp32 (bf16 would be emulated)."""
-    if "amx_bf16" in flags:
-        return True
-    return vendor == "AuthenticAMD" and "avx512_bf16" in flags
-
-
-def cpu_vendor_and_flags() -> tuple[str, set[str]]:
-    """This CPU's vendor_id and flags from /proc/cpuinfo (Linux; "" and none where it cannot be read)."""
-    try:
-        lines = open("/proc/cpuinfo").read().splitlines()
-    except OSError:
-        return "", set()
-    fields = dict((k.strip(), v.strip()) for k, _, v in (ln.partition(":") for ln in lines))  # the last CPU's
-    return fields.get("vendor_id", ""), set(fields.get("flags", "").split())
-
-
-def cpu_prefers_bf16() -> bool:
-    """`bf16_is_faster` for the CPU this runs on."""
-    return bf16_is_faster(*cpu_vendor_and_flags())
-
-
 def use_bf16(precision: str, device: torch.device) -> bool:
-    if precision == "auto":
-        return device.type == "cuda" or (device.type == "cpu" and cpu_prefers_bf16())
-    return precision == "bf16"
+    """Does a run at `precision` train in bf16 on `device` (`resolve_precision`; "auto" is fp32 on other kinds)?"""
+    if precision == "auto" and device.type not in ("cpu", "cuda"):
+        return False
+    return resolve_precision(precision, gpu=device.type == "cuda") == "bf16"
 
 
-def resolve_precision(cfg: PretrainConfig) -> PretrainConfig:
-    """`cfg` with "auto" precision replaced by what it picks here: "bf16" for GPU workers and on a CPU where bf16
-    trains faster (`bf16_is_faster`), "fp32" elsewhere. A model's id and its training use the resolved value, so
-    the same request on another kind of CPU may name (and train) another model."""
+def with_resolved_precision(cfg: PretrainConfig) -> PretrainConfig:
+    """`cfg` with "auto" precision replaced by what it picks here (`resolve_precision`, on a GPU when `cfg.use_gpu`).
+    A model's id and its training use the resolved value, so the same request on another kind of CPU may name (and
+    train) another model."""
     if cfg.precision != "auto":
         return cfg
-    return dataclasses.replace(cfg, precision="bf16" if cfg.use_gpu or cpu_prefers_bf16() else "fp32")
+    return dataclasses.replace(cfg, precision=resolve_precision(cfg.precision, gpu=cfg.use_gpu))
 
 
 def lr_lambda(cfg: PretrainConfig) -> Callable[[int], float]:

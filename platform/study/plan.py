@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from alignlab.platform.corpus.corpus_repeats import MAX_CORPUS_REPEATS, corpus_repeats, estimated_train_rows, train_rows
+from alignlab.platform.runtime.precision import resolve_precision
 from alignlab.platform.runtime.throughput import estimate_device_hours, measured_rates, peak_flops
 from alignlab.platform.storage.root import Storage, as_storage
 from alignlab.platform.study.layout import side_by_side, wall_hours
@@ -62,7 +63,7 @@ def study_plan(study, root: Path | Storage, *, device: str = "cpu", gpus: float 
     models, mids = [], {}
     for m in study.models:
         cfg = m.pretrain
-        precision = cfg.precision if cfg.precision != "auto" else ("bf16" if gpu else _cpu_precision())
+        precision = resolve_precision(cfg.precision, gpu=gpu)
         mid = model_id(cid, dataclasses.replace(cfg, precision=precision)) if cid else None
         mids[m.key] = mid
         done = bool(mid) and model_finished(st, mid)
@@ -133,10 +134,6 @@ def _local_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def _cpu_precision() -> str:
-    from alignlab.platform.pretrain.pretrain import cpu_prefers_bf16
-
-    return "bf16" if cpu_prefers_bf16() else "fp32"
 
 
 def fel_seconds(studies_root: Path, device: str) -> float | None:
