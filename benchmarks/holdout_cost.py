@@ -23,6 +23,7 @@ from pathlib import Path
 from alignlab.platform.corpus.corpus_identity import content_holdout, heldout_doc_ids
 from alignlab.platform.corpus.corpus_sources import iter_sources, stage_documents
 from alignlab.platform.presets import CORPUS_PRESETS
+from alignlab.platform.storage.root import as_storage
 
 
 def main() -> int:
@@ -34,7 +35,7 @@ def main() -> int:
     cfg = CORPUS_PRESETS[args.preset]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "root"
-        ids, task_dir = heldout_doc_ids(cfg, root)
+        ids, task_dir = heldout_doc_ids(cfg, as_storage(root))
         rule = content_holdout([root / "tasks" / task_dir])
         docs = [d for _, d in iter_sources(cfg)]
         t = time.perf_counter()

@@ -246,7 +246,7 @@ def _dispatch(args) -> int:
         ev.pop("marker", None)
         print(json.dumps(ev, indent=2))
         if root.remote:
-            print(f"Stored at: {root.url('models/' + mdir.name)}")
+            print(f"Stored at: {root.url(root.model(mdir.name))}")
         print(f"Model: {mdir.name}\nFolder: {mdir}")
         return 0
     if args.cmd == "models":
@@ -282,14 +282,14 @@ def _dispatch(args) -> int:
                 raise ValueError(f"{args.study_dir}: not a study folder (expected ROOT/studies/NAME)")
             uri, name = args.study_dir.rstrip("/").rsplit("/studies/", 1)
             st = resolve_root(uri)
-            for f in st.list(f"studies/{name}"):
+            for f in st.list(st.study(name)):
                 if not f.startswith(("tune/", "tensorboard/")):
-                    st.pull_file(f"studies/{name}/{f}")
-            sdir = st.local / "studies" / name
+                    st.pull_file(st.study(name, f))
+            sdir = st.here(st.study(name))
             collect_results(sdir)
             print(f"Report: {write_report(sdir)}")
-            st.push(f"studies/{name}", exclude=("trials/", "tensorboard/", "tune/", "searches/"))
-            print(f"Stored at: {st.url(f'studies/{name}/report.md')}")
+            st.push(st.study(name), exclude=("trials/", "tensorboard/", "tune/", "searches/"))
+            print(f"Stored at: {st.url(st.study(name, 'report.md'))}")
             return 0
         if args.study_dir.startswith("file://"):
             sdir = Path(args.study_dir[len("file://"):])

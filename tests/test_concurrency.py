@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from alignlab.platform.storage.locks import LOCK_DIR, artifact_lock, lock_path
+from alignlab.platform.storage.root import as_storage
 from local_cluster import moto_server
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,21 +44,23 @@ def _finish(proc: subprocess.Popen, timeout: float = 600) -> str:
 
 
 def test_a_lock_is_held_for_the_block_names_its_holder_and_is_free_after_it(tmp_path):
-    with artifact_lock(tmp_path, "corpus-x", progress=False):
+    with artifact_lock(as_storage(tmp_path), "corpus-x", progress=False):
         assert lock_path(tmp_path, "corpus-x").read_text().startswith(f"pid {os.getpid()} on ")
     assert lock_path(tmp_path, "corpus-x").read_text() == ""
-    with artifact_lock(tmp_path, "corpus-x", progress=False):  # taken again at once
+    with artifact_lock(as_storage(tmp_path), "corpus-x", progress=False):  # taken again at once
         pass
 
 
 def test_a_second_process_waits_for_the_lock_and_takes_it_when_the_holder_is_killed(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from alignlab.platform.storage.locks import "
-                               "artifact_lock\nwith artifact_lock(sys.argv[1], 'model-m', progress=False): "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from alignlab.platform.storage.locks import artifact_lock\n"
+                               "from alignlab.platform.storage.root import as_storage\n"
+                               "with artifact_lock(as_storage(sys.argv[1]), 'model-m', progress=False): "
                                "print('held', flush=True); time.sleep(600)", str(tmp_path)],
                               stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     waiter = _start([sys.executable, "-c", "import sys; from alignlab.platform.storage.locks import artifact_lock\n"
-                     "with artifact_lock(sys.argv[1], 'model-m'): print('got it', flush=True)", str(tmp_path)], tmp_path)
+                     "from alignlab.platform.storage.root import as_storage\n"
+                     "with artifact_lock(as_storage(sys.argv[1]), 'model-m'): print('got it', flush=True)", str(tmp_path)], tmp_path)
     time.sleep(2)
     assert waiter.poll() is None, "the second process did not wait for the lock"
     holder.kill()  # a SIGKILLed holder leaves no stale lock: the kernel drops it
@@ -79,13 +82,13 @@ def test_a_build_killed_midway_leaves_temporaries_that_the_next_build_of_the_sam
     other.mkdir()
     (tmp_path / "models" / "m1" / "final").mkdir()
     built = []
-    build_once(tmp_path, "corpus-c1", lambda: bool(built), lambda: built.append(1),
+    build_once(as_storage(tmp_path), "corpus-c1", lambda: bool(built), lambda: built.append(1),
                leftovers=("corpus/c1.tmp-*", "models/m1/final.*"))
     assert built == [1]
     assert not dead.exists() and not (tmp_path / "models" / "m1" / "final.k2j3x").exists()
     assert other.exists() and (tmp_path / "models" / "m1" / "final").exists()
     assert "removed 2 leftover(s) of an interrupted build" in capsys.readouterr().out
-    build_once(tmp_path, "corpus-c1", lambda: bool(built), lambda: built.append(2), leftovers=("corpus/c2.tmp-*",))
+    build_once(as_storage(tmp_path), "corpus-c1", lambda: bool(built), lambda: built.append(2), leftovers=("corpus/c2.tmp-*",))
     assert built == [1] and other.exists()  # finished: nothing is built and nothing deleted
 
 

@@ -175,13 +175,13 @@ def test_a_study_records_a_diverged_calculation_as_failed_finishes_the_others_an
 
     from alignlab.platform.config import to_dict
     from alignlab.platform.report.report import collect_results, write_report
-    from alignlab.platform.storage.root import as_storage, read_json, study_dir, write_json
+    from alignlab.platform.storage.root import as_storage, read_json, Storage, write_json
     from alignlab.platform.study.grid import run_trials
     from alignlab.platform.study.spec import calc_id
 
     root, mdir, tdir = tiny_root
     st = as_storage(root)
-    sdir = study_dir(root, "diverging")
+    sdir = root / Storage.study("diverging")
     cells = [("lr", "1e-3", _ft()), ("lr", "1e-3", _ft(seed=1)), ("lr", "1e30", _ft(lr=1e30))]
     calcs = [{"calc_id": calc_id(mdir.name, ft), "model_key": "m", "model_id": mdir.name, "model_dir": str(mdir),
               "task_dir": str(tdir), "row": r, "col": c, "group": r, "finetune": to_dict(ft), "study_dir": str(sdir),
@@ -219,12 +219,12 @@ def test_a_ctrl_c_after_a_tune_run_of_calculations_stops_the_driver_with_keyboar
     from fault_hooks import assert_ctrl_c_raises_keyboard_interrupt
 
     from alignlab.platform.config import to_dict
-    from alignlab.platform.storage.root import as_storage, read_json, study_dir
+    from alignlab.platform.storage.root import as_storage, read_json, Storage
     from alignlab.platform.study.grid import run_trials
     from alignlab.platform.study.spec import calc_id
 
     root, mdir, tdir = tiny_root
-    st, sdir, ft = as_storage(root), study_dir(root, "ctrl-c"), _ft()
+    st, sdir, ft = as_storage(root), root / Storage.study("ctrl-c"), _ft()
     calc = {"calc_id": calc_id(mdir.name, ft), "model_key": "m", "model_id": mdir.name, "model_dir": str(mdir),
             "task_dir": str(tdir), "row": "lr", "col": "1e-3", "group": "lr", "finetune": to_dict(ft),
             "study_dir": str(sdir), "storage": st.uri, "task_id": tdir.name, "study_name": "ctrl-c", "eval_sets": {}}
@@ -236,14 +236,14 @@ def test_a_ctrl_c_after_a_tune_run_of_calculations_stops_the_driver_with_keyboar
 @pytest.mark.ray
 def test_a_search_records_a_diverged_trial_as_failed_and_picks_its_best_among_the_others(ray_session, tiny_root):
     from alignlab.platform.config import to_dict
-    from alignlab.platform.storage.root import as_storage, study_dir
+    from alignlab.platform.storage.root import as_storage, Storage
     from alignlab.platform.study.search import run_search
     from alignlab.platform.study.spec import calc_id
     from alignlab.platform.study.spec import SearchParam, SearchSpec
 
     root, mdir, tdir = tiny_root
     st = as_storage(root)
-    sdir = study_dir(root, "diverging-search")
+    sdir = root / Storage.study("diverging-search")
     # The base setting (evaluated first) diverges; the sampler then draws from both values.
     spec = SearchSpec(name="lr", model="m", base=_ft(lr=1e30), space=(SearchParam(name="lr", kind="choice", values=(1e-3, 1e30)),),
                       num_samples=4, row="lr", col="searched", scheduler="fifo", search_fold=0)

@@ -127,7 +127,7 @@ def test_a_node_lost_mid_study_runs_no_finished_calculation_again_and_the_result
     from alignlab.platform.fel.finetune_config import FinetuneConfig
     from alignlab.platform.fel.trial_files import finished_calculations
     from alignlab.platform.report.report import collect_results
-    from alignlab.platform.storage.root import as_storage, read_json, study_dir
+    from alignlab.platform.storage.root import as_storage, read_json, Storage
     from alignlab.platform.study.grid import run_trials
     from alignlab.platform.study.spec import calc_id
     from alignlab.platform.tasks.task_data import build_tasks
@@ -142,14 +142,14 @@ def test_a_node_lost_mid_study_runs_no_finished_calculation_again_and_the_result
     def calcs(name: str) -> list[dict]:
         return [{"calc_id": calc_id(mdir.name, ft), "model_key": "m", "model_id": mdir.name, "model_dir": str(mdir),
                  "task_dir": str(tdir), "row": "seed", "col": str(ft.seed), "group": "seed", "finetune": to_dict(ft),
-                 "study_dir": str(study_dir(root, name)), "storage": st.uri, "task_id": tdir.name, "study_name": name,
+                 "study_dir": str(root / Storage.study(name)), "storage": st.uri, "task_id": tdir.name, "study_name": name,
                  "eval_sets": {}} for ft in fts]
 
     def study_json(name: str) -> None:
         from alignlab.platform.storage.root import write_json
 
         cs = calcs(name)
-        write_json(study_dir(root, name) / "study.json", {
+        write_json(root / Storage.study(name) / "study.json", {
             "name": name, "title": name, "baseline_col": "0", "baseline_cells": [], "plots": [], "notes": "",
             "models": {}, "calculations": [c["calc_id"] for c in cs],
             "cells": {c["calc_id"]: {"row": c["row"], "col": c["col"], "group": c["group"]} for c in cs},
@@ -161,8 +161,8 @@ def test_a_node_lost_mid_study_runs_no_finished_calculation_again_and_the_result
         for _ in range(2):
             cluster.add_node(num_cpus=1)
         ray.init(address=cluster.address, log_to_driver=False)
-        run_trials(calcs("whole"), study_dir(root, "whole"), progress=False, storage=st)
-        sdir, removed = study_dir(root, "lost"), []
+        run_trials(calcs("whole"), root / Storage.study("whole"), progress=False, storage=st)
+        sdir, removed = root / Storage.study("lost"), []
         remover = _in_background(_remove_a_node_that_ran_a_calculation(sdir, cluster, removed), stop)
         try:
             run_trials(calcs("lost"), sdir, progress=False, storage=st)
@@ -179,7 +179,7 @@ def test_a_node_lost_mid_study_runs_no_finished_calculation_again_and_the_result
         study_json("whole")
         study_json("lost")
         metrics = ["calc_id", "accuracy", "perplexity", "best_accuracy", "epochs"]
-        a = collect_results(study_dir(root, "whole"))[metrics].sort_values("calc_id").reset_index(drop=True)
+        a = collect_results(root / Storage.study("whole"))[metrics].sort_values("calc_id").reset_index(drop=True)
         b = collect_results(sdir)[metrics].sort_values("calc_id").reset_index(drop=True)
         assert len(a) == len(b) == 6
         assert a.equals(b), (a, b)

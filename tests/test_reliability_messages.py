@@ -117,12 +117,12 @@ def test_a_calculation_that_runs_out_of_memory_fails_alone_is_reported_and_a_rer
     from alignlab.platform.fel import finetune
     from alignlab.platform.fel.trial_files import finished_calculations
     from alignlab.platform.report.report import collect_results, write_report
-    from alignlab.platform.storage.root import as_storage, read_json, study_dir, write_json
+    from alignlab.platform.storage.root import as_storage, read_json, Storage, write_json
     from alignlab.platform.study.grid import run_one
     from alignlab.platform.study.spec import calc_id
 
     root, mdir, tdir = tiny_root
-    st, sdir = as_storage(root), study_dir(root, "oom")
+    st, sdir = as_storage(root), root / Storage.study("oom")
     cells = [("bs", "8", _ft()), ("bs", "8", _ft(seed=1))]
     calcs = [{"calc_id": calc_id(mdir.name, ft), "model_key": "m", "model_id": mdir.name, "model_dir": str(mdir),
               "task_dir": str(tdir), "row": r, "col": c, "group": r, "finetune": to_dict(ft), "study_dir": str(sdir),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -154,3 +155,39 @@ def test_an_empty_run_snapshot_is_rebuilt_from_the_whole_checkpoints_leaving_out
     assert [r["checkpoint_dir_name"] for r in snap["checkpoint_results"]] == names[:2]
     assert snap["latest_checkpoint_result"]["checkpoint_dir_name"] == names[1]
     assert repair(st, "m", "train") is None  # a whole snapshot is left alone
+
+
+@pytest.mark.ray
+def test_a_disk_that_fills_while_a_corpus_is_built_names_the_corpus_folder_in_one_line(ray_session, small_disk):
+    """The storage root fills up in the middle of a corpus build (its task data already there): one line names
+    the corpus's folder and says what to do, not pyarrow's "Error writing bytes to file"; no corpus looks finished,
+    and once the space is freed the same build finishes."""
+    from alignlab.platform.corpus.corpus import build_corpus, corpus_finished
+    from alignlab.platform.presets import CORPUS_PRESETS
+    from alignlab.platform.runtime.errors import _describe
+    from alignlab.platform.storage.root import as_storage
+    from alignlab.platform.tasks.task_data import build_tasks
+
+    cfg, root = CORPUS_PRESETS["smoke"], small_disk / "root"
+    build_tasks(as_storage(root), max_docs_per_lang=cfg.task_max_docs_per_lang, seed=cfg.seed)
+    filler = small_disk / "filler"
+    with open(filler, "wb") as f:  # all but 16 KiB: less than the staged documents need
+        try:
+            while True:
+                f.write(b"\0" * 2**20)
+                f.flush()
+        except OSError:
+            pass
+    with open(filler, "r+b") as f:
+        f.truncate(max(0, filler.stat().st_size - 2**14))
+    with pytest.raises(OSError) as err:
+        build_corpus(cfg, root, progress=False)
+    line = _describe(err.value)  # what the command line prints after "alignlab: error: "
+    assert re.match(rf"{root / 'corpus'}/[\w-]+: no space left on the device while corpus [\w-]+ was written here "
+                    r"\(\d+\.\d MiB free now\); .* rerun", line), line
+    assert "\n" not in line and "Error writing bytes" not in line, line
+    cid = line.split(": ")[0].rsplit("/", 1)[1]
+    assert not corpus_finished(as_storage(root), cid)
+    filler.unlink()
+    assert build_corpus(cfg, root, progress=False).name == cid
+    assert corpus_finished(as_storage(root), cid)

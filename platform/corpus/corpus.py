@@ -37,9 +37,10 @@ from alignlab.platform.encoder.tokenizer import Tokenizer, check_vocab_size, tra
 from alignlab.platform.runtime.ray_env import ensure_ray
 from alignlab.platform.sources.documents import CorpusInputError, Document
 from alignlab.platform.sources.text import split_words
+from alignlab.platform.storage.disk_space import full_disk_named
 from alignlab.platform.storage.locks import build_once
-from alignlab.platform.storage.root import (MARKER, Storage, as_storage, corpus_dir, publish_dir, read_json, resolve_root,
-                                       write_json, write_marker)
+from alignlab.platform.storage.root import (MARKER, as_storage, publish_dir, read_json, resolve_root, Storage,
+                                            write_json, write_marker)
 from alignlab.platform.tasks.holdout import holdout_record
 
 MANIFEST = "manifest.json"
@@ -174,7 +175,7 @@ CORPUS_SMALL_FILES_ONLY = ("shards/",)
 def corpus_finished(st: Storage, cid: str) -> bool:
     """Is corpus `cid` finished at the root (every file its size marker lists whole, shards too; before markers,
     its manifest) and in this node's cache (pulled without the shards from a remote root)?"""
-    rel = f"corpus/{cid}"
+    rel = st.corpus(cid)
     return st.finished(rel, legacy=MANIFEST, announce=MANIFEST) and \
         st.pull(rel, marker=MANIFEST, exclude=CORPUS_SMALL_FILES_ONLY)
 
@@ -219,15 +220,16 @@ def build_corpus(cfg: CorpusConfig, root: Path | Storage, *, docs: Iterable[Docu
                          "tokenizer_sources) cannot apply; leave them unset")
     st = as_storage(root)
     heldout, cfg_tasks = heldout_doc_ids(cfg, st)
-    tdirs = sorted({Path(p) for p in (cfg_tasks and st.local / "tasks" / cfg_tasks, task_dir) if p})
+    tdirs = sorted({Path(p) for p in (cfg_tasks and st.here(st.tasks(cfg_tasks)), task_dir) if p})
     content = content_holdout(tdirs)
     labellers = corpus_labellers()
     cid = corpus_id(cfg, heldout, custom=docs is not None, labellers=labellers, content=content)
-    final = corpus_dir(st.local, cid)
+    final = st.here(st.corpus(cid))
     held = (heldout, cfg_tasks, content, [p.name for p in tdirs])
-    build_once(st, f"corpus-{cid}", lambda: corpus_finished(st, cid),
-               lambda: _build(cfg, st, cid, final, held, labellers, docs, num_workers, progress),
-               label=f"[corpus {cid}]", progress=progress, leftovers=(f"corpus/{cid}.tmp-*",))
+    with full_disk_named(f"corpus {cid}", st.url(st.corpus(cid)), None if st.remote else final):
+        build_once(st, f"corpus-{cid}", lambda: corpus_finished(st, cid),
+                   lambda: _build(cfg, st, cid, final, held, labellers, docs, num_workers, progress),
+                   label=f"[corpus {cid}]", progress=progress, leftovers=(st.corpus(f"{cid}.tmp-*"),))
     stats = load_manifest(final)["stats"]
     check_vocab_size(cfg.vocab_size, stats["vocab_size"], allow_smaller=cfg.allow_smaller_vocab,
                      sample_docs=stats.get("tokenizer_sample_documents", "?"))
@@ -277,8 +279,8 @@ def _build(cfg: CorpusConfig, st: Storage, cid: str, final: Path, held: tuple, l
         # on any node: a local root is one folder (on a cluster, a shared one); a remote root first receives
         # the parts and the tokenizer, and then the shards, straight into the corpus's own folder there
         # (unfinished until its manifest arrives, last).
-        work = f"corpus/{tmp.name}"
-        shard_base = f"corpus/{cid}/shards" if st.remote else f"{work}/shards"
+        work = st.corpus(tmp.name)
+        shard_base = st.corpus(cid, "shards") if st.remote else f"{work}/shards"
         if st.remote:
             st.push(work)
         shards: dict[str, list[str]] = {}
@@ -330,11 +332,11 @@ def _build(cfg: CorpusConfig, st: Storage, cid: str, final: Path, held: tuple, l
         shutil.rmtree(tmp, ignore_errors=True)
         if st.remote:  # best effort: the staged parts at the root (shards without a manifest count as unfinished)
             try:
-                st.filesystem()[0].delete_dir(st.ray_path(f"corpus/{tmp.name}"))
+                st.filesystem()[0].delete_dir(st.ray_path(st.corpus(tmp.name)))
             except Exception:  # noqa: BLE001 -- nothing there, or no permission: the original error matters
                 pass
         raise
-    st.push(f"corpus/{cid}", last=(MANIFEST, MARKER))
+    st.push(st.corpus(cid), last=(MANIFEST, MARKER))
 
 
 def _shard_stats(st: Storage, base: str, shards: dict[str, list[str]], tokenizer_path: Path,

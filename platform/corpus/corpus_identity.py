@@ -17,7 +17,7 @@ from alignlab.platform.config import config_hash, to_dict
 from alignlab.platform.corpus.corpus_config import CorpusConfig, SourceSpec
 from alignlab.platform.encoder.registry import CorpusLabels
 from alignlab.platform.sources.text_files import SOFTWARE_FILE
-from alignlab.platform.storage.root import Storage, as_storage
+from alignlab.platform.storage.root import Storage
 from alignlab.platform.tasks.holdout import HOLDOUT_RULE_VERSION, ContentHoldout, HeldOutText
 from alignlab.platform.tasks.task import registered_tasks
 from alignlab.platform.tasks.task_data import TaskData, build_tasks
@@ -77,8 +77,8 @@ def content_holdout(task_dirs: list[Path]) -> ContentHoldout | None:
     return ContentHoldout(task_heldout_text(task_dirs)) if task_dirs else None
 
 
-def heldout_doc_ids(cfg: CorpusConfig, root: Path | Storage) -> tuple[list[str], str | None]:
-    """The corpus-holdout rule: the sorted ids of the documents a corpus of `cfg` under `root` keeps out, and
+def heldout_doc_ids(cfg: CorpusConfig, st: Storage) -> tuple[list[str], str | None]:
+    """The corpus-holdout rule: the sorted ids of the documents a corpus of `cfg` at the root `st` keeps out, and
     the name of the task folder they come from (None with `hold_out_tasks` off).
 
     The ids are those of `cfg.holdout_ids_file`, plus -- unless `cfg.hold_out_tasks` is off -- the held-out
@@ -92,7 +92,7 @@ def heldout_doc_ids(cfg: CorpusConfig, root: Path | Storage) -> tuple[list[str],
         ids |= _read_ids(Path(cfg.holdout_ids_file))
     task_dir = None
     if cfg.hold_out_tasks:
-        tdir = build_tasks(as_storage(root), max_docs_per_lang=cfg.task_max_docs_per_lang, seed=cfg.seed)
+        tdir = build_tasks(st, max_docs_per_lang=cfg.task_max_docs_per_lang, seed=cfg.seed)
         ids |= _read_ids(tdir / HELDOUT_FILE)
         task_dir = tdir.name
     return sorted(ids), task_dir

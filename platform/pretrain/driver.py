@@ -33,7 +33,7 @@ from alignlab.platform.runtime.resources import RAY_DATA_CPUS, check_request, ch
 from alignlab.platform.runtime.throughput import run_throughput
 from alignlab.platform.storage.disk_space import checkpoint_disk_full, no_space_left
 from alignlab.platform.storage.locks import build_once
-from alignlab.platform.storage.root import Storage, as_storage, corpus_dir, model_dir, resolve_root, write_json
+from alignlab.platform.storage.root import as_storage, resolve_root, Storage, write_json
 
 
 def worker_resources(cfg: PretrainConfig) -> dict:
@@ -55,7 +55,7 @@ def check_pretrain_resources(cfg: PretrainConfig) -> None:
                   hint="use a smaller preset, fewer workers or CPUs per worker, or a cluster that has them")
 
 
-def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int = 2, name: str = "train",
+def pretrain(cdir: Path, cfg: PretrainConfig, root: Path | Storage, *, max_failures: int = 2, name: str = "train",
              after_step: Callable[..., None] | None = None, keep_checkpoints: int | None = None) -> Path:
     """Pretrain (or find) the model for (corpus, cfg). Returns the model folder; `final/` exists on return.
 
@@ -87,13 +87,13 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path, *, max_failures: int =
     if cfg.max_steps == 0:  # an untrained model: its initial weights, written here without Ray Train
         build_once(st, f"model-{mid}", lambda: model_finished(st, mid),
                    lambda: _write_untrained(st, cdir, cid, cfg, requested, mid), label=f"[pretrain {mid}]",
-                   leftovers=(f"models/{mid}/final.*",))
+                   leftovers=(st.model(mid, "final.*"),))
         return fetch_model(st, mid, weights=False)
     build_once(st, f"model-{mid}", lambda: model_finished(st, mid),
                lambda: _pretrain_locked(st, cdir, manifest, cfg, requested, mid, max_failures=max_failures, name=name,
                                         after_step=after_step, keep_checkpoints=keep_checkpoints),
                label=f"[pretrain {mid}]",
-               leftovers=(f"models/{mid}/final.*",))
+               leftovers=(st.model(mid, "final.*"),))
     return fetch_model(st, mid, weights=False)
 
 
@@ -105,12 +105,12 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
     from ray.train.torch import TorchTrainer
 
     cid = manifest["corpus_id"]
-    mdir = model_dir(st.local, mid)
+    mdir = st.here(st.model(mid))
     # A `final/` that is there but incomplete (a truncated model.pt, an interrupted upload) is made again below:
     # the rerun resumes the Train run from its last checkpoint and exports anew.
     if (reason := diverged_reason(st, mid)) is not None:
         raise NonFiniteLossError(f"pretraining of {mid} diverged before: {reason} (delete "
-                                 f"{st.url(f'models/{mid}/{DIVERGED}')} to try again)")
+                                 f"{st.url(st.model(mid, DIVERGED))} to try again)")
     keep = keep_checkpoints or keep_checkpoints_default()
     ensure_ray()
     check_pretrain_resources(cfg)  # before anything is written: an impossible request would wait forever
@@ -123,11 +123,11 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
     write_json(mdir / "config.json", {"model_id": mid, "corpus_id": cid, "corpus_dir": str(cdir),
                                       "precision": cfg.precision, "requested_precision": requested,
                                       "global_batch_size": cfg.batch_size, "pretrain": to_dict(cfg)})
-    st.push_file(f"models/{mid}/config.json")
+    st.push_file(st.model(mid, "config.json"))
 
     # Shards are read where they are -- the local corpus folder, or the remote root (never copied to a node) --
     # in the manifest's order, so the row stream is the same on every run.
-    base = st.ray_path(f"corpus/{cid}/shards") if st.remote else str(cdir / "shards")
+    base = st.ray_path(st.corpus(cid, "shards")) if st.remote else str(cdir / "shards")
 
     def shard_paths(split: str) -> list[str]:
         return [f"{base}/{name}" for name in shard_names(cdir, manifest, split)]
@@ -140,7 +140,7 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
         table = word_embeddings(training_sequences(shard_paths("train"), fs, tok_size), tok_size, cfg.model.hidden,
                                 cfg.corpus_embeddings, seed=cfg.seed)
         save(mdir / WORD_EMBEDDINGS, table)
-        st.push_file(f"models/{mid}/{WORD_EMBEDDINGS}")
+        st.push_file(st.model(mid, WORD_EMBEDDINGS))
         print(f"[pretrain {mid}] word embeddings from the corpus's co-occurrences in {time.perf_counter() - t0:.1f}s",
               flush=True)
     datasets = {"train": read_shards(shard_paths("train"), fs)}
@@ -161,7 +161,7 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu, resources_per_worker=resources),
         run_config=RunConfig(
             # The id is content-addressed, so reusing the name on a rerun resumes the same run on purpose.
-            name=name, storage_path=st.ray_path(f"models/{mid}/ray"), storage_filesystem=fs,
+            name=name, storage_path=st.ray_path(st.model(mid, "ray")), storage_filesystem=fs,
             failure_config=FailureConfig(max_failures=max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=2),
         ),
@@ -179,7 +179,7 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
             raise NonFiniteLossError(f"pretraining of {mid} stopped: {reason}") from e
         _raise_if_out_of_memory(st, mid)
         if no_space_left(e):  # one line naming the folder, not the worker group's nested traceback
-            raise checkpoint_disk_full(st.url(f"models/{mid}/ray/{name}"),
+            raise checkpoint_disk_full(st.url(st.model(mid, f"ray/{name}")),
                                        None if st.remote else mdir / "ray" / name) from e
         if isinstance(inner := raised_in_worker(e), USER_ERRORS):  # the worker's own ValueError, not Ray's wrapping
             raise inner from e
@@ -188,7 +188,7 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
     if (reason := diverged_reason(st, mid)) is not None:  # the workers stopped at a non-finite loss
         raise NonFiniteLossError(f"pretraining of {mid} stopped: {reason}")
     if not model_finished(st, mid):
-        raise RuntimeError(f"pretraining of {mid} ended without writing {st.url(f'models/{mid}/final')}")
+        raise RuntimeError(f"pretraining of {mid} ended without writing {st.url(st.model(mid, 'final'))}")
     if pruned := prune_checkpoints(st, mid, name, keep):
         print(f"[pretrain {mid}] finished; deleted {len(pruned)} older checkpoint(s), kept the last {keep}", flush=True)
 
@@ -197,18 +197,18 @@ def _write_untrained(st: Storage, cdir: Path, cid: str, cfg: PretrainConfig, req
     """Publish model `mid`, trained for zero steps: the weights its seed initialises (the Pretrainer every Train
     worker builds first), the corpus's tokenizer, no held-out metrics and a throughput record of no training. It
     costs seconds and no device time: the positive control of a study (`config.untrained`)."""
-    mdir = model_dir(st.local, mid)
+    mdir = st.here(st.model(mid))
     print(f"[pretrain {mid}] untrained: the model as initialised (seed {cfg.seed}), no pretraining", flush=True)
     write_json(mdir / "config.json", {"model_id": mid, "corpus_id": cid, "corpus_dir": str(cdir), "untrained": True,
                                       "precision": cfg.precision, "requested_precision": requested,
                                       "global_batch_size": cfg.batch_size, "pretrain": to_dict(cfg)})
-    st.push_file(f"models/{mid}/config.json")
+    st.push_file(st.model(mid, "config.json"))
     tok = Tokenizer(cdir / "tokenizer.model")
     trainer = Pretrainer(cfg, tok)
     record = {"tokens_per_s": None, "samples_per_s": None, "mfu": None, "train_seconds": 0.0, "device_hours": 0.0,
               "num_devices": 0, "device": "none (untrained)", "precision": "none", "num_tokens": 0, "num_samples": 0}
     export_final(trainer, tok, mdir, {}, record)
-    st.push(f"models/{mid}/final", last=(FINAL_MARKER,))
+    st.push(st.model(mid, "final"), last=(FINAL_MARKER,))
 
 
 def _raise_if_out_of_memory(st: Storage, mid: str) -> None:
@@ -269,11 +269,11 @@ def _train_fn(config: dict, storage_uri: str) -> None:
     # Re-resolved on this node: a remote root's cache folder is this node's own.
     st, mid = resolve_root(storage_uri), config["model_id"]
     if st.remote:
-        st.pull(f"corpus/{config['corpus_id']}", marker=MANIFEST, exclude=CORPUS_SMALL_FILES_ONLY)
-        cdir = corpus_dir(st.local, config["corpus_id"])
+        st.pull(st.corpus(config['corpus_id']), marker=MANIFEST, exclude=CORPUS_SMALL_FILES_ONLY)
+        cdir = st.here(st.corpus(config["corpus_id"]))
     else:
         cdir = Path(config["corpus_dir"])
-    mdir = model_dir(st.local, mid)
+    mdir = st.here(st.model(mid))
     if (reason := diverged_reason(st, mid)) is not None:  # a retry after divergence: the same data diverges again
         raise NonFiniteLossError(reason)
     if out_of_memory.recorded(st, mid) is not None:  # the restart after a rank ran out of memory: stop at once
@@ -288,7 +288,7 @@ def _train_fn(config: dict, storage_uri: str) -> None:
     table = None
     if cfg.corpus_embeddings:  # written by the driver before the workers started
         if st.remote:
-            st.pull_file(f"models/{mid}/{WORD_EMBEDDINGS}")
+            st.pull_file(st.model(mid, WORD_EMBEDDINGS))
         table = np.load(mdir / WORD_EMBEDDINGS)
     trainer = Pretrainer(cfg, tok, rank=rank, world=world, device=str(device), wrap=wrap,
                          reduce_counts=_all_reduce_sum if world > 1 else None, word_embeddings=table)
@@ -336,7 +336,7 @@ def _train_fn(config: dict, storage_uri: str) -> None:
             return
         if writer is not None and st.remote:
             writer.flush()
-            st.push(f"models/{mid}/tensorboard")
+            st.push(st.model(mid, "tensorboard"))
         # Every rank's own random state (its dropout masks), gathered to rank 0, which writes the checkpoint.
         rng = [trainer.rng_state()] if world == 1 else _all_gather(trainer.rng_state())
         ckpt = None
@@ -364,7 +364,7 @@ def _train_fn(config: dict, storage_uri: str) -> None:
             except NonFiniteLossError as e:
                 if rank == 0:
                     write_json(mdir / DIVERGED, {"error": str(e), "step": trainer.state.step})
-                    st.push_file(f"models/{mid}/{DIVERGED}")
+                    st.push_file(st.model(mid, DIVERGED))
                 # Return, not raise: Train V2 retries a worker group after any error (FailureConfig), and the
                 # same data diverges again. Every rank stopped at this step (all_finite); the driver reads
                 # diverged.json and raises the one-line error.
@@ -400,13 +400,13 @@ def _train_fn(config: dict, storage_uri: str) -> None:
                 if throughput[k] is not None:
                     writer.add_scalar(f"throughput/{k}", throughput[k], trainer.state.step)
             writer.flush()
-            st.push(f"models/{mid}/tensorboard")
+            st.push(st.model(mid, "tensorboard"))
             export_final(trainer, tok, mdir, eval_metrics, throughput)
             print(f"[pretrain {mid}] {throughput['tokens_per_s']:,.0f} tokens/s, {throughput['samples_per_s']:,.1f} "
                   f"samples/s on {world} x {throughput['device']} ({throughput['precision']}), MFU "
                   f"{'unknown' if throughput['mfu'] is None else format(throughput['mfu'], '.1%')}, "
                   f"{throughput['device_hours']:.4f} device-hours", flush=True)
-            st.push(f"models/{mid}/final", last=(FINAL_MARKER,))
+            st.push(st.model(mid, "final"), last=(FINAL_MARKER,))
     finally:
         if writer is not None:
             writer.close()

@@ -21,8 +21,8 @@ from alignlab.platform.encoder.registry import objective_class
 from alignlab.platform.pretrain.pretrain import with_resolved_precision
 from alignlab.platform.runtime.errors import positive_int
 from alignlab.platform.runtime.throughput import run_throughput
-from alignlab.platform.storage.root import (MARKER, Storage, as_storage, folder_finished, model_dir, read_json, publish_dir,
-                                       write_json, write_marker, write_text)
+from alignlab.platform.storage.root import (MARKER, MODELS, as_storage, folder_finished, publish_dir, read_json,
+                                            Storage, write_json, write_marker, write_text)
 
 RUNTIME_FIELDS = ("checkpoint_every", "checkpoint_every_minutes", "log_every", "eval_batches", "cpus_per_worker",
                   "gpus_per_worker", "threads_per_worker", "prefetch_batches", "collate_workers", "loss_chunk_rows",
@@ -86,7 +86,7 @@ exported, a retry of the worker group fails at once, and a rerun of the same mod
 
 def diverged_reason(st: Storage, mid: str) -> str | None:
     """The recorded reason a model's pretraining diverged, or None."""
-    rel = f"models/{mid}/{DIVERGED}"
+    rel = st.model(mid, DIVERGED)
     if not st.pull_file(rel):
         return None
     return read_json(st.local / rel).get("error", "the training loss became non-finite")
@@ -110,22 +110,22 @@ def is_finished(mdir: Path) -> bool:
 
 def model_finished(st: Storage, mid: str) -> bool:
     """Does the root hold the finished model `mid` (marker present, every file whole)?"""
-    return st.finished(f"models/{mid}/final", legacy=LEGACY_MARKER, announce="eval.json")
+    return st.finished(st.model(mid, "final"), legacy=LEGACY_MARKER, announce="eval.json")
 
 
 def fetch_model(st: Storage, mid: str, *, weights: bool = True) -> Path:
     """The local folder of a finished model of the root, its `final/` pulled (all of it, or only the small files)."""
-    mdir = model_dir(st.local, mid)
+    mdir = st.here(st.model(mid))
     if not st.remote:
         return mdir
     if not model_finished(st, mid):
-        raise ValueError(f"{st.url('models/' + mid)}: not a finished pretrained model (final/ missing or incomplete)")
+        raise ValueError(f"{st.url(st.model(mid))}: not a finished pretrained model (final/ missing or incomplete)")
     if weights and not is_finished(mdir):  # a cached copy is whole or absent: pulls are renamed into place
-        st.pull(f"models/{mid}/final")
+        st.pull(st.model(mid, "final"))
     elif not weights:
         for f in ("eval.json", "model_config.json"):
-            st.pull_file(f"models/{mid}/final/{f}")
-    st.pull_file(f"models/{mid}/config.json")
+            st.pull_file(st.model(mid, f"final/{f}"))
+    st.pull_file(st.model(mid, "config.json"))
     return mdir
 
 
@@ -176,7 +176,7 @@ def prune_checkpoints(st: Storage, mid: str, name: str = "train", keep: int = 1)
     import pyarrow.fs as pafs
 
     fs, _ = st.filesystem()
-    run = st.ray_path(f"models/{mid}/ray/{name}")
+    run = st.ray_path(st.model(mid, f"ray/{name}"))
     snap_path = f"{run}/checkpoint_manager_snapshot.json"
     if fs.get_file_info(snap_path).type != pafs.FileType.File:
         return []
@@ -223,8 +223,8 @@ def list_models(root: Path | Storage) -> list[dict]:
                     fetch_model(st, mid, weights=False)
                     finished_at_root.add(mid)
                 else:
-                    st.pull_file(f"models/{f}")
-    for cfg_file in sorted((st.local / "models").glob("*/config.json")):
+                    st.pull_file(st.model(f))
+    for cfg_file in sorted(st.here(MODELS).glob("*/config.json")):
         mdir = cfg_file.parent
         try:
             info = read_json(cfg_file)

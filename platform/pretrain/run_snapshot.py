@@ -33,7 +33,7 @@ def repair(st: Storage, mid: str, name: str) -> str | None:
     None when nothing was wrong."""
     import pyarrow.fs as pafs
 
-    fs, run = st.filesystem()[0], st.ray_path(f"models/{mid}/ray/{name}")
+    fs, run = st.filesystem()[0], st.ray_path(st.model(mid, f"ray/{name}"))
     path = f"{run}/{SNAPSHOT}"
     if fs.get_file_info(path).type != pafs.FileType.File:
         return None
@@ -43,7 +43,7 @@ def repair(st: Storage, mid: str, name: str) -> str | None:
         return None
     except ValueError:
         pass
-    shown = st.url(f"models/{mid}/ray/{name}/{SNAPSHOT}")
+    shown = st.url(st.model(mid, f"ray/{name}/{SNAPSHOT}"))
     ckpts = sorted(i.base_name for i in fs.get_file_info(pafs.FileSelector(run, allow_not_found=True))
                    if i.type == pafs.FileType.Directory and i.base_name.startswith("checkpoint_")
                    and _whole(fs, f"{run}/{i.base_name}/{STATE}"))

@@ -59,12 +59,12 @@ def finetune_message(ft, model_label: str, device: str) -> str:
 
 def record(st: Storage, mid: str, mdir, message: str) -> None:
     write_json(mdir / RECORD, {"error": message})
-    st.push_file(f"models/{mid}/{RECORD}")
+    st.push_file(st.model(mid, RECORD))
 
 
 def recorded(st: Storage, mid: str) -> str | None:
     """The line a rank recorded for model `mid`, or None."""
-    rel = f"models/{mid}/{RECORD}"
+    rel = st.model(mid, RECORD)
     if not st.pull_file(rel):
         return None
     try:
@@ -75,6 +75,6 @@ def recorded(st: Storage, mid: str) -> str | None:
 
 def clear(st: Storage, mid: str) -> None:
     """Forget a recorded out-of-memory (a new attempt, perhaps on a larger device or with more workers)."""
-    (st.local / "models" / mid / RECORD).unlink(missing_ok=True)
-    if st.remote and st.has(f"models/{mid}/{RECORD}"):
-        st.ray_filesystem().delete_file(st.ray_path(f"models/{mid}/{RECORD}"))
+    st.here(st.model(mid, RECORD)).unlink(missing_ok=True)
+    if st.remote and st.has(st.model(mid, RECORD)):
+        st.ray_filesystem().delete_file(st.ray_path(st.model(mid, RECORD)))

@@ -33,16 +33,19 @@ def lock_path(root: Path, what: str) -> Path:
 
 
 @contextmanager
-def artifact_lock(root: Path | Storage, what: str, *, label: str = "", progress: bool = True) -> Iterator[None]:
-    """Hold the lock of artifact `what` (e.g. "corpus-<id>") for the `with` block: under the local folder
-    `root`, or under a Storage's local folder and, for a remote root, at the root too. Waits, saying so once
-    with the holder's pid and host, while another process holds it."""
-    if isinstance(root, Storage):
-        with artifact_lock(root.local, what, label=label, progress=progress), \
-                remote_lock(root, what, label=label, progress=progress):
-            yield
-        return
-    path = lock_path(root, what)
+def artifact_lock(st: Storage, what: str, *, label: str = "", progress: bool = True) -> Iterator[None]:
+    """Hold the lock of artifact `what` (e.g. "corpus-<id>") for the `with` block: under the root's local folder
+    and, for a remote root, at the root too. Waits, saying so once with the holder's pid and host, while another
+    process holds it."""
+    with _folder_lock(st.local, what, label=label, progress=progress), \
+            remote_lock(st, what, label=label, progress=progress):
+        yield
+
+
+@contextmanager
+def _folder_lock(local: Path, what: str, *, label: str, progress: bool) -> Iterator[None]:
+    """The lock file of `what` under the local folder `local`, held with flock."""
+    path = lock_path(local, what)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as f:
         try:
@@ -70,7 +73,7 @@ def artifact_lock(root: Path | Storage, what: str, *, label: str = "", progress:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def build_once(root: Path | Storage, what: str, finished: Callable[[], bool], build: Callable[[], None], *,
+def build_once(st: Storage, what: str, finished: Callable[[], bool], build: Callable[[], None], *,
                label: str = "", progress: bool = True, leftovers: tuple[str, ...] = ()) -> None:
     """Make sure artifact `what` is finished: build it under its lock unless it is finished already, before
     the lock or once the run this one waited for let go. `finished` must look at the root (for a remote root,
@@ -81,10 +84,9 @@ def build_once(root: Path | Storage, what: str, finished: Callable[[], bool], bu
     build of the same id deletes them first. Holding the lock means no live run of this id is writing them."""
     if finished():
         return
-    with artifact_lock(root, what, label=label, progress=progress):
+    with artifact_lock(st, what, label=label, progress=progress):
         if not finished():
-            remove_leftovers(root.local if isinstance(root, Storage) else Path(root), leftovers, label or what,
-                             progress=progress)
+            remove_leftovers(st.local, leftovers, label or what, progress=progress)
             build()
 
 

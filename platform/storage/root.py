@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_ROOT = "alignlab-storage"
+TASKS, CORPORA, MODELS, STUDIES = "tasks", "corpus", "models", "studies"
+"""The root's top-level folders, one per kind of artifact (`Storage.tasks`, `corpus`, `model`, `study`)."""
 CACHE_ENV = "ALIGNLAB_CACHE"
 """Where a remote root's local mirror lives (default ~/.cache/alignlab/<hash of the root URI>)."""
 
@@ -77,6 +79,35 @@ class Storage:
         return hash((self.uri, self.local))
 
     # ------------------------------------------------------------ where things are
+
+    # The layout (docs/guarantees.md#where-a-run-writes): each artifact's folder relative to the root, the one place
+    # that spells it. A stage names an artifact by these and reads or writes it under `local` (`here`), pulls and
+    # pushes it by the same relative path, and hands Ray `ray_path` of it.
+
+    @staticmethod
+    def tasks(key: str, *parts: str) -> str:
+        """The task data folder `key` (`task_data.tasks_rel`), or a file in it."""
+        return _join(TASKS, key, *parts)
+
+    @staticmethod
+    def corpus(cid: str, *parts: str) -> str:
+        """Corpus `cid`'s folder (its manifest, tokenizer and shards), or a path in it."""
+        return _join(CORPORA, cid, *parts)
+
+    @staticmethod
+    def model(mid: str, *parts: str) -> str:
+        """Model `mid`'s folder (config.json, final/, ray/, tensorboard/), or a path in it."""
+        return _join(MODELS, mid, *parts)
+
+    @staticmethod
+    def study(name: str, *parts: str) -> str:
+        """Study `name`'s folder (trials/, results, report, searches/, tensorboard/), or a path in it."""
+        return _join(STUDIES, name, *parts)
+
+    def here(self, rel: str) -> Path:
+        """Where `rel` is on this machine: under the root itself, or under a remote root's local cache."""
+        return self.local / rel
+
 
     def filesystem(self):
         """(pyarrow filesystem, the root's path inside it)."""
@@ -280,16 +311,8 @@ def as_storage(root: str | os.PathLike | Storage) -> Storage:
     return root if isinstance(root, Storage) else resolve_root(root)
 
 
-def corpus_dir(root: Path, corpus_id: str) -> Path:
-    return Path(root) / "corpus" / corpus_id
-
-
-def model_dir(root: Path, model_id: str) -> Path:
-    return Path(root) / "models" / model_id
-
-
-def study_dir(root: Path, name: str) -> Path:
-    return Path(root) / "studies" / name
+def _join(*parts: str) -> str:
+    return "/".join(parts)
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -307,6 +330,11 @@ def write_text(path: Path, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:  # a full disk says "No space left on device" without the file: name it
+        Path(tmp).unlink(missing_ok=True)
+        if e.filename is None:
+            raise OSError(e.errno, e.strerror or str(e), str(path)) from e
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -11,7 +11,7 @@ from alignlab.platform.fel.finetune_config import FinetuneConfig, finetune_from_
 from alignlab.platform.fel.trial_files import RETRY
 from alignlab.platform.runtime.ray_env import own_sigint
 from alignlab.platform.runtime.resources import check_request
-from alignlab.platform.storage.root import Storage, as_storage, study_dir, write_json, redact
+from alignlab.platform.storage.root import Storage, as_storage, redact, write_json
 from alignlab.platform.study.spec import DEFAULT_TRIAL_RESOURCES
 
 # The FEL stack and the model store (torch, pyarrow) are imported inside the trial functions that run on Ray
@@ -74,7 +74,7 @@ def tune_storage(st: Storage | None, sdir: Path) -> dict:
     """Where Tune keeps its experiment state: under the study at the root (shared by every node)."""
     if st is None or not st.remote:
         return {"storage_path": str(sdir / "tune")}
-    return {"storage_path": st.ray_path(f"studies/{sdir.name}/tune"), "storage_filesystem": st.ray_filesystem()}
+    return {"storage_path": st.ray_path(st.study(sdir.name, "tune")), "storage_filesystem": st.ray_filesystem()}
 
 
 FEL_EXPERIMENT = "fel"
@@ -219,8 +219,8 @@ def _write_trial(calc: dict, sdir: Path, tb_dir: Path, res: dict, started: float
     if calc.get("storage"):
         st = as_storage(calc["storage"])
         if tb_dir.exists():
-            st.push(f"studies/{calc['study_name']}/tensorboard/{tb_dir.name}")
-        st.push_file(f"studies/{calc['study_name']}/trials/{calc['calc_id']}.json")  # last: marks it finished
+            st.push(st.study(calc["study_name"], f"tensorboard/{tb_dir.name}"))
+        st.push_file(st.study(calc["study_name"], f"trials/{calc['calc_id']}.json"))  # last: marks it finished
     return row
 
 
@@ -233,11 +233,11 @@ def localize(calc: dict) -> dict:
         return calc
     from alignlab.platform.pretrain.models import fetch_model
 
-    st.pull(f"tasks/{calc['task_id']}", marker="stats.json")
+    st.pull(st.tasks(calc["task_id"]), marker="stats.json")
     for f in calc.get("eval_sets", {}).values():
-        st.pull_file(f"studies/{calc['study_name']}/eval/{f}")
-    return {**calc, "model_dir": str(fetch_model(st, calc["model_id"])), "task_dir": str(st.local / "tasks" / calc["task_id"]),
-            "study_dir": str(study_dir(st.local, calc["study_name"]))}
+        st.pull_file(st.study(calc["study_name"], f"eval/{f}"))
+    return {**calc, "model_dir": str(fetch_model(st, calc["model_id"])), "task_dir": str(st.here(st.tasks(calc["task_id"]))),
+            "study_dir": str(st.here(st.study(calc["study_name"])))}
 
 
 def other_task_train(data, ft: FinetuneConfig, *, task=None):

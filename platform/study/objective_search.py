@@ -42,7 +42,7 @@ from alignlab.platform.fel.finetune_config import FinetuneConfig, finetune_from_
 from alignlab.platform.fel.protocol import fel_split, test_unit_metrics
 from alignlab.platform.runtime.ray_env import own_sigint, quiet_ray_data, ensure_ray
 from alignlab.platform.runtime.resources import RAY_DATA_CPUS
-from alignlab.platform.storage.root import Storage, as_storage, read_json, study_dir, write_json, write_text, resolve_root
+from alignlab.platform.storage.root import as_storage, read_json, resolve_root, Storage, write_json, write_text
 from alignlab.platform.study.grid import trial_device
 from alignlab.platform.tasks.holdout import require_holdout
 from alignlab.platform.tasks.task import task, task_names
@@ -244,7 +244,7 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
 
     t0 = time.time()
     st = as_storage(root)
-    sdir = study_dir(st.local, spec.name)
+    sdir = st.here(st.study(spec.name))
     sdir.mkdir(parents=True, exist_ok=True)
     say = print if progress else (lambda *a, **k: None)
     check_declared(spec)
@@ -272,7 +272,7 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
     say(f"[search {spec.name}] {spec.num_samples} Optuna trials over {', '.join(spec.candidates)} "
         f"(on/off x weights {list(spec.weights)}), each pretraining a model and scoring {tasks}; maximizing {', '.join(metrics)}")
     place = study_place(name, sdir / f"search{JOURNAL_SUFFIX}", url=optuna_storage, root=st,
-                        journal_rel=f"studies/{spec.name}/search{JOURNAL_SUFFIX}")
+                        journal_rel=st.study(spec.name, f"search{JOURNAL_SUFFIX}"))
     place.pull()
     study = open_study(place, ["maximize"] * len(metrics), spec.seed)
     # The param space (written by Tune to disk) holds the root without credentials; the trial gets the real URI.
@@ -325,7 +325,7 @@ def run_objective_search(spec: MixSearchSpec, root: Path | Storage, *, max_concu
                           "tune_dir": str(sdir / "tune" / name), "optuna": place.summary()})
     report = write_objective_report(sdir)
     if st.remote:
-        st.push(f"studies/{spec.name}", exclude=("tune/",))
+        st.push(st.study(spec.name), exclude=("tune/",))
     say(f"[search {spec.name}] done in {time.time() - t0:.0f}s")
     return report
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from alignlab.platform.corpus.corpus_repeats import MAX_CORPUS_REPEATS, corpus_repeats, estimated_train_rows, train_rows
 from alignlab.platform.runtime.precision import resolve_precision
 from alignlab.platform.runtime.throughput import estimate_device_hours, measured_rates, peak_flops
-from alignlab.platform.storage.root import Storage, as_storage
+from alignlab.platform.storage.root import MODELS, STUDIES, as_storage, Storage
 from alignlab.platform.study.layout import side_by_side, wall_hours
 from alignlab.platform.study.spec import calc_id
 
@@ -53,12 +53,12 @@ def study_plan(study, root: Path | Storage, *, device: str = "cpu", gpus: float 
                 tdirs.add(st.local / own)
         if ids is not None:
             cid = corpus_id(ccfg, sorted(ids), labellers=corpus_labellers(), content=content_holdout(sorted(tdirs)))
-    corpus_built = cid is not None and st.finished(f"corpus/{cid}", legacy="manifest.json")
+    corpus_built = cid is not None and st.finished(st.corpus(cid), legacy="manifest.json")
     # The rows each model's examples are drawn from: exact once the corpus is built, else estimated from the
     # packaged sources' words (None for a dump or web text, which only a build reads).
-    rows = train_rows(st.read_json(f"corpus/{cid}/manifest.json")) if corpus_built else estimated_train_rows(
+    rows = train_rows(st.read_json(st.corpus(cid, "manifest.json"))) if corpus_built else estimated_train_rows(
         study.corpus)
-    rates = measured_rates(st.local / "models")
+    rates = measured_rates(st.here(MODELS))
     gpu = device.lower() != "cpu"
     models, mids = [], {}
     for m in study.models:
@@ -87,16 +87,16 @@ def study_plan(study, root: Path | Storage, *, device: str = "cpu", gpus: float 
                        "corpus_repeats": corpus_repeats(cfg, rows) if rows and cfg.max_steps else None,
                        # Data-parallel: the global batch split evenly over the workers (docs/cluster.md).
                        "per_device_batch": cfg.batch_size // cfg.num_workers})
-    finished = {f[: -len(".json")] for f in st.list(f"studies/{study.name}/trials") if f.endswith(".json")}
+    finished = {f[: -len(".json")] for f in st.list(st.study(study.name, "trials")) if f.endswith(".json")}
     pending = len(study.calcs)
     if cid and not study.eval_files:  # with extra test files the ids also hash the staged files' names
         ids = [calc_id(mids[c.model], c.finetune, "", tdir.name) for c in study.calcs]
         pending = sum(i not in finished for i in ids)
-    searched = {f for f in st.list(f"studies/{study.name}/searches") if f.endswith(".json")}
+    searched = {f for f in st.list(st.study(study.name, "searches")) if f.endswith(".json")}
     searches = [{"name": s.name, "trials": s.num_samples, "done": f"{s.name}.json" in searched}
                 for declared in study.searches for s in declared.nested()]
     search_trials = sum(s["trials"] for s in searches if not s["done"])
-    per_calc = fel_seconds(st.local / "studies", device)
+    per_calc = fel_seconds(st.here(STUDIES), device)
     fel_hours = None if per_calc is None else (pending + search_trials) * per_calc / 3600
     model_hours = [m["device_hours"] for m in models]
     total = None if None in model_hours or fel_hours is None else sum(model_hours) + fel_hours

@@ -30,7 +30,7 @@ from alignlab.platform.runtime.errors import (Parser, name_list, nonneg_float, p
                                       run_guarded)
 from alignlab.platform.runtime.ray_env import ensure_ray, quiet_ray_data
 from alignlab.platform.storage.locks import artifact_lock
-from alignlab.platform.storage.root import Storage, as_storage, study_dir, write_json, resolve_root
+from alignlab.platform.storage.root import as_storage, resolve_root, Storage, write_json
 from alignlab.platform.study.flags import (add_debug_flag, add_max_concurrent_flag, add_optuna_storage_flag, add_precision_flag,
                                      add_preset_flag, add_storage_flag)
 from alignlab.platform.study.grid import check_trial_resources, run_trials
@@ -59,7 +59,7 @@ def run_study(study: Study, root: Path | Storage, **kw) -> Path:
         return _run_study(study, st, **kw)
 
 
-def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None = None, progress: bool = True,
+def _run_study(study: Study, st: Storage, *, max_concurrent: int | None = None, progress: bool = True,
                trial_resources: dict | None = None, max_parallel_pretrain: int | None = 1,
                optuna_storage: str | None = None, allow_corpus_repeats: bool = False) -> Path:
     """Run (or resume) a study and write its report; returns the report's path.
@@ -80,10 +80,9 @@ def _run_study(study: Study, root: Path | Storage, *, max_concurrent: int | None
     from alignlab.platform.tasks.task_kinds import declarations
 
     t0 = time.time()
-    st = as_storage(root)
     resources = dict(trial_resources or DEFAULT_TRIAL_RESOURCES)
-    srel = f"studies/{study.name}"
-    sdir = study_dir(st.local, study.name)
+    srel = st.study(study.name)
+    sdir = st.here(srel)
     trained = {m.key: m.pretrain for m in study.models if m.pretrain.max_steps}
     if trained and not allow_corpus_repeats:  # first: before Ray starts or a corpus that cannot feed them is built
         rows = estimated_train_rows(study.corpus)
@@ -242,7 +241,7 @@ def pool_size(data, task: str, fold: int) -> int:
     return protocol.pool_size(data, task, fold)
 
 
-def pretrain_models(study: Study, cdir: Path, root: Path | Storage, *, max_parallel: int = 1,
+def pretrain_models(study: Study, cdir: Path, st: Storage, *, max_parallel: int = 1,
                     say=print) -> dict[str, Path]:
     """Every model of the study, pretrained or found in the registry; `max_parallel` > 1 runs them side by side."""
     from alignlab.platform.pretrain.driver import pretrain
@@ -255,7 +254,7 @@ def pretrain_models(study: Study, cdir: Path, root: Path | Storage, *, max_paral
         mdirs = {}
         for m in study.models:
             say(f"[study {study.name}] pretraining {label(m)}")
-            mdirs[m.key] = pretrain(cdir, m.pretrain, root)
+            mdirs[m.key] = pretrain(cdir, m.pretrain, st)
         return mdirs
     import ray
 
@@ -273,7 +272,7 @@ def pretrain_models(study: Study, cdir: Path, root: Path | Storage, *, max_paral
             mid, m = todo.pop(0)
             say(f"[study {study.name}] pretraining {label(m)} (side by side, up to {max_parallel})")
             # The objective configs travel as objects: a plugin objective's class reaches the task by pickling.
-            running[task.remote(str(cdir), to_dict(m.pretrain), as_storage(root).uri, m.pretrain.objectives)] = mid
+            running[task.remote(str(cdir), to_dict(m.pretrain), st.uri, m.pretrain.objectives)] = mid
         ready, _ = ray.wait(list(running), num_returns=1)
         done[running.pop(ready[0])] = Path(ray.get(ready[0]))
     return {m.key: done[model_id(cid, m.pretrain)] for m in study.models}
@@ -456,5 +455,5 @@ def _run_study_command(build, args, ap) -> Path | None:
                        optuna_storage=args.optuna_storage, allow_corpus_repeats=args.allow_corpus_repeats)
     print(f"Report: {report}")
     if root.remote:
-        print(f"Stored at: {root.url(f'studies/{study.name}/report.md')}")
+        print(f"Stored at: {root.url(root.study(study.name, 'report.md'))}")
     return report

@@ -49,14 +49,14 @@ def run_search(spec: SearchSpec, base_calc: dict, sdir: Path, *, resources: dict
                                                      scheduler)
 
     out_file = sdir / "searches" / f"{spec.name}.json"
-    out_rel = f"studies/{sdir.name}/searches/{spec.name}.json"
+    out_rel = Storage.study(sdir.name, f"searches/{spec.name}.json")
     if out_file.exists() or (storage is not None and storage.pull_file(out_rel)):
         return read_json(out_file)
     resources = dict(resources or DEFAULT_TRIAL_RESOURCES)
     check_trial_resources(resources)
     name = f"search-{spec.name}-{config_hash(base_calc['calc_id'], spec)}"
     place = study_place(name, sdir / "searches" / f"{spec.name}{JOURNAL_SUFFIX}", url=optuna_storage, root=storage,
-                        journal_rel=f"studies/{sdir.name}/searches/{spec.name}{JOURNAL_SUFFIX}")
+                        journal_rel=Storage.study(sdir.name, f"searches/{spec.name}{JOURNAL_SUFFIX}"))
     place.pull()
     study = open_study(place, ["maximize"], spec.seed)
     if not study.get_trials(deepcopy=False) and spec.start_from_base and \

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from alignlab.platform.config import config_hash
 from alignlab.platform.sources.sources import read_bundled
+from alignlab.platform.storage.disk_space import full_disk_named
 from alignlab.platform.storage.locks import build_once
-from alignlab.platform.storage.root import MARKER, as_storage, write_json, write_marker, write_text
+from alignlab.platform.storage.root import MARKER, as_storage, Storage, write_json, write_marker, write_text
 from alignlab.platform.tasks.task import Task, as_task, registered_tasks
 from alignlab.platform.tasks.task_files import write_jsonl
 
@@ -58,7 +59,7 @@ class TaskData:
         return as_task(task).extra_tests(self)
 
 
-def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int | None = None, seed: int = 0,
+def build_tasks(root: Path | Storage, *, langs=("en", "es", "fr"), max_docs_per_lang: int | None = None, seed: int = 0,
                 **options) -> Path:
     """Build (or find) every registered task's data in one folder (`Task.build_data`); the documents a task
     marks are listed for holdout. `options` are the tasks' own (`Task.build_options`: AD's `target_snippets`,
@@ -67,9 +68,10 @@ def build_tasks(root: Path, *, langs=("en", "es", "fr"), max_docs_per_lang: int 
     rel, options = tasks_rel(langs=langs, max_docs_per_lang=max_docs_per_lang, seed=seed, **options)
     st = as_storage(root)
     tdir = st.local / rel
-    build_once(st, rel.replace("/", "-"), lambda: tasks_finished(st, rel),
-               lambda: _build_tasks(st, rel, tasks, langs, max_docs_per_lang, seed, options), label=f"[{rel}]",
-               leftovers=(f"{rel}/*.tmp", f"{rel}/.*.tmp-*"))
+    with full_disk_named(f"the task data {rel}", st.url(rel), None if st.remote else tdir):
+        build_once(st, rel.replace("/", "-"), lambda: tasks_finished(st, rel),
+                   lambda: _build_tasks(st, rel, tasks, langs, max_docs_per_lang, seed, options), label=f"[{rel}]",
+                   leftovers=(f"{rel}/*.tmp", f"{rel}/.*.tmp-*"))
     return tdir
 
 
@@ -86,7 +88,7 @@ def tasks_rel(*, langs=("en", "es", "fr"), max_docs_per_lang: int | None = None,
     parts = [t.build_key(options) for t in tasks]  # validates each task's options first
     key = config_hash({"langs": list(langs), "max_docs": max_docs_per_lang, "seed": seed,
                        "builder": TASK_BUILDER_VERSION, **{k: v for p in parts for k, v in p.items()}})
-    return "tasks/" + "-".join([*(tag for t in tasks if (tag := t.folder_tag(options))), key]), options
+    return Storage.tasks("-".join([*(tag for t in tasks if (tag := t.folder_tag(options))), key])), options
 
 
 def tasks_finished(st, rel: str) -> bool:
