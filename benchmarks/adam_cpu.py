@@ -17,7 +17,7 @@ import torch
 
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from alignlab.platform.encoder.model import Encoder
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 
 
 def main(argv=None) -> None:
@@ -30,7 +30,7 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     command = ("python benchmarks/adam_cpu.py " + " ".join(sys.argv[1:] if argv is None else argv)).rstrip()
-    model = Encoder(PRETRAIN_PRESETS["mini"].model, a.vocab)
+    model = Encoder(Preset.named("mini").pretrain.model, a.vocab)
     params = list(model.parameters())
     for p_ in params:
         p_.grad = torch.randn_like(p_)

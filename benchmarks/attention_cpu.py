@@ -26,7 +26,7 @@ import machine_info  # benchmarks/, on sys.path when a benchmark runs as a scrip
 from bench_corpus import load_corpus
 from alignlab.platform.corpus.corpus_embeddings import for_corpus
 from alignlab.platform.encoder.model import EncoderLayer
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.pretrain import Pretrainer, with_resolved_precision, to_numpy_rows
 
 
@@ -42,7 +42,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(a.threads)
     corpus, tok, train, _ = load_corpus(a.storage, a.corpus)
     command = "python benchmarks/attention_cpu.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    mini = PRETRAIN_PRESETS["mini"]
+    mini = Preset.named("mini").pretrain
     auto = with_resolved_precision(mini).precision
     precisions = sorted({auto, "fp32"}, key=lambda x: x != auto)
     print(f"# {command}\n# corpus {corpus.name}, {a.threads} threads, torch {torch.__version__}, "

@@ -34,7 +34,7 @@ from feed_rate import OBJECTIVES, record_batches
 from alignlab.platform.encoder.batching import Collator
 from alignlab.platform.encoder.registry import objectives_like
 from alignlab.platform.encoder.tokenizer import Tokenizer
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.bucketing import bucketed
 from alignlab.platform.pretrain.loop import CollatingProcesses, _collate_at
 from alignlab.platform.pretrain.prefetch import Prefetcher
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     corpus = a.corpus or only_folder(a.storage, "corpus")
     tok = Tokenizer(corpus / "tokenizer.model")
-    cfg = PRETRAIN_PRESETS["paper"]
+    cfg = Preset.named("paper").pretrain
     cfg = dataclasses.replace(cfg, objectives=objectives_like(OBJECTIVES, cfg.objectives), seq_len=128)
     objs = list(build_objectives(cfg, tok).values())
     collator = Collator(objs, tok, max_len=128, layout_fraction=cfg.layout_fraction,

@@ -26,7 +26,7 @@ import machine_info  # benchmarks/, on sys.path when a benchmark runs as a scrip
 from bench_corpus import load_corpus
 from alignlab.platform.corpus.corpus_embeddings import for_corpus
 from alignlab.platform.encoder.registry import resolve_objectives
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.pretrain import Pretrainer, with_resolved_precision, to_numpy_rows
 
 
@@ -42,7 +42,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(a.threads)
     corpus, tok, train, _ = load_corpus(a.storage, a.corpus)
     command = "python benchmarks/compiled_step.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    cfg = with_resolved_precision(dataclasses.replace(PRETRAIN_PRESETS["mini"],
+    cfg = with_resolved_precision(dataclasses.replace(Preset.named("mini").pretrain,
                                                 objectives=resolve_objectives("mlm,nsp,whp,pad")))
     print(f"# {command}\n# corpus {corpus.name}, {a.threads} threads, torch {torch.__version__}, precision "
           f"{cfg.precision}, objectives {'+'.join(cfg.objective_names)}", flush=True)

@@ -74,9 +74,9 @@ load_average = machine_info.load_average
 
 def corpus_config(preset: str, max_docs_per_lang: int | None):
     from alignlab.platform.config import check_preset
-    from alignlab.platform.presets import CORPUS_PRESETS
+    from alignlab.platform.presets import Preset
 
-    cfg = CORPUS_PRESETS[check_preset(preset)]
+    cfg = Preset.named(check_preset(preset)).corpus
     if max_docs_per_lang is not None:
         cfg = dataclasses.replace(cfg, max_docs_per_lang=max_docs_per_lang)
     return cfg
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(argv[2]).write_text(json.dumps(row, indent=2) + "\n")
         return 0
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--preset", default="mini", help="CORPUS_PRESETS entry (smoke, mini, paper)")
+    p.add_argument("--preset", default="mini", help="preset whose corpus settings to build (smoke, mini, paper)")
     p.add_argument("--workers", default="1,2", help="comma-separated num_workers values (Ray Data labelling actors)")
     p.add_argument("--max-docs-per-lang", type=int, default=None,
                    help="cap on documents per language (default: the preset's; mini: the whole bundled corpus)")

@@ -25,7 +25,7 @@ import torch
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import load_corpus
 from alignlab.platform.corpus.corpus_embeddings import for_corpus
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.pretrain import Pretrainer, cpu_vendor_and_flags, with_resolved_precision, to_numpy_rows
 
 PRECISIONS = ("fp32", "bf16")
@@ -52,7 +52,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(a.threads)
     corpus, tok, train, _ = load_corpus(a.storage, a.corpus)
     command = "python benchmarks/cpu_precision.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    mini = PRETRAIN_PRESETS["mini"]
+    mini = Preset.named("mini").pretrain
     auto = with_resolved_precision(mini).precision
     vendor, flags = cpu_vendor_and_flags()
     shown = sorted(f for f in flags if "bf16" in f or f.startswith("amx"))

@@ -38,7 +38,7 @@ from alignlab.platform.encoder.model import AlignModel
 from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained
 from alignlab.platform.fel.protocol import calculations, fel_split
 from alignlab.platform.fel.task_scoring import encode_examples, logits_and_labels
-from alignlab.platform.presets import FINETUNE_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.tasks.task_data import TaskData
 
 RANDOM = "random:"
@@ -57,7 +57,7 @@ def score(storage: Path, data: TaskData, name: str) -> dict:
     pre = load_model(storage, name)
     n = Counter()
     for fold, seed in calculations():
-        ft = dataclasses.replace(FINETUNE_PRESETS["mini"], task="ct", fold=fold, seed=seed, keep_head=False)
+        ft = dataclasses.replace(Preset.named("mini").finetune, task="ct", fold=fold, seed=seed, keep_head=False)
         train, val, test = fel_split(data, "ct", ft)
         model = finetune_calculation(pre, ft, train, test, val=val).model.eval()
         with torch.no_grad():

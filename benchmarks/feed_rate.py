@@ -46,7 +46,7 @@ from collate_reference import ReferenceCollator
 from alignlab.platform.encoder.batching import Collator, rows_from_arrow
 from alignlab.platform.encoder.registry import objectives_like
 from alignlab.platform.encoder.tokenizer import Tokenizer
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.bucketing import bucketed
 from alignlab.platform.pretrain.prefetch import Prefetcher
 from alignlab.platform.pretrain.pretrain import build_objectives, prepare_batch
@@ -129,7 +129,7 @@ def same_batches(collators: dict, check: list, length: int) -> bool:
 
 
 def bench(corpus: Path, tok: Tokenizer, preset: str, length: int, *, rounds: int, batches: int) -> dict:
-    cfg = PRETRAIN_PRESETS[preset]
+    cfg = Preset.named(preset).pretrain
     cfg = dataclasses.replace(cfg, objectives=objectives_like(OBJECTIVES, cfg.objectives))
     objs = list(build_objectives(cfg, tok).values())
     kw = dict(max_len=length, layout_fraction=cfg.layout_fraction, subword_alpha=cfg.subword_regularization_alpha,

@@ -30,7 +30,7 @@ from ct_words import load_model
 from fel_refit import inner_split, strongest_baseline
 from alignlab.platform.fel.finetune import finetune_calculation
 from alignlab.platform.fel.protocol import calculations, fel_split
-from alignlab.platform.presets import FINETUNE_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.tasks.task_data import TaskData
 
 
@@ -49,7 +49,7 @@ def main(argv=None) -> None:
     data = TaskData.load(a.tasks or only_folder(a.storage, "tasks"))
     command = "python benchmarks/fel_features.py " + " ".join(sys.argv[1:] if argv is None else argv)
     inputs = [tuple(i.split(":")) for i in a.inputs.split(",")]
-    base = dataclasses.replace(FINETUNE_PRESETS["mini"], task=a.task, keep_head=False)
+    base = dataclasses.replace(Preset.named("mini").finetune, task=a.task, keep_head=False)
     names = [f"{layers}:{pooling}" for layers, pooling in inputs]
     print(f"# {command}\n# task {a.task}, the mini FEL preset (refit {base.refit}), heads discarded, "
           f"{len(calculations())} calculations per model; the budget's validation split is the test set here", flush=True)

@@ -29,7 +29,7 @@ import machine_info  # benchmarks/, on sys.path when a benchmark runs as a scrip
 from bench_corpus import only_folder
 from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained
 from alignlab.platform.fel.protocol import fel_split
-from alignlab.platform.presets import FINETUNE_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.tasks.task import task as task_named
 from alignlab.platform.tasks.task_data import TaskData
 
@@ -59,7 +59,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(a.threads)
     data = TaskData.load(a.tasks or only_folder(a.storage, "tasks"))
     command = "python benchmarks/fel_refit.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    base = dataclasses.replace(FINETUNE_PRESETS["mini"], task=a.task, keep_head=False, refit=False)
+    base = dataclasses.replace(Preset.named("mini").finetune, task=a.task, keep_head=False, refit=False)
     points = list(itertools.product(range(5), range(2)))
     print(f"# {command}\n# task {a.task}, heads discarded (the * column), {len(points)} calculations per model; "
           "the budget's validation split is the test set here", flush=True)

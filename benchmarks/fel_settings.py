@@ -29,7 +29,7 @@ import machine_info  # benchmarks/, on sys.path when a benchmark runs as a scrip
 from bench_corpus import only_folder
 from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained
 from alignlab.platform.fel.protocol import fel_split
-from alignlab.platform.presets import FINETUNE_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.tasks.task import task as task_named
 from alignlab.platform.tasks.task_data import TaskData
 
@@ -61,7 +61,7 @@ def main(argv=None) -> list[dict]:
     pre = load_pretrained(a.storage / "models" / a.model)
     command = "python benchmarks/fel_settings.py " + " ".join(sys.argv[1:] if argv is None else argv)
     # refit off: these calculations are scored on the validation split, which refit would train on.
-    base = dataclasses.replace(FINETUNE_PRESETS["mini"], task=a.task, keep_head=False, refit=False)
+    base = dataclasses.replace(Preset.named("mini").finetune, task=a.task, keep_head=False, refit=False)
     points = list(itertools.product(range(5), range(2)))
     print(f"# {command}\n# model {a.model}, tasks {tasks.name}, task {a.task}, heads discarded (the * column), "
           f"{len(points)} calculations per setting, validation only", flush=True)

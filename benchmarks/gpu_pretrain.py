@@ -245,10 +245,10 @@ def build_real_corpus(preset: str, root: Path) -> Path:
     import ray
 
     from alignlab.platform.corpus.corpus import build_corpus
-    from alignlab.platform.presets import CORPUS_PRESETS
+    from alignlab.platform.presets import Preset
 
     try:
-        return build_corpus(CORPUS_PRESETS[preset], root, progress=False)
+        return build_corpus(Preset.named(preset).corpus, root, progress=False)
     finally:
         if ray.is_initialized():
             ray.shutdown()
@@ -281,9 +281,9 @@ def real_config(size: str, batch: int, device: str, *, compile_model: bool) -> P
     `size` and a global batch of `batch` on the one device, bf16; the learning rate schedule is the preset's and
     costs nothing here."""
     from alignlab.platform.encoder.registry import objectives_like
-    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.presets import Preset
 
-    base = PRETRAIN_PRESETS["paper"]
+    base = Preset.named("paper").pretrain
     return dataclasses.replace(base, model=MODEL_SIZES[size], batch_size=batch, num_workers=1, collate_workers=0,
                                objectives=objectives_like(REAL_OBJECTIVES, base.objectives), precision="bf16",
                                use_gpu=device == "cuda", compile=compile_model)

@@ -22,17 +22,18 @@ from pathlib import Path
 
 from alignlab.platform.corpus.corpus_identity import content_holdout, heldout_doc_ids
 from alignlab.platform.corpus.corpus_sources import iter_sources, stage_documents
-from alignlab.platform.presets import CORPUS_PRESETS
+from alignlab.platform.config import PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.storage.root import as_storage
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--preset", default="smoke", choices=sorted(CORPUS_PRESETS))
+    ap.add_argument("--preset", default="smoke", choices=PRESETS)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=None, help="JSON file for the results")
     args = ap.parse_args()
-    cfg = CORPUS_PRESETS[args.preset]
+    cfg = Preset.named(args.preset).corpus
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "root"
         ids, task_dir = heldout_doc_ids(cfg, as_storage(root))

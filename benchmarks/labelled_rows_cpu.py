@@ -38,14 +38,14 @@ def child(a) -> None:
     from bench_corpus import load_corpus
     from alignlab.platform.corpus.corpus_embeddings import for_corpus
     from alignlab.platform.encoder import registry
-    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.presets import Preset
     from alignlab.platform.pretrain.pretrain import Pretrainer, with_resolved_precision, to_numpy_rows
 
     torch.set_num_threads(a.threads)
     registry.LABELLED_ROW_MULTIPLE = a.multiple
     corpus, tok, train, _ = load_corpus(a.storage, a.corpus)
     torch.manual_seed(0)
-    cfg = with_resolved_precision(dataclasses.replace(PRETRAIN_PRESETS["mini"], max_steps=a.steps))
+    cfg = with_resolved_precision(dataclasses.replace(Preset.named("mini").pretrain, max_steps=a.steps))
     trainer = Pretrainer(cfg, tok, word_embeddings=for_corpus(corpus, cfg, tok.vocab_size))
     order = np.random.default_rng(0).permutation(train.num_rows)
     bs, t0 = cfg.batch_size, time.perf_counter()

@@ -58,11 +58,11 @@ from alignlab.platform.encoder.batching import Collator
 from alignlab.platform.encoder.registry import resolve_objectives
 from alignlab.platform.fel.finetune import Pretrained, finetune_calculation
 from alignlab.platform.fel.protocol import calculations, context_free_baselines, fel_split
-from alignlab.platform.presets import FINETUNE_PRESETS, PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.pretrain import Pretrainer, lr_lambda, with_resolved_precision, to_numpy_rows
 from alignlab.platform.tasks.task_data import TaskData
 
-MINI = PRETRAIN_PRESETS["mini"]
+MINI = Preset.named("mini").pretrain
 _OLD_MINI = dict(model=dataclasses.replace(MINI.model, norm="post", dropout=0.1, alibi=0.0), lr=1e-3, warmup_steps=100,
                  decay="linear", batch_size=32, seq_len=0, short_seq_len=0, short_seq_fraction=0.0,
                  weight_decay=0.0, adam_betas=(0.9, 0.999), corpus_embeddings=0.0)
@@ -277,7 +277,7 @@ def fel(run: Run, tok, data: TaskData, n_calcs: int) -> dict:
     for task in ("ct", "ad"):
         accs, val_accs, base, val_base, base_name = [], [], [], [], None
         for fold, seed in calculations()[:n_calcs]:
-            ft = dataclasses.replace(FINETUNE_PRESETS["mini"], task=task, fold=fold, seed=seed, keep_head=False)
+            ft = dataclasses.replace(Preset.named("mini").finetune, task=task, fold=fold, seed=seed, keep_head=False)
             tr, va, te = fel_split(data, task, ft)
             on_val: dict[int, dict] = {}  # epoch -> the validation figures the selection saw
             row = finetune_calculation(pre, ft, tr, te, val=va, on_epoch=lambda e, m: on_val.__setitem__(e, m)).row

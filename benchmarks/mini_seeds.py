@@ -26,7 +26,7 @@ import machine_info  # benchmarks/, on sys.path when a benchmark runs as a scrip
 import fel_settings
 from bench_corpus import only_folder
 from alignlab.platform.encoder.registry import resolve_objectives
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 
 # Absolute settings, not changes to whatever the preset is now, so that an arm names the same model ids later.
 ARMS = {
@@ -60,7 +60,7 @@ def main(argv=None) -> None:
 
     command = "python benchmarks/mini_seeds.py " + " ".join(sys.argv[1:] if argv is None else argv)
     corpus = only_folder(a.storage, "corpus")
-    base = dataclasses.replace(PRETRAIN_PRESETS["mini"], objectives=resolve_objectives("mlm,nsp,whp,pad"))
+    base = dataclasses.replace(Preset.named("mini").pretrain, objectives=resolve_objectives("mlm,nsp,whp,pad"))
     ensure_ray(2)  # alignlab's Ray: the deterministic row order a model id stands for
     rows = []
     for seed in seeds:  # seed by seed: a run cut short leaves whole pairs to compare

@@ -30,7 +30,7 @@ from bench_corpus import load_corpus
 from alignlab.platform.corpus.corpus_embeddings import for_corpus
 from alignlab.platform.encoder.batching import Collator
 from alignlab.platform.encoder.registry import resolve_objectives
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.pretrain import Pretrainer, with_resolved_precision, to_numpy_rows
 
 
@@ -61,7 +61,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(a.threads)
     corpus, tok, train, held = load_corpus(a.storage, a.corpus)
     held = to_numpy_rows(held)
-    mini = PRETRAIN_PRESETS["mini"]
+    mini = Preset.named("mini").pretrain
     objectives = resolve_objectives(a.objectives)
     if a.mlm_alpha is not None:
         objectives = tuple(dataclasses.replace(o, alpha=a.mlm_alpha) if o.name == "mlm" else o for o in objectives)

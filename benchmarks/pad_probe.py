@@ -38,7 +38,7 @@ from alignlab.platform.encoder.registry import objective_config
 from alignlab.platform.encoder.tokenizer import Tokenizer
 from alignlab.platform.fel.finetune import Pretrained, finetune_calculation
 from alignlab.platform.fel.protocol import calculations, context_free_baselines, fel_split
-from alignlab.platform.presets import FINETUNE_PRESETS, PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows
 from alignlab.platform.tasks.task_data import TaskData
 
@@ -83,7 +83,7 @@ def main(argv=None) -> None:
                                 ffn=a.ffn, max_len=max_len, init=a.init, norm=a.norm, dropout=a.dropout)
     objectives = tuple(objective_config(o, subword_alpha=a.pad_subword_alpha) if o == "pad" else objective_config(o)
                        for o in a.objectives.split(","))
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["mini"], model=model, objectives=objectives, lr=a.lr,
+    cfg = dataclasses.replace(Preset.named("mini").pretrain, model=model, objectives=objectives, lr=a.lr,
                               warmup_steps=a.warmup, decay=a.decay, max_steps=a.steps, batch_size=a.batch_size,
                               layout_fraction=a.acronym_fraction, precision=a.precision)
     tok = Tokenizer(a.corpus / "tokenizer.model")
@@ -123,7 +123,7 @@ def main(argv=None) -> None:
     for task, keep in [(t, k) for t in ("ad", "ct") for k in ((False, True) if a.keep_head else (False,))]:
         accs, base = [], []
         for fold, seed in calculations()[: a.calculations]:
-            ft = dataclasses.replace(FINETUNE_PRESETS["mini"], task=task, fold=fold, seed=seed, keep_head=keep)
+            ft = dataclasses.replace(Preset.named("mini").finetune, task=task, fold=fold, seed=seed, keep_head=keep)
             tr, va, te = fel_split(data, task, ft)
             if a.score_on == "validation":  # refit would train on the split that is scored
                 ft, te = dataclasses.replace(ft, refit=False), va

@@ -25,7 +25,7 @@ import torch
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import load_corpus
 from alignlab.platform.corpus.corpus_embeddings import for_corpus
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.loop import train_loop
 from alignlab.platform.pretrain.pretrain import Pretrainer, with_resolved_precision, to_numpy_rows
 
@@ -62,7 +62,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(a.threads)
     corpus, tok, train, _ = load_corpus(a.storage, a.corpus)
     command = "python benchmarks/prefetch_cpu.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    mini = with_resolved_precision(PRETRAIN_PRESETS["mini"])
+    mini = with_resolved_precision(Preset.named("mini").pretrain)
     print(f"# {command}\n# {machine_info.cpu_model()}, {a.threads} threads, torch {torch.__version__}, "
           f"corpus {corpus.name}, precision {mini.precision} (auto)", flush=True)
     bs = mini.batch_size

@@ -55,7 +55,7 @@ from alignlab.platform.corpus.corpus import shard_schema
 from alignlab.platform.corpus.corpus_embeddings import for_corpus
 from alignlab.platform.encoder.registry import corpus_labellers
 from alignlab.platform.encoder.tokenizer import Tokenizer, train_tokenizer
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.loop import train_loop
 from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows
 from alignlab.platform.runtime.throughput import batch_flops
@@ -465,7 +465,7 @@ def bench_ray(size: str, tok: Tokenizer, table: pa.Table, *, steps: int, num_fil
         cfg = pretrain_config(size, "fp32", max_steps=steps, checkpoint_every=steps, num_workers=1, cpus_per_worker=0.5,
                               threads_per_worker=2)
     else:
-        cfg = dataclasses.replace(PRETRAIN_PRESETS["mini"], max_steps=steps, checkpoint_every=steps)
+        cfg = dataclasses.replace(Preset.named("mini").pretrain, max_steps=steps, checkpoint_every=steps)
         tok = Tokenizer(corpus / "tokenizer.model")
     if prefetch_batches is not None:
         cfg = dataclasses.replace(cfg, prefetch_batches=prefetch_batches)

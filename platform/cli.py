@@ -39,7 +39,7 @@ from alignlab.platform.fel.inference import Predictor
 from alignlab.platform.fel.protocol import (calculations, context_free_baselines, extra_test_scores, fel_split,
                                             multitask_train, test_unit_metrics)
 from alignlab.platform.fel.task_scoring import evaluate_examples
-from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS, PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.export import export_model
 from alignlab.platform.runtime.errors import (Parser, int_below, name_list, nonneg_float, nonneg_int, positive_float,
                                       positive_int, run_guarded)
@@ -188,7 +188,7 @@ def _dispatch(args) -> int:
     if args.cmd == "corpus":
         from alignlab.platform.corpus.corpus import build_corpus
 
-        cfg = dataclasses.replace(corpus_from_args(CORPUS_PRESETS[args.preset], args), holdout_ids_file=args.holdout)
+        cfg = dataclasses.replace(corpus_from_args(Preset.named(args.preset).corpus, args), holdout_ids_file=args.holdout)
         cdir = build_corpus(cfg, root, num_workers=args.workers)
         print(json.dumps(json.loads((cdir / "stats.json").read_text()), indent=2))
         print(f"Corpus: {cdir}")
@@ -197,7 +197,7 @@ def _dispatch(args) -> int:
         from alignlab.platform.corpus.corpus import build_corpus
         from alignlab.platform.pretrain.driver import pretrain
 
-        base = PRETRAIN_PRESETS[args.preset]
+        base = Preset.named(args.preset).pretrain
         untrained_only = args.objectives == "none"
         objs = default_set() if untrained_only or not args.objectives else args.objectives
         cfg = dataclasses.replace(base, objectives=objectives_like(objs, base.objectives))
@@ -218,7 +218,7 @@ def _dispatch(args) -> int:
         if args.corpus and corpus_flags_given(args):
             raise ValueError("--corpus names a built corpus; the corpus flags (--source, --path, ...) describe one "
                              "to build: give one or the other")
-        ccfg = corpus_from_args(CORPUS_PRESETS[args.preset], args)  # refuses bad corpus flags before any work
+        ccfg = corpus_from_args(Preset.named(args.preset).corpus, args)  # refuses bad corpus flags before any work
         if not args.corpus:  # refuse an impossible request before building the preset's corpus (issue #17)
             from alignlab.platform.pretrain.driver import check_pretrain_resources
             from alignlab.platform.runtime.resources import check_root_on_every_node
@@ -237,7 +237,7 @@ def _dispatch(args) -> int:
             elif (rows := estimated_train_rows(ccfg)) is not None:  # packaged sources; files are counted by a build
                 check_corpus_repeats({"pretrain": cfg}, rows, ccfg.source, estimated=True)
         cdir = Path(args.corpus) if args.corpus else build_corpus(ccfg, root)
-        if args.corpus or ccfg != CORPUS_PRESETS[args.preset]:  # not the preset's corpus: fit its domain phase
+        if args.corpus or ccfg != Preset.named(args.preset).corpus:  # not the preset's corpus: fit its domain phase
             from alignlab.platform.corpus.corpus import corpus_sources, load_manifest
 
             cfg = fit_domain_phase(cfg, corpus_sources(load_manifest(cdir)) or ())
@@ -303,7 +303,7 @@ def _dispatch(args) -> int:
 
 def _data(args, root: Path) -> int:
     if args.action == "build-tasks":
-        c = CORPUS_PRESETS[args.preset]  # the task data the preset's corpus holds out (CorpusConfig.hold_out_tasks)
+        c = Preset.named(args.preset).corpus  # the task data the preset's corpus holds out (CorpusConfig.hold_out_tasks)
         options = {k: getattr(args, k) for t in registered_tasks() for k in t.build_options
                    if getattr(args, k, None) is not None}
         tdir = build_tasks(root, max_docs_per_lang=c.task_max_docs_per_lang, seed=c.seed, **options)
@@ -329,14 +329,15 @@ def _finetune(args, root: Path) -> int:
     from alignlab.platform.pretrain.models import fetch_model
 
     pre = load_pretrained(fetch_model(root, args.model))
-    cfg = dataclasses.replace(FINETUNE_PRESETS[args.preset], task=args.task)
+    cfg = dataclasses.replace(Preset.named(args.preset).finetune, task=args.task)
     for k in ("budget", "scheme", "lr", "selection", "feature_layers", "word_pooling"):
         if getattr(args, k) is not None:
             cfg = dataclasses.replace(cfg, **{k: getattr(args, k)})
     given = {k: getattr(args, k) for k in finetune_options() if getattr(args, k, None) is not None}
     cfg = dataclasses.replace(cfg, task_options=(*cfg.task_options, *given.items()))
     cfg = dataclasses.replace(cfg, keep_head=not args.discard_head)
-    tdir = Path(args.tasks_dir) if args.tasks_dir else build_tasks(root, max_docs_per_lang=3000 if args.preset == "smoke" else None)
+    tdir = Path(args.tasks_dir) if args.tasks_dir else build_tasks(
+        root, max_docs_per_lang=Preset.named(args.preset).task_max_docs_per_lang)
     data = TaskData.load(tdir)
     points = [(args.fold, args.seed)] if args.cmd == "finetune" else calculations()
     t = task(cfg.task)  # resolved once, passed to every calculation

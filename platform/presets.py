@@ -1,15 +1,17 @@
-"""The named presets of every stage: `smoke` (seconds, for tests), `mini` (the README demo: minutes on a 2-core
-laptop CPU) and `paper` (the paper's settings). `alignlab.platform.config` re-exports them."""
+"""The named presets: `smoke` (seconds, for tests), `mini` (the README demo: minutes on a 2-core laptop CPU) and
+`paper` (the paper's settings). One `Preset` per name holds every stage's settings, from the corpus to the size of a
+study's grid; `Preset.named(name)` is the one way to read them."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+import functools
+from dataclasses import dataclass
 
-from alignlab.platform.config import MODEL_SIZES, PretrainConfig
+from alignlab.platform.config import MODEL_SIZES, PretrainConfig, check_preset
 from alignlab.platform.corpus.corpus_config import CorpusConfig, SourceSpec
 from alignlab.platform.fel.finetune_config import FinetuneConfig
 
-CORPUS_PRESETS: dict[str, CorpusConfig] = {
+_CORPUS: dict[str, CorpusConfig] = {
     "smoke": CorpusConfig(langs=("en",), max_docs_per_lang=300, vocab_size=1000, tokenizer_sample_docs=300,
                           max_len=64, docs_per_shard=100, task_max_docs_per_lang=3000),
     # The bundled Wikipedia summaries plus 40k PyPI package summaries (platform/sources/corpus_data/): the mini study's CT
@@ -20,28 +22,6 @@ CORPUS_PRESETS: dict[str, CorpusConfig] = {
                          tokenizer_sample_docs=12000, max_len=128, docs_per_shard=2000),
     "paper": CorpusConfig(vocab_size=111000, tokenizer_sample_docs=2_000_000, max_len=128, docs_per_shard=20000),
 }
-
-class _LazyPresets(Mapping):
-    """Presets built on first use: a PretrainConfig resolves its objectives through the registry, which may be
-    imported after this module."""
-
-    def __init__(self, build: Callable[[], dict]):
-        self._build, self._presets = build, None
-
-    def _get(self) -> dict:
-        if self._presets is None:
-            self._presets = self._build()
-        return self._presets
-
-    def __getitem__(self, key: str) -> PretrainConfig:
-        return self._get()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._get())
-
-    def __len__(self) -> int:
-        return len(self._get())
-
 
 def _pretrain_presets() -> dict[str, PretrainConfig]:
     return {
@@ -76,9 +56,6 @@ def _pretrain_presets() -> dict[str, PretrainConfig]:
     }
 
 
-PRETRAIN_PRESETS: Mapping[str, PretrainConfig] = _LazyPresets(_pretrain_presets)
-
-
 
 def _finetune_presets() -> dict[str, FinetuneConfig]:
     return {
@@ -91,4 +68,38 @@ def _finetune_presets() -> dict[str, FinetuneConfig]:
     }
 
 
-FINETUNE_PRESETS: Mapping[str, FinetuneConfig] = _LazyPresets(_finetune_presets)
+@dataclass(frozen=True, kw_only=True)
+class Preset:
+    """Every stage's settings at one named scale."""
+
+    name: str
+    corpus: CorpusConfig
+    pretrain: PretrainConfig
+    finetune: FinetuneConfig
+    size_grid: tuple[tuple[int, ...], tuple[int, ...]]
+    """(widths, depths) standing in for the paper's 256/512/768 x 1/2/3. The largest stands in for 768x3; at mini it
+    is the mini preset's own model (128x2), so a study's 768x3 analogue is the objective ablation's model."""
+    task_max_docs_per_lang: int | None
+    """Documents per language the studies build their task datasets from (None: all; `Study.task_max_docs_per_lang`)."""
+    points_per_cell: int | None
+    """The (fold, seed) calculations of a data point a study runs: the protocol's first few, or None for all ten."""
+    search_samples: int
+    """Trials of a search of the pretraining objective mixture (`studies/objective_mix.py`)."""
+
+    @staticmethod
+    def named(name: str) -> Preset:
+        """The preset `name` (one of `config.PRESETS`); built on first use, since a PretrainConfig resolves its
+        objectives through the registry (torch)."""
+        return _presets()[check_preset(name)]
+
+
+@functools.cache
+def _presets() -> dict[str, Preset]:
+    pretrain, finetune = _pretrain_presets(), _finetune_presets()
+    grid = {"smoke": ((16, 32), (1, 2)), "mini": ((64, 128), (1, 2)), "paper": ((256, 512, 768), (1, 2, 3))}
+    task_docs = {"smoke": 3000, "mini": None, "paper": None}
+    points = {"smoke": 2, "mini": None, "paper": None}
+    samples = {"smoke": 3, "mini": 12, "paper": 40}
+    return {n: Preset(name=n, corpus=_CORPUS[n], pretrain=pretrain[n], finetune=finetune[n], size_grid=grid[n],
+                      task_max_docs_per_lang=task_docs[n], points_per_cell=points[n], search_samples=samples[n])
+            for n in _CORPUS}

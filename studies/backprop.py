@@ -11,8 +11,8 @@ ACC/BEST-PPL column (accuracy at the best-perplexity epoch), its second the BEST
 """
 import dataclasses
 
-from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS
-from alignlab.platform.study.presets import SMOKE_TASK_DOCS, largest_size, protocol_points, sized_pretrain
+from alignlab.platform.presets import Preset
+from alignlab.platform.study.presets import largest_size, protocol_points, sized_pretrain
 from alignlab.platform.study.run import study_main
 from alignlab.platform.study.spec import CalcSpec, ModelSpec, Study
 
@@ -25,13 +25,13 @@ def build(preset: str) -> Study:
     key = f"{w}x{d}"
     calcs = tuple(
         CalcSpec(model=key, row=task.upper(), col=col,
-                 finetune=dataclasses.replace(FINETUNE_PRESETS[preset], task=task, scheme=scheme, keep_head=True,
+                 finetune=dataclasses.replace(Preset.named(preset).finetune, task=task, scheme=scheme, keep_head=True,
                                               fold=fold, seed=seed))
         for task in ("ct", "ad") for col, scheme in SCHEMES.items() for fold, seed in protocol_points(preset))
     return Study(name=f"backprop-{preset}", title=f"FEL backpropagation schemes ({preset} preset)",
-                 corpus=CORPUS_PRESETS[preset], models=(ModelSpec(key=key, pretrain=sized_pretrain(preset, w, d)),),
+                 corpus=Preset.named(preset).corpus, models=(ModelSpec(key=key, pretrain=sized_pretrain(preset, w, d)),),
                  calcs=calcs, baseline_col="PRED", plots=("bars",),
-                 task_max_docs_per_lang=SMOKE_TASK_DOCS if preset == "smoke" else None,
+                 task_max_docs_per_lang=Preset.named(preset).task_max_docs_per_lang,
                  notes=f"Model {w}×{d} (all four objectives, pretrained heads kept). The paper's ACC/BEST-PPL is the "
                        "first table, BEST-ACC/PPL the second.")
 

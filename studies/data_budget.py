@@ -19,9 +19,8 @@ reference (baseline) row; a declared task (`--task ...`) keeps the rows its pool
 """
 import dataclasses
 
-from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS
-from alignlab.platform.study.presets import (SIZE_GRID, SMOKE_TASK_DOCS, largest_size, protocol_points, sized_pretrain,
-                                             without_aligned)
+from alignlab.platform.presets import Preset
+from alignlab.platform.study.presets import largest_size, protocol_points, sized_pretrain, without_aligned
 from alignlab.platform.study.run import study_main
 from alignlab.platform.study.spec import CalcSpec, ModelSpec, Study
 from alignlab.platform.tasks.task import task
@@ -61,7 +60,7 @@ _budgets = budgets  # `build`'s keyword `budgets` shadows the function's name in
 
 def build(preset: str, *, budgets: tuple[int, ...] | None = None, budget: int | None = None) -> Study:
     """Accuracy by finetuning data size (paper Table 2)."""
-    widths, _ = SIZE_GRID[preset]
+    widths, _ = Preset.named(preset).size_grid
     big_w, big_d = largest_size(preset)
     mid_w = sorted(widths)[-2]
     models = [ModelSpec(key=f"{big_w}x{big_d}", pretrain=sized_pretrain(preset, big_w, big_d)),
@@ -77,7 +76,7 @@ def build(preset: str, *, budgets: tuple[int, ...] | None = None, budget: int | 
     ns, ref_n = _budgets(preset, budgets, budget)
     calcs = tuple(
         CalcSpec(model=keys[task], row=f"{task.upper()} {n}", col=col, group=task.upper(),
-                 finetune=dataclasses.replace(FINETUNE_PRESETS[preset], task=task, budget=n, keep_head=keep,
+                 finetune=dataclasses.replace(Preset.named(preset).finetune, task=task, budget=n, keep_head=keep,
                                               fold=fold, seed=seed))
         for task in ("ct", "ad") for n in ns[task] for col, (keys, keep) in cols.items()
         for fold, seed in protocol_points(preset))
@@ -92,12 +91,12 @@ def build(preset: str, *, budgets: tuple[int, ...] | None = None, budget: int | 
     if budgets is not None or budget is not None:  # other budgets: another study with its own report
         suffix = f"-budgets{'_'.join(map(str, sorted({n for v in ns.values() for n in v})))}-ref{ref_n}"
     return Study(name=f"data_budget-{preset}{suffix}", title=f"Accuracy by finetuning data size ({preset} preset)",
-                 corpus=CORPUS_PRESETS[preset], models=tuple(models), calcs=calcs, baseline_col=base_col,
+                 corpus=Preset.named(preset).corpus, models=tuple(models), calcs=calcs, baseline_col=base_col,
                  # The reference row of each task, or its largest budget where its pool cannot hold the reference.
                  baseline_cells=tuple((f"{t.upper()} {ref_n if ref_n in ns[t] else max(ns[t])}", base_col)
                                       for t in ("ct", "ad") if ns[t]),
                  plots=("budget",),
-                 task_max_docs_per_lang=SMOKE_TASK_DOCS if preset == "smoke" else None, notes=notes)
+                 task_max_docs_per_lang=Preset.named(preset).task_max_docs_per_lang, notes=notes)
 
 
 def main(argv=None, prog=None):

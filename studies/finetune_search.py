@@ -39,8 +39,8 @@ parameter importances.
 import dataclasses
 
 from alignlab.platform.config import SCHEMES
-from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS
-from alignlab.platform.study.presets import SMOKE_TASK_DOCS, largest_size, protocol_points, sized_pretrain
+from alignlab.platform.presets import Preset
+from alignlab.platform.study.presets import largest_size, protocol_points, sized_pretrain
 from alignlab.platform.study.run import study_main
 from alignlab.platform.study.spec import CalcSpec, ModelSpec, SearchParam, SearchSpec, Study
 
@@ -63,7 +63,7 @@ def build(preset: str) -> Study:
     w, d = largest_size(preset)
     key = f"{w}x{d}"
     num_samples, _, _, grace = SEARCH[preset]
-    base = {t: dataclasses.replace(FINETUNE_PRESETS[preset], task=t, keep_head=True, selection="honest")
+    base = {t: dataclasses.replace(Preset.named(preset).finetune, task=t, keep_head=True, selection="honest")
             for t in ("ct", "ad")}
     defaults = tuple(CalcSpec(model=key, row=t.upper(), col="default",
                               finetune=dataclasses.replace(base[t], fold=fold, seed=seed))
@@ -73,9 +73,9 @@ def build(preset: str) -> Study:
                                 final_points=tuple(protocol_points(preset)))
                      for t in ("ct", "ad"))
     return Study(name=f"finetune_search-{preset}", title=f"Finetuning settings found by Optuna ({preset} preset)",
-                 corpus=CORPUS_PRESETS[preset], models=(ModelSpec(key=key, pretrain=sized_pretrain(preset, w, d)),),
+                 corpus=Preset.named(preset).corpus, models=(ModelSpec(key=key, pretrain=sized_pretrain(preset, w, d)),),
                  calcs=defaults, searches=searches, baseline_col="default", plots=("bars",),
-                 task_max_docs_per_lang=SMOKE_TASK_DOCS if preset == "smoke" else None,
+                 task_max_docs_per_lang=Preset.named(preset).task_max_docs_per_lang,
                  notes=f"Model {w}×{d} (all four objectives, heads kept). `default`: the preset's finetuning defaults; "
                        f"`searched`: the best setting of the task's search ({num_samples} Optuna TPE trials, ASHA "
                        f"pruning with a {grace}-epoch grace period), run over the same calculations. Nested "

@@ -11,8 +11,8 @@ validation perplexity stops improving.
 """
 import dataclasses
 
-from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS
-from alignlab.platform.study.presets import SMOKE_TASK_DOCS, largest_size, protocol_points, sized_pretrain
+from alignlab.platform.presets import Preset
+from alignlab.platform.study.presets import largest_size, protocol_points, sized_pretrain
 from alignlab.platform.study.run import study_main
 from alignlab.platform.study.spec import CalcSpec, ModelSpec, Study
 
@@ -24,7 +24,7 @@ def build(preset: str) -> Study:
     """Finetuning learning rate (paper Table 4)."""
     w, d = largest_size(preset)
     key = f"{w}x{d}"
-    base = FINETUNE_PRESETS[preset]
+    base = Preset.named(preset).finetune
     if MAX_EPOCHS[preset]:
         base = dataclasses.replace(base, max_epochs=MAX_EPOCHS[preset])
     calcs = tuple(
@@ -33,9 +33,9 @@ def build(preset: str) -> Study:
                                               seed=seed))
         for task in ("ct", "ad") for col, lr in LEARNING_RATES.items() for fold, seed in protocol_points(preset))
     return Study(name=f"learning_rate-{preset}", title=f"FEL learning rate ({preset} preset)",
-                 corpus=CORPUS_PRESETS[preset], models=(ModelSpec(key=key, pretrain=sized_pretrain(preset, w, d)),),
+                 corpus=Preset.named(preset).corpus, models=(ModelSpec(key=key, pretrain=sized_pretrain(preset, w, d)),),
                  calcs=calcs, baseline_col="1e-4", plots=("bars",),
-                 task_max_docs_per_lang=SMOKE_TASK_DOCS if preset == "smoke" else None,
+                 task_max_docs_per_lang=Preset.named(preset).task_max_docs_per_lang,
                  notes=f"Model {w}×{d} (all four objectives, heads kept), scheme PRED, up to {base.max_epochs} epochs "
                        f"with patience {base.patience}.")
 

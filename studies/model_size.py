@@ -19,16 +19,15 @@ so at mini the columns read 1, 2, 2* and the rows 64, 128, 128-.
 """
 import dataclasses
 
-from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS
-from alignlab.platform.study.presets import (SIZE_GRID, SMOKE_TASK_DOCS, largest_size, protocol_points, sized_pretrain,
-                                             without_aligned)
+from alignlab.platform.presets import Preset
+from alignlab.platform.study.presets import largest_size, protocol_points, sized_pretrain, without_aligned
 from alignlab.platform.study.run import study_main
 from alignlab.platform.study.spec import CalcSpec, ModelSpec, Study
 
 
 def build(preset: str) -> Study:
     """Accuracy by model size (paper Table 1)."""
-    widths, depths = SIZE_GRID[preset]
+    widths, depths = Preset.named(preset).size_grid
     big_w, big_d = largest_size(preset)
     models = [ModelSpec(key=f"{w}x{d}", pretrain=sized_pretrain(preset, w, d)) for w in widths for d in depths]
     models += [ModelSpec(key=key, pretrain=sized_pretrain(preset, big_w, big_d, objs))
@@ -36,7 +35,7 @@ def build(preset: str) -> Study:
     star = f"{big_d}*"
 
     def calc(task, model, row, col, keep_head, fold, seed):
-        ft = dataclasses.replace(FINETUNE_PRESETS[preset], task=task, fold=fold, seed=seed, keep_head=keep_head)
+        ft = dataclasses.replace(Preset.named(preset).finetune, task=task, fold=fold, seed=seed, keep_head=keep_head)
         return CalcSpec(model=model, row=f"{task.upper()} {row}", col=col, group=task.upper(), finetune=ft)
 
     calcs = []
@@ -47,9 +46,9 @@ def build(preset: str) -> Study:
                 calcs.append(calc(task, f"{w}x{big_d}", w, star, False, fold, seed))
             calcs.append(calc(task, without_aligned()[task][0], f"{big_w}-", star, False, fold, seed))
     return Study(name=f"model_size-{preset}", title=f"Accuracy by model size ({preset} preset)",
-                 corpus=CORPUS_PRESETS[preset], models=tuple(models), calcs=tuple(calcs), baseline_col=star,
+                 corpus=Preset.named(preset).corpus, models=tuple(models), calcs=tuple(calcs), baseline_col=star,
                  baseline_cells=tuple((f"{t.upper()} {big_w}-", star) for t in ("ct", "ad")),
-                 plots=("by_size", "bars"), task_max_docs_per_lang=SMOKE_TASK_DOCS if preset == "smoke" else None,
+                 plots=("by_size", "bars"), task_max_docs_per_lang=Preset.named(preset).task_max_docs_per_lang,
                  notes=f"Rows: task and model width (hidden size); columns: layers, heads kept; `{star}`: the "
                        f"{big_d}-layer models with their pretrained heads discarded. `{big_w}-` is the "
                        f"{big_w}×{big_d} model pretrained without the objective aligned to the row's task "

@@ -11,8 +11,8 @@ repeats this over many seed pairs for a false-positive rate with its interval.
 """
 import dataclasses
 
-from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS
-from alignlab.platform.study.presets import SMOKE_TASK_DOCS, largest_size, sized_pretrain
+from alignlab.platform.presets import Preset
+from alignlab.platform.study.presets import largest_size, sized_pretrain
 from alignlab.platform.study.run import study_main
 from alignlab.platform.study.spec import CalcSpec, ModelSpec, Study
 from alignlab.platform.tasks.task_data import NUM_FOLDS
@@ -26,14 +26,14 @@ def build(preset: str, columns: dict[str, tuple[int, ...]] = COLUMNS) -> Study:
     key = f"{w}x{d}"
     calcs = tuple(
         CalcSpec(model=key, row=task.upper(), col=col,
-                 finetune=dataclasses.replace(FINETUNE_PRESETS[preset], task=task, keep_head=False, fold=fold,
+                 finetune=dataclasses.replace(Preset.named(preset).finetune, task=task, keep_head=False, fold=fold,
                                               seed=seed))
         for task in ("ct", "ad") for col, seeds in columns.items() for fold in range(NUM_FOLDS) for seed in seeds)
     first = next(iter(columns))
     return Study(name=f"null_control-{preset}", title=f"Null control: one model, other finetuning seeds ({preset} preset)",
-                 corpus=CORPUS_PRESETS[preset], models=(ModelSpec(key=key, pretrain=sized_pretrain(preset, w, d)),),
+                 corpus=Preset.named(preset).corpus, models=(ModelSpec(key=key, pretrain=sized_pretrain(preset, w, d)),),
                  calcs=calcs, baseline_col=first, plots=("bars",),
-                 task_max_docs_per_lang=SMOKE_TASK_DOCS if preset == "smoke" else None,
+                 task_max_docs_per_lang=Preset.named(preset).task_max_docs_per_lang,
                  notes=f"A/A: every column is model {w}×{d} (all four objectives, heads discarded), finetuned with other "
                        f"seeds ({'; '.join(f'{c}: {s}' for c, s in columns.items())}). No difference is real: any "
                        "significant one is a false positive of the decision.")

@@ -16,8 +16,8 @@ so the paper's table keeps its own report.
 import dataclasses
 
 from alignlab.platform.encoder.registry import objectives_like
-from alignlab.platform.fel.protocol import calculations
-from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS, PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
+from alignlab.platform.study.presets import protocol_points
 from alignlab.platform.study.run import study_main
 from alignlab.platform.study.spec import CalcSpec, ModelSpec, Study, with_untrained
 
@@ -32,7 +32,7 @@ def column_key(objectives: str) -> str:
 
 def build(preset: str, extra: tuple[str, ...] = ()) -> Study:
     """Objective ablation (paper Tables 5 and 6)."""
-    base = PRETRAIN_PRESETS[preset]
+    base = Preset.named(preset).pretrain
     sets = dict(OBJECTIVE_SETS)
     for objs in extra:
         key = column_key(objs)
@@ -41,10 +41,10 @@ def build(preset: str, extra: tuple[str, ...] = ()) -> Study:
         sets[key] = objs
     models = tuple(ModelSpec(key=k, pretrain=dataclasses.replace(base, objectives=objectives_like(objs, base.objectives)))
                    for k, objs in sets.items())
-    points = calculations()[:2] if preset == "smoke" else calculations()
+    points = protocol_points(preset)
     calcs = tuple(
         CalcSpec(model=k, row=task.upper(), col=f"{k}*",
-                 finetune=dataclasses.replace(FINETUNE_PRESETS[preset], task=task, fold=fold, seed=seed, keep_head=False))
+                 finetune=dataclasses.replace(Preset.named(preset).finetune, task=task, fold=fold, seed=seed, keep_head=False))
         for task in ("ct", "ad") for k in sets for fold, seed in points)
     # Each task against the model pretrained without *its* aligned objective, as in the paper's Table 5:
     # CT against -WHP, AD against -PAD.
@@ -53,9 +53,9 @@ def build(preset: str, extra: tuple[str, ...] = ()) -> Study:
     # column should be above it before a difference between objectives means anything. It costs no pretraining.
     return with_untrained(Study(
         name=f"objective_ablation-{preset}{suffix}", title=f"Objective ablation ({preset} preset)",
-        corpus=CORPUS_PRESETS[preset], models=models, calcs=calcs, baseline_col="-pad*",
+        corpus=Preset.named(preset).corpus, models=models, calcs=calcs, baseline_col="-pad*",
         baseline_cells=(("CT", "-whp*"), ("AD", "-pad*")), plots=("bars",),
-        task_max_docs_per_lang=3000 if preset == "smoke" else None))
+        task_max_docs_per_lang=Preset.named(preset).task_max_docs_per_lang))
 
 
 def main(argv=None, prog=None):

@@ -22,23 +22,20 @@ maximizes its validation accuracy (or the metric `--maximize TASK:METRIC` names,
 import dataclasses
 
 from alignlab.platform.config import check_preset
-from alignlab.platform.presets import CORPUS_PRESETS, FINETUNE_PRESETS, PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.study.objective_search import MixSearchSpec, run_objective_search
-from alignlab.platform.study.presets import SMOKE_TASK_DOCS, protocol_points
+from alignlab.platform.study.presets import protocol_points
 
 CANDIDATES = ("mlm", "nsp", "whp", "pad", "rtd")
-NUM_SAMPLES = {"smoke": 3, "mini": 12, "paper": 40}
-
-
 def build(preset: str) -> MixSearchSpec:
     """Multi-objective Optuna search of the pretraining objective mixture, scored by FEL on CT and AD."""
     return MixSearchSpec(
         name=f"objective_mix-{preset}", title=f"Objective mixture search ({preset} preset)",
-        corpus=CORPUS_PRESETS[preset], pretrain=PRETRAIN_PRESETS[preset],
-        finetune=dataclasses.replace(FINETUNE_PRESETS[preset], keep_head=True, selection="honest"),
+        corpus=Preset.named(preset).corpus, pretrain=Preset.named(preset).pretrain,
+        finetune=dataclasses.replace(Preset.named(preset).finetune, keep_head=True, selection="honest"),
         candidates=CANDIDATES, weights=(0.3, 1.0, 3.0), points=tuple(protocol_points(preset)),
-        num_samples=NUM_SAMPLES[preset], seed=0,
-        task_max_docs_per_lang=SMOKE_TASK_DOCS if preset == "smoke" else None)
+        num_samples=Preset.named(preset).search_samples, seed=0,
+        task_max_docs_per_lang=Preset.named(preset).task_max_docs_per_lang)
 
 
 def main(argv=None, prog=None):

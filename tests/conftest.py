@@ -29,9 +29,9 @@ def storage_root(tmp_path_factory):
 def smoke_corpus(ray_session, storage_root):
     """The smoke-preset bundled corpus, built once on the real Ray instance."""
     from alignlab.platform.corpus.corpus import build_corpus
-    from alignlab.platform.presets import CORPUS_PRESETS
+    from alignlab.platform.presets import Preset
 
-    return build_corpus(CORPUS_PRESETS["smoke"], storage_root, progress=False)
+    return build_corpus(Preset.named("smoke").corpus, storage_root, progress=False)
 
 
 def pytest_configure(config):

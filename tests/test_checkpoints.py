@@ -15,10 +15,10 @@ import pytest
 import torch
 from fault_hooks import CrashOnce, Each, Probe, registered
 
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 
 # Checkpoints by steps only at the last step: whatever else is checkpointed is the minutes' doing.
-SMOKE = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm", max_steps=6, checkpoint_every=100,
+SMOKE = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm", max_steps=6, checkpoint_every=100,
                             log_every=1, cpus_per_worker=0.25, threads_per_worker=1, precision="fp32")
 
 

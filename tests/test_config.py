@@ -6,7 +6,7 @@ import pytest
 from alignlab.platform import config as C
 from alignlab.platform.corpus.corpus_config import CorpusConfig
 from alignlab.platform.fel.finetune_config import FinetuneConfig
-from alignlab.platform.presets import FINETUNE_PRESETS, PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 
 
 def test_a_bad_preset_name_is_a_value_error_naming_the_choices():
@@ -38,7 +38,7 @@ def test_the_paper_sizes_are_the_nine_of_table_1():
 
 
 def test_the_paper_preset_matches_section_3_3():
-    p = PRETRAIN_PRESETS["paper"]
+    p = Preset.named("paper").pretrain
     assert (p.batch_size, p.lr, p.model.max_len) == (256, 1e-4, 128)
     # batch_size is the global batch: one GPU worker trains all 256 rows of a step (a study trains its models one per
     # GPU side by side, study/layout.py), and the run sees the paper's 500M examples whatever the number of workers
@@ -47,12 +47,12 @@ def test_the_paper_preset_matches_section_3_3():
     assert dataclasses.replace(p, num_workers=4).worker_batch_size == 64
     assert p.max_steps * p.batch_size == pytest.approx(500_000_000, rel=0.01)
     assert dataclasses.replace(p, num_workers=8).max_steps * p.batch_size == pytest.approx(500_000_000, rel=0.01)
-    f = FINETUNE_PRESETS["paper"]
+    f = Preset.named("paper").finetune
     assert (f.batch_size, f.dropout, f.lr, f.budget, f.scheme) == (64, 0.1, 1e-4, 200, "pred")
 
 
 def test_objective_names_expand_to_configs_and_unknown_names_are_rejected():
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad")
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp,whp,pad")
     assert cfg.objective_names == ("mlm", "nsp", "whp", "pad")
     with pytest.raises(ValueError, match="unknown objective 'sop'.*registered objectives are"):
         dataclasses.replace(cfg, objectives="mlm,sop")
@@ -61,7 +61,7 @@ def test_objective_names_expand_to_configs_and_unknown_names_are_rejected():
 
 
 def test_pretrain_config_round_trips_through_a_dict_and_keeps_its_hash():
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["mini"], objectives="mlm,pad")
+    cfg = dataclasses.replace(Preset.named("mini").pretrain, objectives="mlm,pad")
     back = C.pretrain_from_dict(C.to_dict(cfg))
     assert back == cfg
     assert C.config_hash(back) == C.config_hash(cfg)
@@ -126,7 +126,7 @@ _COMPANION = {"short_seq_len": {"short_seq_len": 16, "short_seq_fraction": 0.25}
 
 
 def _smoke(**changes):
-    return dataclasses.replace(PRETRAIN_PRESETS["smoke"], **{"precision": "bf16", **changes})
+    return dataclasses.replace(Preset.named("smoke").pretrain, **{"precision": "bf16", **changes})
 
 
 def test_every_field_that_changes_what_a_model_learns_is_in_its_id_and_no_runtime_field_is():
@@ -158,7 +158,7 @@ def test_auto_precision_names_the_model_of_the_precision_it_resolves_to(monkeypa
     from alignlab.platform.pretrain.pretrain import with_resolved_precision as resolved
     from alignlab.platform.runtime import precision
 
-    auto = dataclasses.replace(PRETRAIN_PRESETS["smoke"], precision="auto")
+    auto = dataclasses.replace(Preset.named("smoke").pretrain, precision="auto")
     bf16, fp32 = (model_id("c", dataclasses.replace(auto, precision=p)) for p in ("bf16", "fp32"))
     assert bf16 != fp32
     assert model_id("c", auto) == model_id("c", resolved(auto))
@@ -197,7 +197,7 @@ def test_alignlab_pretrain_trains_at_the_precision_its_flag_names(tmp_path, monk
     monkeypatch.setattr(corpus, "build_corpus", lambda ccfg, root, **kw: tmp_path / "corpus")
     for flags in (["--precision", "fp32"], ["--precision", "bf16"], []):
         assert cli.main(["pretrain", "--preset", "smoke", "--storage", str(tmp_path / "st"), *flags]) == 0
-    assert asked == ["fp32", "bf16", PRETRAIN_PRESETS["smoke"].precision]
+    assert asked == ["fp32", "bf16", Preset.named("smoke").pretrain.precision]
 
 
 def test_the_cost_table_of_the_cluster_page_follows_from_the_paper_presets_global_batch():
@@ -211,7 +211,7 @@ def test_the_cost_table_of_the_cluster_page_follows_from_the_paper_presets_globa
 
     repo = Path(__file__).resolve().parents[1]
     readme = (repo / "docs" / "cluster.md").read_text()
-    p = PRETRAIN_PRESETS["paper"]
+    p = Preset.named("paper").pretrain
     flops = {s: expected_run_flops(dataclasses.replace(p, model=C.MODEL_SIZES[s]), 111_000)
              for s in ("256x1", "512x3", "768x3")}
     hours = {s: f / 50e12 / 3600 for s, f in flops.items()}

@@ -12,11 +12,11 @@ from test_sources import dump_xml, page, write_dump
 
 from alignlab.platform.corpus.corpus_config import SourceSpec
 from alignlab.platform.corpus.corpus_identity import task_heldout_text
-from alignlab.platform.presets import CORPUS_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.tasks.holdout import HOLDOUT_RULE_VERSION, NGRAM, ContentHoldout, HeldOutText, require_holdout
 from alignlab.platform.tasks.task_data import TaskData, build_tasks
 
-SMOKE = CORPUS_PRESETS["smoke"]
+SMOKE = Preset.named("smoke").corpus
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 from alignlab.platform.corpus.corpus import MANIFEST, chunk_document, load_manifest, shard_names
 from alignlab.platform.corpus.corpus_config import CorpusConfig
 from alignlab.platform.encoder.tokenizer import Tokenizer, train_tokenizer
-from alignlab.platform.presets import CORPUS_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.sources.documents import CorpusInputError, Document, Link
 
 
@@ -66,7 +66,7 @@ def test_the_smoke_corpus_builds_with_manifest_stats_tokenizer_and_labelled_shar
     table = pq.read_table(sorted((smoke_corpus / "shards" / "train").glob("*.parquet"))[0])
     assert {"a_ids", "b_ids", "whp_a", "pad_acronym", "pad_label", "has_next"} <= set(table.column_names)
     row = table.slice(0, 1).to_pylist()[0]
-    assert len(row["a_ids"]) <= CORPUS_PRESETS["smoke"].chunk_len
+    assert len(row["a_ids"]) <= Preset.named("smoke").corpus.chunk_len
     assert not list(smoke_corpus.parent.glob("*.tmp-*")), "no half-built corpus left behind"
 
 
@@ -75,13 +75,13 @@ def test_a_second_build_of_the_same_config_reuses_the_finished_corpus(smoke_corp
     from alignlab.platform.corpus.corpus import build_corpus
 
     before = (smoke_corpus / MANIFEST).stat().st_mtime_ns
-    assert build_corpus(CORPUS_PRESETS["smoke"], storage_root, progress=False) == smoke_corpus
+    assert build_corpus(Preset.named("smoke").corpus, storage_root, progress=False) == smoke_corpus
     assert (smoke_corpus / MANIFEST).stat().st_mtime_ns == before
 
 
 def _web_cfg(paths) -> CorpusConfig:
     # A dozen distinct words cannot fill even 100 pieces: take what sentencepiece reaches.
-    return dataclasses.replace(CORPUS_PRESETS["smoke"], source="web", paths=tuple(str(p) for p in paths),
+    return dataclasses.replace(Preset.named("smoke").corpus, source="web", paths=tuple(str(p) for p in paths),
                                vocab_size=100, tokenizer_sample_docs=50, allow_smaller_vocab=True)
 
 

@@ -25,10 +25,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from alignlab.platform.presets import CORPUS_PRESETS
+from alignlab.platform.presets import Preset
 
 # 300 English documents in parts of 100: several train shards and an eval shard.
-CONFIG = dataclasses.replace(CORPUS_PRESETS["smoke"], max_docs_per_lang=300)
+CONFIG = dataclasses.replace(Preset.named("smoke").corpus, max_docs_per_lang=300)
 TIMING_KEYS = {"wall_time_s", "phase_seconds"}
 
 

@@ -11,10 +11,10 @@ import torch
 from alignlab.platform.config import to_dict
 from alignlab.platform.corpus.corpus_embeddings import WORD_EMBEDDINGS, cooccurrence, training_sequences, word_embeddings
 from alignlab.platform.encoder.tokenizer import Tokenizer
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.pretrain import Pretrainer
 
-SMOKE = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", precision="fp32")
+SMOKE = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp,whp,pad", precision="fp32")
 
 
 def _two_topics(n=400, seed=0):

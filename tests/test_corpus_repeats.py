@@ -30,10 +30,10 @@ def _worst_repeats(study) -> float:
 
 
 def test_the_row_estimate_of_the_bundled_corpus_is_within_two_percent_of_its_measured_build():
-    from alignlab.platform.presets import CORPUS_PRESETS
+    from alignlab.platform.presets import Preset
 
     # benchmarks/results/corpus_throughput.json: the bundled corpus at the mini preset's max_len, 59,482 train rows.
-    bundled = dataclasses.replace(CORPUS_PRESETS["mini"], sources=(), source="bundled")
+    bundled = dataclasses.replace(Preset.named("mini").corpus, sources=(), source="bundled")
     assert bundled.source == "bundled"
     assert estimated_train_rows(bundled) == pytest.approx(59_482, rel=0.02)
 
@@ -78,9 +78,9 @@ def _build_ablation():
 
 
 def test_models_under_the_threshold_pass_and_over_it_are_refused_naming_the_worst():
-    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.presets import Preset
 
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], max_steps=100, batch_size=10)  # 1,000 examples
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, max_steps=100, batch_size=10)  # 1,000 examples
     check_corpus_repeats({"a": cfg}, 1000 // MAX_CORPUS_REPEATS, "c-1", estimated=False)  # exactly at it: passes
     with pytest.raises(ValueError, match=r"^1 model would repeat corpus c-1 more than 20 times \('a': 100 steps x "
                                          r"batch 10 = 1,000 examples over 49 training rows, 20 passes\)"):

@@ -23,7 +23,7 @@ from alignlab.platform.corpus.corpus_flags import add_corpus_arguments, corpus_f
 from alignlab.platform.corpus.corpus_identity import corpus_id
 from alignlab.platform.corpus.corpus_sources import cap_non_english, doc_hash, stage_documents
 from alignlab.platform.encoder.tokenizer import Tokenizer, check_vocab_size, train_tokenizer
-from alignlab.platform.presets import CORPUS_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.runtime.errors import Parser
 from alignlab.platform.sources.documents import CorpusInputError, Document
 
@@ -40,7 +40,7 @@ def test_the_preset_corpora_have_pinned_ids_that_carry_the_code_and_holdout_vers
     # content holdout's rule and task data entered the id (issue #43: older ids named shards of older code).
     import alignlab.platform.corpus.corpus_identity as ci
 
-    smoke, mini = CORPUS_PRESETS["smoke"], CORPUS_PRESETS["mini"]
+    smoke, mini = Preset.named("smoke").corpus, Preset.named("mini").corpus
     ordered = dataclasses.replace(smoke, shuffle_documents=False)
     assert corpus_id(ordered, []) == "bundled-e7fb4276b994"
     assert corpus_id(ordered, HELD_OUT) == "bundled-b35e3d04e654"
@@ -115,13 +115,13 @@ def test_each_path_lang_and_share_flag_belongs_to_the_source_before_it():
     args = _parse(["--source", "wikidump", "--path", "en.xml.bz2", "--path", "fr.xml", "--lang", "fr",
                    "--source", "web", "--path", "docs/", "--max-non-english-share", "0.5", "--source", "bundled",
                    "--tokenizer-sources", "web", "--vocab-size", "500", "--allow-smaller-vocab"])
-    cfg = corpus_from_args(CORPUS_PRESETS["smoke"], args)
+    cfg = corpus_from_args(Preset.named("smoke").corpus, args)
     assert cfg.sources == (SourceSpec(name="wikidump", paths=("en.xml.bz2", "fr.xml"), lang="fr"),
                            SourceSpec(name="web", paths=("docs/",), max_non_english_share=0.5),
                            SourceSpec(name="bundled"))
     assert cfg.tokenizer_sources == ("web",) and cfg.vocab_size == 500 and cfg.allow_smaller_vocab
-    assert cfg.max_len == CORPUS_PRESETS["smoke"].max_len  # the rest is the preset's
-    assert corpus_from_args(CORPUS_PRESETS["smoke"], _parse([])) == CORPUS_PRESETS["smoke"]
+    assert cfg.max_len == Preset.named("smoke").corpus.max_len  # the rest is the preset's
+    assert corpus_from_args(Preset.named("smoke").corpus, _parse([])) == Preset.named("smoke").corpus
 
 
 @pytest.mark.parametrize("argv", [["--path", "docs/", "--source", "web"], ["--lang", "en"],
@@ -222,11 +222,11 @@ def test_sentencepiece_falls_short_on_small_text_and_the_shortfall_is_refused_un
 
 
 def test_the_epoch_count_is_steps_times_global_batch_over_training_rows(capsys):
-    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.presets import Preset
 
     assert corpus_epochs(1000, 100, 64) == pytest.approx(6.4)
     manifest = {"corpus_id": "c-1", "stats": {"chunks": {"train": 1000, "eval": 10}}}
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], max_steps=100, batch_size=64)
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, max_steps=100, batch_size=64)
     assert warn_if_corpus_repeats(manifest, cfg) == pytest.approx(6.4)
     err = capsys.readouterr().err
     assert "6.4 times" in err and "1000 training rows" in err and "c-1" in err

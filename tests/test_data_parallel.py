@@ -22,12 +22,12 @@ import pytest
 import torch
 from fault_hooks import CrashRankOnce, Probe, registered
 
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 
 # Dropout on (the smoke model's 0.1): each rank draws its own masks, which a resumed rank must draw again (d). fp32:
 # under bf16 autocast (precision "auto" on a CPU where bf16 trains faster) a matmul over 8 rows rounds otherwise than
 # over 16.
-CFG = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", max_steps=6, checkpoint_every=2,
+CFG = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp,whp,pad", max_steps=6, checkpoint_every=2,
                           log_every=1, cpus_per_worker=0.25, threads_per_worker=1, precision="fp32")
 TWO = dataclasses.replace(CFG, num_workers=2)
 

@@ -14,11 +14,11 @@ from fault_hooks import Probe, registered
 
 from alignlab.platform.corpus.corpus_config import SourceSpec
 from alignlab.platform.encoder.tokenizer import Tokenizer
-from alignlab.platform.presets import CORPUS_PRESETS, PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.loop import train_loop
 from alignlab.platform.pretrain.pretrain import Pretrainer
 
-SMOKE = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", log_every=1)
+SMOKE = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp,whp,pad", log_every=1)
 # Rows in stream order (no length bucketing), so that which rows each step trains on can be read off the stream.
 PHASED = dataclasses.replace(SMOKE, max_steps=8, domain_sources=("software",), domain_fraction=0.25, bucket_batches=1)
 
@@ -28,7 +28,7 @@ def two_source_corpus(ray_session, tmp_path_factory):
     """A smoke corpus of Wikipedia summaries and software summaries."""
     from alignlab.platform.corpus.corpus import build_corpus
 
-    cfg = dataclasses.replace(CORPUS_PRESETS["smoke"], sources=(SourceSpec(name="bundled"), SourceSpec(name="software")),
+    cfg = dataclasses.replace(Preset.named("smoke").corpus, sources=(SourceSpec(name="bundled"), SourceSpec(name="software")),
                               max_docs_per_lang=300, hold_out_tasks=False)
     return build_corpus(cfg, tmp_path_factory.mktemp("two-sources"), progress=False)
 

@@ -22,12 +22,12 @@ import pytest
 import torch
 from fault_hooks import Probe, registered
 
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (and a torch built for it)")
 
 # Two gloo workers, dropout on (the smoke model's 0.1), fp32 (bf16 is chosen by the CPU under "auto").
-TWO = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", max_steps=6, checkpoint_every=3,
+TWO = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp,whp,pad", max_steps=6, checkpoint_every=3,
                           log_every=1, num_workers=2, cpus_per_worker=0.25, threads_per_worker=1, precision="fp32")
 
 _OWN_RAY = r'''
@@ -95,7 +95,7 @@ def test_a_checkpoint_gives_each_rank_back_its_own_random_state(tmp_path):
     from alignlab.platform.pretrain.pretrain import Pretrainer
 
     tok = tiny_tokenizer(tmp_path / "tok")
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], num_workers=2, precision="fp32")
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, num_workers=2, precision="fp32")
     ranks = _pair(tok, cfg)
     states = []
     for t in ranks:  # each rank's generator where a checkpoint would find it: seeded per rank, then used
@@ -112,7 +112,7 @@ def test_a_checkpoint_gives_each_rank_back_its_own_random_state(tmp_path):
         assert torch.equal(torch.rand(5), expected[rank]), f"rank {rank} resumed with another rank's random state"
     with pytest.raises(AssertionError, match="every rank's random state"):
         ranks[0].state_dict()
-    one = Pretrainer(PRETRAIN_PRESETS["smoke"], tok)
+    one = Pretrainer(Preset.named("smoke").pretrain, tok)
     with pytest.raises(ValueError, match="random state of 1 ranks; this run has 2"):
         ranks[1].load_state_dict(one.state_dict())
 
@@ -128,7 +128,7 @@ def test_a_run_resumed_on_a_gpu_gets_its_state_on_its_device_and_draws_the_same_
     from alignlab.platform.pretrain.pretrain import Pretrainer
 
     tok = tiny_tokenizer(tmp_path / "tok")
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], precision="fp32", max_steps=4)
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, precision="fp32", max_steps=4)
     assert cfg.model.dropout > 0
     data = [b for _, b in zip(range(4), batches(tok))]
     device = "cuda:0"

@@ -82,11 +82,11 @@ def test_pretrain_itself_refuses_an_impossible_request_before_writing_the_model_
                                                                                       tmp_path):
     import dataclasses
 
-    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.presets import Preset
     from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.runtime.resources import ResourceRequestError
 
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], use_gpu=True)
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, use_gpu=True)
     with pytest.raises(ResourceRequestError, match="GPU: 1"):
         pretrain(smoke_corpus, cfg, tmp_path / "root")
     assert not (tmp_path / "root" / "models").exists()
@@ -267,12 +267,12 @@ def test_a_pretraining_loop_stops_at_the_first_non_finite_loss_before_reporting_
     sys.path.insert(0, str(Path(__file__).parent))
     from tiny_model import batches, tiny_tokenizer
 
-    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.presets import Preset
     from alignlab.platform.pretrain.loop import NonFiniteLossError, train_loop
     from alignlab.platform.pretrain.pretrain import Pretrainer
 
     tok = tiny_tokenizer(tmp_path / "tok")
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], lr=1e30, max_steps=8, precision="fp32")
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, lr=1e30, max_steps=8, precision="fp32")
     trainer, reported = Pretrainer(cfg, tok), []
     with pytest.raises(NonFiniteLossError, match=r"non-finite at step \d.*train/loss = nan"):
         train_loop(trainer, lambda epoch: iter(batches(tok)), report=lambda m, ck: reported.append(m), log_every=1)
@@ -287,12 +287,12 @@ def test_a_diverging_pretraining_run_stops_with_one_clear_error_and_is_never_reg
     worker group (where it would diverge again, or fail at once, for ever)."""
     import dataclasses
 
-    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.presets import Preset
     from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.pretrain.loop import NonFiniteLossError
     from alignlab.platform.pretrain.models import is_finished, list_models
 
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], lr=1e30, max_steps=6, checkpoint_every=2, log_every=1)
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, lr=1e30, max_steps=6, checkpoint_every=2, log_every=1)
     root = tmp_path / "root"
     with pytest.raises(NonFiniteLossError, match=r"pretraining of .* stopped: the training loss became non-finite"):
         pretrain(smoke_corpus, cfg, root, max_failures=-1)
@@ -315,12 +315,12 @@ def test_two_data_parallel_workers_stop_together_at_a_non_finite_loss_and_none_w
     step; a rank that stopped alone would leave the other waiting in the next gradient all-reduce for ever."""
     import dataclasses
 
-    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.presets import Preset
     from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.pretrain.loop import NonFiniteLossError
     from alignlab.platform.pretrain.models import is_finished
 
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], lr=1e30, max_steps=6, checkpoint_every=2, log_every=1,
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, lr=1e30, max_steps=6, checkpoint_every=2, log_every=1,
                               num_workers=2, cpus_per_worker=0.5)
     root = tmp_path / "root"
     with pytest.raises(NonFiniteLossError, match=r"pretraining of .* stopped: the training loss became non-finite"):

@@ -665,13 +665,13 @@ def test_refit_is_refused_on_the_examples_it_trains_on_and_with_paper_selection(
 def test_refit_off_leaves_a_configs_dict_and_ids_as_they_were_before_the_field():
     from alignlab.platform.config import config_hash, to_dict
     from alignlab.platform.fel.finetune import finetuned_id
-    from alignlab.platform.presets import FINETUNE_PRESETS
+    from alignlab.platform.presets import Preset
 
     off, on = _cfg("ct"), _cfg("ct", refit=True)
     assert "refit" not in to_dict(off) and to_dict(on)["refit"] is True
     assert finetuned_id("m", off) == f"ct-{config_hash('m', {f: v for f, v in to_dict(on).items() if f != 'refit'})}"
     assert finetuned_id("m", on) != finetuned_id("m", off)
-    assert FINETUNE_PRESETS["mini"].refit and not FINETUNE_PRESETS["smoke"].refit
+    assert Preset.named("mini").finetune.refit and not Preset.named("smoke").finetune.refit
 
 
 # ------------------------------------------------------------------------------------------- what a head reads
@@ -771,7 +771,7 @@ def test_an_ad_head_reading_every_layer_is_served_from_its_cls_vectors(storage, 
 def test_the_head_input_fields_stay_out_of_a_configs_dict_and_ids_at_their_defaults_and_are_validated():
     from alignlab.platform.config import config_hash, to_dict
     from alignlab.platform.fel.finetune import finetuned_id
-    from alignlab.platform.presets import FINETUNE_PRESETS
+    from alignlab.platform.presets import Preset
 
     plain, wide = _cfg("ct"), _cfg("ct", feature_layers="all", word_pooling="mean")
     assert not {"feature_layers", "word_pooling"} & set(to_dict(plain))
@@ -781,4 +781,4 @@ def test_the_head_input_fields_stay_out_of_a_configs_dict_and_ids_at_their_defau
     for field, bad in (("feature_layers", "middle"), ("word_pooling", "max")):
         with pytest.raises(ValueError, match=f"FinetuneConfig.{field} must be one of"):
             _cfg("ct", **{field: bad})
-    assert FINETUNE_PRESETS["paper"].feature_layers == "last" and FINETUNE_PRESETS["paper"].word_pooling == "first"
+    assert Preset.named("paper").finetune.feature_layers == "last" and Preset.named("paper").finetune.word_pooling == "first"

@@ -31,9 +31,9 @@ def test_the_gpu_checks_dry_run_runs_every_part_on_cpu_and_prints_its_figures(tm
     lines = run.stdout.splitlines()
     assert sum("_vocab" in x and "ms/step" in x for x in lines) >= 2  # the step alone at both vocabularies
     # The step on real bucketed rows: the four objectives on the smoke corpus, its own vocabulary, every figure.
-    from alignlab.platform.presets import CORPUS_PRESETS
+    from alignlab.platform.presets import Preset
 
-    pieces = CORPUS_PRESETS["smoke"].vocab_size
+    pieces = Preset.named("smoke").corpus.vocab_size
     assert f"vocabulary: the corpus's own tokenizer, {pieces:,} pieces" in run.stdout, run.stdout
     line = next(x for x in lines if "on real bucketed rows" in x)
     assert line.split()[:3] == ["tiny", "eager", "mlm,nsp,whp,pad"], line

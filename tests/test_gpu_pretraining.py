@@ -15,7 +15,7 @@ import pytest
 import torch
 from fault_hooks import Probe, registered
 
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.driver import pretrain
 from alignlab.platform.runtime.throughput import peak_flops
 
@@ -30,7 +30,7 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 ])
 def test_a_pretraining_run_trains_on_the_device_ray_train_gave_it_and_its_record_names_that_device(
         smoke_corpus, tmp_path, use_gpu, collate_workers):
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", max_steps=6, checkpoint_every=3,
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp,whp,pad", max_steps=6, checkpoint_every=3,
                               log_every=1, use_gpu=use_gpu, collate_workers=collate_workers)
     out = tmp_path / "probe"
     out.mkdir()
@@ -70,7 +70,7 @@ def test_two_small_models_on_half_a_gpu_each_train_at_the_same_time_on_the_one_g
     task = ray.remote(num_cpus=0)(registered(pretrain_in_task))
     runs = []
     for seed in (1, 2):
-        cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp", max_steps=60, checkpoint_every=60,
+        cfg = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp", max_steps=60, checkpoint_every=60,
                                   log_every=1, use_gpu=True, gpus_per_worker=0.5, seed=seed)
         runs.append(task.remote(str(smoke_corpus), to_dict(cfg), str(tmp_path / "root"),
                                 registered(StepTimes(str(out), f"seed{seed}"))))

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from alignlab.objectives.ad_data import ADExample, defining_doc_ids
-from alignlab.platform.presets import CORPUS_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.sources.documents import Document
 from alignlab.platform.tasks.task import load_examples
 
@@ -67,7 +67,7 @@ def test_a_cli_built_corpus_holds_out_every_task_document_and_is_the_corpus_a_st
 
     # The held-out list has every snippet's document and every document that defines a positive's acronym
     # (at smoke, one of those is not a snippet's document).
-    task_docs = list(read_bundled(("en", "es", "fr"), max_docs_per_lang=CORPUS_PRESETS["smoke"].task_max_docs_per_lang))
+    task_docs = list(read_bundled(("en", "es", "fr"), max_docs_per_lang=Preset.named("smoke").corpus.task_max_docs_per_lang))
     sources = {ex.doc_id for ex in ad}
     defining = defining_doc_ids(task_docs, ad)
     assert sources and defining - sources
@@ -75,7 +75,7 @@ def test_a_cli_built_corpus_holds_out_every_task_document_and_is_the_corpus_a_st
 
     # None of them is in any shard, though some are among the documents the corpus reads.
     in_shards = _shard_doc_ids(cdir)
-    corpus_input = {d.doc_id for d in read_bundled(("en",), max_docs_per_lang=CORPUS_PRESETS["smoke"].max_docs_per_lang)}
+    corpus_input = {d.doc_id for d in read_bundled(("en",), max_docs_per_lang=Preset.named("smoke").corpus.max_docs_per_lang)}
     assert in_shards and in_shards <= corpus_input
     assert corpus_input & sources, "the smoke corpus's documents include snippet sources: the check is not vacuous"
     assert not in_shards & (sources | defining)
@@ -98,7 +98,7 @@ def test_a_cli_built_corpus_holds_out_every_task_document_and_is_the_corpus_a_st
     # The Python API holds out by the same rule: documents given to build_corpus that define a task acronym
     # (a defining document that is no snippet's source included) never reach a shard.
     given = [d for d in task_docs if d.doc_id in defining] + [d for d in task_docs if d.lang == "en"][:150]
-    cfg = dataclasses.replace(CORPUS_PRESETS["smoke"], docs_per_shard=1000)
+    cfg = dataclasses.replace(Preset.named("smoke").corpus, docs_per_shard=1000)
     custom = build_corpus(cfg, root, docs=given, progress=False)
     assert _shard_doc_ids(custom) and not _shard_doc_ids(custom) & (sources | defining)
 

@@ -19,12 +19,12 @@ from tiny_model import batches, tiny_tokenizer  # noqa: E402
 
 from alignlab.platform.encoder.batching import IGNORE, Collator, Ragged, rows_from_arrow  # noqa: E402
 from alignlab.platform.encoder.draws import OneByOne  # noqa: E402
-from alignlab.platform.presets import PRETRAIN_PRESETS  # noqa: E402
+from alignlab.platform.presets import Preset  # noqa: E402
 from alignlab.platform.pretrain.loop import train_loop  # noqa: E402
 from alignlab.platform.pretrain.prefetch import Prefetcher  # noqa: E402
 from alignlab.platform.pretrain.pretrain import Pretrainer, build_objectives
 
-SMOKE = PRETRAIN_PRESETS["smoke"]
+SMOKE = Preset.named("smoke").pretrain
 VARIANTS = {
     "plain": ("mlm,nsp,whp,pad", {}),
     "pad labels and subwords": ("mlm,nsp,whp,pad", {"pad": {"chunk_labels": True, "subword_alpha": 0.2}}),

@@ -10,7 +10,7 @@ from tiny_model import batches, tiny_tokenizer
 
 from alignlab.platform.config import pretrain_from_dict, to_dict
 from alignlab.platform.encoder.registry import objective_config
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.models import model_id
 from alignlab.platform.pretrain.pretrain import Pretrainer
 
@@ -19,7 +19,7 @@ WEIGHTS = {"mlm": 1.0, "nsp": 2.0, "whp": 0.5, "pad": 3.0}
 
 def _cfg(scaling: str):
     objs = tuple(objective_config(n, weight=w) for n, w in WEIGHTS.items())
-    return dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives=objs, loss_scaling=scaling, precision="fp32")
+    return dataclasses.replace(Preset.named("smoke").pretrain, objectives=objs, loss_scaling=scaling, precision="fp32")
 
 
 @pytest.fixture(scope="module")

@@ -107,11 +107,11 @@ def test_a_finished_model_keeps_its_last_checkpoint_and_a_truncated_weights_file
     import dataclasses
 
     from alignlab.platform.fel.finetune import load_pretrained
-    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.presets import Preset
     from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.pretrain.models import is_finished, list_models
 
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], max_steps=6, checkpoint_every=2)
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, max_steps=6, checkpoint_every=2)
     root = tmp_path / "root"
     mdir = pretrain(smoke_corpus, cfg, root)
     # Checkpoints at steps 2, 4 and 6 (Ray keeps two while training); the finished model keeps only the last.
@@ -136,11 +136,11 @@ def test_a_finished_model_keeps_its_last_checkpoint_and_a_truncated_weights_file
 @pytest.mark.ray
 def test_a_corpus_with_a_shard_cut_short_is_unfinished_and_built_again(ray_session, tmp_path):
     from alignlab.platform.corpus.corpus import MANIFEST, build_corpus, corpus_finished
-    from alignlab.platform.presets import CORPUS_PRESETS
+    from alignlab.platform.presets import Preset
     from alignlab.platform.storage.root import as_storage
 
     st = as_storage(tmp_path / "st")
-    cdir = build_corpus(CORPUS_PRESETS["smoke"], st, progress=False)
+    cdir = build_corpus(Preset.named("smoke").corpus, st, progress=False)
     assert json.loads((cdir / MANIFEST).read_text())["marker"] == MARKER
     listed = json.loads((cdir / MARKER).read_text())["files"]
     shard = sorted(cdir.glob("shards/train/*.parquet"))[0]
@@ -149,7 +149,7 @@ def test_a_corpus_with_a_shard_cut_short_is_unfinished_and_built_again(ray_sessi
     whole = shard.read_bytes()
     shard.write_bytes(whole[: len(whole) // 2])  # a full disk, a copy cut short
     assert not corpus_finished(st, cdir.name)
-    assert build_corpus(CORPUS_PRESETS["smoke"], st, progress=False) == cdir
+    assert build_corpus(Preset.named("smoke").corpus, st, progress=False) == cdir
     assert shard.read_bytes() == whole and corpus_finished(st, cdir.name)
 
 

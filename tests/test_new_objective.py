@@ -126,11 +126,11 @@ def test_a_toy_objective_from_a_test_module_is_labelled_pretrained_and_reported(
     from alignlab.platform.config import to_dict
     from alignlab.platform.corpus.corpus import build_corpus, load_manifest
     from alignlab.platform.corpus.corpus_identity import corpus_id
-    from alignlab.platform.presets import CORPUS_PRESETS, PRETRAIN_PRESETS
+    from alignlab.platform.presets import Preset
     from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.report.report import pretrain_table
 
-    ccfg = dataclasses.replace(CORPUS_PRESETS["smoke"], hold_out_tasks=False)
+    ccfg = dataclasses.replace(Preset.named("smoke").corpus, hold_out_tasks=False)
     cdir = build_corpus(ccfg, tmp_path, progress=False)
     manifest = load_manifest(cdir)
     assert {"wlen_a", "wlen_b", "whp_a", "pad_label"} <= set(manifest["columns"])
@@ -142,7 +142,7 @@ def test_a_toy_objective_from_a_test_module_is_labelled_pretrained_and_reported(
     bundled_only = [lab for lab in registry.corpus_labellers() if lab.name != "wlen"]
     assert corpus_id(ccfg, [], labellers=bundled_only) != cdir.name
 
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,wlen", max_steps=6, log_every=1)
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,wlen", max_steps=6, log_every=1)
     mdir = pretrain(cdir, cfg, tmp_path)
     ev = json.loads((mdir / "final" / "eval.json").read_text())
     assert 0.0 <= ev["eval/wlen/accuracy"] <= 1.0

@@ -54,12 +54,12 @@ def test_pretraining_finishes_on_another_node_from_the_last_checkpoint_when_its_
     from fault_hooks import WaitToBeRemovedAt, registered
 
     from alignlab.platform.corpus.corpus import build_corpus
-    from alignlab.platform.presets import CORPUS_PRESETS, PRETRAIN_PRESETS
+    from alignlab.platform.presets import Preset
     from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.pretrain.models import is_finished
     from alignlab.platform.runtime.ray_env import quiet_ray_data
 
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], max_steps=8, checkpoint_every=2, log_every=1,
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, max_steps=8, checkpoint_every=2, log_every=1,
                               precision="fp32", cpus_per_worker=1.0)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     stop = threading.Event()
@@ -68,7 +68,7 @@ def test_pretraining_finishes_on_another_node_from_the_last_checkpoint_when_its_
             cluster.add_node(num_cpus=2)
         ray.init(address=cluster.address, log_to_driver=False)
         quiet_ray_data()
-        cdir = build_corpus(CORPUS_PRESETS["smoke"], tmp_path / "corpus-root", progress=False)
+        cdir = build_corpus(Preset.named("smoke").corpus, tmp_path / "corpus-root", progress=False)
         whole = pretrain(cdir, cfg, tmp_path / "uninterrupted")
         marker, removed = tmp_path / "node-of-rank0", []
         _in_background(_remove_the_node_named_in(marker, cluster, removed), stop)

@@ -45,17 +45,17 @@ def test_the_pareto_front_keeps_exactly_the_undominated_trials():
 def test_a_mini_trial_leaves_ray_data_a_whole_cpu_on_two_cpus_without_changing_the_model_id():
     """The mini search hung on 2 CPUs (trial 0.1 + worker 1.0 left Ray Data 0.9 CPU): the worker's logical CPUs
     are cut to fit, its torch threads and the model id are not."""
-    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.presets import Preset
     from alignlab.platform.pretrain.models import model_id
     from alignlab.platform.runtime.resources import RAY_DATA_CPUS
     from alignlab.platform.study.objective_search import TRIAL_CPUS, beside_trials
 
-    mini = dataclasses.replace(PRETRAIN_PRESETS["mini"], objectives="mlm,nsp")
+    mini = dataclasses.replace(Preset.named("mini").pretrain, objectives="mlm,nsp")
     fitted = beside_trials(mini, 2.0, 1)
     assert fitted.cpus_per_worker * fitted.num_workers + TRIAL_CPUS + RAY_DATA_CPUS <= 2.0
     assert fitted.cpus_per_worker > 0.5 and fitted.threads_per_worker == mini.threads_per_worker == 2
     assert model_id("c", fitted) == model_id("c", mini)
-    smoke = PRETRAIN_PRESETS["smoke"]
+    smoke = Preset.named("smoke").pretrain
     assert beside_trials(smoke, 2.0, 1) is smoke  # 0.5 + 0.1 + 1 fits: untouched
     assert beside_trials(mini, 16.0, 2) is mini  # a bigger machine: untouched
     auto = dataclasses.replace(mini, threads_per_worker=0)  # "as many threads as CPUs" keeps its 1 thread

@@ -305,7 +305,7 @@ def test_labelled_rows_pad_each_head_to_a_multiple_of_32_rows_and_change_no_loss
     import dataclasses
 
     from alignlab.platform.encoder import registry
-    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.presets import Preset
     from alignlab.platform.pretrain.pretrain import Pretrainer, forward_objectives
 
     labels = torch.tensor([4, 5, -100, 7, 9])  # position 0 labelled too: a padded row repeats it, unlabelled
@@ -313,7 +313,7 @@ def test_labelled_rows_pad_each_head_to_a_multiple_of_32_rows_and_change_no_loss
     assert pos.tolist() == [0, 1, 3, 4] + [0] * 28 and target.tolist() == [4, 5, 7, 9] + [-100] * 28
     assert registry.labelled_rows(torch.arange(64))[0].tolist() == list(range(64))  # a multiple already: as is
 
-    smoke = PRETRAIN_PRESETS["smoke"]  # without dropout, so that a training step is the same function twice
+    smoke = Preset.named("smoke").pretrain  # without dropout, so that a training step is the same function twice
     cfg = dataclasses.replace(smoke, model=dataclasses.replace(smoke.model, dropout=0.0), objectives="mlm,nsp,whp",
                               precision="fp32")
     torch.manual_seed(0)

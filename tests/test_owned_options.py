@@ -12,21 +12,21 @@ from alignlab.platform.encoder.registry import default_set, objectives_like
 from alignlab.platform.fel.finetune import finetuned_id
 from alignlab.platform.fel.finetune_config import FinetuneConfig
 from alignlab.platform.fel.finetune_config import finetune_from_dict
-from alignlab.platform.presets import FINETUNE_PRESETS, PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.models import model_id
 
 
 def test_calculation_ids_made_before_the_task_options_moved_still_name_the_same_calculations():
-    smoke = FINETUNE_PRESETS["smoke"]
+    smoke = Preset.named("smoke").finetune
     assert finetuned_id("m", dataclasses.replace(smoke, task="ct")) == "ct-e2914289cbb3"
     assert finetuned_id("m", dataclasses.replace(smoke, task="ad")) == "ad-ab6bd1c43fb3"
-    assert finetuned_id("m", dataclasses.replace(FINETUNE_PRESETS["mini"], task="ad")) == "ad-3efb68e52ef5"
+    assert finetuned_id("m", dataclasses.replace(Preset.named("mini").finetune, task="ad")) == "ad-3efb68e52ef5"
 
 
 def test_model_ids_made_before_the_layout_fraction_moved_still_name_the_same_models():
     # Pinned in bf16 ("auto" resolves per CPU); the pins move with PRETRAIN_CODE_VERSION, not with the fraction's key.
     for preset, want in (("smoke", "32x1-mlm+nsp+whp+pad-fec4a1d9e1cb"), ("mini", "128x2-mlm+nsp+whp+pad-f2be33ea0e5b")):
-        base = dataclasses.replace(PRETRAIN_PRESETS[preset], precision="bf16")
+        base = dataclasses.replace(Preset.named(preset).pretrain, precision="bf16")
         assert model_id("corpusX", dataclasses.replace(base, objectives=objectives_like(default_set(), base.objectives))) == want
 
 
@@ -58,7 +58,7 @@ def test_the_fel_command_line_keeps_a_task_options_flag_with_its_choices(tmp_pat
 def test_the_layout_fraction_keeps_the_key_its_objective_declares_in_the_config_dict_and_round_trips():
     from alignlab.platform.config import pretrain_from_dict
 
-    mini = PRETRAIN_PRESETS["mini"]
+    mini = Preset.named("mini").pretrain
     d = to_dict(mini)
     assert d["acronym_fraction"] == 0.5 and "layout_fraction" not in d  # PAD's layout_fraction_key
     assert pretrain_from_dict(d) == mini

@@ -12,12 +12,12 @@ import torch
 from fault_hooks import assert_ctrl_c_raises_keyboard_interrupt, crash_once_at
 
 from alignlab.platform.encoder.tokenizer import Tokenizer
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.loop import train_loop
 from alignlab.platform.pretrain.pretrain import Pretrainer
 from alignlab.platform.runtime.progress import ProgressLine
 
-SMOKE = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", log_every=1)
+SMOKE = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp,whp,pad", log_every=1)
 
 
 def _row_batches(corpus, batch_size):
@@ -242,12 +242,12 @@ def test_bad_pretraining_requests_get_clear_errors(smoke_corpus, tmp_path):
 @pytest.mark.ray
 def test_whp_on_a_web_only_corpus_is_refused_before_training(ray_session, tmp_path):
     from alignlab.platform.corpus.corpus import build_corpus
-    from alignlab.platform.presets import CORPUS_PRESETS
+    from alignlab.platform.presets import Preset
     from alignlab.platform.pretrain.driver import pretrain
 
     f = tmp_path / "web.txt"
     f.write_text("\n\n".join(" ".join(["plain web text about models and data"] * 10) for _ in range(30)))
-    cfg = dataclasses.replace(CORPUS_PRESETS["smoke"], source="web", paths=(str(f),), vocab_size=100,
+    cfg = dataclasses.replace(Preset.named("smoke").corpus, source="web", paths=(str(f),), vocab_size=100,
                               allow_smaller_vocab=True)
     cdir = build_corpus(cfg, tmp_path / "root", progress=False)
     with pytest.raises(ValueError, match="'whp' needs linked .*web-only"):

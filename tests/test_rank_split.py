@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 
-ONE = dataclasses.replace(PRETRAIN_PRESETS["smoke"], cpus_per_worker=0.25, threads_per_worker=1)
+ONE = dataclasses.replace(Preset.named("smoke").pretrain, cpus_per_worker=0.25, threads_per_worker=1)
 TWO = dataclasses.replace(ONE, num_workers=2)
 
 
@@ -30,11 +30,11 @@ def test_the_split_names_other_models_only_for_several_workers():
     # The mini preset (1 worker) keeps the id it had before the split (pinned in bf16, which "auto" resolves to only
     # on CPUs where it trains faster; the pin moves with PRETRAIN_CODE_VERSION, which is in every id); data-parallel
     # workers name another model.
-    mini = dataclasses.replace(PRETRAIN_PRESETS["mini"], precision="bf16")
+    mini = dataclasses.replace(Preset.named("mini").pretrain, precision="bf16")
     assert model_id("bundled-dabc0247e631", mini) == "128x2-mlm-4e053eabe6a6"
     assert model_id("bundled-dabc0247e631", dataclasses.replace(mini, num_workers=2)) != model_id(
         "bundled-dabc0247e631", mini)
-    paper = PRETRAIN_PRESETS["paper"]
+    paper = Preset.named("paper").pretrain
     assert model_id("bundled-dabc0247e631", paper) == "768x3-mlm-f5f199592455"
     assert model_id("bundled-dabc0247e631", dataclasses.replace(paper, num_workers=4)) == "768x3-mlm-b9e352a3997f"
 

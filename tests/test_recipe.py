@@ -10,7 +10,7 @@ import torch
 
 from alignlab.platform.config import MODEL_SIZES, PretrainConfig
 from alignlab.platform.encoder.model import Encoder
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.pretrain import Pretrainer, lr_lambda, make_optimizer
 
 from tiny_model import batches, tiny_pretrained, tiny_tokenizer
@@ -159,7 +159,7 @@ def test_weight_decay_switches_to_adamw_and_spares_biases_and_layernorms():
 
 def test_a_short_then_long_schedule_trains_short_examples_first_and_nsp_pairs_keep_both_chunks(tmp_path):
     tok = tiny_tokenizer(tmp_path)
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp", max_steps=10, short_seq_len=16,
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp", max_steps=10, short_seq_len=16,
                               short_seq_fraction=0.3, precision="fp32")
     assert [cfg.seq_len_at(s) for s in range(10)] == [16] * 3 + [TINY.max_len] * 7
     tr = Pretrainer(cfg, tok)
@@ -188,7 +188,7 @@ def test_the_masking_curriculum_draws_uniform_masks_first_then_mlms_own_and_eval
     counts = np.bincount([i for t in real_texts() for i in tok.sp.encode(t)], minlength=tok.vocab_size)
     np.save(tmp_path / "token_counts.npy", counts)
     tok = Tokenizer(tmp_path / "tokenizer.model")
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp", max_steps=10, curriculum_fraction=0.3,
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp", max_steps=10, curriculum_fraction=0.3,
                               precision="fp32")
     assert [cfg.curriculum_at(s) for s in range(10)] == [True] * 3 + [False] * 7
     tr = Pretrainer(cfg, tok)
@@ -209,7 +209,7 @@ def test_the_masking_curriculum_draws_uniform_masks_first_then_mlms_own_and_eval
 def test_the_masking_curriculum_names_another_model_only_when_it_is_on():
     from alignlab.platform.pretrain.models import model_id
 
-    paper = PRETRAIN_PRESETS["paper"]
+    paper = Preset.named("paper").pretrain
     # The paper preset's id, pinned: the field leaves it alone when off (it moved only when PRETRAIN_CODE_VERSION
     # and the device kind entered every model id, issue #43, the per-rank split of its 4 workers, issue #42, and
     # when it went to one worker, issue #56).
@@ -237,7 +237,7 @@ def test_sinusoidal_positions_are_the_scaled_sinusoids_and_no_training_step_move
     from alignlab.platform.encoder.model import sinusoids
 
     tok = tiny_tokenizer_for_recipe()
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp", precision="fp32", lr=1e-2,
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp", precision="fp32", lr=1e-2,
                               model=dataclasses.replace(TINY, position="sinusoidal", dropout=0.0))
     tr = Pretrainer(cfg, tok)
     pos = tr.model.encoder.pos.weight
@@ -258,7 +258,7 @@ def test_sinusoidal_positions_are_the_scaled_sinusoids_and_no_training_step_move
 def test_the_position_kind_names_another_model_only_when_it_is_not_the_default_learned_table():
     from alignlab.platform.pretrain.models import model_id
 
-    paper = PRETRAIN_PRESETS["paper"]
+    paper = Preset.named("paper").pretrain
     # The paper preset's id, pinned: the field leaves it alone at its default (it moved only when
     # PRETRAIN_CODE_VERSION and the device kind entered every model id, issue #43, the per-rank split of its 4
     # workers, issue #42, and when it went to one worker, issue #56).
@@ -340,7 +340,7 @@ CRAMMED = dict(model=dataclasses.replace(TINY, norm="pre", dropout=0.0, alibi=1.
 def test_a_crammed_model_finetunes_and_its_fast_predictor_matches_the_module_forward(tmp_path):
     from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained, save_finetuned
     from alignlab.platform.fel.inference import Predictor
-    from alignlab.platform.presets import FINETUNE_PRESETS
+    from alignlab.platform.presets import Preset
     from alignlab.platform.tasks.task import load_examples
     from alignlab.platform.tasks.task_data import SHIPPED_TASK_DATA
 
@@ -348,7 +348,7 @@ def test_a_crammed_model_finetunes_and_its_fast_predictor_matches_the_module_for
     pre = load_pretrained(mdir)
     assert pre.model_cfg.norm == "pre" and any(k.startswith("encoder.final_ln") for k in pre.state)
     examples = load_examples("ct", SHIPPED_TASK_DATA / "ct_pool.jsonl")
-    cfg = dataclasses.replace(FINETUNE_PRESETS["smoke"], task="ct", budget=40)
+    cfg = dataclasses.replace(Preset.named("smoke").finetune, task="ct", budget=40)
     result = finetune_calculation(pre, cfg, examples[:30], examples[40:60], val=examples[30:40])
     assert 0.0 <= result.row["accuracy"] <= 1.0
     fdir = save_finetuned(tmp_path, pre, cfg, result)
@@ -374,7 +374,7 @@ def test_a_crammed_recipe_pretrains_under_ray_train_and_its_id_names_the_recipe(
     from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.pretrain.models import model_id
 
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm,nsp,whp,pad", max_steps=4,
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp,whp,pad", max_steps=4,
                               checkpoint_every=4, precision="fp32", **CRAMMED)
     mdir = pretrain(smoke_corpus, cfg, tmp_path)
     cid = load_manifest(smoke_corpus)["corpus_id"]

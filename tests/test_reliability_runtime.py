@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 
 def _cfg(**kw):
-    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.presets import Preset
 
-    return dataclasses.replace(PRETRAIN_PRESETS["smoke"], **{**dict(max_steps=6, checkpoint_every=2, log_every=1,
+    return dataclasses.replace(Preset.named("smoke").pretrain, **{**dict(max_steps=6, checkpoint_every=2, log_every=1,
                                                                     precision="fp32"), **kw})
 
 
@@ -163,12 +163,12 @@ def test_a_disk_that_fills_while_a_corpus_is_built_names_the_corpus_folder_in_on
     the corpus's folder and says what to do, not pyarrow's "Error writing bytes to file"; no corpus looks finished,
     and once the space is freed the same build finishes."""
     from alignlab.platform.corpus.corpus import build_corpus, corpus_finished
-    from alignlab.platform.presets import CORPUS_PRESETS
+    from alignlab.platform.presets import Preset
     from alignlab.platform.runtime.errors import _describe
     from alignlab.platform.storage.root import as_storage
     from alignlab.platform.tasks.task_data import build_tasks
 
-    cfg, root = CORPUS_PRESETS["smoke"], small_disk / "root"
+    cfg, root = Preset.named("smoke").corpus, small_disk / "root"
     build_tasks(as_storage(root), max_docs_per_lang=cfg.task_max_docs_per_lang, seed=cfg.seed)
     filler = small_disk / "filler"
     with open(filler, "wb") as f:  # all but 16 KiB: less than the staged documents need

@@ -11,7 +11,7 @@ from tiny_model import batches, tiny_tokenizer
 
 from alignlab.platform.encoder.model import AlignModel
 from alignlab.platform.encoder.registry import resolve_objectives
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.pretrain import Pretrainer
 
 ALL = "mlm,nsp,whp,pad,rtd"
@@ -23,7 +23,7 @@ def tok(tmp_path_factory):
 
 
 def _setup(tok, names=ALL):
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives=names, precision="fp32")
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, objectives=names, precision="fp32")
     tr = Pretrainer(cfg, tok)
     return tr, tr.objectives["rtd"], tr.model.heads["rtd"]
 
@@ -82,7 +82,7 @@ def test_rtd_trains_with_every_other_objective_and_its_generator_and_discriminat
 def test_rtd_alone_and_an_untied_generator_of_a_chosen_width(tok):
     from alignlab.platform.encoder.registry import objective_config
 
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], precision="fp32",
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, precision="fp32",
                               objectives=(objective_config("rtd", generator_hidden=16, tie_embeddings=False),))
     tr = Pretrainer(cfg, tok)
     head = tr.model.heads["rtd"]
@@ -148,7 +148,7 @@ def test_the_laptop_budget_benchmark_reports_an_mlm_free_rtd_model_beside_its_al
     assert cfg.objective_names == ("rtd", "nsp", "whp", "pad") and cfg.model == lb.MINI.model
     assert lb.build_config("candidate", resolve_objectives("mlm,nsp")).objective_names == ("mlm", "nsp")
     # The figures come from a real evaluation of an RTD model (the keys the benchmark reads exist).
-    tr = Pretrainer(dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="rtd,nsp", precision="fp32"), tok)
+    tr = Pretrainer(dataclasses.replace(Preset.named("smoke").pretrain, objectives="rtd,nsp", precision="fp32"), tok)
     ev = tr.evaluate(batches(tok)[1:3], max_batches=2)
     fig = lb.rtd_figures(ev)
     assert fig["rtd_all_original"] == pytest.approx(100 * (1 - ev["eval/rtd/replaced_fraction"]), abs=0.01)
@@ -181,7 +181,7 @@ def test_smoke_pretraining_with_rtd_alone_and_with_all_five_objectives(smoke_cor
     ev = json.loads((tmp_path / "models" / mid / "final" / "eval.json").read_text())
     assert 0 <= ev["eval/rtd/accuracy"] <= 1 and ev["eval/rtd/count"] > 0
     t1 = time.time()
-    mdir = pretrain(smoke_corpus, dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives=ALL), tmp_path)
+    mdir = pretrain(smoke_corpus, dataclasses.replace(Preset.named("smoke").pretrain, objectives=ALL), tmp_path)
     ev = json.loads((mdir / "final" / "eval.json").read_text())
     for name in ALL.split(","):
         assert 0 <= ev[f"eval/{name}/accuracy"] <= 1, name

@@ -14,7 +14,7 @@ import pytest
 
 from alignlab.platform.corpus.corpus_config import CorpusConfig, SourceSpec
 from alignlab.platform.corpus.corpus_identity import corpus_id, source_fingerprint
-from alignlab.platform.presets import CORPUS_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.sources.documents import CorpusInputError
 from alignlab.platform.sources.sources import iter_documents
 from alignlab.platform.sources.text_files import SOFTWARE_FILE, read_software
@@ -69,7 +69,7 @@ def test_the_software_source_takes_no_files_and_no_language(kwargs, message):
 
 
 def test_the_mini_corpus_is_wikipedia_plus_software_and_is_named_by_the_files_content():
-    mini = CORPUS_PRESETS["mini"]
+    mini = Preset.named("mini").corpus
     assert [s.name for s in mini.source_specs] == ["bundled", "software"] and mini.source == "bundled+software"
     digest = hashlib.sha256(SOFTWARE_FILE.read_bytes()).hexdigest()
     assert source_fingerprint(mini)["sources"][1] == {"software_summaries": digest}
@@ -82,7 +82,7 @@ def test_the_mini_corpus_is_wikipedia_plus_software_and_is_named_by_the_files_co
 def test_a_corpus_with_the_software_source_trains_mlm_on_it_without_link_labels(ray_session, tmp_path):
     from alignlab.platform.corpus.corpus import build_corpus
 
-    cfg = dataclasses.replace(CORPUS_PRESETS["smoke"], sources=(SourceSpec(name="bundled"), SourceSpec(name="software")),
+    cfg = dataclasses.replace(Preset.named("smoke").corpus, sources=(SourceSpec(name="bundled"), SourceSpec(name="software")),
                               max_docs_per_lang=300, hold_out_tasks=False)
     cdir = build_corpus(cfg, tmp_path, progress=False)
     stats = json.loads((cdir / "stats.json").read_text())

@@ -84,11 +84,11 @@ def test_a_presets_objective_settings_carry_over_to_the_studys_objective_subsets
     from alignlab.objectives.pseudo_acronym import PseudoAcronymConfig
     from alignlab.platform import presets
     from alignlab.platform.encoder.registry import objectives_like, resolve_objectives
-    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.presets import Preset
 
-    base = dataclasses.replace(PRETRAIN_PRESETS["mini"], objectives=resolve_objectives(
+    base = dataclasses.replace(Preset.named("mini").pretrain, objectives=resolve_objectives(
         ["mlm", "nsp", "whp", PseudoAcronymConfig(chunk_labels=True)]))
-    monkeypatch.setitem(presets.PRETRAIN_PRESETS._get(), "mini", base)
+    monkeypatch.setitem(presets._presets(), "mini", dataclasses.replace(Preset.named("mini"), pretrain=base))
     models = {m.key: m.pretrain for m in load_script("objective_ablation").build("mini").models}
     assert models["all"].objectives == base.objectives
     assert models["-whp"].objectives[-1] == PseudoAcronymConfig(chunk_labels=True)

@@ -11,9 +11,9 @@ from alignlab.platform.study.layout import MAX_MODELS_PER_GPU, models_per_gpu, p
 
 
 def _gpu(workers: int = 1, cpus: float = 8.0):
-    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.presets import Preset
 
-    return dataclasses.replace(PRETRAIN_PRESETS["paper"], num_workers=workers, cpus_per_worker=cpus)
+    return dataclasses.replace(Preset.named("paper").pretrain, num_workers=workers, cpus_per_worker=cpus)
 
 
 def test_models_of_one_gpu_each_train_one_per_gpu_of_the_cluster_at_most_one_per_model():
@@ -25,10 +25,10 @@ def test_models_of_one_gpu_each_train_one_per_gpu_of_the_cluster_at_most_one_per
 
 
 def test_on_cpus_or_before_an_autoscaler_adds_gpus_models_train_one_at_a_time():
-    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.presets import Preset
 
-    assert side_by_side({"CPU": 64.0}, [PRETRAIN_PRESETS["mini"]] * 3) == 1
-    assert side_by_side({"CPU": 64.0, "GPU": 8.0}, [PRETRAIN_PRESETS["mini"], _gpu()]) == 1  # one trains on CPUs
+    assert side_by_side({"CPU": 64.0}, [Preset.named("mini").pretrain] * 3) == 1
+    assert side_by_side({"CPU": 64.0, "GPU": 8.0}, [Preset.named("mini").pretrain, _gpu()]) == 1  # one trains on CPUs
     assert side_by_side({"CPU": 0.0}, [_gpu()] * 3) == 1  # a head with no GPU node yet
     untrained = dataclasses.replace(_gpu(), max_steps=0)
     assert side_by_side({"GPU": 8.0, "CPU": 192.0}, [_gpu(), untrained]) == 1  # the untrained model costs no slot
@@ -150,10 +150,10 @@ def _build():
 
 
 def test_the_paper_preset_asks_eight_cpus_and_three_collating_processes_a_gpu_without_changing_its_model_id():
-    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.presets import Preset
     from alignlab.platform.pretrain.models import model_id
 
-    paper = PRETRAIN_PRESETS["paper"]
+    paper = Preset.named("paper").pretrain
     assert (paper.cpus_per_worker, paper.collate_workers, paper.use_gpu) == (8.0, 3, True)
     before = dataclasses.replace(paper, cpus_per_worker=4.0, collate_workers=2)  # the preset until issue #56
     assert model_id("bundled-x", paper) == model_id("bundled-x", before)

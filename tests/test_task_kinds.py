@@ -146,7 +146,7 @@ def test_a_calculation_of_each_kind_runs_on_a_tiny_model_and_keeps_the_aligned_h
         declared, tmp_path, kind):
     from alignlab.platform.fel.finetune import build_task_model, finetune_calculation, load_pretrained
     from alignlab.platform.fel.protocol import test_unit_metrics
-    from alignlab.platform.presets import FINETUNE_PRESETS
+    from alignlab.platform.presets import Preset
 
     from tests.tiny_model import tiny_pretrained
 
@@ -157,7 +157,7 @@ def test_a_calculation_of_each_kind_runs_on_a_tiny_model_and_keeps_the_aligned_h
     aligned = {"sequence": "pad", "pair": "whp", "tagging": "whp"}[kind]
     t = declared(f"my{kind}", kind, *files, aligned_objective=aligned)
     pre = load_pretrained(tiny_pretrained(tmp_path / "root"))
-    cfg = dataclasses.replace(FINETUNE_PRESETS["smoke"], task=t.name, budget=20, keep_head=True,
+    cfg = dataclasses.replace(Preset.named("smoke").finetune, task=t.name, budget=20, keep_head=True,
                               selection="paper")
     train, test = t.load_examples(files[0])[:20], t.load_examples(files[1])
     done = finetune_calculation(pre, cfg, train, test)

@@ -73,9 +73,9 @@ def test_every_bundled_objective_counts_its_heads_flops():
 
 
 def test_the_plan_counts_a_paper_run_with_full_rows_and_the_expected_predicted_positions():
-    from alignlab.platform.presets import MODEL_SIZES, PRETRAIN_PRESETS
+    from alignlab.platform.presets import MODEL_SIZES, Preset
 
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["paper"], objectives="mlm,nsp,whp,pad", max_steps=10)
+    cfg = dataclasses.replace(Preset.named("paper").pretrain, objectives="mlm,nsp,whp,pad", max_steps=10)
     rows = 10 * 256
     per_row = (128 * 130_940_928 + 0.15 * 125 * 6 * (768 * 768 + 768 * 111_000)  # 15% of the 125 non-special tokens
                + 2 * 6 * (768 * 768 + 768 * 2) + 128 * 6 * 768 * 4)  # NSP, PAD; WHP on at most every token
@@ -124,12 +124,12 @@ def test_the_loop_counts_real_tokens_rows_and_each_batchs_flops_and_a_resume_kee
     import pyarrow.parquet as pq
 
     from alignlab.platform.encoder.tokenizer import Tokenizer
-    from alignlab.platform.presets import PRETRAIN_PRESETS
+    from alignlab.platform.presets import Preset
     from alignlab.platform.pretrain.loop import train_loop
     from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows
 
     # Each batch collated at its own step, in stream order (no length bucketing), so a fresh trainer remakes them.
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], max_steps=3, checkpoint_every=3, log_every=1,
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, max_steps=3, checkpoint_every=3, log_every=1,
                               precision="fp32", objectives="mlm,nsp", bucket_batches=1)
     tok = Tokenizer(smoke_corpus / "tokenizer.model")
     table = pq.read_table(sorted((smoke_corpus / "shards" / "train").glob("*.parquet"))[0])

@@ -11,13 +11,13 @@ import torch
 
 from alignlab.platform.cli import main
 from alignlab.platform.config import PretrainConfig, untrained
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.models import model_id
 from alignlab.platform.study.spec import UNTRAINED_COL, with_untrained
 
 
 def test_every_recipe_of_one_architecture_and_seed_shares_one_untrained_model_id():
-    mini = PRETRAIN_PRESETS["mini"]
+    mini = Preset.named("mini").pretrain
     other = dataclasses.replace(mini, lr=1e-4, max_steps=10, objectives=("mlm", "nsp"), precision="bf16")
     assert untrained(mini) == untrained(other)
     mid = model_id("c0rpus", untrained(mini))
@@ -43,7 +43,7 @@ def test_alignlab_pretrain_objectives_none_writes_the_initial_weights_without_tr
     from alignlab.platform.encoder.tokenizer import Tokenizer
     from alignlab.platform.pretrain.pretrain import Pretrainer
 
-    cfg = untrained(PRETRAIN_PRESETS["smoke"])
+    cfg = untrained(Preset.named("smoke").pretrain)
     fresh = Pretrainer(cfg, Tokenizer(smoke_corpus / "tokenizer.model")).model.state_dict()
     saved = torch.load(final / "model.pt", weights_only=True)
     assert saved.keys() == fresh.keys() and all(torch.equal(saved[k], fresh[k]) for k in saved)

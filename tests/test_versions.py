@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from alignlab.platform.presets import CORPUS_PRESETS, PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 
 GOLDEN = Path(__file__).with_name("golden_versions.json")
 UPDATE = os.environ.get("ALIGNLAB_UPDATE_GOLDEN") == "1"
@@ -69,7 +69,7 @@ def _smoke_corpus_rows(tmp: Path) -> list[dict]:
     from alignlab.platform.encoder.tokenizer import train_tokenizer
     from alignlab.platform.sources.sources import read_bundled
 
-    cfg = dataclasses.replace(CORPUS_PRESETS["smoke"], max_docs_per_lang=60, vocab_size=400, docs_per_shard=40,
+    cfg = dataclasses.replace(Preset.named("smoke").corpus, max_docs_per_lang=60, vocab_size=400, docs_per_shard=40,
                               allow_smaller_vocab=True)
     root = tmp / "root"
     docs = ((0, d) for d in read_bundled(cfg.langs, max_docs_per_lang=cfg.max_docs_per_lang))
@@ -132,7 +132,7 @@ def test_trained_weights_change_only_with_the_pretraining_code_version(tmp_path)
     torch.set_num_threads(1)
     try:
         tok = tiny_tokenizer(tmp_path / "tok")
-        cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], precision="fp32", max_steps=4)
+        cfg = dataclasses.replace(Preset.named("smoke").pretrain, precision="fp32", max_steps=4)
         tr = Pretrainer(cfg, tok)
         for step, b in enumerate(batches(tok)):
             tr.train_step(tr.collate(b, step=step))

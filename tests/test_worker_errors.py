@@ -8,10 +8,10 @@ import dataclasses
 import pytest
 from fault_hooks import RaiseAt, registered
 
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 from alignlab.platform.runtime.errors import raised_in_worker, run_guarded
 
-SMOKE = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives="mlm", max_steps=4, checkpoint_every=2,
+SMOKE = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm", max_steps=4, checkpoint_every=2,
                             cpus_per_worker=0.25, threads_per_worker=1)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from alignlab.platform.config import config_hash
 from alignlab.platform.encoder.tokenizer import Tokenizer, train_tokenizer
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 
 NPM_TEXTS = Path(__file__).resolve().parents[1] / "objectives" / "task_data" / "npm" / "ct_texts.txt"
 
@@ -77,7 +77,7 @@ def tiny_pretrained(root: Path, objectives: str = "mlm,nsp,whp,pad", steps: int 
     from alignlab.platform.config import to_dict
 
     tok = tiny_tokenizer(root / "tok")
-    cfg = dataclasses.replace(PRETRAIN_PRESETS["smoke"], objectives=objectives, max_steps=steps, precision="fp32",
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, objectives=objectives, max_steps=steps, precision="fp32",
                               **overrides)
     tr = Pretrainer(cfg, tok)
     for step, b in enumerate(batches(tok)[:steps]):

@@ -1,26 +1,17 @@
-"""The paper's study presets: model sizes standing in for 256/512/768 x 1/2/3 at each preset, the
-models pretrained without a task's aligned objective, and the protocol's points.
+"""What the study scripts build their grids from, at a preset: model sizes standing in for 256/512/768 x 1/2/3
+(`Preset.size_grid`), the models pretrained without a task's aligned objective, and the protocol's points.
 
-What study scripts build their grids from; plain data and pure functions (no Ray).
+Plain data and pure functions (no Ray).
 """
 from __future__ import annotations
 
 import dataclasses
 
 from alignlab.platform.config import MODEL_SIZES, ModelConfig, PretrainConfig
-from alignlab.platform.presets import PRETRAIN_PRESETS
+from alignlab.platform.presets import Preset
 
 # The objective and task registries (torch) are imported inside the functions that read them: a study script
 # builds its grid from these presets without loading torch.
-
-SIZE_GRID: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
-    "smoke": ((16, 32), (1, 2)),
-    "mini": ((64, 128), (1, 2)),
-    "paper": ((256, 512, 768), (1, 2, 3)),
-}
-"""(widths, depths) standing in for the paper's 256/512/768 x 1/2/3 at each preset. The largest
-stands in for 768x3. At mini it is the mini preset's own model (128x2), so a study's 768x3 analogue
-is the same registry entry as the objective ablation's."""
 
 
 def sized_model(preset: str, hidden: int, num_layers: int) -> ModelConfig:
@@ -28,16 +19,14 @@ def sized_model(preset: str, hidden: int, num_layers: int) -> ModelConfig:
     if preset == "paper":
         return MODEL_SIZES[f"{hidden}x{num_layers}"]
 
-    base = PRETRAIN_PRESETS[preset].model  # its recipe too (norm, dropout), not only its shape
+    base = Preset.named(preset).pretrain.model  # its recipe too (norm, dropout), not only its shape
     return dataclasses.replace(base, hidden=hidden, num_layers=num_layers, head_dim=min(base.head_dim, hidden))
 
 
 def largest_size(preset: str) -> tuple[int, int]:
     """(width, depth) of the preset's stand-in for the paper's 768x3."""
-    widths, depths = SIZE_GRID[preset]
+    widths, depths = Preset.named(preset).size_grid
     return max(widths), max(depths)
-
-
 
 
 def without_aligned() -> dict[str, tuple[str, str]]:
@@ -64,17 +53,15 @@ def sized_pretrain(preset: str, hidden: int, num_layers: int, objectives: str | 
 
     objectives = objectives or default_set()
 
-    base = PRETRAIN_PRESETS[preset]
+    base = Preset.named(preset).pretrain
     return dataclasses.replace(base, model=sized_model(preset, hidden, num_layers),
                                objectives=objectives_like(objectives, base.objectives))
 
 
 def protocol_points(preset: str) -> list[tuple[int, int]]:
-    """(fold, seed) of a data point's calculations: the protocol's ten, two at smoke."""
+    """(fold, seed) of a data point's calculations at a preset (`Preset.points_per_cell`): the protocol's ten, or its
+    first few."""
     from alignlab.platform.fel.protocol import calculations
 
-    return calculations()[:2] if preset == "smoke" else calculations()
+    return calculations()[:Preset.named(preset).points_per_cell]
 
-
-SMOKE_TASK_DOCS = 3000
-"""Documents per language the smoke studies build their task datasets from (`Study.task_max_docs_per_lang`)."""
