@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
+import bench_args
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from alignlab.platform.encoder.model import Encoder
 from alignlab.platform.presets import Preset
@@ -24,12 +23,10 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--vocab", type=int, default=8000, help="the bundled corpus's vocabulary size")
     p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "adam_cpu.json")
+    bench_args.add_flags(p, rounds=3, threads=2, out="adam_cpu.json")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
-    command = ("python benchmarks/adam_cpu.py " + " ".join(sys.argv[1:] if argv is None else argv)).rstrip()
+    command = bench_args.command("adam_cpu.py", argv).rstrip()
     model = Encoder(Preset.named("mini").pretrain.model, a.vocab)
     params = list(model.parameters())
     for p_ in params:

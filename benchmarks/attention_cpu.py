@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+import bench_args
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import load_corpus
 from alignlab.platform.corpus.corpus_embeddings import for_corpus
@@ -35,13 +35,11 @@ def main(argv=None) -> None:
     p.add_argument("--storage", type=Path, default=Path("alignlab-storage"))
     p.add_argument("--corpus", type=Path, help="a finished corpus folder (default: the only one under --storage)")
     p.add_argument("--steps", type=int, default=30, help="timed steps per path, precision and length, per round")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "attention_cpu.json")
+    bench_args.add_flags(p, rounds=3, threads=2, out="attention_cpu.json")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     corpus, tok, train, _ = load_corpus(a.storage, a.corpus)
-    command = "python benchmarks/attention_cpu.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = bench_args.command("attention_cpu.py", argv)
     mini = Preset.named("mini").pretrain
     auto = with_resolved_precision(mini).precision
     precisions = sorted({auto, "fp32"}, key=lambda x: x != auto)

@@ -44,6 +44,7 @@ import numpy as np
 from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # machine_info, when imported by a test
+import bench_args
 import machine_info
 from alignlab.platform.runtime.provenance import code_commit  # noqa: E402
 
@@ -492,7 +493,7 @@ def main(argv=None) -> int:
     ap.add_argument("--run-points", type=float, nargs=2, default=(0.4, 1.0), metavar=("CT", "AD"),
                     help="a pretraining run's shift sd in points, CT and AD (default 0.4 and 1.0)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=RESULTS / "calibration.json")
+    bench_args.add_flags(ap, out=RESULTS / "calibration.json")
     ap.add_argument("--real", action="store_true", help="A/A on real FEL calculations instead (see real_aa.py)")
     args, rest = ap.parse_known_args(argv)
     if args.real:
@@ -502,7 +503,7 @@ def main(argv=None) -> int:
     if rest:
         ap.error(f"unrecognised arguments: {' '.join(rest)}")
     arms = tuple(a.strip() for a in args.arms.split(","))
-    command = "python benchmarks/calibration.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = bench_args.command("calibration.py", argv)
     comps = {t: estimate(args.results, t, p) for t, p in zip(("ct", "ad"), args.run_points)}
     for c in comps.values():
         print(f"[calibration] {c.task}: {c.design}, {len(c.counts)} units; latent sds (item difficulty 1): model x item "

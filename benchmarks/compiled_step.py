@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+import bench_args
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import load_corpus
 from alignlab.platform.corpus.corpus_embeddings import for_corpus
@@ -36,12 +36,11 @@ def main(argv=None) -> None:
     p.add_argument("--corpus", type=Path, help="a finished corpus folder (default: the only one under --storage)")
     p.add_argument("--warmup", type=int, default=30, help="untimed steps per length (compiling happens here)")
     p.add_argument("--steps", type=int, default=200, help="timed steps per length")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "compiled_step.json")
+    bench_args.add_flags(p, threads=2, out="compiled_step.json")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     corpus, tok, train, _ = load_corpus(a.storage, a.corpus)
-    command = "python benchmarks/compiled_step.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = bench_args.command("compiled_step.py", argv)
     cfg = with_resolved_precision(dataclasses.replace(Preset.named("mini").pretrain,
                                                 objectives=resolve_objectives("mlm,nsp,whp,pad")))
     print(f"# {command}\n# corpus {corpus.name}, {a.threads} threads, torch {torch.__version__}, precision "

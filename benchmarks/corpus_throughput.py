@@ -51,6 +51,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import bench_args
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 
 RESULTS = Path(__file__).resolve().parent / "results" / "corpus_throughput.json"
@@ -311,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=None,
                    help="seconds before a build is stopped (default: 1 h for the first build, then 5x the slowest "
                         "finished build, at least 5 min)")
-    p.add_argument("--out", type=Path, default=RESULTS)
+    bench_args.add_flags(p, out=RESULTS)
     args = p.parse_args(argv)
     workers = [int(w) for w in args.workers.split(",") if w.strip()]
     if not workers or min(workers) < 1 or args.repeats < 1:

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import torch
 
+import bench_args
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import only_folder
 from alignlab.objectives.ct_data import TAGS, ct_lexicon
@@ -89,12 +89,11 @@ def main(argv=None) -> None:
     p.add_argument("--models", required=True, help="comma-separated model ids under <storage>/models; "
                    f"'{RANDOM}<id>' for that model's shape untrained")
     p.add_argument("--tasks", type=Path, help="a task folder (default: the only one under --storage)")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "ct_words.json")
+    bench_args.add_flags(p, threads=2, out="ct_words.json")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     data = TaskData.load(a.tasks or only_folder(a.storage, "tasks"))
-    command = "python benchmarks/ct_words.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = bench_args.command("ct_words.py", argv)
     print(f"# {command}\n# CT test split, 10 calculations per model (mini FEL preset, pred, heads discarded, honest)")
     print("| model | all words: model / lexicon | seen words (share): model / lexicon | "
           "unseen words (share): model / lexicon (= their share of N) |\n|---|---|---|---|", flush=True)

@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+import bench_args
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import only_folder
 from collate_reference import ReferenceCollator
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--storage", type=Path, default=Path("alignlab-storage"))
     p.add_argument("--corpus", type=Path, help="a finished corpus folder (default: the only one under --storage)")
-    p.add_argument("--rounds", type=int, default=4)
+    bench_args.add_flags(p, rounds=4)
     p.add_argument("--batches", type=int, default=32, help="batches per path per round (a multiple of the bucket window)")
     p.add_argument("--no-record", action="store_true", help=f"print only; do not add to {RESULTS.name}")
     a = p.parse_args(argv)

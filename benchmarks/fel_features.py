@@ -18,12 +18,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
+import bench_args
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import only_folder
 from ct_words import load_model
@@ -42,12 +42,11 @@ def main(argv=None) -> None:
                    help="comma-separated head inputs, feature_layers:word_pooling; the first is the reference")
     p.add_argument("--tasks", type=Path, help="a task folder (default: the only one under --storage)")
     p.add_argument("--task", default="ct")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "fel_features.json")
+    bench_args.add_flags(p, threads=1, out="fel_features.json")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     data = TaskData.load(a.tasks or only_folder(a.storage, "tasks"))
-    command = "python benchmarks/fel_features.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = bench_args.command("fel_features.py", argv)
     inputs = [tuple(i.split(":")) for i in a.inputs.split(",")]
     base = dataclasses.replace(Preset.named("mini").finetune, task=a.task, keep_head=False)
     names = [f"{layers}:{pooling}" for layers, pooling in inputs]

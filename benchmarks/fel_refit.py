@@ -19,12 +19,12 @@ import dataclasses
 import itertools
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
+import bench_args
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import only_folder
 from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained
@@ -53,12 +53,11 @@ def main(argv=None) -> None:
     p.add_argument("--models", required=True, help="comma-separated finished model ids under <storage>/models")
     p.add_argument("--tasks", type=Path, help="a task folder (default: the only one under --storage)")
     p.add_argument("--task", default="ct")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "fel_refit.json")
+    bench_args.add_flags(p, threads=1, out="fel_refit.json")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     data = TaskData.load(a.tasks or only_folder(a.storage, "tasks"))
-    command = "python benchmarks/fel_refit.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = bench_args.command("fel_refit.py", argv)
     base = dataclasses.replace(Preset.named("mini").finetune, task=a.task, keep_head=False, refit=False)
     points = list(itertools.product(range(5), range(2)))
     print(f"# {command}\n# task {a.task}, heads discarded (the * column), {len(points)} calculations per model; "

@@ -19,12 +19,12 @@ import argparse
 import dataclasses
 import itertools
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
+import bench_args
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import only_folder
 from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained
@@ -51,15 +51,15 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--model", required=True, help="a finished model id under <storage>/models")
     p.add_argument("--tasks", type=Path, help="a task folder (default: the only one under --storage)")
     p.add_argument("--task", default="ct")
-    p.add_argument("--threads", type=int, default=1)
+    bench_args.add_flags(p, threads=1)
     p.add_argument("--settings", help="comma-separated indices into GRID (default: all; 0 is the mini FEL preset)")
-    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "fel_settings.json")
+    bench_args.add_flags(p, out="fel_settings.json")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     tasks = a.tasks or only_folder(a.storage, "tasks")
     data = TaskData.load(tasks)
     pre = load_pretrained(a.storage / "models" / a.model)
-    command = "python benchmarks/fel_settings.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = bench_args.command("fel_settings.py", argv)
     # refit off: these calculations are scored on the validation split, which refit would train on.
     base = dataclasses.replace(Preset.named("mini").finetune, task=a.task, keep_head=False, refit=False)
     points = list(itertools.product(range(5), range(2)))

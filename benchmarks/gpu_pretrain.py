@@ -65,6 +65,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import bench_args
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from pretrain_throughput import HFStep, make_tokenizer, synthetic_rows, write_corpus
 from alignlab.objectives.masked_lm import MaskedLMConfig
@@ -398,13 +399,12 @@ def real_rows_part(args, sizes: list[str], result: dict, save) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    bench_args.add_flags(p, device="cuda")
     p.add_argument("--sizes", default="768x3,128x2", help="comma-separated hidden x layers labels")
     p.add_argument("--batch", type=int, default=256, help="global batch (rows per step on the one device)")
     p.add_argument("--steps", type=int, default=30, help="timed steps per model per round")
-    p.add_argument("--rounds", type=int, default=4,
-                   help="alternating rounds (alignlab, HF, HF, alignlab, ...); with --real-rows, timed passes over "
-                        "the batches")
+    bench_args.add_flags(p, rounds=4, help={"rounds": "alternating rounds (alignlab, HF, HF, alignlab, ...); with "
+                                                      "--real-rows, timed passes over the batches"})
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--compile", action="store_true", help="also time alignlab's step under torch.compile")
     p.add_argument("--cuda-graphs", action="store_true",

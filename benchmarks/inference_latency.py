@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import bench_args
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 
 import numpy as np
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=300, help="timed runs per contender and size (>= 200)")
     ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--threads", type=int, default=2)
+    bench_args.add_flags(ap, threads=2)
     ap.add_argument("--sizes", default=",".join(PAPER_SIZES))
     ap.add_argument("--vocab-size", type=int, default=8000)
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "inference_latency.json"))

@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+import bench_args
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 
 
@@ -64,16 +65,14 @@ def main(argv=None) -> None:
     p.add_argument("--storage", type=Path, default=Path("alignlab-storage"))
     p.add_argument("--corpus", type=Path, help="a finished corpus folder (default: the only one under --storage)")
     p.add_argument("--steps", type=int, default=1000, help="training steps per run (the first half at 64 tokens)")
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--threads", type=int, default=2)
+    bench_args.add_flags(p, rounds=2, threads=2)
     p.add_argument("--multiple", type=int, default=32, help="the padded run's multiple (the engine's: 32)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "labelled_rows_cpu.json")
+    bench_args.add_flags(p, out="labelled_rows_cpu.json")
     a = p.parse_args(argv)
     if a.child:
         return child(a)
-    args = sys.argv[1:] if argv is None else argv
-    command = "python benchmarks/labelled_rows_cpu.py " + " ".join(args)
+    command = bench_args.command("labelled_rows_cpu.py", argv)
     print(f"# {command}\n# {a.steps} mini steps per run, {a.threads} threads, each run its own process", flush=True)
     runs: dict[int, list[dict]] = {}
     for _ in range(a.rounds):

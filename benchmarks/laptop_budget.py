@@ -50,6 +50,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import bench_args
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import load_corpus, only_folder
 from alignlab.platform.config import ModelConfig, to_dict
@@ -309,8 +310,7 @@ def main(argv=None) -> None:
     p.add_argument("--eval-batches", type=int, default=30)
     p.add_argument("--fel-calculations", type=int, default=2, help="FEL calculations per task at the end (<= 10)")
     p.add_argument("--objectives", default="mlm,nsp,whp,pad", help="the mini study's all* model by default")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "laptop_budget.json")
+    bench_args.add_flags(p, threads=2, out="laptop_budget.json")
     a = p.parse_args(argv)
     names = [n for n in a.recipes.split(",") if n]
     unknown = [n for n in names if n not in RECIPES]
@@ -322,7 +322,7 @@ def main(argv=None) -> None:
     held = to_numpy_rows(held)
     order = np.random.default_rng(0).permutation(train.num_rows)
     objectives = resolve_objectives(tuple(a.objectives.split(",")))
-    command = "python benchmarks/laptop_budget.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = bench_args.command("laptop_budget.py", argv)
     print(f"# {command}\n# corpus {corpus.name}, tasks {tasks.name}, torch {torch.__version__}, "
           f"{a.threads} threads, budget {a.budget_s:.0f}s per recipe", flush=True)
 

@@ -27,6 +27,7 @@ import time
 import numpy as np
 import torch
 
+import bench_args  # benchmarks/, on sys.path when a benchmark runs as a script
 from alignlab.platform.config import MODEL_SIZES
 from alignlab.platform.encoder.model import Encoder, SequenceHead
 
@@ -56,7 +57,7 @@ def add_model_args(p: argparse.ArgumentParser, *, lr: float, steps: int, init: s
     p.add_argument("--init", choices=("bert", "fan_in"), default=init, help="the encoder's init (ModelConfig.init)")
     p.add_argument("--every", type=int, default=every)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1)
+    bench_args.add_flags(p, threads=1)
 
 
 def train(a: argparse.Namespace, vocab: int, max_len: int, next_batch, label: dict, metric: str) -> None:

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+import bench_args
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 import fel_settings
 from bench_corpus import only_folder
@@ -48,7 +49,7 @@ def main(argv=None) -> None:
     p.add_argument("--storage", type=Path, default=Path("alignlab-storage"))
     p.add_argument("--arms", default="steps2000,steps3000", help=f"comma-separated, of {', '.join(ARMS)}")
     p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "mini_seeds.json")
+    bench_args.add_flags(p, out="mini_seeds.json")
     a = p.parse_args(argv)
     arms, seeds = a.arms.split(","), [int(s) for s in a.seeds.split(",")]
     if unknown := [x for x in arms if x not in ARMS]:
@@ -58,7 +59,7 @@ def main(argv=None) -> None:
     from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.runtime.ray_env import ensure_ray
 
-    command = "python benchmarks/mini_seeds.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = bench_args.command("mini_seeds.py", argv)
     corpus = only_folder(a.storage, "corpus")
     base = dataclasses.replace(Preset.named("mini").pretrain, objectives=resolve_objectives("mlm,nsp,whp,pad"))
     ensure_ray(2)  # alignlab's Ray: the deterministic row order a model id stands for

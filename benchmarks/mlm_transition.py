@@ -18,13 +18,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+import bench_args
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import load_corpus
 from alignlab.platform.corpus.corpus_embeddings import for_corpus
@@ -55,8 +55,7 @@ def main(argv=None) -> None:
     p.add_argument("--alibi", type=float, default=None, help="ModelConfig.alibi (the distance bias) to train with")
     p.add_argument("--no-short-seq", action="store_true", help="128 tokens throughout (the mini preset: 64 first)")
     p.add_argument("--eval-batches", type=int, default=25)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "mlm_transition.json")
+    bench_args.add_flags(p, threads=2, out="mlm_transition.json")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     corpus, tok, train, held = load_corpus(a.storage, a.corpus)
@@ -79,7 +78,7 @@ def main(argv=None) -> None:
         objs = [(dataclasses.replace(o, alpha=alpha, mask_prob=0.15, mask_token_prob=0.8, random_token_prob=0.1)
                  if o.name == "mlm" else o).build(tok) for o in cfg.objectives]
         evals[alpha] = Collator(objs, tok, max_len=cfg.model.max_len, layout_fraction=mini.layout_fraction, seed=0)
-    command = "python benchmarks/mlm_transition.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = bench_args.command("mlm_transition.py", argv)
     print(f"# {command}\n# corpus {corpus.name}, precision {cfg.precision}, {a.threads} threads, objectives "
           f"{'+'.join(cfg.objective_names)}, lr {cfg.lr} ({cfg.decay} decay to 0 at step {cfg.max_steps})", flush=True)
     order = np.random.default_rng(0).permutation(train.num_rows)

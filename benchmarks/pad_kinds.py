@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -29,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+import bench_args
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from alignlab.objectives.pseudo_acronym import make_pad_pairs
 from alignlab.platform.config import pretrain_from_dict
@@ -92,11 +92,10 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--models", required=True, help="comma-separated model ids under <storage>/models (with PAD)")
     p.add_argument("--draws", type=int, default=4, help="pair draws over the held-out linked chunks")
     p.add_argument("--batch-size", type=int, default=32, help="chunks per draw of pairs (\"other\" comes from these)")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "pad_kinds.json")
+    bench_args.add_flags(p, threads=2, out="pad_kinds.json")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
-    command = "python benchmarks/pad_kinds.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = bench_args.command("pad_kinds.py", argv)
     out, rows_by_corpus = [], {}
     print(f"# {command}\n| model | pairs | positives % | mutate % | other % | all % | held-out PAD at the end % |\n"
           "|---|---|---|---|---|---|---|", flush=True)

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+import bench_args  # benchmarks/, on sys.path when a benchmark runs as a script
 from alignlab.platform.config import MODEL_SIZES, NORMS, PRECISIONS
 from alignlab.platform.corpus.corpus_embeddings import for_corpus
 from alignlab.platform.encoder.registry import objective_config
@@ -65,7 +66,7 @@ def main(argv=None) -> None:
     p.add_argument("--precision", choices=PRECISIONS, default="auto")
     p.add_argument("--score-on", choices=("validation", "test"), default="validation",
                    help="FEL's scoring split (default validation: the test set stays unseen)")
-    p.add_argument("--threads", type=int, default=2)
+    bench_args.add_flags(p, threads=2)
     p.add_argument("--eval-every", type=int, default=500)
     p.add_argument("--eval-batches", type=int, default=30)
     p.add_argument("--calculations", type=int, default=4, help="FEL calculations per task at the end (<= 10)")

@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
+import bench_args
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import load_corpus
 from alignlab.platform.corpus.corpus_embeddings import for_corpus
@@ -55,13 +55,11 @@ def main(argv=None) -> None:
     p.add_argument("--storage", type=Path, default=Path("alignlab-storage"))
     p.add_argument("--corpus", type=Path, help="a finished corpus folder (default: the only one under --storage)")
     p.add_argument("--steps", type=int, default=150, help="steps per loop")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "prefetch_cpu.json")
+    bench_args.add_flags(p, rounds=3, threads=2, out="prefetch_cpu.json")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     corpus, tok, train, _ = load_corpus(a.storage, a.corpus)
-    command = "python benchmarks/prefetch_cpu.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = bench_args.command("prefetch_cpu.py", argv)
     mini = with_resolved_precision(Preset.named("mini").pretrain)
     print(f"# {command}\n# {machine_info.cpu_model()}, {a.threads} threads, torch {torch.__version__}, "
           f"corpus {corpus.name}, precision {mini.precision} (auto)", flush=True)

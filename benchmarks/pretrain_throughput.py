@@ -47,6 +47,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+import bench_args
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from alignlab.objectives.masked_lm import MaskedLMConfig, decoder_flops
 from alignlab.objectives.next_sentence import NextSentenceConfig
@@ -521,9 +522,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--part", choices=("all", "models", "ray"), default="all")
     p.add_argument("--sizes", default=",".join(SIZES), help="comma-separated hidden x layers labels")
     p.add_argument("--steps", type=int, default=4, help="timed steps per model per round")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (alignlab, HF, HF, alignlab, ...)")
+    bench_args.add_flags(p, rounds=3, help={"rounds": "interleaved rounds (alignlab, HF, HF, alignlab, ...)"})
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--threads", type=int, default=2)
+    bench_args.add_flags(p, threads=2)
     p.add_argument("--compile", action="store_true", help="also time alignlab under torch.compile (opt-in)")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                    help="both models' matmul precision: bf16 runs alignlab with precision='bf16' and HF under "
@@ -545,7 +546,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--malloc", choices=("default", "heap"), default="default",
                    help="heap: glibc never returns large tensors' pages to the OS (see heap_malloc), in this "
                         "process and in Ray's workers; figures go to the '*_heap_malloc' sections")
-    p.add_argument("--out", type=Path, default=RESULTS)
+    bench_args.add_flags(p, out=RESULTS)
     args = p.parse_args(argv)
     if args.malloc == "heap":
         heap_malloc()

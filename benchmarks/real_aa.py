@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+import bench_args
 import machine_info
 from calibration import ALPHA, RESULTS, clopper_pearson, commit_of
 
@@ -88,7 +89,7 @@ def main(argv=None) -> int:
     ap.add_argument("--preset", default="mini")
     ap.add_argument("--columns", type=int, default=24, help="seed columns (even; 2 seeds each; default 24)")
     ap.add_argument("--max-concurrent", type=int, default=None)
-    ap.add_argument("--out", type=Path, default=RESULTS / "calibration_real.json")
+    bench_args.add_flags(ap, out=RESULTS / "calibration_real.json")
     args = ap.parse_args(argv)
     if args.columns < 2 or args.columns % 2:
         ap.error("--columns must be an even number >= 2")

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import bench_args
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from bench_corpus import load_corpus
 from alignlab.platform.encoder.batching import IGNORE, Collator
@@ -77,8 +78,7 @@ def main(argv=None) -> None:
                    help="comma list of per-head slopes, one per head (empty: no distance bias)")
     p.add_argument("--len", type=int, default=64, help="training and evaluation length in tokens")
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "reference_encoder.json")
+    bench_args.add_flags(p, threads=1, out="reference_encoder.json")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -114,7 +114,7 @@ def main(argv=None) -> None:
                 n += int(at_mask.sum())
         return round(100 * ok / n, 2)
 
-    command = "python benchmarks/reference_encoder.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = bench_args.command("reference_encoder.py", argv)
     print(f"# {command}\n# corpus {corpus.name}, bf16 autocast, {a.threads} thread(s), slopes {slopes or 'none'}",
           flush=True)
     order = np.random.default_rng(0).permutation(train.num_rows)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+import bench_args
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from gpu_pretrain import config, device_label, sync
 from pretrain_throughput import make_tokenizer, synthetic_rows
@@ -88,16 +89,16 @@ def layout(copies: int, args: dict, tok_path: str) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    bench_args.add_flags(p, device="cuda")
     p.add_argument("--size", default="128x2")
     p.add_argument("--copies", type=int, default=3, help="models trained side by side (compared with 1 alone)")
     p.add_argument("--batch", type=int, default=256, help="rows per step of each model")
     p.add_argument("--steps", type=int, default=100, help="timed steps per model")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--vocab", type=int, default=32_000)
-    p.add_argument("--threads", type=int, default=1, help="torch threads per process (the host side of a step)")
+    bench_args.add_flags(p, threads=1, help={"threads": "torch threads per process (the host side of a step)"})
     p.add_argument("--commit", default=os.environ.get("ALIGNLAB_COMMIT", "unknown"))
-    p.add_argument("--out", type=Path, default=RESULTS)
+    bench_args.add_flags(p, out=RESULTS)
     args = p.parse_args(argv)
     if args.size not in MODEL_SIZES:
         raise SystemExit(f"unknown size {args.size!r}: choose from {', '.join(MODEL_SIZES)}")
