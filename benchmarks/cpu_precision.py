@@ -26,7 +26,8 @@ import machine_info  # benchmarks/, on sys.path when a benchmark runs as a scrip
 from bench_corpus import load_corpus
 from alignlab.platform.corpus.corpus_embeddings import for_corpus
 from alignlab.platform.presets import Preset
-from alignlab.platform.pretrain.pretrain import Pretrainer, cpu_vendor_and_flags, with_resolved_precision, to_numpy_rows
+from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows, with_resolved_precision
+from alignlab.platform.runtime.precision import cpu_vendor_and_flags
 
 PRECISIONS = ("fp32", "bf16")
 
