@@ -191,3 +191,28 @@ def test_a_disk_that_fills_while_a_corpus_is_built_names_the_corpus_folder_in_on
     filler.unlink()
     assert build_corpus(cfg, root, progress=False).name == cid
     assert corpus_finished(as_storage(root), cid)
+
+
+def test_a_full_disk_is_found_inside_wrapped_errors_and_an_error_whose_cause_is_a_message_is_not_one():
+    import errno
+
+    from alignlab.platform.sources.documents import CorpusInputError
+    from alignlab.platform.storage.disk_space import DiskFull, full_disk_named, no_space_left
+
+    try:
+        try:
+            raise OSError("Error writing bytes to file. Detail: [errno 28] No space left on device")
+        except OSError as inner:
+            raise RuntimeError("a Ray Data task failed") from inner
+    except RuntimeError as wrapped:
+        assert no_space_left(wrapped)
+    bad = CorpusInputError("/x/nope.jsonl", "no such file or directory")  # its `cause` is a message
+    assert not no_space_left(bad)
+    with pytest.raises(CorpusInputError):  # anything but a full disk goes up as it is
+        with full_disk_named("corpus c", "/root/corpus/c", None):
+            raise bad
+    with pytest.raises(DiskFull) as err:
+        with full_disk_named("corpus c", "/root/corpus/c", None):
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert str(err.value).startswith("[Errno 28] no space left on the device while corpus c was written here; ")
+    assert err.value.filename == "/root/corpus/c"

@@ -21,7 +21,7 @@ def no_space_left(e: BaseException) -> bool:
     seen, todo = set(), [e]
     while todo:
         x = todo.pop()
-        if x is None or id(x) in seen:
+        if not isinstance(x, BaseException) or id(x) in seen:  # None, or a `cause` that is a message
             continue
         seen.add(id(x))
         if (isinstance(x, OSError) and x.errno == errno.ENOSPC) or NO_SPACE in str(x):
