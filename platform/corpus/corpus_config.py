@@ -3,7 +3,7 @@
 A corpus is one source (`source`, `paths`: every corpus built before sources could be mixed) or several
 (`sources`), e.g. a Wikipedia dump plus web text, as the paper's was (§3.3). One corpus has one canonical
 form: a single source without options is always held as `source`/`paths`, so it keeps the id it always had
-(`corpus_identity`). `alignlab.platform.config` re-exports both classes.
+(`corpus_identity`).
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-if TYPE_CHECKING:  # config builds presets at import time, and those import the objectives, which import this
+if TYPE_CHECKING:  # annotations only: the encoder layer sits below config.py (tests/test_architecture.py LAYERS)
     from alignlab.platform.config import ModelConfig
 
 
