@@ -25,22 +25,29 @@ import psutil
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n: int) -> list[int]:
+    """`n` distinct free ports. The sockets stay bound until all are chosen: binding one at a time can hand out
+    the same port twice (the first is free again once its socket closes), and Ray then refuses to start."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 # Ray's fake multi-node provider config (python/ray/autoscaler/_private/fake_multi_node/example.yaml,
 # which the 2.60 wheel does not ship), built inline: every "node" is a set of processes on this machine.
-def fake_autoscaling_config(head_resources: dict, worker_types: dict, gcs_address: str,
-                            idle_timeout_minutes: float) -> dict:
+def fake_autoscaling_config(head_resources: dict, worker_types: dict, idle_timeout_minutes: float) -> dict:
+    """The provider's `gcs_address` is filled in by `LocalCluster.start`, once the head's port is chosen."""
     types = dict(worker_types)
     types["ray.head.default"] = {"resources": head_resources, "node_config": {}, "max_workers": 0}
     return {
         "cluster_name": "alignlab-fake", "max_workers": sum(t.get("max_workers", 0) for t in worker_types.values()),
         "provider": {"type": "fake_multinode", "use_node_id_as_ip": True, "disable_node_updaters": True,
-                     "disable_launch_config_check": True, "gcs_address": gcs_address},
+                     "disable_launch_config_check": True, "gcs_address": None},
         "available_node_types": types, "head_node_type": "ray.head.default", "auth": {}, "upscaling_speed": 1.0,
         "idle_timeout_minutes": idle_timeout_minutes, "docker": {}, "initialization_commands": [],
         "setup_commands": [], "head_setup_commands": [], "worker_setup_commands": [], "head_start_ray_commands": [],
@@ -49,21 +56,40 @@ def fake_autoscaling_config(head_resources: dict, worker_types: dict, gcs_addres
     }
 
 
+class PortTaken(RuntimeError):
+    pass
+
+
 class LocalCluster:
     def __init__(self, *, num_cpus: int = 2, autoscaling: dict | None = None, resources: dict | None = None,
                  env: dict | None = None):
         """`env`: extra environment of every process of the cluster (the fake autoscaler's nodes included), e.g.
         the S3 endpoint and credentials that a real cluster's nodes would have."""
         self.temp_dir = Path(tempfile.mkdtemp(prefix="alr-", dir="/tmp"))  # short: Ray's socket paths are limited
-        self.port, self.dashboard_port = free_port(), free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.dashboard = f"http://127.0.0.1:{self.dashboard_port}"
+        self._choose_ports()
         self.env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
                     "RAY_USAGE_STATS_ENABLED": "0", **(env or {})}
         self.env.pop("RAY_ADDRESS", None)
         self.num_cpus, self.autoscaling, self.resources = num_cpus, autoscaling, resources
 
-    def start(self) -> "LocalCluster":
+    def _choose_ports(self) -> None:
+        self.port, self.dashboard_port = free_ports(2)
+        self.address = f"127.0.0.1:{self.port}"
+        self.dashboard = f"http://127.0.0.1:{self.dashboard_port}"
+
+    def start(self, attempts: int = 3) -> "LocalCluster":
+        # A chosen port can still be taken by another process before `ray start` binds it; that start fails
+        # before anything runs, so it is retried on new ports.
+        for attempt in range(attempts):
+            try:
+                return self._start()
+            except PortTaken:
+                if attempt == attempts - 1:
+                    raise
+                self._choose_ports()
+        return self
+
+    def _start(self) -> "LocalCluster":
         cmd = [RAY, "start", "--head", f"--port={self.port}", f"--dashboard-port={self.dashboard_port}",
                "--dashboard-host=127.0.0.1", "--include-dashboard=true", "--node-ip-address=127.0.0.1",
                f"--num-cpus={self.num_cpus}", f"--temp-dir={self.temp_dir}", "--disable-usage-stats"]
@@ -71,12 +97,18 @@ class LocalCluster:
             cmd.append(f"--resources={json.dumps(self.resources)}")
         if self.autoscaling is not None:
             cfg = self.temp_dir / "autoscaling.json"
+            # The fake provider's nodes join the head at the port chosen for this start.
+            self.autoscaling["provider"]["gcs_address"] = self.address
             cfg.write_text(json.dumps(self.autoscaling))
             cmd.append(f"--autoscaling-config={cfg}")
             self.env.update({"RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1"})
         out = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=180)
         if out.returncode != 0:
             self.stop()
+            self.temp_dir.mkdir(parents=True, exist_ok=True)
+            text = out.stdout + out.stderr
+            if "is trying to use a port number" in text or "Address already in use" in text:
+                raise PortTaken(text[-3000:])
             raise RuntimeError(f"ray start failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
         return self
 
@@ -152,7 +184,7 @@ def moto_server() -> tuple[subprocess.Popen, str]:
     moto = shutil.which("moto_server", path=str(Path(sys.executable).parent)) or shutil.which("moto_server")
     if moto is None:
         pytest.fail("moto_server is missing: it comes with the dev extra (pip install -e '.[dev]')")
-    port = free_port()
+    port, = free_ports(1)
     proc = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     for _ in range(100):

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from local_cluster import RAY, LocalCluster, fake_autoscaling_config, free_port, wait_for
+from local_cluster import RAY, LocalCluster, fake_autoscaling_config, wait_for
 from local_cluster import moto_server as _moto_server
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,12 +91,8 @@ def _most_at_once(results: pd.DataFrame) -> int:
 def _autoscaling_cluster(head: dict, worker_types: dict, env: dict | None = None) -> LocalCluster:
     """A head with `head` resources and an autoscaler (Ray's fake multi-node provider) that adds `worker_types`
     on demand and removes them after 15 idle seconds."""
-    port = free_port()
-    config = fake_autoscaling_config(head_resources=head, gcs_address=f"127.0.0.1:{port}", idle_timeout_minutes=0.25,
-                                     worker_types=worker_types)
-    cluster = LocalCluster(num_cpus=head["CPU"], autoscaling=config, env=env)
-    cluster.port, cluster.address = port, f"127.0.0.1:{port}"
-    return cluster
+    config = fake_autoscaling_config(head_resources=head, idle_timeout_minutes=0.25, worker_types=worker_types)
+    return LocalCluster(num_cpus=head["CPU"], autoscaling=config, env=env)
 
 
 @pytest.mark.ray
