@@ -39,6 +39,7 @@ from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained
 from alignlab.platform.fel.protocol import calculations, fel_split
 from alignlab.platform.fel.task_scoring import encode_examples, logits_and_labels
 from alignlab.platform.presets import Preset
+from alignlab.platform.tasks.task import task as task_named
 from alignlab.platform.tasks.task_data import TaskData
 
 RANDOM = "random:"
@@ -53,15 +54,18 @@ def load_model(storage: Path, name: str):
     return pre
 
 
+CT = task_named("ct")
+
+
 def score(storage: Path, data: TaskData, name: str) -> dict:
     pre = load_model(storage, name)
     n = Counter()
     for fold, seed in calculations():
         ft = dataclasses.replace(Preset.named("mini").finetune, task="ct", fold=fold, seed=seed, keep_head=False)
-        train, val, test = fel_split(data, "ct", ft)
+        train, val, test = fel_split(data, CT, ft)
         model = finetune_calculation(pre, ft, train, test, val=val).model.eval()
         with torch.no_grad():
-            logits, labels = logits_and_labels(model, "ct", encode_examples("ct", test, pre.tok, pre.model_cfg.max_len))
+            logits, labels = logits_and_labels(model, CT, encode_examples(CT, test, pre.tok, pre.model_cfg.max_len))
         words = [(w, t) for ex in test for w, t in zip(ex.tokens, ex.tags)]
         if len(words) != len(labels):
             raise RuntimeError(f"{name}: {len(labels)} scored units for {len(words)} test words (truncated texts?)")

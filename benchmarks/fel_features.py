@@ -31,6 +31,7 @@ from fel_refit import inner_split, strongest_baseline
 from alignlab.platform.fel.finetune import finetune_calculation
 from alignlab.platform.fel.protocol import calculations, fel_split
 from alignlab.platform.presets import Preset
+from alignlab.platform.tasks.task import task as task_named
 from alignlab.platform.tasks.task_data import TaskData
 
 
@@ -60,7 +61,7 @@ def main(argv=None) -> None:
         got: dict[str, list[float]] = {n: [] for n in [*names, "baseline"]}
         for fold, seed in calculations():
             ft = dataclasses.replace(base, fold=fold, seed=seed)
-            train, outer_val, _ = fel_split(data, a.task, ft)
+            train, outer_val, _ = fel_split(data, task_named(a.task), ft)
             itrain, ival = inner_split(train, fold, ft.val_fraction)
             for name, (layers, pooling) in zip(names, inputs):
                 cfg = dataclasses.replace(ft, feature_layers=layers, word_pooling=pooling)

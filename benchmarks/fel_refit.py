@@ -70,7 +70,7 @@ def main(argv=None) -> None:
         got: dict[str, list[float]] = {"plain": [], "refit": [], "lex_inner": [], "lex_train": []}
         for fold, seed in points:
             ft = dataclasses.replace(base, fold=fold, seed=seed)
-            train, outer_val, _ = fel_split(data, a.task, ft)
+            train, outer_val, _ = fel_split(data, task_named(a.task), ft)
             itrain, ival = inner_split(train, fold, ft.val_fraction)
             for key, refit in (("plain", False), ("refit", True)):
                 calc = finetune_calculation(pre, dataclasses.replace(ft, refit=refit), itrain, outer_val, val=ival)

@@ -67,7 +67,7 @@ def main(argv=None) -> list[dict]:
           f"{len(points)} calculations per setting, validation only", flush=True)
     baselines: dict[str, list[float]] = {}
     for fold in range(5):  # the baselines do not depend on the seed
-        train, val, _ = fel_split(data, a.task, dataclasses.replace(base, fold=fold))
+        train, val, _ = fel_split(data, task_named(a.task), dataclasses.replace(base, fold=fold))
         for name, score in task_named(a.task).baseline_scores(train, val).items():
             if isinstance(score, float):
                 baselines.setdefault(name, []).append(score)
@@ -81,7 +81,7 @@ def main(argv=None) -> list[dict]:
         accs, ppls, epochs, capped, t0 = [], [], [], 0, time.time()
         for fold, seed in points:
             ft = dataclasses.replace(base, fold=fold, seed=seed, **change)
-            train, val, _ = fel_split(data, a.task, ft)
+            train, val, _ = fel_split(data, task_named(a.task), ft)
             row = finetune_calculation(pre, ft, train, val, val=val).row  # scored on val: the test set stays unseen
             accs.append(100 * row["accuracy"])
             ppls.append(row["perplexity"])

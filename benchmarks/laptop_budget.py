@@ -61,6 +61,7 @@ from alignlab.platform.fel.finetune import Pretrained, finetune_calculation
 from alignlab.platform.fel.protocol import calculations, context_free_baselines, fel_split
 from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.pretrain import Pretrainer, lr_lambda, with_resolved_precision, to_numpy_rows
+from alignlab.platform.tasks.task import task as task_named
 from alignlab.platform.tasks.task_data import TaskData
 
 MINI = Preset.named("mini").pretrain
@@ -279,17 +280,17 @@ def fel(run: Run, tok, data: TaskData, n_calcs: int) -> dict:
         accs, val_accs, base, val_base, base_name = [], [], [], [], None
         for fold, seed in calculations()[:n_calcs]:
             ft = dataclasses.replace(Preset.named("mini").finetune, task=task, fold=fold, seed=seed, keep_head=False)
-            tr, va, te = fel_split(data, task, ft)
+            tr, va, te = fel_split(data, task_named(task), ft)
             on_val: dict[int, dict] = {}  # epoch -> the validation figures the selection saw
             row = finetune_calculation(pre, ft, tr, te, val=va, on_epoch=lambda e, m: on_val.__setitem__(e, m)).row
             accs.append(row["accuracy"])
             # the validation accuracy at the selected epoch: the figure a choice between recipes may use (the test
             # figure beside it is shown, never selected on)
             val_accs.append(on_val[row["epochs"]]["accuracy"])
-            b = context_free_baselines(task, tr, te, data=data)
+            b = context_free_baselines(task_named(task), tr, te, data=data)
             base.append(b["baseline_best"])
             base_name = b["baseline_best_name"]
-            val_base.append(context_free_baselines(task, tr, va, data=data)["baseline_best"])
+            val_base.append(context_free_baselines(task_named(task), tr, va, data=data)["baseline_best"])
         pct = lambda v: round(100 * float(np.mean(v)), 2)  # noqa: E731
         out[task] = {"accuracy": pct(accs), "val_accuracy": pct(val_accs), "calculations": len(accs),
                      "strongest_baseline": pct(base), "strongest_baseline_val": pct(val_base), "baseline_name": base_name,

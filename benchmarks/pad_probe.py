@@ -41,6 +41,7 @@ from alignlab.platform.fel.finetune import Pretrained, finetune_calculation
 from alignlab.platform.fel.protocol import calculations, context_free_baselines, fel_split
 from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows
+from alignlab.platform.tasks.task import task as task_named
 from alignlab.platform.tasks.task_data import TaskData
 
 
@@ -125,11 +126,11 @@ def main(argv=None) -> None:
         accs, base = [], []
         for fold, seed in calculations()[: a.calculations]:
             ft = dataclasses.replace(Preset.named("mini").finetune, task=task, fold=fold, seed=seed, keep_head=keep)
-            tr, va, te = fel_split(data, task, ft)
+            tr, va, te = fel_split(data, task_named(task), ft)
             if a.score_on == "validation":  # refit would train on the split that is scored
                 ft, te = dataclasses.replace(ft, refit=False), va
             accs.append(finetune_calculation(pre, ft, tr, te, val=va, device=a.device).row["accuracy"])
-            cf = context_free_baselines(task, tr, te)
+            cf = context_free_baselines(task_named(task), tr, te)
             base.append(cf["baseline_best"])
             best_name = cf["baseline_best_name"]
         result[task + ("" if not keep else " (heads kept)")] = {"accuracy_pct": round(100 * float(np.mean(accs)), 1),

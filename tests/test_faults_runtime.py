@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from alignlab.platform.tasks.task import task as task_named
 
 REPO = Path(__file__).resolve().parents[1]
 ALIGNLAB = [sys.executable, "-m", "alignlab.platform.cli"]
@@ -163,7 +164,7 @@ def test_a_calculation_whose_validation_numbers_are_never_finite_fails_with_its_
 
     _, mdir, tdir = tiny_root
     ft = _ft(lr=1e30)  # the first update makes every weight huge: the validation perplexity is inf or nan
-    train, val, test = fel_split(TaskData.load(tdir), "ct", ft)
+    train, val, test = fel_split(TaskData.load(tdir), task_named("ct"), ft)
     with pytest.raises(NonFiniteError, match=r"CT calculation \(fold 0, seed 0, lr 1e\+30\): the validation numbers "
                                              r"were never finite in \d epochs .*diverged"):
         finetune_calculation(load_pretrained(mdir), ft, train, test, val=val)

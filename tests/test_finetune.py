@@ -28,6 +28,9 @@ from alignlab.platform.fel.task_scoring import encode_examples, evaluate_example
 from alignlab.platform.storage.root import write_json
 from alignlab.platform.tasks.task_files import write_jsonl
 from alignlab.platform.tasks.task_kinds import query_input as ct_input, word_pieces
+from alignlab.platform.tasks.task import task as task_named
+
+CT, AD = task_named("ct"), task_named("ad")  # the task objects a caller resolves once and passes down
 
 MODEL_ID = "tiny-mlm+nsp+whp+pad-test"
 
@@ -179,7 +182,7 @@ def test_metrics_equal_a_hand_computation_over_words_for_ct_and_pairs_for_ad(pre
     test = DATA[task][2]
     hand = _by_hand(model, pre.tok, task, test)
     assert hand["count"] == (sum(len(e.tokens) for e in test) if task == "ct" else len(test))
-    got = evaluate_examples(model, task, test, pre.tok, batch_size=4)  # batches of 4: padding must not matter
+    got = evaluate_examples(model, task_named(task), test, pre.tok, batch_size=4)  # batches of 4: padding must not matter
     assert got["count"] == hand["count"]
     assert got["accuracy"] == pytest.approx(hand["accuracy"], abs=1e-6)
     assert got["perplexity"] == pytest.approx(hand["perplexity"], rel=1e-5)
@@ -249,7 +252,7 @@ def _training_batches(pre, task: str, seed: int) -> list[tuple[int, ...]]:
     """The training examples of each batch, in the order a calculation trained on them (encoder forwards
     of training rows, recorded by a hook; scheme pred+trm runs the encoder on every batch)."""
     train, val, test = DATA[task]
-    enc = encode_examples(task, train, pre.tok, pre.model_cfg.max_len)
+    enc = encode_examples(task_named(task), train, pre.tok, pre.model_cfg.max_len)
     rows = {tuple(r.tolist()): i for i, r in enumerate(enc.input_ids)}
     with _EncoderCalls() as calls:
         finetune_calculation(pre, _cfg(task, scheme="pred+trm", max_epochs=2, seed=seed), train, test, val=val)
@@ -337,16 +340,16 @@ def test_honest_selection_scores_val_every_epoch_and_the_test_set_only_for_the_t
     seen = []
     with _EncoderCalls() as calls:
         res = finetune_calculation(pre, cfg, train, test, val=val, on_epoch=lambda e, m: seen.append(m))
-    L = pre.model_cfg.max_len
-    enc_test, enc_val = encode_examples(task, test, pre.tok, L), encode_examples(task, val, pre.tok, L)
+    L, t = pre.model_cfg.max_len, task_named(task)
+    enc_test, enc_val = encode_examples(t, test, pre.tok, L), encode_examples(t, val, pre.tok, L)
     assert res.row["epochs_run"] == len(seen) == 4
     assert calls.count(enc_val) == 4, "validation is scored once per epoch"
     assert calls.count(enc_test) == 2, "the test set is scored only at the best-perplexity and best-accuracy epochs"
     # What on_epoch saw at the selected epoch is the kept model's score on val, not on test.
     at_best = seen[res.row["epochs"] - 1]
     model = res.model
-    assert at_best["perplexity"] == pytest.approx(evaluate_examples(model, task, val, pre.tok)["perplexity"], rel=1e-6)
-    assert res.row["perplexity"] == pytest.approx(evaluate_examples(model, task, test, pre.tok)["perplexity"], rel=1e-6)
+    assert at_best["perplexity"] == pytest.approx(evaluate_examples(model, t, val, pre.tok)["perplexity"], rel=1e-6)
+    assert res.row["perplexity"] == pytest.approx(evaluate_examples(model, t, test, pre.tok)["perplexity"], rel=1e-6)
     assert res.row["perplexity"] != pytest.approx(at_best["perplexity"], rel=1e-6)
 
 
@@ -354,7 +357,7 @@ def test_paper_selection_scores_the_test_set_every_epoch_and_honest_requires_a_v
     train, _, test = DATA["ct"]
     with _EncoderCalls() as calls:
         res = finetune_calculation(pre, _cfg("ct", scheme="pred+trm", selection="paper", max_epochs=3), train, test)
-    assert calls.count(encode_examples("ct", test, pre.tok, pre.model_cfg.max_len)) == res.row["epochs_run"] == 3
+    assert calls.count(encode_examples(CT, test, pre.tok, pre.model_cfg.max_len)) == res.row["epochs_run"] == 3
     with pytest.raises(ValueError, match="validation split"):
         finetune_calculation(pre, _cfg("ct"), train, test, val=[])
 
@@ -434,7 +437,7 @@ def test_save_then_evaluate_gives_the_same_accuracy_and_perplexity(storage, pre,
     ft = load_finetuned(fdir)
     assert ft.cfg == cfg and ft.task_heads == (task,) and ft.pretrained_heads == ("whp", "pad")
     assert _same(ft.model.heads["pad"].state_dict(), _head_state(pre.state, "pad")), "pretrained PAD head kept as is"
-    again = evaluate_examples(ft.model, task, test, ft.tok)
+    again = evaluate_examples(ft.model, task_named(task), test, ft.tok)
     assert again["accuracy"] == pytest.approx(res.row["accuracy"], abs=1e-6)
     assert again["perplexity"] == pytest.approx(res.row["perplexity"], rel=1e-6)
     # Saving the same calculation again names the same model and replaces it whole.
@@ -447,7 +450,7 @@ def test_the_fast_predictor_matches_the_module_forward(storage, pre):
     res = finetune_calculation(pre, cfg, AD_TRAIN, AD_TEST, val=AD_VAL)
     ft = load_finetuned(save_finetuned(storage, pre, cfg, res))
     model, tok = ft.model, ft.tok
-    enc = encode_examples("ad", AD_TEST[:1], tok, model.cfg.max_len)
+    enc = encode_examples(AD, AD_TEST[:1], tok, model.cfg.max_len)
     backends = ["aten"] + (["mkldnn"] if _mkldnn_linear_ok() else []) + (["mkl"] if _mkl_linear_ok() else [])
     from alignlab.platform.fel.inference import default_backend
 
@@ -463,7 +466,7 @@ def test_the_fast_predictor_matches_the_module_forward(storage, pre):
             rows = torch.tensor([0, 3])
             torch.testing.assert_close(fast(enc.input_ids[0], enc.segment_ids[0], rows), ref[rows], rtol=1e-4,
                                        atol=1e-5)
-            ct_ids = encode_examples("ct", CT_TEST[:1], tok, model.cfg.max_len).input_ids[0]
+            ct_ids = encode_examples(CT, CT_TEST[:1], tok, model.cfg.max_len).input_ids[0]
             torch.testing.assert_close(fast(ct_ids), model.encoder(ct_ids[None], torch.zeros_like(ct_ids)[None])[0],
                                        rtol=1e-4, atol=1e-5)
             every = model.encoder(enc.input_ids, enc.segment_ids, layers="all")[0]  # a head reading every layer
@@ -482,7 +485,7 @@ def test_predicted_tags_are_the_ct_heads_argmax_at_each_words_first_piece(storag
     res = finetune_calculation(pre, cfg, CT_TRAIN, CT_TEST, val=CT_VAL)
     ft = load_finetuned(save_finetuned(storage, pre, cfg, res))
     ex = CT_TEST[0]
-    enc = encode_examples("ct", [ex], ft.tok, ft.model.cfg.max_len)
+    enc = encode_examples(CT, [ex], ft.tok, ft.model.cfg.max_len)
     with torch.no_grad():
         h = ft.model.encoder(enc.input_ids, enc.segment_ids)[0]
         want = [WHP_TAGS[i] for i in ft.model.heads["ct"](h[enc.labels[0] != -100]).argmax(-1).tolist()]
@@ -612,12 +615,12 @@ def test_a_calculation_on_cuda_gives_the_cpu_numbers_and_its_saved_model_loads_a
     for k in ("perplexity", "perplexity_at_best_accuracy"):
         assert on_cuda.row[k] == pytest.approx(on_cpu.row[k], rel=1e-3), k
     # The kept model is scored where it is (a study's extra test sets), and its test numbers are the row's.
-    on_gpu = evaluate_examples(on_cuda.model, task, test, pre.tok)
+    on_gpu = evaluate_examples(on_cuda.model, task_named(task), test, pre.tok)
     assert on_gpu["perplexity"] == pytest.approx(on_cuda.row["perplexity"], rel=1e-5)
     # Saved from CUDA, loaded where there may be no GPU: the weights are on the CPU and score as they did.
     ft = load_finetuned(save_finetuned(storage, pre, cfg, on_cuda))
     assert {p.device.type for p in ft.model.parameters()} == {"cpu"}
-    again = evaluate_examples(ft.model, task, test, ft.tok)
+    again = evaluate_examples(ft.model, task_named(task), test, ft.tok)
     assert again["perplexity"] == pytest.approx(on_cuda.row["perplexity"], rel=1e-4)
     assert Predictor(ft).enc is not None
     shutil.rmtree(ft.fdir)
@@ -646,13 +649,13 @@ def test_refit_trains_the_selected_epochs_again_on_training_and_validation_examp
     # The epochs are selected by the same run on the validation split; then trained again on train + val.
     assert (refit.row["epochs"], refit.row["best_accuracy_epoch"]) == (plain.row["epochs"], plain.row["best_accuracy_epoch"])
     assert refit.row["refit"] and refit.row["num_train"] == len(CT_TRAIN) + len(CT_VAL) == plain.row["num_train"] + len(CT_VAL)
-    by_hand = _Fit(pre, cfg, ("ct",), encode_examples("ct", CT_TRAIN + CT_VAL, pre.tok, pre.model_cfg.max_len), None, "cpu")
+    by_hand = _Fit(pre, cfg, (CT,), encode_examples(CT, CT_TRAIN + CT_VAL, pre.tok, pre.model_cfg.max_len), None, "cpu")
     for _ in range(plain.row["epochs"]):
         by_hand.epoch()
     kept, manual = refit.model.state_dict(), by_hand.model.state_dict()
     assert all(torch.equal(kept[k], manual[k]) for k in kept), "the kept model is not the refit one"
     assert any(not torch.equal(v, plain.model.state_dict()[k]) for k, v in kept.items())
-    assert refit.row["accuracy"] == pytest.approx(evaluate_examples(refit.model, "ct", CT_TEST, pre.tok)["accuracy"])
+    assert refit.row["accuracy"] == pytest.approx(evaluate_examples(refit.model, CT, CT_TEST, pre.tok)["accuracy"])
 
 
 def test_refit_is_refused_on_the_examples_it_trains_on_and_with_paper_selection(pre):
@@ -687,7 +690,7 @@ def _multi_piece_example(tok) -> CTExample:
 
 def test_reading_every_layer_gives_the_head_each_layers_normalised_output_side_by_side(pre):
     model = build_task_model(pre, "ct", keep_head=False, dropout=0.0, seed=0).eval()
-    enc = encode_examples("ct", CT_TEST[:3], pre.tok, pre.model_cfg.max_len)
+    enc = encode_examples(CT, CT_TEST[:3], pre.tok, pre.model_cfg.max_len)
     e = model.encoder
     with torch.no_grad():
         x = e.embed(enc.input_ids, enc.segment_ids)
@@ -715,7 +718,7 @@ def test_mean_pooling_gives_each_word_the_mean_of_its_pieces_and_first_pooling_i
         model = build_task_model(pre, "ct", keep_head=False, dropout=0.0, seed=0, reads=reads).eval()
         with torch.no_grad():
             h = model.encoder(torch.tensor([ids]), torch.zeros(1, len(ids), dtype=torch.long), layers=reads.layers)[0]
-            got, labels = unit_vectors(model, "ct", encode_examples("ct", [ex, *CT_TEST[:2]], pre.tok, 64))
+            got, labels = unit_vectors(model, CT, encode_examples(CT, [ex, *CT_TEST[:2]], pre.tok, 64))
         want = torch.stack([h[a:b].mean(0) if reads.pooling == "mean" else h[a] for a, b in zip(bounds, bounds[1:])])
         torch.testing.assert_close(got[: len(first)], want, rtol=1e-5, atol=1e-5)  # padded beside longer rows
         assert model.heads["ct"].out.in_features == reads.width(pre.model_cfg)
@@ -728,11 +731,12 @@ def test_a_kept_pretrained_head_widened_to_every_layer_starts_as_the_pretrained_
     from alignlab.platform.fel.task_scoring import logits_and_labels
 
     for task, aligned in (("ct", "whp"), ("ad", "pad")):
-        enc = encode_examples(task, DATA[task][2][:4], pre.tok, pre.model_cfg.max_len)
+        t = task_named(task)
+        enc = encode_examples(t, DATA[task][2][:4], pre.tok, pre.model_cfg.max_len)
         plain = build_task_model(pre, task, keep_head=True, dropout=0.0, seed=0).eval()
         wide = build_task_model(pre, task, keep_head=True, dropout=0.0, seed=0, reads=HeadInput("all", "first")).eval()
         with torch.no_grad():
-            torch.testing.assert_close(logits_and_labels(wide, task, enc)[0], logits_and_labels(plain, task, enc)[0])
+            torch.testing.assert_close(logits_and_labels(wide, t, enc)[0], logits_and_labels(plain, t, enc)[0])
         assert _same(plain.heads[task].state_dict(), _head_state(pre.state, aligned))
 
 
@@ -746,11 +750,11 @@ def test_a_saved_model_reading_every_layer_with_mean_pooling_serves_what_it_was_
     ft = load_finetuned(save_finetuned(storage, pre, cfg, res))
     assert ft.cfg == cfg and head_input(ft.model.heads["ct"]).pooling == "mean"
     assert head_input(ft.model.heads["whp"]).layers == "last", "a pretrained head copy reads what it was trained on"
-    assert evaluate_examples(ft.model, "ct", CT_TEST, ft.tok)["accuracy"] == pytest.approx(res.row["accuracy"], abs=1e-6)
+    assert evaluate_examples(ft.model, CT, CT_TEST, ft.tok)["accuracy"] == pytest.approx(res.row["accuracy"], abs=1e-6)
     pred = Predictor(ft)
     for ex in (_multi_piece_example(ft.tok), *CT_TEST[:3]):
         with torch.no_grad():
-            logits, _ = logits_and_labels(ft.model, "ct", encode_examples("ct", [ex], ft.tok, ft.model.cfg.max_len))
+            logits, _ = logits_and_labels(ft.model, CT, encode_examples(CT, [ex], ft.tok, ft.model.cfg.max_len))
         assert pred.tag(ex.tokens) == [WHP_TAGS[i] for i in logits.argmax(-1).tolist()]
     whp_tags = pred.tag(CT_TEST[0].tokens, head="whp")  # the pretrained head is served from the fast encoder
     assert len(whp_tags) == len(CT_TEST[0].tokens)
@@ -761,7 +765,7 @@ def test_an_ad_head_reading_every_layer_is_served_from_its_cls_vectors(storage, 
     res = finetune_calculation(pre, cfg, AD_TRAIN, AD_TEST, val=AD_VAL)
     ft = load_finetuned(save_finetuned(storage, pre, cfg, res))
     ex = AD_TEST[0]
-    enc = encode_examples("ad", [ex], ft.tok, ft.model.cfg.max_len)
+    enc = encode_examples(AD, [ex], ft.tok, ft.model.cfg.max_len)
     with torch.no_grad():
         h = ft.model.encoder(enc.input_ids, enc.segment_ids, layers="all")[0]
         want = torch.softmax(ft.model.heads["ad"](h[:1]), -1)[0, 1].item()

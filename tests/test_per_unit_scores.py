@@ -17,6 +17,7 @@ from alignlab.platform.fel.finetune_config import FinetuneConfig
 from alignlab.platform.fel.protocol import extra_test_scores
 from alignlab.platform.fel.task_scoring import scores_per_test_unit
 from alignlab.platform.tasks.task_files import write_jsonl
+from alignlab.platform.tasks.task import task as task_named
 
 CONCEPTS = ["paris", "super mario", "alan turing", "new york city", "red river", "tokyo", "black sea"]
 
@@ -55,7 +56,7 @@ def test_scores_per_test_unit_sum_a_units_scored_words_and_hits_by_hand():
     ex = [CTExample(("a", "b"), ("N", "N")), CTExample(("c",), ("SE",)), CTExample(("a", "b"), ("N", "N"))]
     rows = torch.tensor([0, 0, 1, 2, 2])  # two words, one, two; the third text repeats the first: one unit
     hits = torch.tensor([True, False, True, True, True])
-    out = scores_per_test_unit("ct", ex, hits, rows)
+    out = scores_per_test_unit(task_named("ct"), ex, hits, rows)
     assert out["unit_count"] == [4, 1] and out["unit_correct"] == [3, 1]
     assert len(set(out["unit_keys"])) == 2
 
@@ -82,7 +83,8 @@ def test_extra_test_sets_are_scored_per_unit_too(pre):
     train, val, test = DATA["ad"]
     cfg = FinetuneConfig(task="ad", budget=10, max_epochs=2, patience=5, batch_size=8, lr=1e-2, scheme="pred")
     calc = finetune_calculation(pre, cfg, train, test, val=val)
-    out = extra_test_scores(calc.model, pre.tok, dataclasses.replace(cfg), {"other": _ad(40, 4)}, train + val)
+    out = extra_test_scores(calc.model, pre.tok, dataclasses.replace(cfg), {"other": _ad(40, 4)}, train + val,
+                            task=task_named("ad"))
     assert out["eval_other_unit_count"] == [2, 2, 2, 2]
     assert sum(out["eval_other_unit_correct"]) / 8 == pytest.approx(out["eval_other_accuracy"])
 

@@ -11,6 +11,7 @@ from alignlab.objectives.ct_data import CTExample
 from alignlab.platform.fel.finetune_config import FinetuneConfig
 from alignlab.platform.fel.protocol import calculations, fel_split
 from alignlab.platform.tasks.task_data import NUM_FOLDS, TaskData
+from alignlab.platform.tasks.task import task as task_named
 
 NUM_SNIPPETS = 40
 NUM_POOL, NUM_TEST = 30, 12
@@ -55,7 +56,7 @@ def test_ad_folds_never_split_a_snippet_between_train_and_test(data, selection):
     train_sets = set()
     for fold, seed in calculations():
         cfg = FinetuneConfig(task="ad", budget=30, selection=selection, fold=fold, seed=seed)
-        train, val, test = fel_split(data, "ad", cfg)
+        train, val, test = fel_split(data, task_named("ad"), cfg)
         fit = train + val
         assert not _keys(fit) & _keys(test)
         assert not {e.snippet for e in fit} & {e.snippet for e in test}, "a snippet straddles train and test"
@@ -75,7 +76,7 @@ def test_ct_trains_on_samples_of_the_pool_and_always_tests_on_the_test_set(data,
     train_sets = set()
     for fold, seed in calculations():
         cfg = FinetuneConfig(task="ct", budget=20, selection=selection, fold=fold, seed=seed)
-        train, val, test = fel_split(data, "ct", cfg)
+        train, val, test = fel_split(data, task_named("ct"), cfg)
         assert test == data.ct_test
         assert _keys(train + val) <= _keys(data.ct_pool)
         assert not _keys(train + val) & _keys(test)
@@ -87,13 +88,13 @@ def test_ct_trains_on_samples_of_the_pool_and_always_tests_on_the_test_set(data,
 def test_honest_validation_is_carved_from_the_budget_and_disjoint_from_train_and_test(data, task, budget):
     for fold, seed in calculations():
         cfg = FinetuneConfig(task=task, budget=budget, selection="honest", val_fraction=0.2, fold=fold, seed=seed)
-        train, val, test = fel_split(data, task, cfg)
+        train, val, test = fel_split(data, task_named(task), cfg)
         assert len(train) + len(val) == budget, "validation must come out of the budget, not on top of it"
         # Whole test units go to validation (AD: both pairs of a snippet), so it may hold one unit more.
         assert round(0.2 * budget) <= len(val) <= round(0.2 * budget) + 1
         assert not _keys(val) & _keys(train)
         assert not _keys(val) & _keys(test)
-        paper_train, paper_val, _ = fel_split(data, task, dataclasses.replace(cfg, selection="paper"))
+        paper_train, paper_val, _ = fel_split(data, task_named(task), dataclasses.replace(cfg, selection="paper"))
         assert paper_val == [] and len(paper_train) == budget
 
 
@@ -102,8 +103,8 @@ def test_a_budget_larger_than_the_pool_is_a_clear_value_error(data, task):
     available = NUM_POOL if task == "ct" else 2 * NUM_SNIPPETS * (NUM_FOLDS - 1) // NUM_FOLDS
     cfg = FinetuneConfig(task=task, budget=available + 1)
     with pytest.raises(ValueError, match=rf"budget {available + 1} exceeds the {available} {task.upper()} training"):
-        fel_split(data, task, cfg)
-    fel_split(data, task, dataclasses.replace(cfg, budget=available))  # exactly the pool is fine
+        fel_split(data, task_named(task), cfg)
+    fel_split(data, task_named(task), dataclasses.replace(cfg, budget=available))  # exactly the pool is fine
 
 
 @pytest.mark.parametrize("selection", ["paper", "honest"])
@@ -114,13 +115,13 @@ def test_the_seed_never_changes_a_calculations_examples_only_the_fold_does(data,
     splits = {}
     for fold, seed in calculations():
         cfg = FinetuneConfig(task=task, budget=budget, selection=selection, fold=fold, seed=seed)
-        splits.setdefault(fold, []).append(tuple(map(_keys_in_order, fel_split(data, task, cfg))))
+        splits.setdefault(fold, []).append(tuple(map(_keys_in_order, fel_split(data, task_named(task), cfg))))
     for fold, (seed0, seed1) in splits.items():
         assert seed0 == seed1, f"fold {fold}: seeds 0 and 1 must train, validate and test on the same examples"
     assert len({s[0][0] for s in splits.values()}) == NUM_FOLDS, "each fold draws its own training sample"
     # Any seed, not just the protocol's two.
     cfg = FinetuneConfig(task=task, budget=budget, selection=selection, fold=3, seed=7)
-    assert tuple(map(_keys_in_order, fel_split(data, task, cfg))) == splits[3][0]
+    assert tuple(map(_keys_in_order, fel_split(data, task_named(task), cfg))) == splits[3][0]
 
 
 def _keys_in_order(examples) -> tuple:

@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_faults_runtime import _ft, tiny_root  # noqa: E402,F401 -- the same tiny model and task data
+from alignlab.platform.tasks.task import task as task_named
 
 ALIGNLAB = [sys.executable, "-m", "alignlab.platform.cli"]
 
@@ -44,10 +45,10 @@ def test_the_smallest_budget_the_message_names_does_train_and_the_one_below_does
     _, _, tdir = tiny_root
     data = TaskData.load(tdir)
     with pytest.raises(ValueError, match="use --budget 3 or more"):
-        fel_split(data, "ct", _ft(budget=2))
-    train, val, _ = fel_split(data, "ct", _ft(budget=3))
+        fel_split(data, task_named("ct"), _ft(budget=2))
+    train, val, _ = fel_split(data, task_named("ct"), _ft(budget=3))
     assert len(train) == 1 and len(val) == 2
-    assert len(fel_split(data, "ct", _ft(budget=2, selection="paper"))[0]) == 2  # paper selection has no split
+    assert len(fel_split(data, task_named("ct"), _ft(budget=2, selection="paper"))[0]) == 2  # paper selection has no split
 
 
 # ---------------------------------------------------------------- a registry entry with a damaged config.json

@@ -11,6 +11,7 @@ import pytest
 from alignlab.platform.config import PRESETS
 from alignlab.platform.fel.finetune_config import FinetuneConfig
 from alignlab.platform.study.spec import SearchParam, SearchSpec, Study, planned_calc_ids
+from alignlab.platform.tasks.task import task as task_named
 
 STUDIES = Path(__file__).resolve().parents[1] / "studies"
 SEARCH_SCRIPTS = ("objective_mix",)
@@ -163,11 +164,11 @@ def test_no_searched_example_is_in_the_test_set_of_a_calculation_that_reports_th
         for run in runs:
             for scheme in schemes:
                 trial = dataclasses.replace(run.search_finetune(), scheme=scheme)
-                train, val, other = search_examples(data, trial)
+                train, val, other = search_examples(data, trial, task_named(task))
                 searched = {_key(e) for e in train + val + (other or [])}
                 assert len(train) + len(val) == trial.budget and val
                 for calc in run.calcs_for({"scheme": scheme}):
-                    test = fel_split(data, task, calc.finetune)[2]
+                    test = fel_split(data, task_named(task), calc.finetune)[2]
                     leaked = searched & {_key(e) for e in test}
                     assert not leaked, (f"search {run.name} saw {len(leaked)} examples of the test set of "
                                         f"(fold, seed) {calc.finetune.fold, calc.finetune.seed}")

@@ -20,6 +20,7 @@ from alignlab.platform.sources.text import words_of
 from alignlab.platform.tasks import task as T
 from alignlab.platform.tasks.task_data import SHIPPED_TASK_DATA
 from alignlab.platform.tasks.task_files import TaskDataError
+from alignlab.platform.tasks.task import task as task_named
 
 NPM = SHIPPED_TASK_DATA
 
@@ -165,7 +166,7 @@ def test_the_span_matcher_is_right_on_positives_and_mutations_and_wrong_on_pseud
 def test_context_free_baselines_name_the_strongest_and_score_each_test_unit():
     train = [_ct("a [react] wrapper for [node js]")]
     test = [_ct("a [vue] [redux] wrapper for [angular]"), _ct("[vue] for a wrapper")]
-    out = context_free_baselines("ct", train, test, titles=[("vue",), ("redux",), ("angular",)])
+    out = context_free_baselines(task_named("ct"), train, test, titles=[("vue",), ("redux",), ("angular",)])
     names = ("majority", "lexicon", "run_rule", "gazetteer")
     assert set(out) == {*(f"baseline_{n}" for n in names), "baseline_best", "baseline_best_name",
                         *(f"unit_{k}_baseline_{n}" for n in names for k in ("count", "correct"))}
@@ -179,5 +180,5 @@ def test_context_free_baselines_name_the_strongest_and_score_each_test_unit():
     snippet = "much of world of warcraft's gameplay involves the completion of quests"
     test = [ADExample("wow", snippet, 1), ADExample("xow", snippet, 0)]
     uninformative = [ADExample("ab", "a b", 1), ADExample("ab", "a b", 0)]  # letters and majority learn nothing
-    out = context_free_baselines("ad", uninformative, test)
+    out = context_free_baselines(task_named("ad"), uninformative, test)
     assert out["baseline_span_matcher"] == 1.0 and out["baseline_best_name"] == "span_matcher"

@@ -162,7 +162,7 @@ def test_a_calculation_of_each_kind_runs_on_a_tiny_model_and_keeps_the_aligned_h
     train, test = t.load_examples(files[0])[:20], t.load_examples(files[1])
     done = finetune_calculation(pre, cfg, train, test)
     assert 0 <= done.row["accuracy"] <= 1 and done.row["num_test"] > 0
-    assert ("span_f1" in test_unit_metrics(done.model, pre.tok, cfg, test)) == (kind == "tagging")
+    assert ("span_f1" in test_unit_metrics(done.model, pre.tok, cfg, test, t)) == (kind == "tagging")
     model = build_task_model(pre, t.name, keep_head=True, dropout=0.0, seed=0)
     w, pretrained = model.heads[t.name].out.weight, pre.state[f"heads.{aligned}.out.weight"]
     assert (w.shape == pretrained.shape and torch.equal(w, pretrained)) == (kind != "pair")

@@ -10,6 +10,7 @@ from alignlab.objectives.ct_data import CTExample
 from alignlab.platform.fel.finetune_config import FinetuneConfig
 from alignlab.platform.fel.protocol import calculations, fel_split, validation_split
 from alignlab.platform.tasks.task_data import TaskData
+from alignlab.platform.tasks.task import task as task_named
 
 
 def _ad(num_snippets: int = 60) -> list[ADExample]:
@@ -30,7 +31,7 @@ def test_no_snippet_has_a_pair_in_training_and_its_other_pair_in_validation():
     for budget in (20, 40, 60):
         for fold, seed in calculations():
             cfg = FinetuneConfig(task="ad", budget=budget, selection="honest", val_fraction=0.2, fold=fold, seed=seed)
-            train, val, _ = fel_split(data, "ad", cfg)
+            train, val, _ = fel_split(data, task_named("ad"), cfg)
             shared = {e.snippet for e in train} & {e.snippet for e in val}
             assert not shared, f"budget {budget}, fold {fold}: snippets on both sides: {sorted(shared)[:3]}"
             assert len(train) + len(val) == budget and len(val) >= round(0.2 * budget)
@@ -40,17 +41,17 @@ def test_validation_takes_whole_units_in_the_order_they_first_appear():
     a, b, c = (ADExample("abc", s, lab) for s, lab in (("one", 1), ("two", 0), ("three", 1)))
     a2 = ADExample("xyz", "one", 0)
     # Two examples wanted: snippet "one" comes first with both its pairs (a, a2), so validation is exactly them.
-    train, val = validation_split([a, b, a2, c], "ad", 2)
+    train, val = validation_split([a, b, a2, c], task_named("ad"), 2)
     assert val == [a, a2] and train == [b, c]
     # Three wanted: "one" (2 pairs) then "two" (1): three, and "three" stays in training.
-    train, val = validation_split([a, b, a2, c], "ad", 3)
+    train, val = validation_split([a, b, a2, c], task_named("ad"), 3)
     assert val == [a, b, a2] and train == [c]
 
 
 def test_ct_validation_is_the_first_examples_of_the_sample_as_before():
     data = _data()
     cfg = FinetuneConfig(task="ct", budget=20, selection="honest", val_fraction=0.2, fold=1, seed=0)
-    train, val, _ = fel_split(data, "ct", cfg)
+    train, val, _ = fel_split(data, task_named("ct"), cfg)
     assert len(val) == 4 and len(train) == 16
     sample = val + train
-    assert validation_split(sample, "ct", 4) == (train, val)
+    assert validation_split(sample, task_named("ct"), 4) == (train, val)

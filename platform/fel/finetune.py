@@ -51,7 +51,6 @@ from alignlab.platform.fel.task_scoring import (encode_examples, logits_and_labe
                                                 on_device, scores_per_test_unit, unit_vectors)
 from alignlab.platform.storage.root import MARKER, folder_finished, publish_dir, read_json, write_json, write_marker
 from alignlab.platform.tasks.task import Encoded, Task, head_for, registered_tasks, task as task_named
-from alignlab.platform.tasks.task import as_task
 from alignlab.platform.tasks.task_kinds import declarations, declare_all
 
 
@@ -171,7 +170,10 @@ def finetune_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, v
     if cfg.refit and test is val:
         raise ValueError("FinetuneConfig.refit trains on the validation split, so it cannot be scored on it: "
                          "set refit=False where the validation split is the test set (searches, validation tables)")
-    task = as_task(task if task is not None else cfg.task)
+    if task is None:
+        task = task_named(cfg.task)
+    elif task.name != cfg.task:
+        raise ValueError(f"finetune_calculation: the task object is {task.name!r}, the config names {cfg.task!r}")
     tok, L = pre.tok, pre.model_cfg.max_len
 
     def encode(t: Task, examples) -> Encoded:
@@ -257,9 +259,8 @@ class _Fit:
     """One training run of a calculation: a task model from the pretrained weights (its heads initialised, its
     dropout and its batch order drawn by `calculation_seed`), its optimizer, on the encoded examples `enc_fit`."""
 
-    def __init__(self, pre: Pretrained, cfg: FinetuneConfig, tasks: tuple[str | Task, ...], enc_fit: Encoded,
+    def __init__(self, pre: Pretrained, cfg: FinetuneConfig, tasks: tuple[Task, ...], enc_fit: Encoded,
                  enc_other: Encoded | None, device):
-        tasks = tuple(as_task(t) for t in tasks)
         names = tuple(t.name for t in tasks)
         self.cfg, self.task, self.tasks, self.enc_fit, self.enc_other = cfg, tasks[0], tasks, enc_fit, enc_other
         self.model = build_task_model(pre, names[0], keep_head=cfg.keep_head, dropout=cfg.dropout,

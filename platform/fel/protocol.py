@@ -23,7 +23,7 @@ from collections import Counter
 
 from alignlab.platform.fel.finetune_config import FinetuneConfig
 from alignlab.platform.fel.task_scoring import UNIT_SCORES, evaluate_examples
-from alignlab.platform.tasks.task import Task, as_task, registered_tasks
+from alignlab.platform.tasks.task import Task, registered_tasks, task as task_named
 from alignlab.platform.tasks.task_data import NUM_FOLDS, TaskData
 
 NUM_SEEDS = 2
@@ -34,9 +34,9 @@ def calculations() -> list[tuple[int, int]]:
     return [(fold, seed) for fold in range(NUM_FOLDS) for seed in range(NUM_SEEDS)]
 
 
-def pool_size(data: TaskData, task: str | Task, fold: int) -> int:
+def pool_size(data: TaskData, task: Task, fold: int) -> int:
     """Examples a calculation of this fold can sample its budget from."""
-    return len(as_task(task).pool_and_test(data, fold)[0])
+    return len(task.pool_and_test(data, fold)[0])
 
 
 def _sample(pool: list, task: Task, cfg: FinetuneConfig, key: str) -> tuple[list, list]:
@@ -51,13 +51,12 @@ def _sample(pool: list, task: Task, cfg: FinetuneConfig, key: str) -> tuple[list
     return validation_split(sample, task, validation_size(cfg.budget, cfg.val_fraction))
 
 
-def validation_split(sample: list, task: str | Task, n_val: int) -> tuple[list, list]:
+def validation_split(sample: list, task: Task, n_val: int) -> tuple[list, list]:
     """(train, val) of a sampled budget: whole test units (`Task.test_unit`) go to validation in the order they
     first appear until it holds at least `n_val` examples. A unit cut in two (AD: a snippet's positive in
     training, its negative in validation) would flatter validation and the epochs selected on it. Where every
     example is its own unit (CT) this is the first `n_val` examples, as before."""
-    t = as_task(task)
-    units = [t.test_unit(ex) for ex in sample]
+    units = [task.test_unit(ex) for ex in sample]
     size = Counter(units)
     val_units, n = set(), 0
     for u in dict.fromkeys(units):
@@ -87,25 +86,23 @@ def check_honest_budget(cfg: FinetuneConfig) -> None:
                      f"{smallest} or more, or --selection paper")
 
 
-def fel_split(data: TaskData, task: str | Task, cfg: FinetuneConfig) -> tuple[list, list, list]:
+def fel_split(data: TaskData, task: Task, cfg: FinetuneConfig) -> tuple[list, list, list]:
     """(train, val, test) of one calculation; val is empty in "paper" selection.
 
     Keyed by (task, budget, fold), never by the seed: the paper's "two random seeds" train the same
     sample twice with a different initialisation and batch order (§3.4: five samples x two seeds)."""
-    t = as_task(task)
-    pool, test = t.pool_and_test(data, cfg.fold)
-    train, val = _sample(pool, t, cfg, f"{t.name}-{cfg.budget}-{cfg.fold}")
+    pool, test = task.pool_and_test(data, cfg.fold)
+    train, val = _sample(pool, task, cfg, f"{task.name}-{cfg.budget}-{cfg.fold}")
     return train, val, test
 
 
-def multitask_train(data: TaskData, cfg: FinetuneConfig, *, task: Task | None = None) -> list:
-    """The training sample of the task's multitask partner for the same calculation (scheme mt:pred+trm);
-    `task`: the object of `cfg.task` when the caller has it."""
-    other = dataclasses.replace(cfg, task=as_task(task if task is not None else cfg.task).multitask_partner)
-    return fel_split(data, other.task, other)[0]
+def multitask_train(data: TaskData, cfg: FinetuneConfig, task: Task) -> list:
+    """The training sample of `task`'s multitask partner for the same calculation (scheme mt:pred+trm)."""
+    other = dataclasses.replace(cfg, task=task.multitask_partner)
+    return fel_split(data, task_named(other.task), other)[0]
 
 
-def search_groups(task: str | Task, points) -> dict[int | None, tuple[tuple[int, int], ...]]:
+def search_groups(task: Task, points) -> dict[int | None, tuple[tuple[int, int], ...]]:
     """The searches a searched cell needs (nested selection): outer fold -> the (fold, seed) points that
     report that search's best setting.
 
@@ -114,19 +111,18 @@ def search_groups(task: str | Task, points) -> dict[int | None, tuple[tuple[int,
     cross-validation). CT's test set is the same separate 200-query set for every calculation, so one
     search on the pool serves every sample (key None)."""
     points = tuple((int(f), int(s)) for f, s in points)
-    return as_task(task).search_groups(points)
+    return task.search_groups(points)
 
 
-def search_split(data: TaskData, task: str | Task, cfg: FinetuneConfig) -> tuple[list, list]:
+def search_split(data: TaskData, task: Task, cfg: FinetuneConfig) -> tuple[list, list]:
     """(train, val) of a search trial whose setting is reported on the calculations of outer fold `cfg.fold`.
 
     Drawn from that fold's training pool only (AD: the four other folds; CT: the pool), by a key of its
     own, so the search never sees the test set of a calculation that reports its setting. Searches
     select in honest mode: val is carved from the budget as in a calculation."""
-    t = as_task(task)
-    pool, _ = t.pool_and_test(data, cfg.fold)
-    key = f"search-{t.name}-{cfg.budget}-{t.search_pool_key(cfg.fold)}"
-    return _sample(pool, t, dataclasses.replace(cfg, selection="honest"), key)
+    pool, _ = task.pool_and_test(data, cfg.fold)
+    key = f"search-{task.name}-{cfg.budget}-{task.search_pool_key(cfg.fold)}"
+    return _sample(pool, task, dataclasses.replace(cfg, selection="honest"), key)
 
 
 def baseline_names() -> tuple[str, ...]:
@@ -134,7 +130,7 @@ def baseline_names() -> tuple[str, ...]:
     return tuple(dict.fromkeys(b for t in registered_tasks() for b in t.baselines))
 
 
-def context_free_baselines(task: str | Task, train: list, test: list, *, data: TaskData | None = None,
+def context_free_baselines(task: Task, train: list, test: list, *, data: TaskData | None = None,
                            **context) -> dict:
     """Every context-free baseline of `task`, trained on `train` (the calculation's budget) and scored on `test`,
     as {"baseline_<name>": accuracy}, plus "baseline_best" and "baseline_best_name" (the strongest; a model's effect
@@ -142,7 +138,7 @@ def context_free_baselines(task: str | Task, train: list, test: list, *, data: T
     "unit_correct_baseline_<name>", in the order of `test`'s units: the model's own `unit_keys`), so the report
     compares the model with them unit by unit. A task that scores its baselines only as accuracies
     (`Task.baseline_scores` alone) gets no per-unit columns."""
-    t = as_task(task)
+    t = task
     # What a task's baselines read from its task folder besides the examples (`Task.baseline_context`), unless given.
     context = {**(t.baseline_context(data) if data is not None else {}), **context}
     try:
@@ -177,23 +173,22 @@ def units_of_hits(task: Task, test: list, hits: list[list[bool]]) -> dict[str, l
 UNIT_COUNTS = ("accuracy", "perplexity", "count", "num_examples")
 
 
-def test_unit_metrics(model, tok, cfg: FinetuneConfig, test: list, *, task: Task | None = None) -> dict:
+def test_unit_metrics(model, tok, cfg: FinetuneConfig, test: list, task: Task) -> dict:
     """The selected model's task-specific metrics on its test set (`Task.unit_metrics`: a tagging task's span F1),
-    scored only for a task that has some. `task`: the object of `cfg.task` when the caller has it."""
-    t = as_task(task if task is not None else cfg.task)
-    if type(t).unit_metrics is Task.unit_metrics:
+    scored only for a task that has some."""
+    if type(task).unit_metrics is Task.unit_metrics:
         return {}
-    m = evaluate_examples(model, t, test, tok, options=cfg.task_options)
+    m = evaluate_examples(model, task, test, tok, options=cfg.task_options)
     return {k: v for k, v in m.items() if k not in UNIT_COUNTS}
 
 
 def extra_test_scores(model, tok, cfg: FinetuneConfig, tests: dict[str, list], budget: list, *,
-                      data: TaskData | None = None, task: Task | None = None) -> dict:
+                      task: Task, data: TaskData | None = None) -> dict:
     """The selected model's accuracy on each extra test set (out-of-domain AD, a user's --eval-file), with
     the context-free baselines trained on the same budget and scored on that set:
     {"eval_<name>_accuracy", "eval_<name>_perplexity", "eval_<name>_baseline_<b>", ...}, and the per-test-unit
     scores the report's decision counts ("eval_<name>_unit_correct", ...: `task_scoring.scores_per_test_unit`)."""
-    t = as_task(task if task is not None else cfg.task)
+    t = task
     out: dict = {}
     for name, examples in tests.items():
         m = evaluate_examples(model, t, examples, tok, options=cfg.task_options, per_unit=True)

@@ -18,13 +18,13 @@ import torch.nn.functional as F
 from alignlab.platform.encoder.model import AlignModel
 from alignlab.platform.encoder.tokenizer import Tokenizer
 from alignlab.platform.fel.head_input import head_input
-from alignlab.platform.tasks.task import Encoded, Task, as_task
+from alignlab.platform.tasks.task import Encoded, Task
 
 
-def encode_examples(task: str | Task, examples, tok: Tokenizer, max_len: int, options=()) -> Encoded:
+def encode_examples(task: Task, examples, tok: Tokenizer, max_len: int, options=()) -> Encoded:
     """Padded inputs and labels of `task`'s examples (the task's own input encoding; `options`:
-    FinetuneConfig.task_options). `task`, here and below: a task object, or a registered task's name."""
-    return as_task(task).encode(examples, tok, max_len, options)
+    FinetuneConfig.task_options). `task`, here and below: the task object its caller resolved once."""
+    return task.encode(examples, tok, max_len, options)
 
 
 def on_device(enc: Encoded, device) -> Encoded:
@@ -32,19 +32,17 @@ def on_device(enc: Encoded, device) -> Encoded:
     return dataclasses.replace(enc, **{f.name: getattr(enc, f.name).to(device) for f in dataclasses.fields(enc)})
 
 
-def unit_vectors(model: AlignModel, task: str | Task, enc: Encoded) -> tuple[torch.Tensor, torch.Tensor]:
+def unit_vectors(model: AlignModel, task: Task, enc: Encoded) -> tuple[torch.Tensor, torch.Tensor]:
     """What `task`'s head reads at each scored unit (`Task.unit`; `head_input.HeadInput`), and the units' labels."""
-    t = as_task(task)
-    reads = head_input(model.heads[t.name])
+    reads = head_input(model.heads[task.name])
     hidden = model.encoder(enc.input_ids, enc.segment_ids, enc.attention_mask, layers=reads.layers)
-    return t.units(hidden, enc, reads.pooling)
+    return task.units(hidden, enc, reads.pooling)
 
 
-def logits_and_labels(model: AlignModel, task: str | Task, enc: Encoded) -> tuple[torch.Tensor, torch.Tensor]:
+def logits_and_labels(model: AlignModel, task: Task, enc: Encoded) -> tuple[torch.Tensor, torch.Tensor]:
     """Task logits for the scored units (`Task.unit`) and their labels."""
-    t = as_task(task)
-    h, labels = unit_vectors(model, t, enc)
-    return model.heads[t.name](h), labels
+    h, labels = unit_vectors(model, task, enc)
+    return model.heads[task.name](h), labels
 
 
 def metrics_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
@@ -60,13 +58,12 @@ def metrics_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> dict[str,
 UNIT_SCORES = ("unit_keys", "unit_count", "unit_correct")
 
 
-def scores_per_test_unit(task: str | Task, examples, hit_N: torch.Tensor, rows_N: torch.Tensor) -> dict[str, list]:
+def scores_per_test_unit(task: Task, examples, hit_N: torch.Tensor, rows_N: torch.Tensor) -> dict[str, list]:
     """Per test unit of `examples` (`Task.test_unit`), in the order units first appear: "unit_keys" (a short hash
     of the unit's text: the same unit has the same key in every calculation, so units shared by calculations,
     CT's one test set, are one unit crossed with the folds), "unit_count" (scored words or pairs) and "unit_correct". `hit_N`
     says whether each scored unit was right, `rows_N` its example (`Task.unit_rows`)."""
-    t = as_task(task)
-    units = [t.test_unit(ex) for ex in examples]
+    units = [task.test_unit(ex) for ex in examples]
     index = {u: i for i, u in enumerate(dict.fromkeys(units))}
     of_scored = torch.tensor([index[u] for u in units], dtype=torch.long)[rows_N.cpu()]
     correct = torch.zeros(len(index), dtype=torch.long).index_add_(0, of_scored, hit_N.cpu().long())
@@ -75,11 +72,10 @@ def scores_per_test_unit(task: str | Task, examples, hit_N: torch.Tensor, rows_N
     return dict(zip(UNIT_SCORES, (keys, count.tolist(), correct.tolist())))
 
 
-def evaluate_examples(model: AlignModel, task: str | Task, examples, tok: Tokenizer, *, options=(),
+def evaluate_examples(model: AlignModel, task: Task, examples, tok: Tokenizer, *, options=(),
                       batch_size: int = 64, per_unit: bool = False) -> dict:
     """Accuracy and perplexity = exp(mean cross-entropy) over every scored unit (CT words, AD pairs) of
     `examples`, in batches so a large user file fits in memory; with `per_unit`, `scores_per_test_unit` too."""
-    task = as_task(task)
     if not examples:
         raise ValueError(f"no {task.name.upper()} examples to evaluate")
     model.eval()

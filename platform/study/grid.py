@@ -163,7 +163,7 @@ def run_one(calc: dict, device: str = "cpu") -> dict:
     sdir = Path(calc["study_dir"])
     data = TaskData.load(Path(calc["task_dir"]))
     train, val, test = fel_split(data, t, ft)
-    other = other_task_train(data, ft, task=t)
+    other = other_task_train(data, ft, t)
     pre = load_pretrained(calc["model_dir"])
     tb_dir = sdir / "tensorboard" / f"{calc['row']}|{calc['col']}|{calc['calc_id']}".replace("/", "_").replace(" ", "_")
     writer = SummaryWriter(str(tb_dir))
@@ -240,9 +240,9 @@ def localize(calc: dict) -> dict:
             "study_dir": str(st.here(st.study(calc["study_name"])))}
 
 
-def other_task_train(data, ft: FinetuneConfig, *, task=None):
+def other_task_train(data, ft: FinetuneConfig, task):
     """The multitask partner's training sample for the multitask scheme (`mt:pred+trm`), else None (`task`: the
-    object of `ft.task` when the caller has it)."""
+    object of `ft.task`)."""
     from alignlab.platform.fel.protocol import multitask_train
 
-    return multitask_train(data, ft, task=task) if ft.scheme == "mt:pred+trm" else None
+    return multitask_train(data, ft, task) if ft.scheme == "mt:pred+trm" else None

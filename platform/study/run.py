@@ -235,10 +235,11 @@ def check_budgets(study: Study, tdir: Path) -> None:
 
 
 def pool_size(data, task: str, fold: int) -> int:
-    """Examples a calculation of this fold can sample its budget from (the task's own pool)."""
+    """Examples a calculation of this fold can sample its budget from (the pool of the task a config names)."""
     from alignlab.platform.fel import protocol
+    from alignlab.platform.tasks.task import task as task_named
 
-    return protocol.pool_size(data, task, fold)
+    return protocol.pool_size(data, task_named(task), fold)
 
 
 def pretrain_models(study: Study, cdir: Path, st: Storage, *, max_parallel: int = 1,

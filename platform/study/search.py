@@ -151,7 +151,7 @@ def search_trial(config: dict, storage_uri: str | None = None) -> None:
     ft = dataclasses.replace(finetune_from_dict(calc["finetune"]), **params, refit=False)
     t = task(ft.task)  # the trial's task object, resolved once and passed down
     data = TaskData.load(Path(calc["task_dir"]))
-    train, val, other = search_examples(data, ft, task=t)
+    train, val, other = search_examples(data, ft, t)
     pre = load_pretrained(calc["model_dir"])
     best = {"ppl": math.inf, "acc": float("nan"), "epoch": 0}
 
@@ -177,12 +177,12 @@ def search_trial(config: dict, storage_uri: str | None = None) -> None:
                  "epochs": res["epochs"], "search_complete": 1})
 
 
-def search_examples(data, ft: FinetuneConfig, *, task=None) -> tuple[list, list, list | None]:
+def search_examples(data, ft: FinetuneConfig, task) -> tuple[list, list, list | None]:
     """Every example a search trial learns or selects from: (train, val, the other task's training examples
     for the multitask scheme or None). `ft` is `SearchSpec.search_finetune()` with the trial's values; `task`
-    the object of `ft.task` when the caller has it."""
+    the object of `ft.task`."""
     from alignlab.platform.fel.protocol import search_split
 
-    train, val = search_split(data, ft.task if task is None else task, ft)
-    return train, val, other_task_train(data, ft, task=task)
+    train, val = search_split(data, task, ft)
+    return train, val, other_task_train(data, ft, task)
 

@@ -132,8 +132,9 @@ class SearchSpec:
         self.finetune_for({p.name: (p.values[0]) for p in self.space})  # every point of the space is a valid config
         if self.search_fold is not None:
             from alignlab.platform.fel.protocol import search_groups
+            from alignlab.platform.tasks.task import task
 
-            outer = set(search_groups(self.base.task, self.points())) - {None}
+            outer = set(search_groups(task(self.base.task), self.points())) - {None}
             if outer - {self.search_fold}:
                 raise ValueError(f"search {self.name!r}: it samples from the training folds of fold {self.search_fold}, "
                                  f"so it cannot choose the setting of calculations tested on fold(s) "
@@ -155,12 +156,13 @@ class SearchSpec:
         """The searches `run_study` runs for this declaration: one per outer fold (named `<name>-fold<f>`, each
         reporting on the points of its fold), or itself for a task whose test set is the same for every point."""
         from alignlab.platform.fel.protocol import search_groups
+        from alignlab.platform.tasks.task import task
 
         if self.search_fold is not None:
             return (self,)
         return tuple(dataclasses.replace(self, name=self.name if fold is None else f"{self.name}-fold{fold}",
                                          search_fold=pts[0][0] if fold is None else fold, final_points=pts)
-                     for fold, pts in search_groups(self.base.task, self.points()).items())
+                     for fold, pts in search_groups(task(self.base.task), self.points()).items())
 
     def search_finetune(self) -> FinetuneConfig:
         """The config a trial starts from (before the trial's values): the outer fold and the search's seed."""

@@ -397,9 +397,3 @@ def finetune_options() -> dict[str, tuple]:
 
 def options_in_every_id() -> dict[str, Any]:
     return {name: t.finetune_options[name][0] for t in registered_tasks() for name in t.options_in_every_id}
-
-
-def as_task(t: str | Task) -> Task:
-    """A task object: `t` itself when it is one (a trial resolves its task once and passes the object down),
-    else the registered task of that name."""
-    return t if isinstance(t, Task) else task(t)

@@ -16,7 +16,7 @@ from alignlab.platform.sources.sources import read_bundled
 from alignlab.platform.storage.disk_space import full_disk_named
 from alignlab.platform.storage.locks import build_once
 from alignlab.platform.storage.root import MARKER, as_storage, Storage, write_json, write_marker, write_text
-from alignlab.platform.tasks.task import Task, as_task, registered_tasks
+from alignlab.platform.tasks.task import Task, registered_tasks
 from alignlab.platform.tasks.task_files import write_jsonl
 
 NUM_FOLDS = 5
@@ -54,9 +54,9 @@ class TaskData:
                 fields[field_name] = t.load_examples(path) if required or path.exists() else []
         return cls(tdir, fields)
 
-    def extra_tests(self, task: str | Task) -> dict[str, list]:
+    def extra_tests(self, task: Task) -> dict[str, list]:
         """Test sets every calculation of `task` is also scored on, besides its protocol test set."""
-        return as_task(task).extra_tests(self)
+        return task.extra_tests(self)
 
 
 def build_tasks(root: Path | Storage, *, langs=("en", "es", "fr"), max_docs_per_lang: int | None = None, seed: int = 0,
