@@ -85,6 +85,9 @@ class Preset:
     """The (fold, seed) calculations of a data point a study runs: the protocol's first few, or None for all ten."""
     search_samples: int
     """Trials of a search of the pretraining objective mixture (`studies/objective_mix.py`)."""
+    data_budgets: tuple[tuple[int, ...], int] | None
+    """(budgets, reference budget) of every task in the data-budget study (`studies/data_budget.py`), standing in
+    for the paper's 50-1000 and 200; None: the paper's own."""
 
     @staticmethod
     def named(name: str) -> Preset:
@@ -100,6 +103,8 @@ def _presets() -> dict[str, Preset]:
     task_docs = {"smoke": 3000, "mini": None, "paper": None}
     points = {"smoke": 2, "mini": None, "paper": None}
     samples = {"smoke": 3, "mini": 12, "paper": 40}
+    data_budgets = {"smoke": ((20, 40), 40), "mini": None, "paper": None}
     return {n: Preset(name=n, corpus=_CORPUS[n], pretrain=pretrain[n], finetune=finetune[n], size_grid=grid[n],
-                      task_max_docs_per_lang=task_docs[n], points_per_cell=points[n], search_samples=samples[n])
+                      task_max_docs_per_lang=task_docs[n], points_per_cell=points[n], search_samples=samples[n],
+                      data_budgets=data_budgets[n])
             for n in _CORPUS}

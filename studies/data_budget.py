@@ -36,9 +36,10 @@ def budgets(preset: str, chosen: tuple[int, ...] | None = None, reference: int |
     """Budgets per task, and the reference budget (the paper's 200; `reference`, when given, joins the budgets).
     `chosen` (`--budgets`) replaces the paper's for every task, each keeping those its pool holds (CT's 275-query
     pool, AD's 960 pairs): a budget no task can hold is refused."""
+    own = Preset.named(preset).data_budgets
     if chosen is None:
-        if preset == "smoke":
-            ns, ref = {"ct": (20, 40), "ad": (20, 40)}, 40
+        if own is not None:
+            ns, ref = {"ct": own[0], "ad": own[0]}, own[1]
         else:
             ns, ref = {"ct": (50, 100, 150, 200), "ad": (50, 100, 150, 200, min(1000, AD_POOL))}, 200
     else:
@@ -81,8 +82,9 @@ def build(preset: str, *, budgets: tuple[int, ...] | None = None, budget: int | 
         for task in ("ct", "ad") for n in ns[task] for col, (keys, keep) in cols.items()
         for fold, seed in protocol_points(preset))
     base_col = next(iter(cols))
-    if preset == "smoke":
-        notes = f"Smoke budgets {ns['ct']} stand in for the paper's 50-1000; n={ref_n} stands in for 200."
+    if Preset.named(preset).data_budgets is not None:
+        notes = (f"{preset.capitalize()} budgets {ns['ct']} stand in for the paper's 50-1000; n={ref_n} stands in "
+                 "for 200.")
     else:
         notes = ("CT's budgets stop at 200: its training sets are sampled from the 275-query pool, so the paper's "
                  f"n=1000 row does not exist for CT. AD's n=1000 runs as n={AD_POOL}: all the pairs left after "

@@ -74,6 +74,25 @@ def test_model_size_at_paper_scale_has_eleven_models_and_one_baseline_cell_per_t
     assert all(c.finetune.keep_head for c in study.calcs if c.col != "3*")
 
 
+def test_the_paper_presets_sized_models_are_the_papers_model_sizes():
+    from alignlab.platform.config import MODEL_SIZES
+    from alignlab.platform.study.presets import sized_model
+
+    for h in (256, 512, 768):
+        for n in (1, 2, 3):
+            assert sized_model("paper", h, n) == MODEL_SIZES[f"{h}x{n}"]
+
+
+def test_the_smoke_data_budget_study_runs_the_presets_own_budgets_for_every_task():
+    from alignlab.platform.presets import Preset
+
+    study = load_script("data_budget").build("smoke")
+    (ns, ref) = Preset.named("smoke").data_budgets
+    assert {c.finetune.budget for c in study.calcs} == set(ns) and {c.finetune.task for c in study.calcs} == {"ct", "ad"}
+    assert set(study.baseline_cells) == {(f"CT {ref}", "32-×2*"), (f"AD {ref}", "32-×2*")}
+    assert study.notes.startswith("Smoke budgets")
+
+
 def test_model_size_at_mini_shares_its_largest_model_with_the_objective_ablation():
     sizes = {m.key: m.pretrain for m in load_script("model_size").build("mini").models}
     ablation = {m.key: m.pretrain for m in load_script("objective_ablation").build("mini").models}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from alignlab.platform.config import MODEL_SIZES, ModelConfig, PretrainConfig
+from alignlab.platform.config import ModelConfig, PretrainConfig
 from alignlab.platform.presets import Preset
 
 # The objective and task registries (torch) are imported inside the functions that read them: a study script
@@ -15,10 +15,8 @@ from alignlab.platform.presets import Preset
 
 
 def sized_model(preset: str, hidden: int, num_layers: int) -> ModelConfig:
-    """The model of a given width and depth at a preset: the preset's shape (head size, FFN, length), resized."""
-    if preset == "paper":
-        return MODEL_SIZES[f"{hidden}x{num_layers}"]
-
+    """The model of a given width and depth at a preset: the preset's shape (head size, FFN, length), resized. At
+    the paper preset these are the paper's sizes (`config.MODEL_SIZES`, tested)."""
     base = Preset.named(preset).pretrain.model  # its recipe too (norm, dropout), not only its shape
     return dataclasses.replace(base, hidden=hidden, num_layers=num_layers, head_dim=min(base.head_dim, hidden))
 
