@@ -36,6 +36,12 @@ def smoke_corpus(ray_session, storage_root):
 
 def pytest_configure(config):
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    # Ray Train's controller polls its workers every 2 s by default, so every run ended about 5 s after its last
+    # step (the poll that sees the workers done, then the group's shutdown), a third of a smoke pretraining.
+    # Polling every half second changes no result, only how soon a finished run is noticed; set before Ray starts,
+    # it reaches every Ray process of the session and every driver a test starts (they inherit this environment).
+    # A user's runs keep Ray's default: their steps take minutes, not seconds.
+    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
 
 
 def pytest_collection_modifyitems(config, items):
