@@ -1,8 +1,8 @@
 """Clusters and jobs, for real on this machine: a study submitted with `ray job submit --working-dir .` to a
-head started with `ray start --head`, a study on an autoscaling cluster (Ray's fake multi-node provider)
-whose trials make the autoscaler add worker nodes, run more at once than the head could hold, and whose
-idle nodes are removed afterwards, a study whose storage root is an S3 bucket (a local moto server), and
-both at once with pretraining's two Train workers on two nodes (issue #18).
+head started with `ray start --head`, its storage root an S3 bucket (a local moto server); a study on an
+autoscaling cluster (Ray's fake multi-node provider) whose trials make the autoscaler add worker nodes, run more
+at once than the head could hold, and whose idle nodes are removed afterwards; and both at once with
+pretraining's two Train workers on two nodes (issue #18).
 
 Each cluster lives in its own temp dir and is stopped by killing only its own processes
 (`tests/local_cluster.py`), so the test session's Ray instance is never touched.
@@ -42,39 +42,30 @@ def _report_ok(sdir: Path, *, tensorboard: bool = True) -> pd.DataFrame:
     return results
 
 
-@pytest.mark.ray
-@pytest.mark.cluster
-def test_a_smoke_study_submitted_as_a_ray_job_runs_on_the_cluster_and_writes_its_report(tmp_path):
-    storage = tmp_path / "storage"  # given to the study as a file:// URI
-    with LocalCluster(num_cpus=2) as cluster:
-        # The working dir is zipped and unpacked on the cluster: only tracked, non-ignored files travel.
-        runtime_env = {"excludes": ["alignlab-storage/", "benchmarks/results/"]}
-        # The head's job agent can take minutes to come up on a busy machine (CI shares its 2 cores); Ray says to
-        # try again, so try for up to 5 minutes, not a fixed number of times.
-        deadline = time.monotonic() + 300
-        while True:
-            job = subprocess.run(
-                [RAY, "job", "submit", "--address", cluster.dashboard, "--working-dir", ".", "--submission-id",
-                 "alignlab-smoke-job", "--runtime-env-json", json.dumps(runtime_env), "--",
-                 *STUDY, "--storage", storage.as_uri()],
-                cwd=REPO, env=cluster.env, capture_output=True, text=True, timeout=900)
-            if "No available agent to submit job" not in job.stderr or time.monotonic() > deadline:
-                break
-            time.sleep(5)
-        log = job.stdout[-4000:] + job.stderr[-3000:]
-        assert job.returncode == 0, log
-        assert "Job 'alignlab-smoke-job' succeeded" in job.stdout + job.stderr, log
-        status = subprocess.run([RAY, "job", "status", "--address", cluster.dashboard, "alignlab-smoke-job"],
-                                env=cluster.env, capture_output=True, text=True, timeout=120)
-        assert "succeeded" in (status.stdout + status.stderr).lower()
-        logs = subprocess.run([RAY, "job", "logs", "--address", cluster.dashboard, "alignlab-smoke-job"],
-                              env=cluster.env, capture_output=True, text=True, timeout=120).stdout
-    sdir = storage / "studies" / "learning_rate-smoke"
-    assert f"Report: {sdir / 'report.md'}" in logs
-    # The driver and the workers imported the installed alignlab, and `platform` stayed the standard library's
-    # (a shadowing platform/ would have killed the job supervisor before the study started).
-    _report_ok(sdir)
-    assert len(list((storage / "models").glob("*/final/model.pt"))) == 1
+def _submit_job(cluster: LocalCluster, submission_id: str, *args: str) -> str:
+    """`ray job submit` of a smoke study to `cluster` with this checkout as its working dir; its status is checked
+    and its logs returned."""
+    # The working dir is zipped and unpacked on the cluster: only tracked, non-ignored files travel.
+    runtime_env = {"excludes": ["alignlab-storage/", "benchmarks/results/"]}
+    # The head's job agent can take minutes to come up on a busy machine (CI shares its 2 cores); Ray says to
+    # try again, so try for up to 5 minutes, not a fixed number of times.
+    deadline = time.monotonic() + 300
+    while True:
+        job = subprocess.run(
+            [RAY, "job", "submit", "--address", cluster.dashboard, "--working-dir", ".", "--submission-id",
+             submission_id, "--runtime-env-json", json.dumps(runtime_env), "--", *STUDY, *args],
+            cwd=REPO, env=cluster.env, capture_output=True, text=True, timeout=900)
+        if "No available agent to submit job" not in job.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(5)
+    log = job.stdout[-4000:] + job.stderr[-3000:]
+    assert job.returncode == 0, log
+    assert f"Job '{submission_id}' succeeded" in job.stdout + job.stderr, log
+    status = subprocess.run([RAY, "job", "status", "--address", cluster.dashboard, submission_id],
+                            env=cluster.env, capture_output=True, text=True, timeout=120)
+    assert "succeeded" in (status.stdout + status.stderr).lower()
+    return subprocess.run([RAY, "job", "logs", "--address", cluster.dashboard, submission_id],
+                          env=cluster.env, capture_output=True, text=True, timeout=120).stdout
 
 
 def _most_at_once(results: pd.DataFrame) -> int:
@@ -138,22 +129,28 @@ def test_gpu_trials_make_the_autoscaler_add_gpu_nodes_run_side_by_side_there_and
 
 @pytest.mark.ray
 @pytest.mark.cluster
-def test_a_smoke_study_with_an_s3_storage_root_keeps_every_artifact_in_the_bucket(tmp_path):
+def test_a_smoke_study_submitted_as_a_ray_job_with_an_s3_root_keeps_every_artifact_in_the_bucket(tmp_path):
+    """What a cluster user does (docs/cluster.md): `ray job submit` of a study to a head started with `ray start
+    --head`, its storage root a bucket (a local moto server) whose credentials the cluster's nodes have."""
     import boto3
 
     proc, endpoint = _moto_server()
     try:
-        env = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-               "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint,
-               "ALIGNLAB_CACHE": str(tmp_path / "cache")}
+        s3_env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
+                  "AWS_ENDPOINT_URL": endpoint}
+        env = {**os.environ, **s3_env, "ALIGNLAB_CACHE": str(tmp_path / "cache")}
+        env.pop("RAY_ADDRESS", None)
         s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test", aws_secret_access_key="test",
                           region_name="us-east-1")
         s3.create_bucket(Bucket="alignlab-test")
         root = "s3://alignlab-test/runs"
-        run = subprocess.run([sys.executable, *STUDY[1:], "--storage", root], cwd=REPO, env=env,
-                             capture_output=True, text=True, timeout=1200)
-        assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
-        assert f"Stored at: {root}/studies/learning_rate-smoke/report.md" in run.stdout
+        with LocalCluster(num_cpus=2, env={**s3_env, "ALIGNLAB_CACHE": str(tmp_path / "cache")}) as cluster:
+            logs = _submit_job(cluster, "alignlab-smoke-job", "--storage", root)
+        # The driver and the workers imported the installed alignlab, and `platform` stayed the standard library's
+        # (a shadowing platform/ would have killed the job supervisor before the study started).
+        assert f"Stored at: {root}/studies/learning_rate-smoke/report.md" in logs, logs[-3000:]
+        (sdir,) = (tmp_path / "cache").glob("s3-*/studies/learning_rate-smoke")
+        _report_ok(sdir, tensorboard=False)  # the TensorBoard runs are at the root (below)
         keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket="alignlab-test")
                 for o in page.get("Contents", []) if not o["Key"].endswith("/")]  # not folder markers
 
@@ -204,7 +201,7 @@ def test_a_smoke_study_with_an_s3_storage_root_keeps_every_artifact_in_the_bucke
 
 # -m slow: the slowest test of the suite (~150 s). Its parts run in the default suite: the autoscaler adding and
 # removing nodes (test_gpu_trials_make_the_autoscaler_...), a study whose root is an S3 bucket
-# (test_a_smoke_study_with_an_s3_storage_root_...), two data-parallel Train workers (test_data_parallel.py).
+# (test_a_smoke_study_submitted_as_a_ray_job_with_an_s3_root_...), two data-parallel Train workers (test_data_parallel.py).
 @pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.cluster
