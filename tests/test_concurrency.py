@@ -125,6 +125,9 @@ def test_two_concurrent_pretrainings_of_one_model_id_train_it_once_and_both_retu
     assert mid in out2
 
 
+# -m slow (~18 s): its parts run in the default suite, faster -- two processes with caches of their own build one
+# artifact at one S3 root once (test_remote_lock.py), and two concurrent corpus builds build it once (above).
+@pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.cluster
 def test_two_machines_sharing_only_an_s3_root_build_one_corpus_once(tmp_path):
