@@ -109,9 +109,12 @@ def test_two_concurrent_builds_of_one_corpus_build_it_once_and_both_use_it(tmp_p
 
 
 @pytest.mark.ray
-def test_two_concurrent_pretrainings_of_one_model_id_train_it_once_and_both_return_it(tmp_path):
+def test_two_concurrent_pretrainings_of_one_model_id_train_it_once_and_both_return_it(smoke_corpus, tmp_path):
     root = tmp_path / "st"
-    cmd = ALIGNLAB + ["pretrain", "--preset", "smoke", "--storage", str(root), "--max-steps", "6"]
+    # The session's smoke corpus, given as a folder: the two runs meet at the model's lock, not the corpus's
+    # (two concurrent corpus builds are the test above).
+    cmd = ALIGNLAB + ["pretrain", "--preset", "smoke", "--storage", str(root), "--max-steps", "6",
+                      "--corpus", str(smoke_corpus)]
     first = _start(cmd, tmp_path)
     lock = _wait_for_holder(root, "model", first)
     second = _start(cmd, tmp_path)
