@@ -80,16 +80,15 @@ class LocalCluster:
     def start(self, attempts: int = 3) -> "LocalCluster":
         # A chosen port can still be taken by another process before `ray start` binds it; that start fails
         # before anything runs, so it is retried on new ports.
-        for attempt in range(attempts):
+        for _ in range(attempts - 1):
             try:
                 return self._start()
             except PortTaken:
-                if attempt == attempts - 1:
-                    raise
                 self._choose_ports()
-        return self
+        return self._start()
 
     def _start(self) -> "LocalCluster":
+        self.temp_dir.mkdir(parents=True, exist_ok=True)  # a failed start's `stop` removed it
         cmd = [RAY, "start", "--head", f"--port={self.port}", f"--dashboard-port={self.dashboard_port}",
                "--dashboard-host=127.0.0.1", "--include-dashboard=true", "--node-ip-address=127.0.0.1",
                f"--num-cpus={self.num_cpus}", f"--temp-dir={self.temp_dir}", "--disable-usage-stats"]
@@ -105,7 +104,6 @@ class LocalCluster:
         out = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=180)
         if out.returncode != 0:
             self.stop()
-            self.temp_dir.mkdir(parents=True, exist_ok=True)
             text = out.stdout + out.stderr
             if "is trying to use a port number" in text or "Address already in use" in text:
                 raise PortTaken(text[-3000:])

@@ -138,20 +138,19 @@ def context_free_baselines(task: Task, train: list, test: list, *, data: TaskDat
     "unit_correct_baseline_<name>", in the order of `test`'s units: the model's own `unit_keys`), so the report
     compares the model with them unit by unit. A task that scores its baselines only as accuracies
     (`Task.baseline_scores` alone) gets no per-unit columns."""
-    t = task
     # What a task's baselines read from its task folder besides the examples (`Task.baseline_context`), unless given.
-    context = {**(t.baseline_context(data) if data is not None else {}), **context}
+    context = {**(task.baseline_context(data) if data is not None else {}), **context}
     try:
-        hits = t.baseline_hits(train, test, **context)
+        hits = task.baseline_hits(train, test, **context)
     except NotImplementedError:
         hits = None
     scores = ({k: sum(sum(h) for h in v) / sum(len(h) for h in v) for k, v in hits.items()} if hits is not None
-              else t.baseline_scores(train, test, **context))
+              else task.baseline_scores(train, test, **context))
     out = {f"baseline_{k}": v for k, v in scores.items()}
     best = max(out, key=lambda k: out[k])
     out = {**out, "baseline_best": out[best], "baseline_best_name": best[len("baseline_"):]}
     for k, v in (hits or {}).items():
-        per_unit = units_of_hits(t, test, v)
+        per_unit = units_of_hits(task, test, v)
         out[f"unit_count_baseline_{k}"], out[f"unit_correct_baseline_{k}"] = per_unit["unit_count"], per_unit["unit_correct"]
     return out
 
@@ -188,14 +187,13 @@ def extra_test_scores(model, tok, cfg: FinetuneConfig, tests: dict[str, list], b
     the context-free baselines trained on the same budget and scored on that set:
     {"eval_<name>_accuracy", "eval_<name>_perplexity", "eval_<name>_baseline_<b>", ...}, and the per-test-unit
     scores the report's decision counts ("eval_<name>_unit_correct", ...: `task_scoring.scores_per_test_unit`)."""
-    t = task
     out: dict = {}
     for name, examples in tests.items():
-        m = evaluate_examples(model, t, examples, tok, options=cfg.task_options, per_unit=True)
+        m = evaluate_examples(model, task, examples, tok, options=cfg.task_options, per_unit=True)
         out[f"eval_{name}_accuracy"], out[f"eval_{name}_perplexity"] = m["accuracy"], m["perplexity"]
         out.update({f"eval_{name}_{k}": m[k] for k in UNIT_SCORES})
         out.update({f"eval_{name}_{k}": v for k, v in m.items() if k not in UNIT_COUNTS + UNIT_SCORES})
         out[f"eval_{name}_num_test"] = len(examples)
-        for k, v in context_free_baselines(t, budget, examples, data=data).items():
+        for k, v in context_free_baselines(task, budget, examples, data=data).items():
             out[f"eval_{name}_{k}"] = v
     return out
