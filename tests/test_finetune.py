@@ -243,6 +243,11 @@ def test_mt_scheme_trains_both_task_heads_while_single_task_leaves_the_other_hea
     assert _same(single.heads["ad"].state_dict(), init.heads["ad"].state_dict())
 
 
+def test_a_task_object_other_than_the_one_the_config_names_is_refused(pre):
+    with pytest.raises(ValueError, match="the task object is 'ad', the config names 'ct'"):
+        finetune_calculation(pre, _cfg("ct"), CT_TRAIN, CT_TEST, val=CT_VAL, task=AD)
+
+
 def test_mt_scheme_without_the_other_tasks_examples_is_a_value_error(pre):
     with pytest.raises(ValueError, match="other_task_train"):
         finetune_calculation(pre, _cfg("ct", scheme="mt:pred+trm"), CT_TRAIN, CT_TEST, val=CT_VAL)
