@@ -12,6 +12,7 @@ import pytest
 from alignlab.platform.study.spec import reference_budget, with_budget
 from alignlab.platform.study.tasks import parse_task_spec, with_tasks
 from alignlab.platform.tasks.task_kinds import declare_task, undeclare
+from in_process import run_in_process
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "software_ner"
@@ -45,12 +46,12 @@ def test_budget_moves_every_calculation_at_the_reference_budget_and_names_anothe
     assert varied.name != _study("data_budget").name
 
 
-def test_every_study_script_takes_budget_and_data_budget_takes_budgets():
+def test_every_study_script_takes_budget_and_data_budget_takes_budgets(capfd, monkeypatch, tmp_path):
     for script in ("objective_ablation", "model_size", "data_budget", "backprop", "learning_rate", "finetune_search"):
-        run = subprocess.run([sys.executable, str(REPO / "studies" / f"{script}.py"), "--help"], capture_output=True,
-                             text=True, timeout=120)
-        assert run.returncode == 0 and "--budget N" in run.stdout and "--with-untrained" in run.stdout, script
-        assert ("--budgets" in run.stdout) == (script == "data_budget"), script
+        code, out = run_in_process([sys.executable, str(REPO / "studies" / f"{script}.py"), "--help"], tmp_path, capfd,
+                                   monkeypatch)
+        assert code == 0 and "--budget N" in out and "--with-untrained" in out, script
+        assert ("--budgets" in out) == (script == "data_budget"), script
 
 
 def test_a_declared_budget_moves_only_that_tasks_rows(small_pool):

@@ -1,6 +1,8 @@
 """Bad input through the real command line and the real study scripts: each case exits non-zero within a
 time limit, prints one line naming the flag or file and the problem, shows no traceback, and registers
-nothing under the storage root. (The first slice of issue #17; see docs/guarantees.md.)"""
+nothing under the storage root. (The first slice of issue #17; see docs/guarantees.md.) Most cases run the
+command's `__main__` in this process (tests/in_process.py), which also fails a case that goes on to start Ray;
+those in `REAL_PROCESS` and the debug and tokenizer tests run it as a process of its own."""
 from __future__ import annotations
 
 import os
@@ -9,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from in_process import run_in_process
 
 REPO = Path(__file__).resolve().parents[1]
 ALIGNLAB = [sys.executable, "-m", "alignlab.platform.cli"]
@@ -80,6 +83,11 @@ STUDY_CASES = [
 ]
 
 
+# Run as processes of their own, as a user's shell runs them; every other case runs in this process
+# (tests/in_process.py: the same `__main__` code, without importing torch again for each one-line refusal).
+REAL_PROCESS = {"report-not-a-study", "eval-file-missing"}
+
+
 def _fill(argv: list[str], files: dict[str, Path], tmp_path: Path) -> list[str]:
     return [a.format(tmp=tmp_path, **files) for a in argv]
 
@@ -94,17 +102,25 @@ def _check(code: int, out: str, words: list[str], tmp_path: Path) -> None:
     assert not list((tmp_path / "st").glob("*/*/manifest.json")) and not list((tmp_path / "st").glob("models/*/final"))
 
 
+def _run_case(case: str, cmd: list[str], tmp_path: Path, capfd, monkeypatch) -> tuple[int, str]:
+    if case in REAL_PROCESS:
+        return _run(cmd, tmp_path)
+    return run_in_process(cmd, tmp_path, capfd, monkeypatch)
+
+
 @pytest.mark.parametrize("case, argv, words", CLI_CASES, ids=[c[0] for c in CLI_CASES])
-def test_the_cli_refuses_bad_input_in_one_line_without_a_traceback(tmp_path, case, argv, words):
+def test_the_cli_refuses_bad_input_in_one_line_without_a_traceback(tmp_path, case, argv, words, capfd, monkeypatch):
     files = _bad_files(tmp_path)
-    code, out = _run(ALIGNLAB + _fill(argv, files, tmp_path), tmp_path)
+    code, out = _run_case(case, ALIGNLAB + _fill(argv, files, tmp_path), tmp_path, capfd, monkeypatch)
     _check(code, out, words, tmp_path)
 
 
 @pytest.mark.parametrize("case, argv, words", STUDY_CASES, ids=[c[0] for c in STUDY_CASES])
-def test_a_study_script_refuses_bad_flags_in_one_line_without_a_traceback(tmp_path, case, argv, words):
+def test_a_study_script_refuses_bad_flags_in_one_line_without_a_traceback(tmp_path, case, argv, words, capfd,
+                                                                           monkeypatch):
     files = _bad_files(tmp_path)
-    code, out = _run(STUDY + ["--storage", str(tmp_path / "st")] + _fill(argv, files, tmp_path), tmp_path)
+    cmd = STUDY + ["--storage", str(tmp_path / "st")] + _fill(argv, files, tmp_path)
+    code, out = _run_case(case, cmd, tmp_path, capfd, monkeypatch)
     _check(code, out, words, tmp_path)
     assert not (tmp_path / "st").exists(), "a refused flag must not start any work"
 

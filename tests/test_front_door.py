@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import re
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from alignlab.platform import cli
+from in_process import run_in_process
 
 REPO = Path(__file__).resolve().parents[1]
 STUDIES = REPO / "studies"
@@ -106,15 +106,14 @@ def options(help_text: str) -> tuple[set[str], str]:
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
-def test_the_flags_of_the_front_door_are_those_of_the_script(name, capsys, monkeypatch):
+def test_the_flags_of_the_front_door_are_those_of_the_script(name, capfd, monkeypatch, tmp_path):
     monkeypatch.setenv("COLUMNS", "100")
-    script = subprocess.run([sys.executable, str(STUDIES / f"{name}.py"), "--help"], capture_output=True, text=True,
-                            timeout=300, env={**os.environ, "COLUMNS": "100"})
-    assert script.returncode == 0, script.stderr
+    code, script = run_in_process([sys.executable, str(STUDIES / f"{name}.py"), "--help"], tmp_path, capfd, monkeypatch)
+    assert code == 0, script
     assert cli.main(["study", name, "--help"]) == 0
-    door = capsys.readouterr().out
+    door = capfd.readouterr().out
     assert door.startswith(f"usage: alignlab study {name} ")
-    assert options(door) == options(script.stdout)
+    assert options(door) == options(script)
     assert "--preset" in options(door)[0] and "--storage" in options(door)[0]
 
 
