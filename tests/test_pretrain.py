@@ -122,25 +122,28 @@ def test_pretraining_writes_a_registered_model_with_eval_metrics_and_tensorboard
     assert (uninterrupted / "final" / "model.pt").stat().st_mtime_ns == before
 
 
+# One short run shows three things, each of which needs a pretraining that really runs (the three took 13 s each).
 @pytest.mark.ray
-def test_a_ctrl_c_after_pretraining_under_ray_train_stops_the_driver_with_keyboard_interrupt(
-        smoke_corpus, tmp_path, interactive_sigint):
-    from alignlab.platform.pretrain.driver import pretrain
+def test_a_run_given_a_relative_corpus_folder_prints_and_records_its_precision_and_a_ctrl_c_after_it_stops_the_driver(
+        smoke_corpus, tmp_path, capsys, monkeypatch, interactive_sigint):
+    """The corpus folder may be named relative to the working directory (the Train workers start in folders of
+    their own); the precision `auto` resolved to is printed and recorded everywhere; and a Ctrl-C after `pretrain`
+    returns stops the driver with KeyboardInterrupt, not swallowed by a handler Ray Train left behind."""
+    import os
 
-    pretrain(smoke_corpus, dataclasses.replace(SMOKE, max_steps=2, checkpoint_every=2), tmp_path)
-    assert_ctrl_c_raises_keyboard_interrupt()
-
-
-@pytest.mark.ray
-def test_pretraining_prints_and_records_the_precision_it_trains_at(smoke_corpus, tmp_path, capsys):
     from alignlab.platform.corpus.corpus import load_manifest
     from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.pretrain.models import list_models, model_id
     from alignlab.platform.pretrain.pretrain import with_resolved_precision
 
+    monkeypatch.chdir(smoke_corpus.parent)
+    relative = os.path.relpath(smoke_corpus)
+    assert not os.path.isabs(relative)
     cfg = dataclasses.replace(SMOKE, precision="auto", max_steps=2, checkpoint_every=2)
     used = with_resolved_precision(cfg).precision  # bf16 on a CPU where it trains faster, fp32 elsewhere
-    mdir = pretrain(smoke_corpus, cfg, tmp_path)
+    mdir = pretrain(relative, cfg, tmp_path)
+    assert (mdir / "final" / "model.pt").is_file()
+    assert_ctrl_c_raises_keyboard_interrupt()
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith(f"[pretrain {mdir.name}] precision {used} (auto: bf16 ")
     info = json.loads((mdir / "config.json").read_text())
@@ -255,15 +258,3 @@ def test_whp_on_a_web_only_corpus_is_refused_before_training(ray_session, tmp_pa
     assert not list((tmp_path / "root").glob("models/*"))
 
 
-@pytest.mark.ray
-def test_pretraining_takes_a_corpus_folder_named_relative_to_the_working_directory(smoke_corpus, tmp_path,
-                                                                                   monkeypatch):
-    import os
-
-    from alignlab.platform.pretrain.driver import pretrain
-
-    monkeypatch.chdir(smoke_corpus.parent)
-    relative = os.path.relpath(smoke_corpus)
-    assert not os.path.isabs(relative)
-    mdir = pretrain(relative, dataclasses.replace(SMOKE, max_steps=2, checkpoint_every=2), tmp_path)
-    assert (mdir / "final" / "model.pt").is_file()
