@@ -94,8 +94,19 @@ def test_gpu_trials_make_the_autoscaler_add_gpu_nodes_run_side_by_side_there_and
     first version) never lets the GPU nodes the autoscaler adds hold two trials each."""
     storage = tmp_path / "storage"
     sdir = storage / "studies" / "learning_rate-smoke"
-    # The head runs the driver, the corpus and the pretraining. FEL trials need a GPU, which only the (fake) GPU
-    # worker type offers: each such node holds two trials.
+    # The task data, the corpus and the model first, by the same study on a local Ray of its own (its trials on CPUs):
+    # on the autoscaling cluster, Ray Data's requests for CPUs while the corpus is read may be answered with GPU
+    # nodes, which would then be there before the trials ask. There the study finds them, and only its trials ask.
+    local_env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    run = subprocess.run([sys.executable, *STUDY[1:], "--storage", str(storage)], cwd=REPO, env=local_env,
+                         capture_output=True, text=True, timeout=1200)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
+    shutil.rmtree(sdir)
+    made = [*storage.glob("models/*/final/model.pt"), *storage.glob("corpus/*/manifest.json")]
+    built = {p: p.stat().st_mtime_ns for p in made}
+    assert len(built) == 2, built
+    # The head runs the driver. FEL trials need a GPU, which only the (fake) GPU worker type offers: each such node
+    # holds two trials.
     cluster = _autoscaling_cluster(
         {"CPU": 2}, {"gpu_worker": {"resources": {"CPU": 1, "GPU": 1}, "node_config": {}, "min_workers": 0,
                                     "max_workers": 2}})
@@ -108,20 +119,12 @@ def test_gpu_trials_make_the_autoscaler_add_gpu_nodes_run_side_by_side_there_and
                  "--cpus-per-trial", "0.5"]
         run = subprocess.run(study, cwd=REPO, env=cluster.driver_env(), capture_output=True, text=True, timeout=1200)
         assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
+        assert {p: p.stat().st_mtime_ns for p in built} == built, "the cluster's run built the corpus or model again"
         results = _report_ok(sdir)
-        assert head not in set(results["node"]), "a trial ran on the head, which has no GPU"
         # Idle worker nodes go away after idle_timeout_minutes (15 s) plus the autoscaler's update interval.
         remaining = wait_for(lambda: [n for n in cluster.alive_nodes() if n["id"] != head] == [] and "gone",
                              timeout=240, every=5)
         assert remaining == "gone", f"idle worker nodes were not removed: {cluster.alive_nodes()}"
-
-        # While the first run read the corpus, Ray Data asked the autoscaler for CPUs, which it may answer with GPU
-        # nodes. Run the study's trials again from the head alone: the corpus and the model are found, nothing
-        # but the trials asks for nodes.
-        shutil.rmtree(sdir)
-        run = subprocess.run(study, cwd=REPO, env=cluster.driver_env(), capture_output=True, text=True, timeout=1200)
-        assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
-        results = _report_ok(sdir)
     assert head not in set(results["node"]), "a trial ran on the head, which has no GPU"
     assert _most_at_once(results) >= 2, results[["node", "started_at", "finished_at"]].sort_values("started_at")
     assert set(results["device"]) == {"cpu"}  # the fake GPUs are not CUDA devices: the trials fell back
