@@ -13,9 +13,9 @@ from alignlab.studies import null_control
 
 
 @pytest.mark.ray
-def test_an_a_a_study_of_one_model_and_other_seeds_has_nothing_bold(ray_session, tmp_path):
+def test_an_a_a_study_of_one_model_and_other_seeds_has_nothing_bold(ray_session, storage_root):
     study = null_control.build("smoke")
-    report = run_study(study, tmp_path / "storage", progress=False)
+    report = run_study(study, storage_root, progress=False)  # the session's root: its corpus, maybe its model
     df = pd.read_parquet(report.parent / "results.parquet")
     assert len(df) == 40 and set(df["col"]) == {"A", "A'"} and df["model_id"].nunique() == 1
     text = report.read_text()
