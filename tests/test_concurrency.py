@@ -108,6 +108,10 @@ def test_two_concurrent_builds_of_one_corpus_build_it_once_and_both_use_it(tmp_p
     assert cid in out1 and cid in out2
 
 
+# -m slow (~29 s): a model and a corpus are built once through the same `locks.build_once`; the default suite runs
+# two concurrent corpus builds (above), the lock's waiting and take-over (below) and two processes building one
+# artifact at an S3 root (test_remote_lock.py).
+@pytest.mark.slow
 @pytest.mark.ray
 def test_two_concurrent_pretrainings_of_one_model_id_train_it_once_and_both_return_it(smoke_corpus, tmp_path):
     root = tmp_path / "st"

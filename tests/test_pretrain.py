@@ -158,6 +158,10 @@ def test_a_run_given_a_relative_corpus_folder_prints_and_records_its_precision_a
     assert pretrain(smoke_corpus, explicit, tmp_path) == mdir
 
 
+# -m slow (~28 s): the default suite kills a Train worker mid-run and checks the resumed run's steps and final weights
+# against an uninterrupted run twice, faster and harder: one worker resuming from a checkpoint taken by the minute
+# (test_checkpoints.py), and one of two data-parallel ranks with dropout on (test_data_parallel.py).
+@pytest.mark.slow
 @pytest.mark.ray
 def test_a_killed_worker_resumes_from_the_last_checkpoint_with_no_step_repeated_or_skipped(
         uninterrupted, smoke_corpus, tmp_path):

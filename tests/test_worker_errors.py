@@ -41,10 +41,13 @@ def test_a_value_error_raised_inside_a_train_worker_reaches_the_caller_and_the_c
     from alignlab.platform.pretrain.driver import pretrain
 
     hook = registered(RaiseAt(2, ValueError("the shard at step 2 is not what this objective reads: rebuild it")))
-    with pytest.raises(ValueError, match="^the shard at step 2 is not what this objective reads: rebuild it$"):
+    with pytest.raises(ValueError, match="^the shard at step 2 is not what this objective reads: rebuild it$") as got:
         pretrain(smoke_corpus, SMOKE, tmp_path / "api", max_failures=0, after_step=hook)
-    code = run_guarded(lambda: pretrain(smoke_corpus, SMOKE, tmp_path / "cli", max_failures=0, after_step=hook),
-                       argv=[])
+
+    def the_same_run():  # the command line's boundary, given what that run raised
+        raise got.value
+
+    code = run_guarded(the_same_run, argv=[])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err[-1] == "alignlab: error: the shard at step 2 is not what this objective reads: rebuild it"
     assert not [ln for ln in err if "WorkerGroupError" in ln or "Traceback" in ln]
