@@ -166,24 +166,18 @@ def test_the_laptop_budget_benchmark_reports_an_mlm_free_rtd_model_beside_its_al
     assert f"{fig['rtd']:.1f} ({fig['rtd_all_original']:.1f})" in rtd_row
 
 
+# RTD alone, and an untied generator, train without Ray above; under Ray Train one run of all five shows its
+# generator's edit of the inputs inside the model's forward (where DDP sees it) and its eval metrics.
 @pytest.mark.ray
-def test_smoke_pretraining_with_rtd_alone_and_with_all_five_objectives(smoke_corpus, tmp_path, capsys):
-    import time
-
+def test_smoke_pretraining_with_all_five_objectives_from_the_command_line(smoke_corpus, tmp_path, capsys):
     from alignlab.platform.cli import main
-    from alignlab.platform.pretrain.driver import pretrain
 
-    t0 = time.time()
-    assert main(["pretrain", "--preset", "smoke", "--objectives", "rtd", "--corpus", str(smoke_corpus),
+    assert main(["pretrain", "--preset", "smoke", "--objectives", ALL, "--corpus", str(smoke_corpus),
                  "--storage", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     mid = next(ln.split()[1] for ln in out.splitlines() if ln.startswith("Model:"))
+    assert mid.split("-")[1] == "mlm+nsp+whp+pad+rtd"
     ev = json.loads((tmp_path / "models" / mid / "final" / "eval.json").read_text())
-    assert 0 <= ev["eval/rtd/accuracy"] <= 1 and ev["eval/rtd/count"] > 0
-    t1 = time.time()
-    mdir = pretrain(smoke_corpus, dataclasses.replace(Preset.named("smoke").pretrain, objectives=ALL), tmp_path)
-    ev = json.loads((mdir / "final" / "eval.json").read_text())
     for name in ALL.split(","):
         assert 0 <= ev[f"eval/{name}/accuracy"] <= 1, name
-    assert mdir.name.split("-")[1] == "mlm+nsp+whp+pad+rtd"
-    print(f"\nsmoke pretraining wall: rtd {t1 - t0:.0f}s, {ALL} {time.time() - t1:.0f}s")
+    assert ev["eval/rtd/count"] > 0
