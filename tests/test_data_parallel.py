@@ -39,14 +39,14 @@ def _records(out: Path, rank: int) -> dict[int, dict]:
 
 @pytest.fixture(scope="module")
 def runs(ray_session, smoke_corpus, tmp_path_factory):
-    """One uninterrupted 2-worker run and one 1-worker run of the same global batch, both probed."""
+    """One uninterrupted 2-worker run, probed. (A one-worker run trains the whole global batch each step:
+    test_gpu_pretraining.py counts its samples.)"""
     from alignlab.platform.pretrain.driver import pretrain
 
     root = tmp_path_factory.mktemp("dp-root")
-    out2, out1 = tmp_path_factory.mktemp("probe2"), tmp_path_factory.mktemp("probe1")
+    out2 = tmp_path_factory.mktemp("probe2")
     two = pretrain(smoke_corpus, TWO, root, after_step=registered(Probe(str(out2), save_at=(1,))))
-    one = pretrain(smoke_corpus, CFG, root, after_step=registered(Probe(str(out1), save_at=(1,))))
-    return {"root": root, "two": two, "one": one, "out2": out2, "out1": out1}
+    return {"root": root, "two": two, "out2": out2}
 
 
 def test_the_global_batch_must_divide_among_the_workers():
@@ -91,8 +91,6 @@ def test_each_rank_trains_only_on_its_own_rows_in_every_step(runs):
         seen0 |= set(a)
         seen1 |= set(b)
     assert not seen0 & seen1, f"rows read by both ranks: {sorted(seen0 & seen1)[:5]}"
-    one = _records(runs["out1"], 0)
-    assert all(len(one[s]["rows"]) == CFG.batch_size for s in one)
 
 
 @pytest.mark.ray

@@ -68,7 +68,9 @@ def test_the_search_runs_at_smoke_on_ray_and_reports_a_pareto_front(ray_session,
 
     from alignlab.platform.study.objective_search import run_objective_search
 
-    spec = load_script("objective_mix").build("smoke")
+    # Two trials (`--num-samples 2`; the preset's smoke search has 3): the default mixture and one the sampler drew,
+    # each a pretraining under Ray Train, are enough for a front, the journal and a rerun that trains nothing.
+    spec = dataclasses.replace(load_script("objective_mix").build("smoke"), num_samples=2)
     t0 = time.time()
     report = run_objective_search(spec, storage_root, progress=False)
     wall = time.time() - t0
