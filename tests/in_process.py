@@ -1,7 +1,7 @@
 """`python -m alignlab.platform.cli ARGS` or `python studies/NAME.py ARGS`, run inside the test process.
 
 The refusal tests run dozens of commands that stop at a flag or at the first line of a file. As processes of their
-own each spent about 1.7 s importing torch to print one line. `runpy` runs the module or the script as `__main__`,
+own each spent most of its time importing torch to print one line. `runpy` runs the module or the script as `__main__`,
 as the interpreter's `-m` and script modes do: the same `if __name__ == "__main__"` line and the same argv. The
 result is read as a process's would be: the exit status from SystemExit, and an uncaught exception printed as a
 traceback with status 1.

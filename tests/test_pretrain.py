@@ -122,7 +122,7 @@ def test_pretraining_writes_a_registered_model_with_eval_metrics_and_tensorboard
     assert (uninterrupted / "final" / "model.pt").stat().st_mtime_ns == before
 
 
-# One short run shows three things, each of which needs a pretraining that really runs (the three took 13 s each).
+# One short run shows three things, each of which needs a pretraining that really runs.
 @pytest.mark.ray
 def test_a_run_given_a_relative_corpus_folder_prints_and_records_its_precision_and_a_ctrl_c_after_it_stops_the_driver(
         smoke_corpus, tmp_path, capsys, monkeypatch, interactive_sigint):
@@ -159,8 +159,9 @@ def test_a_run_given_a_relative_corpus_folder_prints_and_records_its_precision_a
 
 
 # -m slow (~28 s): the default suite kills a Train worker mid-run and checks the resumed run's steps and final weights
-# against an uninterrupted run twice, faster and harder: one worker resuming from a checkpoint taken by the minute
-# (test_checkpoints.py), and one of two data-parallel ranks with dropout on (test_data_parallel.py).
+# against an uninterrupted run twice, in harder settings: one worker resuming from a checkpoint taken by the minute
+# and uploaded in the background (test_checkpoints.py), and one of two data-parallel ranks with dropout on
+# (test_data_parallel.py).
 @pytest.mark.slow
 @pytest.mark.ray
 def test_a_killed_worker_resumes_from_the_last_checkpoint_with_no_step_repeated_or_skipped(
