@@ -125,12 +125,8 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
                                       "global_batch_size": cfg.batch_size, "pretrain": to_dict(cfg)})
     st.push_file(st.model(mid, "config.json"))
 
-    # Shards are read where they are -- the local corpus folder, or the remote root (never copied to a node) --
-    # in the manifest's order, so the row stream is the same on every run.
-    base = st.ray_path(st.corpus(cid, "shards")) if st.remote else str(cdir / "shards")
-
     def shard_paths(split: str) -> list[str]:
-        return [f"{base}/{name}" for name in shard_names(cdir, manifest, split)]
+        return split_paths(st, cdir, cid, shard_names(cdir, manifest, split))
 
     fs = st.ray_filesystem()
     if cfg.corpus_embeddings and not (mdir / WORD_EMBEDDINGS).is_file():  # made once: a resumed run reuses it
@@ -149,15 +145,14 @@ def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfi
             rows_of_sources, fn_args=(cfg.domain_sources, True), batch_format="pyarrow", num_cpus=0.25)
         datasets["train"] = datasets["train"].map_batches(
             rows_of_sources, fn_args=(cfg.domain_sources, False), batch_format="pyarrow", num_cpus=0.25)
-    if shard_paths("eval"):
-        datasets["eval"] = read_shards(shard_paths("eval"), fs)
     resources = worker_resources(cfg)
     trainer = TorchTrainer(
         worker_fn(st.uri),
         # The objective configs travel as objects too: a plugin objective's class reaches the workers by pickling,
         # where its name alone would be unknown (registry docstring).
         train_loop_config={"cfg": to_dict(cfg), "objectives": cfg.objectives, "storage": st.shown, "corpus_id": cid,
-                           "corpus_dir": str(cdir), "model_id": mid, "after_step": after_step},
+                           "corpus_dir": str(cdir), "model_id": mid, "after_step": after_step,
+                           "eval_shards": shard_names(cdir, manifest, "eval")},
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu, resources_per_worker=resources),
         run_config=RunConfig(
             # The id is content-addressed, so reusing the name on a rerun resumes the same run on purpose.
@@ -217,6 +212,36 @@ def _raise_if_out_of_memory(st: Storage, mid: str) -> None:
         raise out_of_memory.OutOfMemory(f"pretraining of {mid} stopped: {line}")
 
 
+def split_paths(st: Storage, cdir: Path, cid: str, names: list[str]) -> list[str]:
+    """The shard files `names` (relative to the corpus's `shards/`) where they are read: the local corpus folder, or
+    the remote root (never copied to a node), as paths inside `st.ray_filesystem()`."""
+    base = st.ray_path(st.corpus(cid, "shards")) if st.remote else str(Path(cdir) / "shards")
+    return [f"{base}/{name}" for name in names]
+
+
+def eval_batches(paths: list[str], filesystem, batch_size: int):
+    """The held-out rows of the shard files `paths`, in their order, as pyarrow tables of `batch_size` rows (the last
+    one shorter): the batches Ray Data's `iter_batches` gives over `read_shards(paths)`, read by rank 0 alone and
+    lazily, since it scores only the first `eval_batches` of them. Not a Ray Data pipeline: for a few batches read
+    once, its start (seconds on a small machine) cost more than the read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pending, held = [], 0
+    for path in paths:
+        source = filesystem.open_input_file(path) if filesystem is not None else path
+        for chunk in pq.ParquetFile(source).iter_batches(batch_size=batch_size):
+            pending.append(chunk)
+            held += chunk.num_rows
+            while held >= batch_size:
+                table = pa.Table.from_batches(pending)
+                yield table.slice(0, batch_size)
+                rest = table.slice(batch_size)
+                pending, held = rest.to_batches(), rest.num_rows
+    if held:
+        yield pa.Table.from_batches(pending)
+
+
 def read_shards(paths: list[str], filesystem):
     """The rows of the shard files `paths`, in their order, in blocks fixed by the files alone (one read task per
     shard: `override_num_blocks`), never by the cluster. Why: the blocks decide which rows reach which rank
@@ -237,8 +262,8 @@ def data_config(cfg: PretrainConfig, datasets: dict):
     rows (input bandwidth grows with the workers) and every rank gets the same number of rows, hence of steps.
     `preserve_order` makes which rows reach which rank, and in what order, the same on every run of the same
     world size (docs/cluster.md#streaming-split-gives-every-rank-the-same-number-of-rows), so a resumed rank skips
-    exactly the batches its checkpoint consumed. "eval" stays
-    whole: rank 0 evaluates it alone."""
+    exactly the batches its checkpoint consumed. The held-out rows are no Ray dataset: rank 0 reads and scores them
+    alone (`eval_batches`)."""
     from ray.train import DataConfig
 
     if cfg.num_workers == 1:
@@ -386,14 +411,10 @@ def _train_fn(config: dict, storage_uri: str) -> None:
         throughput = run_throughput(trainer, int(counts[0]), int(counts[1]), float(counts[2]))
         if rank == 0:
             eval_metrics = {}
-            try:
-                eval_shard = ray.train.get_dataset_shard("eval")
-            except KeyError:
-                eval_shard = None
-            if eval_shard is not None:
-                eval_metrics = trainer.evaluate(
-                    map(rows_from_arrow, eval_shard.iter_batches(batch_size=cfg.batch_size, batch_format="pyarrow")),
-                    max_batches=cfg.eval_batches)
+            if config["eval_shards"]:
+                paths = split_paths(st, cdir, config["corpus_id"], config["eval_shards"])
+                held_out = eval_batches(paths, st.ray_filesystem(), cfg.batch_size)
+                eval_metrics = trainer.evaluate(map(rows_from_arrow, held_out), max_batches=cfg.eval_batches)
             for k, v in eval_metrics.items():
                 writer.add_scalar(k, v, trainer.state.step)
             for k in ("tokens_per_s", "samples_per_s", "mfu", "device_hours"):
