@@ -238,6 +238,23 @@ def test_rerunning_after_a_failed_run_continues_at_the_exact_step(uninterrupted,
 
 
 @pytest.mark.ray
+@pytest.mark.parametrize("batch_size", [5, 16])
+def test_rank_0_reads_the_held_out_rows_in_the_batches_ray_data_gives_over_the_same_shards(smoke_corpus, batch_size):
+    """Rank 0 reads the held-out rows with pyarrow (`driver.eval_batches`); they were a Ray dataset before, and the
+    eval metrics of every model id stay what that dataset's batches gave. The train split has several files, so a
+    batch that spans two of them is checked too."""
+    from alignlab.platform.pretrain.driver import eval_batches, read_shards
+
+    for split in ("eval", "train"):
+        paths = sorted(str(p) for p in (smoke_corpus / "shards" / split).glob("*.parquet"))
+        ours = list(eval_batches(paths, None, batch_size))
+        theirs = list(read_shards(paths, None).iter_batches(batch_size=batch_size, batch_format="pyarrow"))
+        assert [t.num_rows for t in ours] == [t.num_rows for t in theirs], split
+        for a, b in zip(ours, theirs):
+            assert a.schema == b.schema and a.combine_chunks().equals(b.combine_chunks()), split
+
+
+@pytest.mark.ray
 def test_bad_pretraining_requests_get_clear_errors(smoke_corpus, tmp_path):
     from alignlab.platform.pretrain.driver import pretrain
 
