@@ -230,7 +230,7 @@ ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
 
 
 def trial(config):
-    time.sleep(2)
+    time.sleep(1)
     tune.report({"score": config["x"]})
 
 
@@ -260,7 +260,8 @@ print("[toy] finished", flush=True)
 @pytest.mark.ray
 def test_a_search_driver_killed_inside_a_trial_resumes_through_its_journal(tmp_path):
     """test_e2e kills the real finetuning search between trials (its smoke trials last a fraction of a second);
-    here a toy trial lasts 2 s, so the kill lands inside one and the RUNNING trial it leaves is exercised."""
+    here a toy trial lasts 1 s, so the kill (as soon as the driver says the trial started) lands inside one and the
+    RUNNING trial it leaves is exercised."""
     from test_e2e import REPO, _kill_when
 
     script = tmp_path / "toy_driver.py"
