@@ -1,5 +1,6 @@
 """Word embeddings that start from the corpus's co-occurrence statistics (`PretrainConfig.corpus_embeddings`):
-the table itself, the Pretrainer that starts from it, and a real Ray Train run that makes and uses it."""
+the table itself and the Pretrainer that starts from it (the real Ray Train run that makes and uses it is
+test_recipe.py's, with the crammed recipe)."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from alignlab.platform.config import to_dict
-from alignlab.platform.corpus.corpus_embeddings import WORD_EMBEDDINGS, cooccurrence, training_sequences, word_embeddings
+from alignlab.platform.corpus.corpus_embeddings import cooccurrence, training_sequences, word_embeddings
 from alignlab.platform.encoder.tokenizer import Tokenizer
 from alignlab.platform.presets import Preset
 from alignlab.platform.pretrain.pretrain import Pretrainer
@@ -108,19 +109,5 @@ def test_corpus_embeddings_are_in_the_model_id_only_when_on():
     assert len({model_id("c", SMOKE), model_id("c", on), model_id("c", dataclasses.replace(on, corpus_embeddings=0.3))}) == 3
 
 
-@pytest.mark.ray
-def test_pretraining_under_ray_train_writes_the_table_once_and_its_workers_start_from_it(smoke_corpus, tmp_path):
-    from alignlab.platform.pretrain.driver import pretrain
-
-    cfg = dataclasses.replace(SMOKE, corpus_embeddings=0.1, max_steps=2, checkpoint_every=2)
-    mdir = pretrain(smoke_corpus, cfg, tmp_path)
-    table = np.load(mdir / WORD_EMBEDDINGS)
-    tok = Tokenizer(smoke_corpus / "tokenizer.model")
-    assert table.shape == (tok.vocab_size, cfg.model.hidden)
-    assert not list(mdir.glob("*.tmp*"))
-    trained = torch.load(mdir / "final" / "model.pt", weights_only=True)["encoder.tok.weight"].numpy()
-    # Two steps at lr 1e-3 move each entry by ~1e-3: the trained embeddings are still the table's, a random
-    # init (std 0.02, unrelated) would correlate ~0.
-    assert np.corrcoef(trained.ravel(), table.ravel())[0, 1] > 0.95
-    made = (mdir / WORD_EMBEDDINGS).stat().st_mtime_ns
-    assert pretrain(smoke_corpus, cfg, tmp_path) == mdir and (mdir / WORD_EMBEDDINGS).stat().st_mtime_ns == made
+# Under Ray Train (the driver writes the table once, the workers start from it): one run with the crammed recipe,
+# tests/test_recipe.py::test_a_crammed_recipe_from_corpus_embeddings_pretrains_under_ray_train_and_its_id_names_both.

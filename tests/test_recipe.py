@@ -367,20 +367,37 @@ def test_a_crammed_model_finetunes_and_its_fast_predictor_matches_the_module_for
 
 
 @pytest.mark.ray
-def test_a_crammed_recipe_pretrains_under_ray_train_and_its_id_names_the_recipe(smoke_corpus, tmp_path):
+def test_a_crammed_recipe_from_corpus_embeddings_pretrains_under_ray_train_and_its_id_names_both(smoke_corpus, tmp_path):
+    """One Ray Train run for two things that travel to the workers: the crammed recipe (its id and saved config name
+    it) and word embeddings from the corpus's co-occurrences (`PretrainConfig.corpus_embeddings`: the driver writes
+    the table once, before the workers start, and they start from it)."""
     import json
 
+    import numpy as np
+
     from alignlab.platform.corpus.corpus import load_manifest
+    from alignlab.platform.corpus.corpus_embeddings import WORD_EMBEDDINGS
+    from alignlab.platform.encoder.tokenizer import Tokenizer
     from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.pretrain.models import model_id
 
     cfg = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp,whp,pad", max_steps=4,
-                              checkpoint_every=4, precision="fp32", **CRAMMED)
+                              checkpoint_every=4, precision="fp32", corpus_embeddings=0.1, **CRAMMED)
     mdir = pretrain(smoke_corpus, cfg, tmp_path)
     cid = load_manifest(smoke_corpus)["corpus_id"]
     assert mdir.name == model_id(cid, cfg) != model_id(cid, dataclasses.replace(cfg, model=TINY))
+    assert model_id(cid, cfg) != model_id(cid, dataclasses.replace(cfg, corpus_embeddings=0.0))
     ev = json.loads((mdir / "final" / "eval.json").read_text())
     assert ev["step"] == 4 and all(math.isfinite(ev[f"eval/{n}/perplexity"]) for n in ("mlm", "nsp", "whp", "pad"))
     saved = json.loads((mdir / "final" / "model_config.json").read_text())
     assert saved["model"]["norm"] == "pre" and saved["pretrain"]["decay"] == "cosine"
     assert saved["pretrain"]["curriculum_fraction"] == 0.25
+    table = np.load(mdir / WORD_EMBEDDINGS)
+    assert table.shape == (Tokenizer(smoke_corpus / "tokenizer.model").vocab_size, cfg.model.hidden)
+    assert not list(mdir.glob("*.tmp*"))
+    trained = torch.load(mdir / "final" / "model.pt", weights_only=True)["encoder.tok.weight"].numpy()
+    # Four small steps move each entry a little: the trained embeddings are still the table's, a random init (std
+    # 0.02, unrelated) would correlate ~0.
+    assert np.corrcoef(trained.ravel(), table.ravel())[0, 1] > 0.9
+    made = (mdir / WORD_EMBEDDINGS).stat().st_mtime_ns
+    assert pretrain(smoke_corpus, cfg, tmp_path) == mdir and (mdir / WORD_EMBEDDINGS).stat().st_mtime_ns == made
