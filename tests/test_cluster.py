@@ -132,6 +132,23 @@ def test_gpu_trials_make_the_autoscaler_add_gpu_nodes_run_side_by_side_there_and
     assert set(results["device"]) == {"cpu"}  # the fake GPUs are not CUDA devices: the trials fell back
 
 
+def _a_second_machine_reruns_nothing(s3, root: str, env: dict, cache: Path, train_args: list[str]) -> None:
+    """A driver with an empty cache (`env` with `ALIGNLAB_CACHE=cache`), as on a second machine, runs the study at
+    `root` again: it finds every finished artifact at the root and reruns nothing."""
+    def model_objects() -> dict:
+        return {o["Key"]: o["LastModified"] for page in s3.get_paginator("list_objects_v2").paginate(
+            Bucket="alignlab-test", Prefix="runs/models/") for o in page.get("Contents", [])}
+
+    before = model_objects()
+    again = subprocess.run([sys.executable, *STUDY[1:], "--storage", root, *train_args], cwd=REPO,
+                           env={**env, "ALIGNLAB_CACHE": str(cache)}, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-3000:]
+    assert f"{NUM_CALCS} of {NUM_CALCS} calculations already done" in again.stdout
+    assert model_objects() == before, "the finished model was trained (or written) again"
+    (sdir,) = cache.glob("s3-*/studies/learning_rate-smoke")
+    _report_ok(sdir, tensorboard=False)  # the TensorBoard runs stay at the root
+
+
 @pytest.mark.ray
 @pytest.mark.cluster
 def test_a_smoke_study_submitted_as_a_ray_job_with_an_s3_root_keeps_every_artifact_in_the_bucket(tmp_path):
@@ -176,21 +193,11 @@ def test_a_smoke_study_submitted_as_a_ray_job_with_an_s3_root_keeps_every_artifa
         assert any(k.endswith(".png") for k in under(study + "plots/"))
         assert len({k.split("/")[4] for k in under(study + "tensorboard/")}) == NUM_CALCS
 
-        # A second machine with an empty cache finds every finished artifact at the root and reruns nothing.
-        def model_objects() -> dict:
-            return {o["Key"]: o["LastModified"] for page in s3.get_paginator("list_objects_v2").paginate(
-                Bucket="alignlab-test", Prefix="runs/models/") for o in page.get("Contents", [])}
-
-        before = model_objects()
-        env2 = {**env, "ALIGNLAB_CACHE": str(tmp_path / "cache2")}
-        again = subprocess.run([sys.executable, *STUDY[1:], "--storage", root], cwd=REPO, env=env2,
-                               capture_output=True, text=True, timeout=600)
-        assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-3000:]
-        assert f"{NUM_CALCS} of {NUM_CALCS} calculations already done" in again.stdout
-        assert model_objects() == before, "the finished model was trained (or written) again"
-        (sdir2,) = (tmp_path / "cache2").glob("s3-*/studies/learning_rate-smoke")
-        _report_ok(sdir2, tensorboard=False)  # the TensorBoard runs stay at the root
-
+        # A second machine's study driver, its cache empty, rerunning nothing: -m slow, at the end of the
+        # autoscaling study below (`_a_second_machine_reruns_nothing`). Its parts run by default: the report below
+        # reads every trial back from the root into an empty cache; processes with caches of their own find an
+        # artifact one of them built at one S3 root (test_remote_lock.py); a rerun of the smoke study reruns no
+        # finished trial (test_e2e.py).
         # `alignlab report` on the study's URI rewrites the report from the trials at the root, and puts it back.
         alignlab = str(Path(sys.executable).with_name("alignlab"))
         rep = subprocess.run([alignlab, "report", f"{root}/studies/learning_rate-smoke"], env={**env, "ALIGNLAB_CACHE":
@@ -204,9 +211,10 @@ def test_a_smoke_study_submitted_as_a_ray_job_with_an_s3_root_keeps_every_artifa
         proc.wait()
 
 
-# -m slow: the slowest test of the suite (~150 s). Its parts run in the default suite: the autoscaler adding and
+# -m slow (~90 s alone). Its parts run in the default suite: the autoscaler adding and
 # removing nodes (test_gpu_trials_make_the_autoscaler_...), a study whose root is an S3 bucket
-# (test_a_smoke_study_submitted_as_a_ray_job_with_an_s3_root_...), two data-parallel Train workers (test_data_parallel.py).
+# (test_a_smoke_study_submitted_as_a_ray_job_with_an_s3_root_...), two data-parallel Train workers (test_data_parallel.py),
+# and what the second machine at its end relies on (see the Ray job test).
 @pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.cluster
@@ -231,11 +239,12 @@ def test_a_smoke_study_on_an_autoscaling_cluster_pretrains_on_two_nodes_with_its
             {"CPU": 3}, {"cpu_worker": {"resources": {"CPU": 2}, "node_config": {}, "min_workers": 0,
                                         "max_workers": 2}}, env=env)
         with cluster:
-            run = subprocess.run([sys.executable, *STUDY[1:], "--storage", root, "--train-workers", "2",
-                                  "--cpus-per-train-worker", "2"],
+            train = ["--train-workers", "2", "--cpus-per-train-worker", "2"]
+            run = subprocess.run([sys.executable, *STUDY[1:], "--storage", root, *train],
                                  cwd=REPO, env=cluster.driver_env(), capture_output=True, text=True, timeout=1800)
             assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
             workers = cluster.actors("RayTrainWorker")
+            _a_second_machine_reruns_nothing(s3, root, cluster.driver_env(), tmp_path / "cache2", train)
         # One worker group per placement group (a retried group would have a new one): each on two nodes.
         groups: dict[str, list[str]] = {}
         for w in workers:
