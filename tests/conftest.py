@@ -34,6 +34,20 @@ def smoke_corpus(ray_session, storage_root):
     return build_corpus(Preset.named("smoke").corpus, storage_root, progress=False)
 
 
+
+@pytest.fixture(scope="session")
+def smoke_model(smoke_corpus, tmp_path_factory):
+    """The smoke preset's model of the four objectives, logging every step: pretrained once per session under Ray
+    Train, at a root of its own. It is the smoke objective ablation's first model (test_study_plan.py) and
+    test_pretrain.py's uninterrupted run (log_every is not part of the id)."""
+    import dataclasses
+
+    from alignlab.platform.presets import Preset
+    from alignlab.platform.pretrain.driver import pretrain
+
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp,whp,pad", log_every=1)
+    return pretrain(smoke_corpus, cfg, tmp_path_factory.mktemp("smoke-model-root"))
+
 def pytest_configure(config):
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     # Ray Train's controller polls its workers every 2 s by default, so every run ended about 5 s after its last

@@ -97,11 +97,11 @@ def _steps_logged(mdir):
     return sorted(steps)
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(smoke_corpus, tmp_path_factory):
-    from alignlab.platform.pretrain.driver import pretrain
-
-    return pretrain(smoke_corpus, SMOKE, tmp_path_factory.mktemp("straight"))
+@pytest.fixture
+def uninterrupted(smoke_model):
+    """SMOKE, trained straight through at a root of its own: the session's `smoke_model` (conftest.py, the same
+    config)."""
+    return smoke_model
 
 
 @pytest.mark.ray

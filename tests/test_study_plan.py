@@ -35,14 +35,26 @@ def test_a_dry_run_on_an_empty_root_lists_every_model_and_calculation_as_to_make
 
 
 @pytest.fixture(scope="module")
-def trained(smoke_corpus, storage_root):
-    """The smoke objective ablation's first model, pretrained for real at the session's root."""
+def trained(smoke_corpus, smoke_model, storage_root):
+    """The smoke objective ablation's first model, pretrained for real (the session's `smoke_model`, conftest.py)
+    and copied to the session's root, as a finished model found there. Its Train run folder stays behind: a
+    finished model is never resumed."""
+    import shutil
+
     from alignlab.platform.config import check_preset
+    from alignlab.platform.corpus.corpus import load_manifest
     from alignlab.platform.pretrain.driver import pretrain
+    from alignlab.platform.pretrain.models import model_id
     from alignlab.platform.study.spec import with_precision
 
     study = with_precision(_build("objective_ablation")(check_preset("smoke")), "auto")
-    return study, pretrain(smoke_corpus, study.models[0].pretrain, storage_root)
+    cfg = study.models[0].pretrain
+    assert model_id(load_manifest(smoke_corpus)["corpus_id"], cfg) == smoke_model.name
+    here = storage_root / "models" / smoke_model.name
+    if not here.exists():
+        shutil.copytree(smoke_model, here, ignore=shutil.ignore_patterns("ray"))
+    assert pretrain(smoke_corpus, cfg, storage_root) == here  # found finished, not trained again
+    return study, here
 
 
 @pytest.mark.ray
