@@ -7,11 +7,13 @@ from __future__ import annotations
 import os
 import time
 
-REGISTER_WAIT_S = 6.0
+REGISTER_WAIT_S = 3 * float(os.environ.get("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "2")) + 1.5
 """How long a crashing rank waits first, so that the checkpoint before it is registered, as a real later failure
 would find it: checkpoints are uploaded in the background (`CheckpointUploadMode.ASYNC`) and reach Ray Train's
-controller through a queue of one result that it takes at each poll (about every 2 s), so the last one can need two
-polls after its step."""
+controller through a queue of one result that it takes at each poll (every `RAY_TRAIN_HEALTH_CHECK_INTERVAL_S`: 2 s
+by default, 0.5 s in the test session, conftest.py), so the last one can need two polls after its step; a third and
+1.5 s more leave room for the upload and a busy machine. Read in the test process, whose environment every Ray
+process of the session (and of the clusters the tests start) inherits."""
 
 
 class CrashOnce:
