@@ -45,8 +45,10 @@ if [ "$dry" = 1 ]; then
   # The same commands at toy sizes on CPU; compiling is left to tests/test_input_path.py's slow test (minutes on
   # a CPU), so --compile is dropped here.
   device=(--device cpu); big=128x2; batch=(--batch 8); steps=(--steps 1 --rounds 1 --warmup 1)
-  ray=(--ray-steps 12 --ray-rows 400 --ray-cpus 2 --cpus-per-worker 1); compile=()
-  side=(--batch 8 --steps 2 --warmup 1); collect=(--collect-only)  # the CUDA tests are collected, not run
+  # One collating process and two copies side by side: the same code paths as three of each, fewer processes to
+  # start on a small machine.
+  ray=(--ray-steps 12 --ray-rows 400 --ray-cpus 2 --cpus-per-worker 1 --ray-collate-workers 1); compile=()
+  side=(--copies 2 --batch 8 --steps 2 --warmup 1); collect=(--collect-only)  # the CUDA tests are collected, not run
   # The smoke corpus (seconds to build) and the tiny model: the part's code paths, not its figures. One torch
   # thread: on a small machine busy with other work, a second one makes each of the tiny model's many small ops wait
   # for a core (its step took 10 to 850 ms on 2 cores).
@@ -54,8 +56,8 @@ if [ "$dry" = 1 ]; then
   part machine python -c "import platform, torch; print(platform.processor() or platform.machine(), torch.__version__)"
 else
   device=(--device cuda); big=768x3; batch=(--batch 256); steps=(--steps 20 --rounds 2 --warmup 3)
-  ray=(--ray-steps 400 --ray-cpus 12 --cpus-per-worker 8); compile=(--compile)
-  side=(--batch 256 --steps 200 --warmup 10); collect=()
+  ray=(--ray-steps 400 --ray-cpus 12 --cpus-per-worker 8 --ray-collate-workers 3); compile=(--compile)
+  side=(--copies 3 --batch 256 --steps 200 --warmup 10); collect=()
   real_size=768x3; real=(--real-rows mini --batch 256 --real-windows 4 --rounds 3); real_env=()
   part gpu nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
 fi
@@ -73,8 +75,8 @@ done
 part "real_rows_$real_size" "${real_env[@]}" python benchmarks/gpu_pretrain.py "${device[@]}" --sizes "$real_size" \
   "${real[@]}" "${compile[@]}" --commit "$commit" --out "$out/real_rows_$real_size.json"
 part "paper_input_path_$big" python benchmarks/gpu_pretrain.py "${device[@]}" --sizes "$big" "${batch[@]}" \
-  "${steps[@]}" --no-hf "${ray[@]}" --ray-collate-workers 3 --commit "$commit" --out "$out/paper_input_path_$big.json"
-part side_by_side_128x2 python benchmarks/side_by_side.py "${device[@]}" --size 128x2 --copies 3 "${side[@]}" \
+  "${steps[@]}" --no-hf "${ray[@]}" --commit "$commit" --out "$out/paper_input_path_$big.json"
+part side_by_side_128x2 python benchmarks/side_by_side.py "${device[@]}" --size 128x2 "${side[@]}" \
   --commit "$commit" --out "$out/side_by_side_128x2.json"
 
 echo "--- tests"
