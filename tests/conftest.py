@@ -34,7 +34,6 @@ def smoke_corpus(ray_session, storage_root):
     return build_corpus(Preset.named("smoke").corpus, storage_root, progress=False)
 
 
-
 @pytest.fixture(scope="session")
 def smoke_model(smoke_corpus, tmp_path_factory):
     """The smoke preset's model of the four objectives, logging every step: pretrained once per session under Ray
@@ -47,6 +46,7 @@ def smoke_model(smoke_corpus, tmp_path_factory):
 
     cfg = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp,whp,pad", log_every=1)
     return pretrain(smoke_corpus, cfg, tmp_path_factory.mktemp("smoke-model-root"))
+
 
 def pytest_configure(config):
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
