@@ -1,7 +1,7 @@
 """End to end, as a user runs it: the README's main job (the objective-ablation study) at the smoke
-preset, on a real local Ray, killed mid-way and run again -- finished trials are not rerun, and the
-report has one row per calculation; and an Optuna search killed mid-way goes on from the finished trials of its
-Optuna study."""
+preset, on a real local Ray, with a task of the user's own declared on its command line, killed mid-way and run
+again -- finished trials are not rerun, and the report has one row per calculation; and an Optuna search killed
+mid-way goes on from the finished trials of its Optuna study."""
 from __future__ import annotations
 
 import json
@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "software_ner"
 CMD = [sys.executable, str(REPO / "studies" / "objective_ablation.py"), "--preset", "smoke"]
 
 
@@ -46,9 +47,9 @@ def _kill_when(cmd: list[str], pattern: str, at_least: int, env: dict | None = N
 
 
 @pytest.mark.ray
-def test_the_smoke_ablation_study_survives_a_killed_driver_and_reports_every_calculation(tmp_path):
+def test_the_smoke_ablation_study_with_a_declared_task_survives_a_killed_driver_and_reports_every_calculation(
+        tmp_path):
     storage = tmp_path / "storage"
-    trials = storage / "studies" / "objective_ablation-smoke" / "trials"
     # A user's own test files: every calculation of their task is also scored on them.
     (tmp_path / "my_ct.jsonl").write_text(
         '{"tokens": ["a", "react", "wrapper", "for", "leaflet"], "tags": ["N", "SE", "N", "N", "SE"]}\n'
@@ -56,29 +57,35 @@ def test_the_smoke_ablation_study_survives_a_killed_driver_and_reports_every_cal
     (tmp_path / "my_ad.jsonl").write_text(
         '{"acronym": "ecs", "snippet": "the elastic container service runs docker", "label": 1}\n'
         '{"acronym": "ecr", "snippet": "the elastic container service runs docker", "label": 0}\n')
-    cmd = CMD + ["--storage", str(storage), "--eval-file", f"ct={tmp_path / 'my_ct.jsonl'}",
+    # A task of the user's own, declared on the command line with no file of alignlab changed: the worked example's
+    # token tagging (examples/software_ner, PyPI summaries tagged B-/I-LANG and B-/I-TECH), beside CT and AD.
+    swner = f"name=swner,kind=tagging,pool={EXAMPLE / 'pool.jsonl'},test={EXAMPLE / 'test.jsonl'},aligned=whp"
+    cmd = CMD + ["--storage", str(storage), "--task", swner, "--eval-file", f"ct={tmp_path / 'my_ct.jsonl'}",
                  "--eval-file", f"ad={tmp_path / 'my_ad.jsonl'}"]
     # One trial at a time, and the driver is killed the moment it reports its second finished trial: smoke
-    # trials take a fraction of a second, so polling the trial files would often find all sixteen done.
-    first = _kill_when(cmd + ["--max-concurrent", "1"], r"\[trials\] (\d+)/16 done", 2)
+    # trials take a fraction of a second, so polling the trial files would often find all of them done.
+    first = _kill_when(cmd + ["--max-concurrent", "1"], r"\[trials\] (\d+)/24 done", 2)
     # Pretraining ran inside Ray Train workers, whose output Ray does not forward: their progress still shows.
     assert re.search(r"\[pretrain 32x1-mlm\+nsp\+whp\+pad-\w+\] step 12/12 \(100%\), loss ", first), first[-3000:]
+    # A declared task names the study after the task set (its corpus holds out the task's texts too).
+    [sdir] = [p for p in (storage / "studies").iterdir() if p.name.startswith("objective_ablation-smoke-tasks-")]
+    trials = sdir / "trials"
     done_before = {p.name: p.stat().st_mtime_ns for p in trials.glob("*.json")}
-    assert 2 <= len(done_before) < 16
+    assert 2 <= len(done_before) < 24
 
     second = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    report = storage / "studies" / "objective_ablation-smoke" / "report.md"
+    report = sdir / "report.md"
     assert f"Report: {report}" in second.stdout
-    assert f"{len(done_before)} of 16 calculations already done" in second.stdout
+    assert f"{len(done_before)} of 24 calculations already done" in second.stdout
     for name, mtime in done_before.items():
         assert (trials / name).stat().st_mtime_ns == mtime, f"finished trial {name} was rerun"
 
-    sdir = report.parent
     results = pd.read_parquet(sdir / "results.parquet")
-    assert len(results) == 16 and results["calc_id"].is_unique
+    assert len(results) == 24 and results["calc_id"].is_unique
     assert set(results["selection"]) == {"honest"}
-    assert set(results["col"]) == {"all*", "-whp*", "-pad*", "untrained"} and set(results["row"]) == {"CT", "AD"}
+    assert set(results["col"]) == {"all*", "-whp*", "-pad*", "untrained"}
+    assert set(results["row"]) == {"CT", "AD", "SWNER"}
     text = report.read_text()
     assert "Selection mode: honest" in text and "<u>" in text and "## Significance" in text
     assert "## What pretraining buys (positive control)" in text and "**Provenance:** commit " in text
@@ -98,10 +105,17 @@ def test_the_smoke_ablation_study_survives_a_killed_driver_and_reports_every_cal
         assert sum(r["unit_correct_baseline_lexicon"]) / sum(r["unit_count_baseline_lexicon"]) == \
             pytest.approx(r["baseline_lexicon"])
     assert ad["eval_ood_baseline_span_matcher"].notna().all()
-    for section in ("## Test set `ood`", "## Test set `my_ct`", "## Test set `my_ad`", "| span_matcher |", "strongest"):
+    # The declared task: rows of its own, its test file's 100 summaries, span F1, and its baselines, of which the
+    # lexicon of the pool's tagged spans beats tagging nothing.
+    sw = results[results["row"] == "SWNER"]
+    assert len(sw) == 8 and set(sw["ft_task"]) == {"swner"} and set(sw["num_test"]) == {100}
+    assert sw["span_f1"].between(0, 1).all() and sw["eval_my_ct_accuracy"].isna().all()
+    assert sw["baseline_lexicon"].gt(sw["baseline_majority"]).all()
+    for section in ("## Test set `ood`", "## Test set `my_ct`", "## Test set `my_ad`", "| span_matcher |", "strongest",
+                    "SWNER"):
         assert section in text, section
     assert (sdir / "plots" / "accuracy_ood_by_condition.png").stat().st_size > 1000
-    assert len(list((sdir / "tensorboard").rglob("events.out.tfevents.*"))) >= 16
+    assert len(list((sdir / "tensorboard").rglob("events.out.tfevents.*"))) >= 24
     assert len(list((storage / "models").glob("*/final/model.pt"))) == 4, "three pretrained, one untrained"
 
 

@@ -149,7 +149,7 @@ def test_declared_tasks_name_the_search_and_its_id_and_the_first_one_is_maximize
 
 
 # -m slow (~65 s): the default suite runs the smoke search on Ray (above), a declared task re-declared in the Tune
-# workers of a study (test_user_task_study.py), and how declared tasks name the search and its metric (above).
+# workers of a study (test_e2e.py), and how declared tasks name the search and its metric (above).
 @pytest.mark.slow
 @pytest.mark.ray
 def test_a_smoke_search_on_a_declared_task_maximizes_its_metric_and_names_it_in_results_and_report(
