@@ -1,8 +1,9 @@
 """Exact at any cluster shape (issue #56): the weights of a run depend on its seed, world size and precision, not on
 the cluster it ran on or on where it was interrupted.
 
-- The blocks Ray Data reads the shards in are fixed by the files (`driver.read_shards`), so a run under 2 Ray CPUs
-  and the same run under 4 train on the same batches, rank by rank and step by step.
+- The blocks Ray Data reads the shards in are fixed by the files (`driver.read_shards`), so the ranks of a run
+  under 2 Ray CPUs and of the same run under 4 read the same batches, rank by rank and step by step (by default as
+  Ray Train hands them out; under -m slow also trained, to the same weights).
 - Each rank saves and restores its own random state (CPU, and CUDA on a GPU): a data-parallel run with dropout
   resumes to bit-identical weights (tests/test_data_parallel.py kills a rank of a 2-worker run with dropout 0.1),
   and a resumed rank gets its own dropout masks back, not rank 0's.
@@ -45,10 +46,99 @@ pretrain({corpus!r}, pretrain_from_dict(json.loads({cfg!r})), {root!r}, after_st
 '''
 
 
+_OWN_RAY_ROWS = r'''
+import sys, json
+sys.path.insert(0, {tests!r})
+import ray
+from alignlab.platform.config import pretrain_from_dict
+from alignlab.platform.runtime.ray_env import quiet_ray_data
+from test_exact_at_any_shape import _rows_by_rank
+
+ray.init(address="local", num_cpus={cpus}, include_dashboard=False, log_to_driver=False, object_store_memory=2**30)
+quiet_ray_data()
+print(json.dumps(_rows_by_rank({corpus!r}, pretrain_from_dict(json.loads({cfg!r})))))
+'''
+
+
+def _rows_by_rank(corpus: str, cfg) -> list[list[list[str]]]:
+    """Each rank's batches of a first epoch, as the workers of a Train run get them: the corpus's training shards read
+    by `read_shards`, split by `data_config` the way Ray Train splits them (`DataConfig.configure`, both workers on
+    this node), each rank's iterator (`rank_batches`) drained on a thread of its own, since a streaming split moves
+    only while every rank reads. A row is named by its document and chunk."""
+    import threading
+
+    import ray
+
+    from alignlab.platform.corpus.corpus import load_manifest, shard_names
+    from alignlab.platform.pretrain.driver import data_config, rank_batches, read_shards, split_paths
+    from alignlab.platform.storage.root import as_storage
+
+    cdir = Path(corpus)
+    manifest, st = load_manifest(cdir), as_storage(cdir.parents[1])
+    paths = split_paths(st, cdir, manifest["corpus_id"], shard_names(cdir, manifest, "train"))
+    datasets = {"train": read_shards(paths, st.ray_filesystem())}
+    node = ray.get_runtime_context().get_node_id()
+    splits = data_config(cfg, datasets).configure(datasets, world_size=cfg.num_workers, worker_handles=None,
+                                                  worker_node_ids=[node] * cfg.num_workers)
+    rows: list[list[list[str]]] = [[] for _ in splits]
+    failed: list[BaseException] = []
+
+    def drain(rank: int) -> None:
+        try:
+            for b in rank_batches(splits[rank]["train"], cfg, epoch=0):
+                rows[rank].append([f"{d}#{c}" for d, c in zip(b["doc_id"].to_pylist(), b["chunk_index"].to_pylist())])
+        except BaseException as e:  # noqa: BLE001 -- raised on the test's own thread below
+            failed.append(e)
+
+    threads = [threading.Thread(target=drain, args=(rank,)) for rank in range(len(splits))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    if failed:
+        raise failed[0]
+    return rows
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(600)
+def test_the_ranks_of_a_run_under_2_ray_cpus_and_under_4_read_the_same_batches(ray_session, smoke_corpus, tmp_path,
+                                                                             monkeypatch):
+    """This session's Ray has 2 CPUs; a Ray of its own with 4 splits the same corpus in a subprocess. Both read with
+    Ray Data's first-generation reader (`RAY_DATA_USE_DATASOURCE_V2=0`, where Ray sizes a read from the cluster's
+    CPUs): without fixed blocks the ranks then read other rows under 4 CPUs than under 2. The weights follow from the
+    batches, the seed and the precision: trained and compared under -m slow (below)."""
+    import ray.data
+
+    from alignlab.platform.config import to_dict
+
+    monkeypatch.setenv("RAY_DATA_USE_DATASOURCE_V2", "0")
+    monkeypatch.setattr(ray.data.DataContext.get_current(), "use_datasource_v2", False)
+    two = _rows_by_rank(str(smoke_corpus), TWO)
+    script = _OWN_RAY_ROWS.format(tests=str(Path(__file__).parent), cpus=4, corpus=str(smoke_corpus),
+                                  cfg=json.dumps(to_dict(TWO)))
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "RAY_ADDRESS": ""})
+    assert run.returncode == 0, run.stderr[-3000:]
+    four = json.loads(run.stdout.splitlines()[-1])
+    # Both ranks read a whole epoch of full batches, as many as each other, and no row twice.
+    assert len(two[0]) == len(two[1]) > TWO.max_steps
+    assert all(len(b) == TWO.worker_batch_size for rank in two for b in rank)
+    assert not {r for b in two[0] for r in b} & {r for b in two[1] for r in b}
+    for rank in (0, 1):
+        assert len(four[rank]) == len(two[rank]), f"rank {rank} read another number of batches under 4 CPUs"
+        for step, (a, b) in enumerate(zip(two[rank], four[rank]), start=1):
+            assert a == b, f"rank {rank} read other rows in batch {step} under 4 CPUs"
+
+
 def _records(out: Path, rank: int) -> list[dict]:
     return [json.loads(line) for line in (out / f"rank{rank}.jsonl").read_text().splitlines()]
 
 
+# -m slow (~65 s): the default suite checks the batches each rank reads under 2 and 4 CPUs (above), that a rank
+# trains on exactly the rows it reads (test_data_parallel.py), and that the same batches train the same weights
+# (test_data_parallel.py's killed rank, test_pretrain.py's reruns).
+@pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.timeout(900)
 def test_a_run_under_2_ray_cpus_and_under_4_trains_the_same_batches(ray_session, smoke_corpus, tmp_path, monkeypatch):

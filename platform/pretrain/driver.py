@@ -100,7 +100,6 @@ def pretrain(cdir: Path, cfg: PretrainConfig, root: Path | Storage, *, max_failu
 def _pretrain_locked(st: Storage, cdir: Path, manifest: dict, cfg: PretrainConfig, requested: str, mid: str, *,
                      max_failures: int, name: str, after_step, keep_checkpoints: int | None) -> None:
     """Train model `mid` (or resume its Train run) and export it; its lock is held."""
-    import ray.train
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
@@ -274,6 +273,16 @@ def data_config(cfg: PretrainConfig, datasets: dict):
     return DataConfig(datasets_to_split=split, execution_options={name: options for name in split})
 
 
+def rank_batches(shard, cfg: PretrainConfig, epoch: int):
+    """One epoch of a rank's rows (its `DataIterator` from `data_config`) in the batches of its share of a step.
+    Arrow tables: the collation turns them into rows with each list column kept as one flat array
+    (`batching.rows_from_arrow`; Ray Data's numpy format would make an array per row of every list column, on the
+    worker's own cores), and they travel to collating processes without a Python object per row."""
+    return shard.iter_batches(batch_size=cfg.worker_batch_size, batch_format="pyarrow", drop_last=True,
+                              local_shuffle_buffer_size=cfg.worker_batch_size * 4, local_shuffle_seed=cfg.seed + epoch,
+                              prefetch_batches=cfg.prefetch_batches)
+
+
 def worker_fn(storage_uri: str) -> Callable[[dict], None]:
     """The Train workers' function, carrying the real storage root. Train V2 records `train_loop_config` in its
     run state (the dashboard, export events), so that config holds the root without credentials
@@ -334,12 +343,7 @@ def _train_fn(config: dict, storage_uri: str) -> None:
     domain = ray.train.get_dataset_shard("domain") if cfg.domain_sources else None
 
     def epoch_batches(epoch: int, of=shard):  # this rank's rows (data_config): batches of its share of the step
-        # Arrow tables: the collation turns them into rows with each list column kept as one flat array
-        # (`batching.rows_from_arrow`; Ray Data's numpy format would make an array per row of every list column, on
-        # the worker's own cores), and they travel to collating processes without a Python object per row.
-        return of.iter_batches(batch_size=cfg.worker_batch_size, batch_format="pyarrow", drop_last=True,
-                               local_shuffle_buffer_size=cfg.worker_batch_size * 4, local_shuffle_seed=cfg.seed + epoch,
-                               prefetch_batches=cfg.prefetch_batches)
+        return rank_batches(of, cfg, epoch)
 
     progress = ProgressLine(mid, cfg.max_steps, trainer.state.step) if rank == 0 else None
 
