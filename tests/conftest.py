@@ -37,8 +37,9 @@ def smoke_corpus(ray_session, storage_root):
 @pytest.fixture(scope="session")
 def smoke_model(smoke_corpus, tmp_path_factory):
     """The smoke preset's model of the four objectives, logging every step: pretrained once per session under Ray
-    Train, at a root of its own. It is the smoke objective ablation's first model (test_study_plan.py) and
-    test_pretrain.py's uninterrupted run (log_every is not part of the id)."""
+    Train, at a root of its own. It is the smoke objective ablation's first model (test_study_plan.py), and the
+    uninterrupted run that test_pretrain.py's rerun and test_checkpoints.py's minutes' checkpoints resume to (log_every
+    and the checkpoint intervals are not part of the id)."""
     import dataclasses
 
     from alignlab.platform.presets import Preset

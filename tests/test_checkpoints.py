@@ -64,14 +64,16 @@ def test_the_loop_checkpoints_when_the_minutes_are_up_and_asks_every_rank(tmp_pa
 @pytest.mark.ray
 @pytest.mark.timeout(900)
 def test_a_killed_run_resumes_from_a_checkpoint_taken_by_the_minute_and_uploaded_in_the_background(
-        smoke_corpus, tmp_path):
-    """No step-based checkpoint before step 6; the minutes' checkpoints (due at every step) are uploaded by Ray
-    Train's upload thread while the run goes on. Rank 0 dies after step 4: the run resumes from one of them and
-    ends with the weights of the run that never stopped, under the same model id."""
+        smoke_corpus, smoke_model, tmp_path):
+    """No step-based checkpoint before the last step; the minutes' checkpoints (due at every step) are uploaded by
+    Ray Train's upload thread while the run goes on. Rank 0 dies after step 4: the run resumes from one of them and
+    ends with the weights of the run that never stopped (the session's `smoke_model`, conftest.py), under the same
+    model id."""
     from alignlab.platform.pretrain.driver import pretrain
 
-    straight = pretrain(smoke_corpus, SMOKE, tmp_path / "straight")
-    timed = dataclasses.replace(SMOKE, checkpoint_every_minutes=1e-9)
+    straight = smoke_model
+    base = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp,whp,pad", log_every=1)
+    timed = dataclasses.replace(base, checkpoint_every=100, checkpoint_every_minutes=1e-9)
     out = tmp_path / "probe"
     out.mkdir()
     hook = registered(Each(Probe(str(out)), CrashOnce(4)))
@@ -83,7 +85,7 @@ def test_a_killed_run_resumes_from_a_checkpoint_taken_by_the_minute_and_uploaded
     # of them the controller had registered when the worker died: it takes one report per poll (about every 2 s),
     # and an upload counts once it is registered.
     first, again = steps[:4], steps[4:]
-    assert first == [1, 2, 3, 4] and 2 <= again[0] <= 4 and again == list(range(again[0], 7)), steps
+    assert first == [1, 2, 3, 4] and 2 <= again[0] <= 4 and again == list(range(again[0], timed.max_steps + 1)), steps
     a, b = (torch.load(m / "final" / "model.pt", weights_only=True) for m in (straight, resumed))
     assert all(torch.equal(a[k], b[k]) for k in a)
     # The kept checkpoint uploaded whole.
