@@ -1,7 +1,7 @@
 """Pretraining on a CUDA GPU under Ray Train, end to end at smoke size: the Train worker trains on the GPU Ray Train
 assigned it, its batches reach the GPU from the prefetch thread or from a collating process, and the run's
-throughput record names the GPU and its MFU. On a machine without a GPU the same run on the CPU is checked, so the
-test's own reading of the run is exercised everywhere; the GPU cases skip there.
+throughput record names the GPU and its MFU. The same reading of a run is applied to the session's smoke model,
+trained on the CPU (conftest.py), so the test's own reading is exercised everywhere; the GPU cases skip without one.
 
 On a GPU machine: `python -m pytest tests/test_gpu_pretraining.py` (`benchmarks/gpu_checks.sh` runs it with the
 other CUDA tests)."""
@@ -22,20 +22,28 @@ from alignlab.platform.runtime.throughput import peak_flops
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (and a torch built for it)")
 
 
+@CUDA
 @pytest.mark.ray
-@pytest.mark.parametrize("use_gpu,collate_workers", [
-    (False, 0),
-    pytest.param(True, 0, marks=CUDA),
-    pytest.param(True, 1, marks=CUDA),
-])
-def test_a_pretraining_run_trains_on_the_device_ray_train_gave_it_and_its_record_names_that_device(
-        smoke_corpus, tmp_path, use_gpu, collate_workers):
+@pytest.mark.parametrize("collate_workers", [0, 1])
+def test_a_pretraining_run_on_a_gpu_trains_on_the_gpu_ray_train_gave_it_and_its_record_names_that_gpu(
+        smoke_corpus, tmp_path, collate_workers):
     cfg = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp,whp,pad", max_steps=6, checkpoint_every=3,
-                              log_every=1, use_gpu=use_gpu, collate_workers=collate_workers)
+                              log_every=1, use_gpu=True, collate_workers=collate_workers)
     out = tmp_path / "probe"
     out.mkdir()
     mdir = pretrain(smoke_corpus, cfg, tmp_path / "root", after_step=registered(Probe(str(out))))
+    _trained_on_its_device_and_recorded_it(cfg, out, mdir)
 
+
+@pytest.mark.ray
+def test_a_pretraining_run_on_the_cpu_trains_there_and_its_record_names_the_cpu(smoke_model, smoke_model_probe):
+    """The session's smoke model (conftest.py), read as the GPU runs above are."""
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp,whp,pad")
+    _trained_on_its_device_and_recorded_it(cfg, smoke_model_probe, smoke_model)
+
+
+def _trained_on_its_device_and_recorded_it(cfg, out, mdir) -> None:
+    use_gpu = cfg.use_gpu
     steps = [json.loads(line) for line in (out / "rank0.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == list(range(1, cfg.max_steps + 1))
     for s in steps:
