@@ -103,18 +103,23 @@ def test_a_saved_finetuned_model_with_a_truncated_weights_file_is_refused_on_loa
 
 @pytest.mark.ray
 def test_a_finished_model_keeps_its_last_checkpoint_and_a_truncated_weights_file_makes_it_unfinished_and_re_exported(
-        ray_session, smoke_corpus, tmp_path):
+        ray_session, smoke_corpus, smoke_model, tmp_path):
+    """The session's smoke model (conftest.py), copied whole to a root of this test's own with its Train run folder:
+    Ray Train's snapshot names its checkpoints relative to that folder, so the copy resumes like the original."""
     import dataclasses
+    import shutil
 
     from alignlab.platform.fel.finetune import load_pretrained
     from alignlab.platform.presets import Preset
     from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.pretrain.models import is_finished, list_models
 
-    cfg = dataclasses.replace(Preset.named("smoke").pretrain, max_steps=6, checkpoint_every=2)
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp,whp,pad")
     root = tmp_path / "root"
-    mdir = pretrain(smoke_corpus, cfg, root)
-    # Checkpoints at steps 2, 4 and 6 (Ray keeps two while training); the finished model keeps only the last.
+    mdir = root / "models" / smoke_model.name
+    shutil.copytree(smoke_model, mdir)
+    # Checkpoints at steps 5, 10 and 12 (Ray keeps two while training); the finished model keeps only the last.
+    assert cfg.max_steps == 12 and cfg.checkpoint_every == 5
     (ckpt,) = [p for p in (mdir / "ray" / "train").glob("checkpoint_*") if p.is_dir()]
     snapshot = json.loads((mdir / "ray" / "train" / "checkpoint_manager_snapshot.json").read_text())
     assert [r["checkpoint_dir_name"] for r in snapshot["checkpoint_results"]] == [ckpt.name]
@@ -129,7 +134,7 @@ def test_a_finished_model_keeps_its_last_checkpoint_and_a_truncated_weights_file
         load_pretrained(mdir)
     again = pretrain(smoke_corpus, cfg, root)  # redone: the Train run resumes from its (pruned) snapshot
     assert again == mdir and is_finished(mdir) and weights.stat().st_size == size
-    assert json.loads((mdir / "final" / "eval.json").read_text())["step"] == 6, "re-exported, not retrained"
+    assert json.loads((mdir / "final" / "eval.json").read_text())["step"] == 12, "re-exported, not retrained"
     load_pretrained(mdir)
 
 
