@@ -35,6 +35,17 @@ def smoke_corpus(ray_session, storage_root):
 
 
 @pytest.fixture(scope="session")
+def smoke_model_cfg():
+    """The config of the session's `smoke_model`: the smoke preset's pretraining of the four objectives, logging every
+    step. A test that resumes to that model or reads it takes its config from here."""
+    import dataclasses
+
+    from alignlab.platform.presets import Preset
+
+    return dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp,whp,pad", log_every=1)
+
+
+@pytest.fixture(scope="session")
 def smoke_model_probe(tmp_path_factory):
     """Where the session's `smoke_model` recorded every step (`fault_hooks.Probe`: the rows, a digest of the weights,
     and the device the worker trained on and the one Ray Train gave it)."""
@@ -42,20 +53,16 @@ def smoke_model_probe(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def smoke_model(smoke_corpus, smoke_model_probe, tmp_path_factory):
+def smoke_model(smoke_corpus, smoke_model_cfg, smoke_model_probe, tmp_path_factory):
     """The smoke preset's model of the four objectives, logging every step: pretrained once per session under Ray
     Train, at a root of its own. It is the smoke objective ablation's first model (test_study_plan.py), and the
     uninterrupted run that test_pretrain.py's rerun and test_checkpoints.py's minutes' checkpoints resume to (log_every
     and the checkpoint intervals are not part of the id)."""
-    import dataclasses
-
     from fault_hooks import Probe, registered
 
-    from alignlab.platform.presets import Preset
     from alignlab.platform.pretrain.driver import pretrain
 
-    cfg = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp,whp,pad", log_every=1)
-    return pretrain(smoke_corpus, cfg, tmp_path_factory.mktemp("smoke-model-root"),
+    return pretrain(smoke_corpus, smoke_model_cfg, tmp_path_factory.mktemp("smoke-model-root"),
                     after_step=registered(Probe(str(smoke_model_probe))))
 
 

@@ -64,7 +64,7 @@ def test_the_loop_checkpoints_when_the_minutes_are_up_and_asks_every_rank(tmp_pa
 @pytest.mark.ray
 @pytest.mark.timeout(900)
 def test_a_killed_run_resumes_from_a_checkpoint_taken_by_the_minute_and_uploaded_in_the_background(
-        smoke_corpus, smoke_model, tmp_path):
+        smoke_corpus, smoke_model, smoke_model_cfg, tmp_path):
     """No step-based checkpoint before the last step; the minutes' checkpoints (due at every step) are uploaded by
     Ray Train's upload thread while the run goes on. Rank 0 dies after step 4: the run resumes from one of them and
     ends with the weights of the run that never stopped (the session's `smoke_model`, conftest.py), under the same
@@ -72,8 +72,7 @@ def test_a_killed_run_resumes_from_a_checkpoint_taken_by_the_minute_and_uploaded
     from alignlab.platform.pretrain.driver import pretrain
 
     straight = smoke_model
-    base = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp,whp,pad", log_every=1)
-    timed = dataclasses.replace(base, checkpoint_every=100, checkpoint_every_minutes=1e-9)
+    timed = dataclasses.replace(smoke_model_cfg, checkpoint_every=100, checkpoint_every_minutes=1e-9)
     out = tmp_path / "probe"
     out.mkdir()
     hook = registered(Each(Probe(str(out)), CrashOnce(4)))

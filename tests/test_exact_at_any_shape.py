@@ -36,27 +36,25 @@ import sys, json
 sys.path.insert(0, {tests!r})
 import ray
 from alignlab.platform.config import pretrain_from_dict
-from alignlab.platform.pretrain.driver import pretrain
 from alignlab.platform.runtime.ray_env import quiet_ray_data
+
+ray.init(address="local", num_cpus={cpus}, include_dashboard=False, log_to_driver=False, object_store_memory=2**30)
+quiet_ray_data()
+cfg = pretrain_from_dict(json.loads({cfg!r}))
+'''
+"""A Ray of its own with {cpus} CPUs, in a subprocess, and the run's config as `cfg`; a script goes on from here."""
+
+_OWN_RAY_TRAIN = _OWN_RAY + r'''
+from alignlab.platform.pretrain.driver import pretrain
 from fault_hooks import Probe, registered
 
-ray.init(address="local", num_cpus={cpus}, include_dashboard=False, log_to_driver=False, object_store_memory=2**30)
-quiet_ray_data()
-pretrain({corpus!r}, pretrain_from_dict(json.loads({cfg!r})), {root!r}, after_step=registered(Probe({out!r})))
+pretrain({corpus!r}, cfg, {root!r}, after_step=registered(Probe({out!r})))
 '''
 
-
-_OWN_RAY_ROWS = r'''
-import sys, json
-sys.path.insert(0, {tests!r})
-import ray
-from alignlab.platform.config import pretrain_from_dict
-from alignlab.platform.runtime.ray_env import quiet_ray_data
+_OWN_RAY_ROWS = _OWN_RAY + r'''
 from test_exact_at_any_shape import _rows_by_rank
 
-ray.init(address="local", num_cpus={cpus}, include_dashboard=False, log_to_driver=False, object_store_memory=2**30)
-quiet_ray_data()
-print(json.dumps(_rows_by_rank({corpus!r}, pretrain_from_dict(json.loads({cfg!r})))))
+print(json.dumps(_rows_by_rank({corpus!r}, cfg)))
 '''
 
 
@@ -155,7 +153,7 @@ def test_a_run_under_2_ray_cpus_and_under_4_trains_the_same_batches(ray_session,
     out2, out4 = tmp_path / "cpus2", tmp_path / "cpus4"
     out2.mkdir(), out4.mkdir()
     two = pretrain(smoke_corpus, TWO, tmp_path / "root2", after_step=registered(Probe(str(out2))))
-    script = _OWN_RAY.format(tests=str(Path(__file__).parent), cpus=4, corpus=str(smoke_corpus),
+    script = _OWN_RAY_TRAIN.format(tests=str(Path(__file__).parent), cpus=4, corpus=str(smoke_corpus),
                              cfg=json.dumps(to_dict(TWO)), root=str(tmp_path / "root4"), out=str(out4))
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
                          env={**os.environ, "RAY_ADDRESS": ""})

@@ -36,10 +36,10 @@ def test_a_pretraining_run_on_a_gpu_trains_on_the_gpu_ray_train_gave_it_and_its_
 
 
 @pytest.mark.ray
-def test_a_pretraining_run_on_the_cpu_trains_there_and_its_record_names_the_cpu(smoke_model, smoke_model_probe):
+def test_a_pretraining_run_on_the_cpu_trains_there_and_its_record_names_the_cpu(smoke_model, smoke_model_cfg,
+                                                                                 smoke_model_probe):
     """The session's smoke model (conftest.py), read as the GPU runs above are."""
-    cfg = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp,whp,pad")
-    _trained_on_its_device_and_recorded_it(cfg, smoke_model_probe, smoke_model)
+    _trained_on_its_device_and_recorded_it(smoke_model_cfg, smoke_model_probe, smoke_model)
 
 
 def _trained_on_its_device_and_recorded_it(cfg, out, mdir) -> None:

@@ -103,18 +103,16 @@ def test_a_saved_finetuned_model_with_a_truncated_weights_file_is_refused_on_loa
 
 @pytest.mark.ray
 def test_a_finished_model_keeps_its_last_checkpoint_and_a_truncated_weights_file_makes_it_unfinished_and_re_exported(
-        ray_session, smoke_corpus, smoke_model, tmp_path):
+        ray_session, smoke_corpus, smoke_model, smoke_model_cfg, tmp_path):
     """The session's smoke model (conftest.py), copied whole to a root of this test's own with its Train run folder:
     Ray Train's snapshot names its checkpoints relative to that folder, so the copy resumes like the original."""
-    import dataclasses
     import shutil
 
     from alignlab.platform.fel.finetune import load_pretrained
-    from alignlab.platform.presets import Preset
     from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.pretrain.models import is_finished, list_models
 
-    cfg = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp,whp,pad")
+    cfg = smoke_model_cfg
     root = tmp_path / "root"
     mdir = root / "models" / smoke_model.name
     shutil.copytree(smoke_model, mdir)
