@@ -76,10 +76,40 @@ def pytest_configure(config):
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
 
 
+SLOW_TEST_TIMEOUT_S = 1800
+
+
 def pytest_collection_modifyitems(config, items):
     """Cluster tests first, whatever order the files were named in: each starts its own Ray head, and one
-    started while this session's `ray_session` instance is up never gets a job agent (seen here)."""
+    started while this session's `ray_session` instance is up never gets a job agent (seen here).
+
+    A test that uses the session Ray without the `ray` marker is a collection error: `-m "not ray"` would run it
+    and start Ray. A `slow` test without a timeout of its own gets SLOW_TEST_TIMEOUT_S instead of the default."""
+    unmarked = [item.nodeid for item in items
+                if "ray_session" in getattr(item, "fixturenames", ()) and item.get_closest_marker("ray") is None]
+    if unmarked:
+        raise pytest.UsageError("these tests use the session Ray (fixture ray_session, perhaps through another "
+                                "fixture) without @pytest.mark.ray: " + ", ".join(unmarked))
+    for item in items:
+        if item.get_closest_marker("slow") is not None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SLOW_TEST_TIMEOUT_S))
     items.sort(key=lambda item: item.get_closest_marker("cluster") is None)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A timeout says what it is and what to do, under the stacks pytest-timeout printed."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and "from pytest-timeout" in str(report.longrepr):
+        marker = item.get_closest_marker("timeout")
+        limit = marker.args[0] if marker and marker.args else item.config.getini("timeout")
+        report.sections.append(("alignlab: test timed out", (
+            f"{item.nodeid} ran past its {limit} s limit and was stopped: most likely a hang (a Ray task or "
+            "actor waiting for a resource, a lock, a process that never exits). Its own stack is the traceback above; "
+            "those of its other threads were printed when it stopped, between '+++ Timeout +++' lines. If the test "
+            "really needs longer, give it "
+            "@pytest.mark.timeout(SECONDS); the default is `timeout` in pyproject.toml.")))
 
 
 @pytest.fixture

@@ -79,6 +79,7 @@ def test_a_shard_with_a_token_id_outside_the_vocabulary_is_refused_naming_the_sh
         list(training_sequences([str(path)], vocab_size=8))
 
 
+@pytest.mark.ray
 def test_a_pretrainer_starts_its_word_embeddings_and_mlms_tied_decoder_from_the_table(smoke_corpus):
     tok = Tokenizer(smoke_corpus / "tokenizer.model")
     cfg = dataclasses.replace(SMOKE, corpus_embeddings=0.1)

@@ -55,6 +55,7 @@ def test_the_global_batch_must_divide_among_the_workers():
     assert TWO.worker_batch_size == 8 and CFG.worker_batch_size == 16
 
 
+@pytest.mark.ray
 def test_a_rank_collates_only_its_own_rows_with_its_own_key_and_one_worker_collates_as_before(smoke_corpus):
     from alignlab.platform.encoder.batching import Collator
     from alignlab.platform.encoder.tokenizer import Tokenizer

@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.ray
 @pytest.mark.skipif(sys.platform == "win32", reason="a bash script")
 def test_the_gpu_checks_dry_run_runs_every_part_on_cpu_and_prints_its_figures(tmp_path, smoke_corpus, storage_root):
     out = tmp_path / "checks"

@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -30,6 +32,7 @@ def test_import_platform_is_the_stdlib_under_python_dash_m_pytest():
     assert callable(platform.system)
 
 
+@pytest.mark.ray
 def test_ray_tasks_see_the_stdlib_platform_with_the_repo_as_working_dir(ray_session):
     @ray_session.remote
     def where():

@@ -45,6 +45,7 @@ def test_the_progress_line_is_throttled_always_ends_and_counts_only_this_runs_st
     assert line.update(1000, 3.0).startswith("[pretrain m] step 1000/1000 (100%)")  # the last step always prints
 
 
+@pytest.mark.ray
 def test_the_tiny_model_overfits_one_batch(corpus_and_tok):
     corpus, tok = corpus_and_tok
     cfg = dataclasses.replace(SMOKE, objectives="mlm,nsp,whp,pad", lr=1e-2, model=dataclasses.replace(SMOKE.model, dropout=0.0))

@@ -120,6 +120,7 @@ def test_a_plan_estimates_from_measured_rates_and_says_where_they_come_from():
     assert hours is None and "no measured throughput of 768x3 on A10G" in where
 
 
+@pytest.mark.ray
 def test_the_loop_counts_real_tokens_rows_and_each_batchs_flops_and_a_resume_keeps_them(smoke_corpus):
     import pyarrow.parquet as pq
 

@@ -27,6 +27,7 @@ def test_every_recipe_of_one_architecture_and_seed_shares_one_untrained_model_id
         PretrainConfig(max_steps=-1)
 
 
+@pytest.mark.ray
 def test_alignlab_pretrain_objectives_none_writes_the_initial_weights_without_training(smoke_corpus, storage_root,
                                                                                           capsys):
     argv = ["pretrain", "--preset", "smoke", "--objectives", "none", "--corpus", str(smoke_corpus),
