@@ -89,6 +89,26 @@ class Probe:
             torch.save(grads, Path(self.out) / f"rank{rank}-step{step}-grad.pt")
 
 
+class Chain:
+    """Several hooks at each step, in order: a `Probe` before a crash records the step the crash follows."""
+
+    def __init__(self, *hooks):
+        self.hooks = hooks
+
+    def __call__(self, **kwargs) -> None:
+        for hook in self.hooks:
+            hook(**kwargs)
+
+
+def probed_steps(out, rank: int) -> list[dict]:
+    """A `Probe`'s records of `rank`, in the order they were written (across a crash and its resume)."""
+    import json
+    from pathlib import Path
+
+    path = Path(out) / f"rank{rank}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
 def registered(obj):
     """`obj` with this module pickled by value, so that Ray workers can load it."""
     import ray.cloudpickle

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from fault_hooks import CrashRankOnce, Probe, registered
+from fault_hooks import Chain, CrashRankOnce, Probe, probed_steps, registered
 
 from alignlab.platform.presets import Preset
 
@@ -116,8 +116,24 @@ def test_a_killed_rank_resumes_from_the_checkpoint_to_the_uninterrupted_final_we
 
     assert TWO.model.dropout > 0  # each rank's own dropout masks, drawn again after the resume
 
-    mdir = pretrain(smoke_corpus, TWO, tmp_path / "root", after_step=registered(CrashRankOnce(step=3, rank=1)))
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    mdir = pretrain(smoke_corpus, TWO, tmp_path / "root",
+                    after_step=registered(Chain(Probe(str(probe)), CrashRankOnce(step=3, rank=1))))
     assert (mdir / ".crashed-once").exists()  # the crash happened, and the run went on
+    # A resume, not a restart from step 0 (which ends at the same weights too): after the crash each rank went on
+    # from the step-2 checkpoint, training steps 3 to 6 once each, and its weights after each of them are the
+    # uninterrupted run's. The optimizer's state came back with the weights: fresh Adam moments at step 3 would
+    # have moved the weights otherwise.
+    for rank in (0, 1):
+        records = probed_steps(probe, rank)
+        steps = [r["step"] for r in records]
+        (restart,) = [i for i in range(1, len(steps)) if steps[i] <= steps[i - 1]] or [None]
+        assert restart is not None and steps[:restart] in ([1, 2], [1, 2, 3]) and steps[restart:] == [3, 4, 5, 6], \
+            f"rank {rank} trained steps {steps}"
+        straight_steps = _records(runs["out2"], rank)
+        for r in records:
+            assert r["digest"] == straight_steps[r["step"]]["digest"], f"rank {rank}'s weights after step {r['step']}"
     straight = torch.load(runs["two"] / "final" / "model.pt", weights_only=True)
     resumed = torch.load(mdir / "final" / "model.pt", weights_only=True)
     for k, v in straight.items():

@@ -108,6 +108,9 @@ def test_a_finished_model_keeps_its_last_checkpoint_and_a_truncated_weights_file
     Ray Train's snapshot names its checkpoints relative to that folder, so the copy resumes like the original."""
     import shutil
 
+    import torch
+    from fault_hooks import Probe, probed_steps, registered
+
     from alignlab.platform.fel.finetune import load_pretrained
     from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.pretrain.models import is_finished, list_models
@@ -130,9 +133,16 @@ def test_a_finished_model_keeps_its_last_checkpoint_and_a_truncated_weights_file
     assert list_models(root)[0]["finished"] is False
     with pytest.raises(ValueError, match="not a finished pretrained model"):
         load_pretrained(mdir)
-    again = pretrain(smoke_corpus, cfg, root)  # redone: the Train run resumes from its (pruned) snapshot
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    # Redone: the Train run resumes from its (pruned) snapshot at the last step and trains no step again.
+    again = pretrain(smoke_corpus, cfg, root, after_step=registered(Probe(str(probe))))
     assert again == mdir and is_finished(mdir) and weights.stat().st_size == size
-    assert json.loads((mdir / "final" / "eval.json").read_text())["step"] == 12, "re-exported, not retrained"
+    assert probed_steps(probe, 0) == [], "re-exported from the last checkpoint, not retrained"
+    assert json.loads((mdir / "final" / "eval.json").read_text())["step"] == 12
+    original = torch.load(smoke_model / "final" / "model.pt", weights_only=True)
+    for k, v in torch.load(weights, weights_only=True).items():
+        assert torch.equal(v, original[k]), f"{k} differs from the model before its weights file was cut short"
     load_pretrained(mdir)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from fault_hooks import assert_ctrl_c_raises_keyboard_interrupt, crash_once_at
+from fault_hooks import Probe, assert_ctrl_c_raises_keyboard_interrupt, crash_once_at, probed_steps, registered
 
 from alignlab.platform.encoder.tokenizer import Tokenizer
 from alignlab.platform.presets import Preset
@@ -218,12 +218,20 @@ def test_rerunning_after_a_failed_run_continues_at_the_exact_step(uninterrupted,
     from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.pretrain.models import is_finished
 
-    with pytest.raises(Exception):
+    from ray.train import TrainingFailedError
+
+    with pytest.raises(TrainingFailedError):
         pretrain(smoke_corpus, SMOKE, tmp_path, max_failures=0, after_step=crash_once_at(11))
     mdir = next((tmp_path / "models").iterdir())
+    assert (mdir / ".crashed-once").exists(), "the run failed, but not by the injected crash after step 11"
     assert not is_finished(mdir), "an unfinished run must not be registered as finished"
-    mdir2 = pretrain(smoke_corpus, SMOKE, tmp_path, max_failures=0)
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    mdir2 = pretrain(smoke_corpus, SMOKE, tmp_path, max_failures=0, after_step=registered(Probe(str(probe))))
     assert mdir2 == mdir
+    # Checkpoints at steps 5 and 10: the rerun trains steps 11 and 12 only, not 1 to 12 again.
+    assert SMOKE.checkpoint_every == 5
+    assert [r["step"] for r in probed_steps(probe, 0)] == [11, 12]
     assert _steps_logged(mdir) == list(range(1, SMOKE.max_steps + 1))
     for (k, a), b in zip(_weights(uninterrupted).items(), _weights(mdir).values()):
         assert torch.equal(a, b), f"{k} differs from the uninterrupted run"

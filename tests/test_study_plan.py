@@ -83,16 +83,25 @@ def test_a_smoke_run_records_its_throughput_in_eval_json_and_tensorboard(trained
 
 @pytest.mark.ray
 def test_a_dry_run_knows_the_trained_model_and_estimates_the_others_from_its_throughput(trained, smoke_corpus,
-                                                                                         storage_root, capsys):
+                                                                                         storage_root, tmp_path,
+                                                                                         capsys):
+    """At a root of its own that holds the task data, the corpus and the trained model only: the session's root
+    holds whatever models earlier tests trained there, and the study's other models may be among them."""
+    import shutil
+
     from alignlab.platform.study.plan import study_plan
     from alignlab.platform.study.run import study_main
 
-    study, mdir = trained
-    before = _snapshot(storage_root)
-    study_main(_build("objective_ablation"), ["--preset", "smoke", "--storage", str(storage_root), "--dry-run"])
+    study, trained_dir = trained
+    root = tmp_path / "root"
+    shutil.copytree(storage_root / "tasks", root / "tasks")
+    shutil.copytree(smoke_corpus, root / "corpus" / smoke_corpus.name)
+    mdir = shutil.copytree(trained_dir, root / "models" / trained_dir.name)
+    before = _snapshot(root)
+    study_main(_build("objective_ablation"), ["--preset", "smoke", "--storage", str(root), "--dry-run"])
     out = capsys.readouterr().out
-    assert _snapshot(storage_root) == before  # nothing built, locked or written
-    plan = study_plan(study, storage_root, device="cpu")
+    assert _snapshot(root) == before  # nothing built, locked or written
+    plan = study_plan(study, root, device="cpu")
     assert plan["corpus_id"] == smoke_corpus.name and plan["corpus_built"]
     first, *rest, untrained = plan["models"]
     assert first["model_id"] == mdir.name and first["exists"] and first["device_hours"] == 0
