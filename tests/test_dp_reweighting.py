@@ -98,3 +98,26 @@ def test_two_ddp_workers_with_unequal_rows_get_the_gradient_of_one_worker_on_the
     flat = torch.cat([g.flatten() for g in want.values()])
     gap = torch.cat([(unweighted[n] - g).flatten() for n, g in want.items()])
     assert gap.norm() > 0.01 * flat.norm()
+
+
+def test_two_ranks_start_from_the_same_weights_and_each_draws_its_own_dropout_masks(tmp_path):
+    """Each rank's own random stream after the shared initial weights (Pretrainer), and each rank's own state back
+    from a data-parallel checkpoint: a rank that drew another's masks would train on other noise than it resumes to."""
+    from alignlab.platform.pretrain.pretrain import Pretrainer
+
+    tok = tiny_tokenizer(tmp_path / "tok")
+    cfg = dataclasses.replace(TWO, model=_SMOKE.model)
+    assert cfg.model.dropout > 0
+    draws, weights, states = [], [], []
+    for rank in (0, 1, 0):
+        trainer = Pretrainer(cfg, tok, rank=rank, world=2)
+        states.append(trainer.rng_state())
+        draws.append(torch.rand(64))
+        weights.append(trainer.model.state_dict())
+    assert all(torch.equal(v, weights[1][k]) for k, v in weights[0].items())
+    assert not torch.equal(draws[0], draws[1]) and torch.equal(draws[0], draws[2])
+    saved = trainer.state_dict(rng_by_rank=states[:2])
+    rank1 = Pretrainer(cfg, tok, rank=1, world=2)
+    torch.manual_seed(12345)
+    rank1.load_state_dict(saved)
+    assert torch.equal(torch.rand(64), draws[1]), "rank 1 resumed with another rank's random state"

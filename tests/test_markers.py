@@ -82,6 +82,23 @@ def test_a_remote_model_from_before_markers_is_finished_but_one_mid_upload_is_no
     assert old.exists()
 
 
+def test_an_exported_models_marker_lists_every_file_of_its_final_folder_at_its_size(tmp_path):
+    """`models.export_final` (what the Train driver writes), without Ray: a marker written before any other file
+    would list none of them, and a model cut short would still count as finished."""
+    from tiny_model import tiny_pretrained
+
+    from alignlab.platform.pretrain.models import is_finished
+
+    mdir = tiny_pretrained(tmp_path, steps=1)
+    final = mdir / "final"
+    listed = json.loads((final / MARKER).read_text())["files"]
+    assert listed == {p.name: p.stat().st_size for p in final.iterdir() if p.name != MARKER}
+    assert {"model.pt", "eval.json", "tokenizer.model"} <= set(listed) and is_finished(mdir)
+    with open(final / "model.pt", "r+b") as f:
+        f.truncate(10)
+    assert not is_finished(mdir)
+
+
 def test_a_saved_finetuned_model_with_a_truncated_weights_file_is_refused_on_load(tmp_path):
     from tiny_model import tiny_pretrained
 
