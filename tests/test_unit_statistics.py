@@ -148,6 +148,18 @@ def test_units_in_some_folds_but_not_all_are_decided_as_partly_crossed():
     assert ev.design == "partly crossed" and ev.df == 4
 
 
+def test_a_partly_crossed_difference_carried_by_the_units_alone_counts_their_spread():
+    """Each fold holds one unit where A wins and one where B wins, so the folds agree exactly: all of the
+    difference's spread is between the test units, and a variance without their part would be zero."""
+    reps = np.array([0, 0, 1, 1, 2, 2, 3, 3])
+    units = np.array([0, 1, 1, 2, 2, 3, 3, 0])
+    n = np.full(8, 3.0)
+    a_wins = units % 2 == 0
+    ev = paired_test({"folds": reps}, units, np.where(a_wins, 3.0, 0.0), n, np.where(a_wins, 0.0, 2.0), n)
+    assert ev.design == "partly crossed" and ev.diff == pytest.approx(1 / 6)
+    assert ev.se > 0.3 and ev.p > 0.5 and ev.ci_low < 0 < ev.ci_high
+
+
 def test_without_per_unit_scores_the_fallback_is_a_paired_t_over_the_replicates_and_says_so():
     x, y = np.array([0.71, 0.74, 0.69, 0.77, 0.72]), np.array([0.70, 0.71, 0.70, 0.73, 0.69])
     ev = replicate_t({"folds": np.arange(5)}, x, y)

@@ -83,7 +83,8 @@ MUTANTS = (
            breaks="the verdict: a partly crossed design's variance without the test units' part",
            path="platform/report/unit_statistics.py",
            edits=(("    var = max(v_rep + v_unit - v_cell, v_rep, v_unit)\n", "    var = v_rep\n"),),
-           tests=("tests/test_unit_statistics.py::test_units_in_some_folds_but_not_all_are_decided_as_partly_crossed",)),
+           tests=("tests/test_unit_statistics.py::"
+                  "test_a_partly_crossed_difference_carried_by_the_units_alone_counts_their_spread",)),
     Mutant(name="corpus-holdout-disabled", breaks="the corpus holdout: no document is held out",
            path="platform/corpus/corpus_sources.py",
            edits=(('        why = "doc_id" if doc.doc_id in holdout else content.reason(doc.text) if content else None\n',
