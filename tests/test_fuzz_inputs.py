@@ -127,8 +127,11 @@ def test_generated_corpus_source_flags_are_read_or_refused_in_one_line(flags, ca
 
 # ---- trial files ----------------------------------------------------------------------------------------------------
 
+TRIAL = json.dumps({"calc_id": "c1", "status": "ok", "ct/accuracy": 0.5}).encode()
+
+
 @FUZZ
-@given(data=damaged(json.dumps({"calc_id": "c1", "status": "ok", "ct/accuracy": 0.5}).encode()) | st.binary(max_size=20))
+@given(data=damaged(TRIAL) | st.binary(max_size=20))
 def test_a_damaged_trial_file_is_read_as_a_row_or_refused_naming_it(tmp_path_factory, data):
     from alignlab.platform.fel.trial_files import DamagedTrialFile, read_trial
 

@@ -87,7 +87,8 @@ MUTANTS = (
                   "test_a_partly_crossed_difference_carried_by_the_units_alone_counts_their_spread",)),
     Mutant(name="corpus-holdout-disabled", breaks="the corpus holdout: no document is held out",
            path="platform/corpus/corpus_sources.py",
-           edits=(('        why = "doc_id" if doc.doc_id in holdout else content.reason(doc.text) if content else None\n',
+           edits=(('        why = "doc_id" if doc.doc_id in holdout else '
+                    'content.reason(doc.text) if content else None\n',
                    "        why = None\n"),),
            tests=("tests/test_content_holdout.py::"
                   "test_no_task_text_or_acronym_definition_in_a_dump_or_web_folder_reaches_a_shard",)),
@@ -159,7 +160,8 @@ def run_tests(dest: Path, env: dict, tests: tuple[str, ...], lock: str | None, t
         done = subprocess.run(cmd, cwd=dest, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return -1, "timed out"
-    return done.returncode, (done.stdout + done.stderr).strip().splitlines()[-1:][0] if (done.stdout + done.stderr).strip() else ""
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    return done.returncode, lines[-1] if lines else ""
 
 
 def main(argv: list[str] | None = None) -> int:
