@@ -78,7 +78,7 @@ part() {  # part NAME SECONDS COMMAND...: COMMAND under its own timeout, its out
 }
 
 # What is here, before anything is timed: a missing package is a failed part, not a failed measurement.
-part presence 60 $py - <<'EOF'
+part presence 30 $py - <<'EOF'
 import importlib, importlib.metadata as md, platform, sys
 print("python", sys.version.split()[0], platform.machine())
 missing = []
@@ -118,10 +118,12 @@ else
   # 300 steps of 256 rows inside one epoch of 80,000 rows: no epoch restart among the timed steps.
   e2e=(--ray-steps 300 --ray-rows 80000 --ray-cpus 12 --cpus-per-worker 8 --ray-collate-workers 3)
   side=(--copies 3 --batch 256 --steps 150 --warmup 10); collect=()
-  # Call 1's limits add up to under 8 minutes with the install; estimated from the committed GPU logs (H100, cold
-  # compile caches): step 2-3 min, side by side 0.5-1, end to end compiled 2-2.5, tests 1-1.5.
+  # Call 1's limits (with presence's 30 s and nvidia-smi's 20) add up to 460 s, 8 minutes with the install. The
+  # parts are estimated at about 6 minutes together from the committed GPU logs (benchmarks/results/gpu_pretrain_h*
+  # .json, cuda_tests_h*.log): the step ~2 min (tokenizer, eager warm-up 11 s, compile 22 s, CUDA graphs' compile),
+  # side by side under 1, end to end ~2 (a compiled 400-step fit took 74 s), the tests under 1 (32 s at f729dc2).
   # Call 2: three steps at 120 s and the real rows at 150 s, under the 10 minutes of a device call.
-  t_step=170; t_side=60; t_e2e=150; t_tests=90; t_big=120; t_real=150
+  t_step=150; t_side=50; t_e2e=130; t_tests=80; t_big=120; t_real=150
   real_size=768x3; real=(--real-rows mini --batch 256 --real-windows 4 --rounds 3); real_env=()
   part gpu 20 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
 fi
