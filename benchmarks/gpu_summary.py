@@ -77,6 +77,14 @@ def goals_call2(logs: Path) -> list[dict]:
                 rows.append({"figure": f"{path.stem.split('_', 2)[2]} {kind}", "value": _pct(row.get("alignlab_mfu")),
                              "ms_per_step": row["alignlab_step_ms"], "peak_memory_gib": row.get("max_memory_gib"),
                              "graph_breaks": row.get("graph_breaks")})
+    for path in sorted(logs.glob("real_rows_*.json")):
+        real = _load(path).get("real_rows", {})
+        for label, row in real.get("models", {}).items():
+            if row.get("step_ms") is not None:
+                rows.append({"figure": f"real rows {label} ({real.get('objectives')}, vocab {real.get('vocab')})",
+                             "value": _pct(row.get("mfu")), "ms_per_step": row["step_ms"],
+                             "real_tokens_per_s": row.get("real_tokens_per_s"),
+                             "padding": row.get("padding_fraction"), "peak_memory_gib": row.get("max_memory_gib")})
     # The chunked loss pays where it is faster or needed for memory: the decision per (vocabulary, mode).
     by = {r["figure"]: r for r in rows}
     for name in list(by):

@@ -53,6 +53,7 @@ def test_the_gpu_checks_dry_run_runs_both_calls_on_cpu_and_returns_two_files_eac
             assert "device-hours per packed run (wall / packing)" in figures, figures
         else:
             assert any(k.startswith("chunked pays?") for k in figures), figures
+            assert any(k.startswith("real rows tiny eager (mlm,nsp,whp,pad") for k in figures), figures
     assert sorted(p.name for p in out.iterdir()) == ["logs_call1.tar.gz", "logs_call2.tar.gz", "summary_call1.json",
                                                      "summary_call2.json"]
 
