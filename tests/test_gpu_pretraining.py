@@ -81,12 +81,14 @@ def test_two_small_models_on_half_a_gpu_each_train_at_the_same_time_on_the_one_g
         cfg = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp", max_steps=60, checkpoint_every=60,
                                   log_every=1, use_gpu=True, gpus_per_worker=0.5, seed=seed)
         runs.append(task.remote(str(smoke_corpus), to_dict(cfg), str(tmp_path / "root"),
-                                registered(StepTimes(str(out), f"seed{seed}"))))
+                                registered(StepTimes(str(out), f"seed{seed}", meet=("seed1", "seed2")))))
     assert len({ray.get(r) for r in runs}) == 2
     spans = []
     for seed in (1, 2):
         steps = [json.loads(line) for line in (out / f"seed{seed}-rank0.jsonl").read_text().splitlines()]
         assert len(steps) == 60 and {s["device"] for s in steps} == {"cuda:0"}
+        # Each waited after its first step for the other's: both training at once, not one after the other.
+        assert steps[0]["met"] is True, f"seed{seed} trained alone: the other run never started beside it"
         spans.append((steps[0]["t"], steps[-1]["t"]))
     (a0, a1), (b0, b1) = spans
     assert a0 < b1 and b0 < a1, spans  # their training overlapped: neither waited for the other's GPU

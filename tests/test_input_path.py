@@ -412,3 +412,21 @@ def test_cuda_graphs_are_refused_without_compile_or_with_several_workers_and_nev
     assert model_id("bundled-x", dataclasses.replace(compiled, cuda_graphs=True)) == model_id("bundled-x", compiled)
     cpu = Pretrainer(dataclasses.replace(SMOKE, compile=True, cuda_graphs=True), tok)
     assert not cpu._graphs  # a CPU has no CUDA graphs: the compiled step as it is
+
+
+def test_a_compiled_step_attends_without_a_mask_where_its_batch_has_no_padding_and_trains_on_both(tok):
+    """Under compile too an unpadded batch passes no mask, so that SDPA may choose its fused kernel on a GPU; a
+    padded batch of the same width keeps it. The eager backend: the same graph capture, no kernels compiled."""
+    cfg = dataclasses.replace(SMOKE, objectives="mlm,nsp,whp,pad", precision="fp32", compile=True,
+                              model=dataclasses.replace(SMOKE.model, dropout=0.0))
+    trainer = Pretrainer(cfg, tok, compile_backend="eager")
+    col = Collator(list(trainer.objectives.values()), tok, max_len=64, pad_to_max_len=True, layout_fraction=0.5)
+    padded = col(batches(tok)[0], step=0)
+    full = {k: v.clone() for k, v in padded.items()}
+    full["attention_mask"][:] = True
+    assert not bool(padded["attention_mask"].all())
+    assert trainer.prepare(full)["has_padding"] is False and trainer.prepare(padded)["has_padding"] is True
+    for batch in (full, padded, full):
+        metrics = trainer.train_step(trainer.prepare(batch))
+        assert np.isfinite(metrics["train/loss"]), metrics
+    assert torch._dynamo.config.recompile_limit >= 32

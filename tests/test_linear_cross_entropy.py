@@ -68,3 +68,18 @@ def test_without_gradients_only_the_sums_are_made_and_a_nonpositive_chunk_is_ref
 def test_auto_chunks_hold_about_256_mib_of_logits_in_multiples_of_128_rows():
     assert auto_chunk_rows(111_000) == 512 and auto_chunk_rows(32_000) == 2048
     assert auto_chunk_rows(10_000_000) == 128
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (and a torch built for it)")
+def test_on_a_cuda_device_under_bf16_autocast_the_chunked_loss_gives_the_plain_ones_loss_sums_and_gradients():
+    """What a GPU step runs (`loss_chunk_rows` auto chunks there), at a vocabulary large enough for several chunks."""
+    x, w, b, labels = (t.detach().cuda().requires_grad_(t.requires_grad) for t in _inputs(n=512, h=64, c=32_000))
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        plain, plain_sums = classification_sums(F.linear(x, w, b), labels)
+        chunked, sums = linear_cross_entropy_sums(x, w, b, labels, chunk_rows=128)
+    assert chunked.device.type == "cuda" and chunked.dtype == torch.float32
+    torch.testing.assert_close(chunked, plain, rtol=2e-2, atol=2e-2)
+    assert int(sums["count"]) == int(plain_sums["count"]) == int((labels != IGNORE).sum())
+    for got, want in zip(_grads(chunked, x, w, b), _grads(plain, x, w, b)):
+        assert got.dtype == want.dtype and got.device == want.device
+        torch.testing.assert_close(got, want, rtol=5e-2, atol=5e-3)

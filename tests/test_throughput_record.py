@@ -109,6 +109,14 @@ def test_mfu_divides_the_counted_flops_by_the_peak_of_every_device():
     assert rec["tokens_per_s_per_device"] == 1_000_000
 
 
+def test_a_run_packed_three_to_a_gpu_records_a_third_of_its_wall_time_as_device_hours():
+    whole, packed = (summary(num_tokens=1000, num_samples=10, num_flops=1e12, seconds=3600.0, num_devices=1,
+                             device_name="NVIDIA H100 80GB HBM3", precision="bf16", device_share=share)
+                     for share in (1.0, 1 / 3))
+    assert whole["device_hours"] == 1.0 and packed["device_hours"] == pytest.approx(1 / 3, abs=1e-5)
+    assert packed["device_share"] == pytest.approx(1 / 3) and packed["mfu"] == whole["mfu"]
+
+
 def test_a_plan_estimates_from_measured_rates_and_says_where_they_come_from():
     rates = {("128x2", "NVIDIA H100 80GB HBM3", "bf16"): 1000.0}
     hours, where = estimate_device_hours("128x2", "H100", "bf16", 3_600_000, rates)

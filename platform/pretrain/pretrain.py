@@ -154,11 +154,12 @@ def prepare_batch(batch: dict[str, torch.Tensor], labelled_keys: tuple[str, ...]
     - with `pin` (for a GPU), the tensors the device gets in pinned memory, so that the copy is asynchronous.
     Each answers on the host what the step would otherwise ask the device, waiting for it.
     `max_labelled(key, rows, width)` (static shapes, `PretrainConfig.compile`): pad each key's labelled positions to
-    exactly that many (`Objective.max_labelled`), and attend with the mask even in a batch without padding, so that
-    a batch of one width has one shape and one graph."""
+    exactly that many (`Objective.max_labelled`). A batch without padding attends without a mask there too, so that
+    SDPA may choose its fused kernel: a compiled step then has at most two graphs a width (padded or not; the
+    recompile limit is raised to hold them, `Pretrainer._compile`)."""
     out = dict(batch)
     B, T = batch["attention_mask"].shape
-    out["has_padding"] = max_labelled is not None or not bool(batch["attention_mask"].all())
+    out["has_padding"] = not bool(batch["attention_mask"].all())
     host_only = []
     for key in labelled_keys:
         if key in out:
@@ -401,6 +402,9 @@ class Pretrainer:
         kernel over every parameter at once, which torch.compile deliberately does not trace (it stays one kernel
         either way). `dynamic=False`: one static graph per shape (the static widths and labelled rows keep them
         few, bucketing.py), not a symbolic one after the first new shape."""
+        # One graph per (sequence length of the curriculum, static width, padded or not): 4 widths a length, two
+        # lengths, both kinds of batch, with room; torch's default of 8 would fall back to eager mid-run.
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
         if self.world == 1:
             # `cuda_graphs`: the forward graph and its AOT backward replayed as CUDA graphs. Not the clipping: it
             # scales its inputs (the gradients) in place, which a CUDA graph would have to copy in and out.

@@ -86,11 +86,12 @@ def batch_flops(model_cfg, seq_len: int, num_tokens: float, head_flops: float) -
 
 
 def summary(*, num_tokens: int, num_samples: int, num_flops: float, seconds: float, num_devices: int,
-            device_name: str, precision: str) -> dict:
+            device_name: str, precision: str, device_share: float = 1.0) -> dict:
     """The "throughput" record of a run: `num_tokens` real (non-padding) tokens and `num_samples` rows trained on,
     and `num_flops` (the sum of the batches' `batch_flops`), over all the workers, in `seconds` of training-loop
     wall time (summed over the run's lives, start-up and export excluded), on `num_devices` devices called
-    `device_name`."""
+    `device_name`, each holding `device_share` of its device (a model packed K to a GPU holds 1/K: its
+    device-hours are its share of the wall time, so that K such runs add up to the GPU's hours, not K times them)."""
     seconds = max(seconds, 1e-9)
     tps = num_tokens / seconds
     peak = peak_flops(device_name, precision)
@@ -101,8 +102,8 @@ def summary(*, num_tokens: int, num_samples: int, num_flops: float, seconds: flo
         "mfu": None if peak is None else round(num_flops / seconds / (peak * num_devices), 4),
         "flops": float(num_flops), "flops_per_token": round(num_flops / max(num_tokens, 1), 1),
         "peak_flops_per_device": peak,
-        "train_seconds": round(seconds, 2), "device_hours": round(seconds * num_devices / 3600, 5),
-        "num_devices": num_devices, "device": device_name, "precision": precision,
+        "train_seconds": round(seconds, 2), "device_hours": round(seconds * num_devices * device_share / 3600, 5),
+        "num_devices": num_devices, "device_share": device_share, "device": device_name, "precision": precision,
         "num_tokens": int(num_tokens), "num_samples": int(num_samples),
     }
 
@@ -178,4 +179,5 @@ def run_throughput(trainer, num_tokens: int | None = None, num_samples: int | No
                    num_samples=st.num_samples * world if num_samples is None else num_samples,
                    num_flops=st.num_flops * world if num_flops is None else num_flops,
                    seconds=st.train_seconds, num_devices=world, device_name=device_name(trainer.device),
-                   precision=trainer.precision)
+                   precision=trainer.precision,
+                   device_share=trainer.cfg.gpus_per_worker if trainer.device.type == "cuda" else 1.0)

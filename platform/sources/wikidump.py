@@ -18,9 +18,6 @@ from pathlib import Path
 from typing import BinaryIO
 from xml.parsers import expat
 
-import mwparserfromhell
-from mwparserfromhell import nodes as mw
-
 from alignlab.platform.sources.documents import CorpusInputError, Document, Link
 
 # --------------------------------------------------------------------------------------------
@@ -96,6 +93,10 @@ def wikitext_to_text(
     without "#Section", underscores as spaces, first letter upper-cased. A link trail (`[[bus]]es`)
     stays outside the anchor.
     """
+    # Imported here, not at module load: only reading a dump needs the parser, and the corpus code that imports this
+    # module also runs where it is not installed (the GPU machine's check, benchmarks/gpu_checks.sh).
+    import mwparserfromhell
+
     renderer = _Renderer(namespaces)
     renderer.walk(mwparserfromhell.parse(wikitext))
     return _collapse_whitespace("".join(renderer.parts), renderer.links)
@@ -113,6 +114,8 @@ class _Renderer:
         self.pos += len(s)
 
     def walk(self, code) -> None:
+        from mwparserfromhell import nodes as mw
+
         for node in code.nodes:
             if isinstance(node, mw.Text):
                 self.emit(_STRAY_QUOTES.sub("", _MAGIC_WORD.sub("", node.value)))

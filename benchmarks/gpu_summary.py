@@ -1,0 +1,137 @@
+"""The summary of one call of benchmarks/gpu_checks.sh: every part's exit and seconds, and each goal's figure.
+
+Reads the call's folder (status.tsv and the parts' JSONs), prints one table and writes it as JSON (`--out`).
+Goals (issue 67; measured on the first GPU machine): the 768x3 step >= 50% MFU with the decoder counted; end to end
+>= 45% MFU with <= 3% data wait; >= 2x HF end to end; three 128x2 models side by side >= 2.5x one alone.
+    python benchmarks/gpu_summary.py LOGS_DIR --call 1 --commit abc1234 --out summary_call1.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _load(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def _first(d: dict) -> dict:
+    return next(iter(d.values()), {}) if isinstance(d, dict) else {}
+
+
+def goals_call1(logs: Path) -> list[dict]:
+    rows = []
+    step = _load(next(iter(sorted(logs.glob("step_*_vocab32000.json"))), logs / "none"))
+    eager = _first(step.get("models", {}))
+    compiled = _first(step.get("compiled", {}))
+    graphs = _first(step.get("cuda_graphs", {}))
+    for label, r in (("eager", eager), ("compiled", compiled), ("compiled+graphs", graphs)):
+        if r.get("alignlab_mfu") is not None or r.get("alignlab_step_ms") is not None:
+            hf = eager.get("hf_tokens_per_s")
+            rows.append({"figure": f"step MFU, decoder counted ({label})", "value": _pct(r.get("alignlab_mfu")),
+                         "goal": ">= 50%", "ms_per_step": r.get("alignlab_step_ms"),
+                         "vs_hf_step": round(r["alignlab_tokens_per_s"] / hf, 3) if hf and r.get("alignlab_tokens_per_s")
+                         else None, "peak_memory_gib": r.get("max_memory_gib"),
+                         "graph_breaks": r.get("graph_breaks")})
+    if eager.get("hf_mfu") is not None or eager.get("hf_step_ms") is not None:
+        rows.append({"figure": "HF BertForPreTraining step MFU (eager)", "value": _pct(eager.get("hf_mfu")),
+                     "ms_per_step": eager.get("hf_step_ms"), "peak_memory_gib": None})
+    e2e = _load(next(iter(sorted(logs.glob("end_to_end_*.json"))), logs / "none"))
+    ray = _first(e2e.get("ray", {}))
+    if ray and "error" not in ray:
+        hf = _first(e2e.get("models", {})).get("hf_tokens_per_s")
+        rows.append({"figure": "end-to-end MFU (Ray Train)", "value": _pct(ray.get("steady_mfu")), "goal": ">= 45%",
+                     "ms_per_step": ray.get("steady_step_ms")})
+        rows.append({"figure": "end-to-end data-wait share (steady)", "value": _pct(ray.get("data_wait_fraction_steady")),
+                     "goal": "<= 3%"})
+        rows.append({"figure": "end to end vs HF's step", "goal": ">= 2x",
+                     "value": f"{ray['steady_tokens_per_s'] / hf:.2f}x" if hf else "n/a"})
+    side = _load(logs / "side_by_side_128x2.json")
+    if side.get("aggregate_ratio") is not None:
+        copies = side["side_by_side"]["copies"]
+        rows.append({"figure": f"{copies} x 128x2 side by side vs one alone", "value": f"{side['aggregate_ratio']:.2f}x",
+                     "goal": ">= 2.5x"})
+        # Each of K packed runs holds 1/K of the device: its device-hours are its wall hours divided by the packing.
+        rows.append({"figure": "device-hours per packed run (wall / packing)",
+                     "value": f"{side['side_by_side']['wall_s'] / 3600 / copies:.6f}",
+                     "per_1000_steps": round(side["side_by_side"]["wall_s"] / 3600 / copies * 1000 / side["steps"], 6)})
+    return rows
+
+
+def goals_call2(logs: Path) -> list[dict]:
+    rows = []
+    for path in sorted(logs.glob("step_*_vocab*_*.json")):
+        r = _load(path)
+        for kind, block in (("eager", r.get("models", {})), ("compiled", r.get("compiled", {}))):
+            row = _first(block)
+            if row.get("alignlab_step_ms") is not None:
+                rows.append({"figure": f"{path.stem.split('_', 2)[2]} {kind}", "value": _pct(row.get("alignlab_mfu")),
+                             "ms_per_step": row["alignlab_step_ms"], "peak_memory_gib": row.get("max_memory_gib"),
+                             "graph_breaks": row.get("graph_breaks")})
+    for path in sorted(logs.glob("real_rows_*.json")):
+        real = _load(path).get("real_rows", {})
+        for label, row in real.get("models", {}).items():
+            if row.get("step_ms") is not None:
+                rows.append({"figure": f"real rows {label} ({real.get('objectives')}, vocab {real.get('vocab')})",
+                             "value": _pct(row.get("mfu")), "ms_per_step": row["step_ms"],
+                             "real_tokens_per_s": row.get("real_tokens_per_s"),
+                             "padding": row.get("padding_fraction"), "peak_memory_gib": row.get("max_memory_gib")})
+    # The chunked loss pays where it is faster or needed for memory: the decision per (vocabulary, mode).
+    by = {r["figure"]: r for r in rows}
+    for name in list(by):
+        if "_chunked " in name:
+            plain = by.get(name.replace("_chunked ", "_plain "))
+            if plain:
+                faster = by[name]["ms_per_step"] < plain["ms_per_step"]
+                rows.append({"figure": f"chunked pays? {name.replace('_chunked', '')}",
+                             "value": f"{'yes' if faster else 'no'}: chunked {by[name]['ms_per_step']} ms, "
+                                      f"plain {plain['ms_per_step']} ms"})
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("logs", type=Path)
+    ap.add_argument("--call", type=int, default=1)
+    ap.add_argument("--commit", default="unknown")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    parts = []
+    for line in (args.logs / "status.tsv").read_text().splitlines():
+        name, rc, secs, limit = line.split("\t")
+        parts.append({"part": name, "exit": int(rc), "seconds": int(secs), "timeout_s": int(limit),
+                      "timed_out": rc in ("124", "137")})
+    figures = goals_call1(args.logs) if args.call == 1 else goals_call2(args.logs)
+    machine = {}
+    for path in sorted(args.logs.glob("*.json")):
+        machine = _load(path).get("machine") or machine
+    summary = {"call": args.call, "commit": args.commit, "machine": machine, "precision": "bf16",
+               "parts": parts, "figures": figures, "failed": [p["part"] for p in parts if p["exit"]]}
+    print(f"--- gpu_checks call {args.call}, commit {args.commit}, {machine.get('device', '?')}")
+    for p in parts:
+        print(f"{p['part']:32} {'TIMED OUT' if p['timed_out'] else 'exit ' + str(p['exit']):>10} "
+              f"{p['seconds']:5d} s (limit {p['timeout_s']} s)")
+    tests = args.logs / "cuda_tests.log"
+    if tests.is_file() and tests.read_text().strip():
+        print("cuda tests:", tests.read_text().strip().splitlines()[-1])
+    print("--- figures")
+    for f in figures:
+        extra = ", ".join(f"{k} {v}" for k, v in f.items() if k not in ("figure", "value") and v is not None)
+        print(f"{f['figure']:48} {f['value']:>14}  {extra}")
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    tmp.replace(args.out)
+    return 1 if summary["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
