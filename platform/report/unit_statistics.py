@@ -105,10 +105,27 @@ class Evidence:
     """The replicate factors and their levels, e.g. "5 folds × 2 seeds"."""
     outcome: str = ""
     """Why there is no test, or what to know about this one (empty when there is nothing to say)."""
+    parts: tuple[tuple[float, float], ...] = ()
+    """The variance's parts, (variance, degrees of freedom) each, that p and the interval were computed from."""
 
     @property
     def tested(self) -> bool:
         return not math.isnan(self.p)
+
+    def critical(self, alpha: float) -> float:
+        """The decision's two-sided critical value at `alpha` (Cochran-Cox over `parts`); nan without parts."""
+        return _critical(alpha, list(self.parts)) if self.parts else math.nan
+
+    def upper_bound(self, alpha: float) -> float:
+        """The upper end of the interval at two-sided level `alpha` (the claim's level, not the 95% of `ci_high`)."""
+        return self.diff + self.critical(alpha) * self.se
+
+    def detectable(self, alpha: float, power: float = 0.8) -> float:
+        """The minimum detectable effect: the true difference that this design, with these variance components,
+        calls a significant gain at two-sided `alpha` with probability `power` (the normal-shift approximation:
+        the decision's critical value at `alpha` plus its one-sided `power` quantile, Cochran-Cox over the same
+        parts, times the standard error)."""
+        return (self.critical(alpha) + self.critical(2 * (1 - power))) * self.se
 
 
 def _critical(alpha: float, parts: list[tuple[float, float]]) -> float:
@@ -143,7 +160,7 @@ def _evidence(diff: float, parts: list[tuple[float, float]], **kw) -> Evidence:
         p = 1.0 if gap(0.0) >= 0 else (math.exp(brentq(gap, floor, 0.0)) if gap(floor) > 0 else P_FLOOR)
         crit = lambda d: float(sps.t.isf((1 - CONFIDENCE) / 2, d)) - q  # noqa: E731 -- decreasing in d
         df = 1e-3 if crit(1e-3) <= 0 else (math.inf if crit(1e7) >= 0 else brentq(crit, 1e-3, 1e7))
-    return Evidence(diff, diff - q * se, diff + q * se, min(1.0, p), se, float(df), **kw)
+    return Evidence(diff, diff - q * se, diff + q * se, min(1.0, p), se, float(df), parts=tuple(parts), **kw)
 
 
 def _t_evidence(diff: float, var: float, df: float, **kw) -> Evidence:
