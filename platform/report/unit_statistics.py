@@ -122,10 +122,16 @@ class Evidence:
 
     def detectable(self, alpha: float, power: float = 0.8) -> float:
         """The minimum detectable effect: the true difference that this design, with these variance components,
-        calls a significant gain at two-sided `alpha` with probability `power` (the normal-shift approximation:
-        the decision's critical value at `alpha` plus its one-sided `power` quantile, Cochran-Cox over the same
-        parts, times the standard error)."""
-        return (self.critical(alpha) + self.critical(2 * (1 - power))) * self.se
+        calls a significant gain at two-sided `alpha` with probability `power`. The estimate over its standard error
+        is a noncentral t (`df`, the Student t matching the decision's critical value); the effect is the
+        noncentrality at which it exceeds the decision's critical value at `alpha` with probability `power`, times
+        the standard error (for one part, exact)."""
+        q = self.critical(alpha)
+        if math.isnan(q) or not self.se > 0:
+            return math.nan
+        df = min(self.df, 1e6)
+        ncp = brentq(lambda d: float(sps.nct.sf(q, df, d)) - power, 0.0, q + 50.0)
+        return ncp * self.se
 
 
 def _critical(alpha: float, parts: list[tuple[float, float]]) -> float:

@@ -1,0 +1,99 @@
+"""The study's claims are a Holm family of their own: a claim is one intersection-union test (above its baseline
+model and above the strongest context-free baseline, p = the larger of the two), Holm runs over the claims alone,
+and only a claim can be bold; every other test is a labelled family of its own. A claim that is not bold says
+whether its gain is excluded (the upper bound is below what the design could detect) or the study is too small to
+tell, with the effect it could detect at 80% power computed from its own variance parts."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from alignlab.platform.fel.protocol import calculations
+from alignlab.platform.report.report import all_comparisons
+from alignlab.platform.report.significance import (CLAIM, FLOOR, MODEL, SECONDARY, Comparison, bold_cells,
+                                                   correct_family, reading)
+from alignlab.platform.report.unit_statistics import Evidence, holm
+
+POINTS = calculations()
+BASE = np.array([0.52, 0.71, 0.60, 0.80, 0.55, 0.66, 0.74, 0.58, 0.69, 0.62])
+GAIN = np.array([0.010, 0.025, 0.015, 0.030, 0.005, 0.020, 0.035, 0.012, 0.018, 0.027])
+
+
+def _cell(values) -> pd.DataFrame:
+    return pd.DataFrame({"ft_fold": [f for f, _ in POINTS], "ft_seed": [s for _, s in POINTS],
+                         "accuracy": list(values)})
+
+
+def _ev(diff: float, p: float, se: float = 0.004, df: float = 4.0) -> Evidence:
+    return Evidence(diff, p=p, se=se, df=df, parts=((se ** 2, df),))
+
+
+def test_holm_runs_over_the_claims_alone_and_only_a_claim_is_bold():
+    df = pd.concat([_cell(v).assign(row="CT", col=c, perplexity=2.0)
+                    for c, v in (("base", BASE), ("claimed", BASE + GAIN), ("other", BASE + GAIN * 1.1),
+                                 ("third", BASE + GAIN[::-1]))], ignore_index=True)
+    tests = all_comparisons(df.assign(best_accuracy=df["accuracy"]), {"CT": ("CT", "base")}, claims={("CT", "claimed")})
+    claim = [c for c in tests if c.family == CLAIM]
+    assert [(c.metric, c.col, c.kind) for c in claim] == [("accuracy", "claimed", MODEL)]
+    assert claim[0].p_holm == claim[0].ev.p, "one claim: Holm leaves its p as it is"
+    others = [c for c in tests if c.family == SECONDARY]
+    assert len(others) == 5  # other and third on accuracy; all three on best accuracy
+    assert [c.p_holm for c in others] == pytest.approx(list(holm([c.ev.p for c in others])))
+    assert all(c.significant for c in others[:2]), "significant, and still not bold: not a claim"
+    bold = bold_cells(tests)
+    assert bold == {("accuracy", "CT", "claimed"): True}
+
+
+def test_a_claims_p_is_the_larger_of_its_two_tests_and_holm_runs_over_claims():
+    tests = [Comparison("accuracy", "CT", "all*", MODEL, "-whp*", _ev(0.01, 0.001), family=CLAIM),
+             Comparison("accuracy", "CT", "all*", FLOOR, "lexicon", _ev(0.05, 0.03), family=CLAIM),
+             Comparison("accuracy", "AD", "all*", MODEL, "-pad*", _ev(0.01, 0.2), family=CLAIM),
+             Comparison("accuracy", "AD", "all*", FLOOR, "span", _ev(0.05, 0.001), family=CLAIM),
+             Comparison("best_accuracy", "CT", "all*", MODEL, "-whp*", _ev(0.01, 0.0001))]
+    out = correct_family(tests)
+    # CT's claim p is 0.03 (its floor), AD's 0.2: Holm gives 0.06 and 0.2 -- neither bold, although CT's test
+    # against its baseline model alone (p 0.001) would have been.
+    assert [c.p_holm for c in out[:4]] == pytest.approx([0.06, 0.06, 0.2, 0.2])
+    assert all(c.level == 0.025 for c in out[:4])
+    assert bold_cells(out) == {("accuracy", "CT", "all*"): False, ("accuracy", "AD", "all*"): False}
+    assert out[4].p_holm == pytest.approx(0.0001) and out[4].significant, "a family of its own (one test)"
+    assert reading(out[:2]) == "above the baseline model, not above the strongest context-free baseline"
+    # With the floor's p below the baseline model's, both claims pass Holm: bold.
+    tests[1] = Comparison("accuracy", "CT", "all*", FLOOR, "lexicon", _ev(0.05, 0.0005), family=CLAIM)
+    tests[2] = Comparison("accuracy", "AD", "all*", MODEL, "-pad*", _ev(0.01, 0.02), family=CLAIM)
+    assert bold_cells(correct_family(tests)) == {("accuracy", "CT", "all*"): True, ("accuracy", "AD", "all*"): True}
+
+
+def test_the_detectable_effect_has_the_stated_power_at_the_claims_level():
+    for df in (2.0, 4.0, 30.0):
+        ev = _ev(0.0, 0.5, se=0.004, df=df)
+        mde = ev.detectable(0.025, 0.8)
+        # The estimate's t under a true gain of mde is a noncentral t: it clears the 0.025 critical value 80% of the
+        # time (Monte Carlo over the estimate and its standard error, not the formula under test).
+        rng = np.random.default_rng(int(df))
+        est = rng.normal(mde, 0.004, 200_000)
+        se = 0.004 * np.sqrt(rng.chisquare(df, 200_000) / df)
+        power = np.mean(est / se > sps.t.isf(0.0125, df))
+        assert power == pytest.approx(0.8, abs=0.01), (df, power)
+
+
+def test_a_claim_that_is_not_bold_reads_excluded_or_inconclusive():
+    def claim(diff, p, se):
+        return correct_family([Comparison("accuracy", "CT", "all*", MODEL, "-whp*", _ev(diff, p, se, 30.0),
+                                          family=CLAIM)])
+
+    # A TOST-like reading at the claim's level: excluded when even the upper bound is below the detectable effect
+    # (the difference below about 0.85 standard errors), inconclusive when the interval reaches past it.
+    tight = claim(0.001, 0.6, 0.002)     # upper bound +0.5 points, detectable about 0.6: excluded
+    assert reading(tight).startswith("excluded: the gain is below +0.")
+    wide = claim(0.010, 0.11, 0.006)     # upper bound +2.2 points, detectable about 1.7: inconclusive
+    text = reading(wide)
+    assert text.startswith("inconclusive: smaller than the detectable +")
+    mde = float(text.split("+")[1].split(" ")[0])
+    assert mde == pytest.approx(100 * wide[0].ev.detectable(0.05), abs=0.01)
+    assert reading(claim(0.02, 0.001, 0.004)) == "**bold**: a gain"
+    assert not math.isnan(wide[0].level)
