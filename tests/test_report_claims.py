@@ -39,7 +39,7 @@ def test_holm_runs_over_the_claims_alone_and_only_a_claim_is_bold():
     tests = all_comparisons(df.assign(best_accuracy=df["accuracy"]), {"CT": ("CT", "base")}, claims={("CT", "claimed")})
     claim = [c for c in tests if c.family == CLAIM]
     assert [(c.metric, c.col, c.kind) for c in claim] == [("accuracy", "claimed", MODEL)]
-    assert claim[0].p_holm == claim[0].ev.p, "one claim: Holm leaves its p as it is"
+    assert claim[0].p_holm == claim[0].ev.p / 2, "one claim: its one-sided p, which Holm leaves as it is"
     others = [c for c in tests if c.family == SECONDARY]
     assert len(others) == 5  # other and third on accuracy; all three on best accuracy
     assert [c.p_holm for c in others] == pytest.approx(list(holm([c.ev.p for c in others])))
@@ -50,18 +50,22 @@ def test_holm_runs_over_the_claims_alone_and_only_a_claim_is_bold():
 
 def test_a_claims_p_is_the_larger_of_its_two_tests_and_holm_runs_over_claims():
     tests = [Comparison("accuracy", "CT", "all*", MODEL, "-whp*", _ev(0.01, 0.001), family=CLAIM),
-             Comparison("accuracy", "CT", "all*", FLOOR, "lexicon", _ev(0.05, 0.03), family=CLAIM),
+             Comparison("accuracy", "CT", "all*", FLOOR, "lexicon", _ev(0.05, 0.06), family=CLAIM),
              Comparison("accuracy", "AD", "all*", MODEL, "-pad*", _ev(0.01, 0.2), family=CLAIM),
              Comparison("accuracy", "AD", "all*", FLOOR, "span", _ev(0.05, 0.001), family=CLAIM),
              Comparison("best_accuracy", "CT", "all*", MODEL, "-whp*", _ev(0.01, 0.0001))]
     out = correct_family(tests)
-    # CT's claim p is 0.03 (its floor), AD's 0.2: Holm gives 0.06 and 0.2 -- neither bold, although CT's test
-    # against its baseline model alone (p 0.001) would have been.
-    assert [c.p_holm for c in out[:4]] == pytest.approx([0.06, 0.06, 0.2, 0.2])
-    assert all(c.level == 0.025 for c in out[:4])
+    # One-sided: CT's claim p is 0.03 (its floor's), AD's 0.1 (its baseline model's): Holm gives 0.06 and 0.1 --
+    # neither bold, although CT's test against its baseline model alone (p 0.0005) would have been.
+    assert [c.p_holm for c in out[:4]] == pytest.approx([0.06, 0.06, 0.1, 0.1])
+    assert all(c.level == 0.05 for c in out[:4]), "one-sided 0.025: the two-sided level of the same critical value"
     assert bold_cells(out) == {("accuracy", "CT", "all*"): False, ("accuracy", "AD", "all*"): False}
     assert out[4].p_holm == pytest.approx(0.0001) and out[4].significant, "a family of its own (one test)"
     assert reading(out[:2]) == "above the baseline model, not above the strongest context-free baseline"
+    # A loss is no gain, whatever its p.
+    loss = [Comparison("accuracy", "CT", "all*", MODEL, "-whp*", _ev(-0.02, 0.0001), family=CLAIM)]
+    assert correct_family(loss)[0].p_holm == pytest.approx(1 - 0.00005) and not bold_cells(correct_family(loss))[
+        ("accuracy", "CT", "all*")]
     # With the floor's p below the baseline model's, both claims pass Holm: bold.
     tests[1] = Comparison("accuracy", "CT", "all*", FLOOR, "lexicon", _ev(0.05, 0.0005), family=CLAIM)
     tests[2] = Comparison("accuracy", "AD", "all*", MODEL, "-pad*", _ev(0.01, 0.02), family=CLAIM)
@@ -88,12 +92,12 @@ def test_a_claim_that_is_not_bold_reads_excluded_or_inconclusive():
 
     # A TOST-like reading at the claim's level: excluded when even the upper bound is below the detectable effect
     # (the difference below about 0.85 standard errors), inconclusive when the interval reaches past it.
-    tight = claim(0.001, 0.6, 0.002)     # upper bound +0.5 points, detectable about 0.6: excluded
+    tight = claim(0.001, 0.6, 0.002)     # upper bound +0.4 points, detectable about 0.5: excluded
     assert reading(tight).startswith("excluded: the gain is below +0.")
-    wide = claim(0.010, 0.11, 0.006)     # upper bound +2.2 points, detectable about 1.7: inconclusive
+    wide = claim(0.010, 0.11, 0.006)     # upper bound +2.0 points, detectable about 1.5: inconclusive
     text = reading(wide)
     assert text.startswith("inconclusive: smaller than the detectable +")
     mde = float(text.split("+")[1].split(" ")[0])
-    assert mde == pytest.approx(100 * wide[0].ev.detectable(0.05), abs=0.01)
+    assert mde == pytest.approx(100 * wide[0].ev.detectable(0.1), abs=0.01), "one claim: one-sided 0.05"
     assert reading(claim(0.02, 0.001, 0.004)) == "**bold**: a gain"
     assert not math.isnan(wide[0].level)

@@ -12,8 +12,8 @@ and pretraining runs when there are several, all in the interval), and there are
 The tests fall in three families, each corrected by Holm on its own:
 - **claims** (`CLAIM`): the comparisons the study exists to make (`Study.claims`, e.g. the objective ablation's
   aligned model against the model without the aligned objective, on each task's primary metric). A claim is one
-  intersection-union test (Berger 1982): above its baseline model *and* above the strongest context-free baseline,
-  its p the larger of the two. Holm runs over the claims only; **bold** = a claim with a Holm p < 0.05 and both
+  directional intersection-union test (Berger 1982): above its baseline model *and* above the strongest context-free
+  baseline, its p the larger of the two one-sided p. Holm runs over the claims only; **bold** = a claim with a Holm p < 0.05 and both
   differences positive. An effect that a rule with no model can match is no evidence for the model.
 - **controls** (`CONTROL`): the untrained model (a positive control), never bold;
 - **secondary and exploratory** (`SECONDARY`): every other test (other columns, best accuracy, extra test sets),
@@ -60,8 +60,9 @@ class Comparison:
     """Holm's corrected p in its family (`correct_family`): for a claim's two tests, the claim's (the larger of their
     two p, corrected over the claims); alone, `ev.p` itself."""
     level: float = math.nan
-    """For a claim's tests: the two-sided level its Holm step must meet when every other claim fails (P_VALUE over
-    the number of claims), at which its detectable effect and upper bound are stated."""
+    """For a claim's tests: the level its Holm step must meet when every other claim fails (one-sided P_VALUE over
+    the number of claims), as the two-sided level with the same critical value (twice that), at which its detectable
+    effect and upper bound are stated."""
 
     @property
     def diff(self) -> float:
@@ -69,7 +70,8 @@ class Comparison:
 
     @property
     def significant(self) -> bool:
-        """Above its reference: Holm-corrected p < P_VALUE and a positive difference."""
+        """Above its reference: Holm-corrected p < P_VALUE (a claim's: its one-sided intersection-union p) and a
+        positive difference."""
         p = self.ev.p if math.isnan(self.p_holm) else self.p_holm
         return bool(p < P_VALUE and self.ev.diff > 0)
 
@@ -90,11 +92,18 @@ def against_floor(sub: pd.DataFrame, metric: str, name: str) -> Evidence:
                    metric, acc)
 
 
+def one_sided(ev: Evidence) -> float:
+    """The one-sided p of a gain (cell above its reference) from the decision's two-sided p: p/2 for a positive
+    difference, 1 - p/2 otherwise (the decision's reference distribution is symmetric)."""
+    return ev.p / 2 if ev.diff > 0 else 1 - ev.p / 2
+
+
 def claim_p(tests: list[Comparison]) -> float:
-    """One claim's intersection-union p: the larger of its tests' p (against the baseline model and, where the row
-    has one, against the strongest context-free baseline); nan when either is untested."""
+    """One claim's intersection-union p (Berger 1982): the largest of its tests' one-sided p of a gain (against the
+    baseline model and, where the row has one, against the strongest context-free baseline); nan when one is
+    untested. A claim is directional (the cell above both), so its tests are one-sided."""
     ps = [c.ev.p for c in tests]
-    return math.nan if any(math.isnan(p) for p in ps) else max(ps)
+    return math.nan if any(math.isnan(p) for p in ps) else max(one_sided(c.ev) for c in tests)
 
 
 def claims_of(comparisons: list[Comparison]) -> dict[tuple[str, str, str], list[Comparison]]:
@@ -111,7 +120,7 @@ def correct_family(comparisons: list[Comparison]) -> list[Comparison]:
     Holm over the claims), the controls, and the secondary and exploratory tests."""
     claims = claims_of(comparisons)
     adjusted = dict(zip(claims, holm([claim_p(t) for t in claims.values()])))
-    level = P_VALUE / max(1, len(claims))
+    level = 2 * P_VALUE / max(1, len(claims))  # two-sided equivalent of Holm's first one-sided step
     others = {f: [i for i, c in enumerate(comparisons) if c.family == f] for f in (CONTROL, SECONDARY)}
     p_other = {i: float(p) for idx in others.values() for i, p in zip(idx, holm([comparisons[i].ev.p for i in idx]))}
     out = []
@@ -199,10 +208,11 @@ def claims_section(comparisons: list[Comparison]) -> list[str]:
         return []
     level = next(iter(claims.values()))[0].level
     out = [f"**The study's claims ({len(claims)}; Holm over these alone):** each above its baseline model and above "
-           f"the row's strongest context-free baseline (p = the larger of the two). The detectable effect is the "
-           f"true gain over the baseline model this report would find with {POWER:.0%} power at a claim's level "
-           f"(p < {_p(level)}: {P_VALUE} over the number of claims), from its own variance components.", "",
-           "| claim | difference (points) | claim p | Holm p | detectable (points) | reading |", "|---|---|---|---|---|---|"]
+           f"the row's strongest context-free baseline (p = the larger of the two one-sided p of a gain). The detectable "
+           f"effect is the true gain over the baseline model this report would find with {POWER:.0%} power at a "
+           f"claim's level (one-sided p < {_p(level / 2)}: {P_VALUE} over the number of claims), from its own "
+           "variance components; the upper bound is the one-sided bound at that level.", "",
+           "| claim | difference (points) | claim p (one-sided) | Holm p | detectable (points) | reading |", "|---|---|---|---|---|---|"]
     for (metric, row, col), tests in claims.items():
         model = next((c for c in tests if c.kind == MODEL), tests[0])
         out.append(f"| {row}: {col} − {model.against} ({metric}) | {_pts(model.diff)} | {_p(claim_p(tests))} | "
