@@ -26,6 +26,7 @@ Decisions compared, each at p < 0.05 two-sided:
     python benchmarks/calibration.py                     # every scenario: 4,000 simulated studies per null, 1,000 per effect
     python benchmarks/calibration.py --sims 200 --null-sims 200 --quick  # a few scenarios, for a look
     python benchmarks/calibration.py --real --storage alignlab-storage --model MODEL_ID   # A/A on real calculations
+    python benchmarks/calibration.py --family --sims 2000   # the claim family: family-wise false positives, power
 
 Figures go to benchmarks/results/calibration.json (one entry per command) and are printed as a table.
 """
@@ -612,6 +613,12 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     bench_args.add_flags(ap, out=RESULTS / "calibration.json")
     ap.add_argument("--real", action="store_true", help="A/A on real FEL calculations instead (see real_aa.py)")
+    ap.add_argument("--family", action="store_true",
+                    help="the claim family instead: family-wise false positives of bold claims and the claims' power "
+                         "(--sims studies per scenario; figures to calibration_family.json unless --out)")
+    ap.add_argument("--run-from", type=Path, default=None, metavar="RESULTS",
+                    help="a results.parquet with several pretraining runs per column: the run shift sd of each task "
+                         "is estimated from it (`run_points_from`) instead of --run-points")
     args, rest = ap.parse_known_args(argv)
     if args.real:
         import real_aa
@@ -621,7 +628,12 @@ def main(argv=None) -> int:
         ap.error(f"unrecognised arguments: {' '.join(rest)}")
     arms = tuple(a.strip() for a in args.arms.split(","))
     command = bench_args.command("calibration.py", argv)
-    comps = {t: estimate(args.results, t, p) for t, p in zip(("ct", "ad"), args.run_points)}
+    run_points = dict(zip(("ct", "ad"), args.run_points))
+    if args.run_from:
+        run_points.update(run_points_from(args.run_from))
+    comps = {t: estimate(args.results, t, run_points[t]) for t in ("ct", "ad")}
+    if args.family:
+        return family_main(args, comps, command, run_points)
     for c in comps.values():
         print(f"[calibration] {c.task}: {c.design}, {len(c.counts)} units; latent sds (item difficulty 1): model x item "
               f"{c.sd_model_item:.3f}, fold x item {c.sd_fold_item:.3f}, seed x item {c.sd_seed_item:.3f}, seed x item "
@@ -646,6 +658,50 @@ def main(argv=None) -> int:
              "scenarios": entries, "seconds": round(time.time() - t0)}
     machine_info.record(args.out, entry)
     print(f"[calibration] written to {args.out}")
+    return 0
+
+
+def run_points_from(results: Path) -> dict[str, float]:
+    """Each task's pretraining-run shift sd in points, from a results.parquet with two or more pretraining runs per
+    column (`--pretrain-seeds`): the variance of a column's run means (each run's ten calculations averaged) less
+    what their finetuning spread puts in them (the within-run variance over the calculations / their count),
+    pooled over the columns; tasks without several runs are left out."""
+    import pandas as pd
+
+    df = pd.read_parquet(results)
+    if "pretrain_seed" not in df.columns:
+        return {}
+    out = {}
+    for task, sub in df.dropna(subset=["accuracy"]).groupby("ft_task"):
+        between, within = [], []
+        for _, cell in sub.groupby(["row", "col"]):
+            runs = cell.groupby("pretrain_seed")["accuracy"]
+            if runs.ngroups < 2:
+                continue
+            between.append(runs.mean().var(ddof=1))
+            within.append((runs.var(ddof=1) / runs.size()).mean())
+        if between:
+            out[str(task)] = 100 * math.sqrt(max(0.0, float(np.mean(between) - np.mean(within))))
+    return out
+
+
+def family_main(args, comps: dict, command: str, run_points: dict) -> int:
+    """`--family`: every family scenario at `--sims` simulated studies; figures printed and recorded."""
+    out = args.out if args.out != RESULTS / "calibration.json" else RESULTS / "calibration_family.json"
+    entries, t0 = [], time.time()
+    for i, fs in enumerate(family_scenarios(args.quick)):
+        entries.append(run_family(comps, fs, args.sims, seed=args.seed + i))
+        print(family_table(entries[-1:])[-1], f"({time.time() - t0:.0f}s)", flush=True)
+    print("Family-wise false positives: the share of simulated studies with a bold claim whose effect is 0 [Monte-Carlo "
+          "95% interval]; a claim's bold rate is its power where its effect is real.")
+    print("\n".join(family_table(entries)))
+    entry = {"command": command, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+             "commit": "%s%s" % commit_of(), "machine": machine_info.machine("numpy", "scipy"),
+             "results": str(args.results.name), "run_points": run_points,
+             "run_points_from": str(args.run_from) if args.run_from else "assumed (--run-points)",
+             "scenarios": entries, "seconds": round(time.time() - t0)}
+    machine_info.record(out, entry)
+    print(f"[calibration] written to {out}")
     return 0
 
 

@@ -94,3 +94,44 @@ def test_a_gain_that_does_not_clear_the_context_free_baseline_on_the_same_units_
     assert claim.endswith("above the baseline model, not above the strongest context-free baseline |")
     ct = next(x for x in text.splitlines() if x.startswith("| CT |"))
     assert not ct.split(" | ")[1].startswith("**")
+
+
+def test_the_effect_plots_fills_and_intervals_agree_with_the_bold_cells(tmp_path):
+    """Every mark of the effect plot is filled exactly where its test is significant, which is where its
+    Holm-consistent interval's lower end clears 0; a claim's two marks are both filled exactly when its cell is bold."""
+    import matplotlib.colors as mcolors
+    from alignlab.platform.report.plots import effect_figure
+    from alignlab.platform.report.report import all_comparisons, baseline_of, claimed_cells
+    from alignlab.platform.report.significance import CLAIM, bold_cells
+
+    import json
+    import pandas as pd
+
+    _, sdir = _study(tmp_path)
+    study = json.loads((sdir / "study.json").read_text())
+    df = pd.read_parquet(sdir / "results.parquet")
+    tests = all_comparisons(df, baseline_of(df, study), claims=claimed_cells(study))
+    bold = bold_cells(tests)
+    assert bold[("accuracy", "CT", "all*")]
+    fig = effect_figure(tests)
+    marks = {}
+    for ax in fig.axes:
+        for cont in ax.containers:
+            filled = mcolors.to_rgba(cont.lines[0].get_markerfacecolor()) != mcolors.to_rgba("white")
+            low = min(x for seg in cont.lines[2][0].get_segments() for x, _ in seg)
+            marks[tuple(cont.get_label().split("|"))] = (filled, low)
+    assert len(marks) == sum(1 for c in tests if c.ev.tested)
+    for c in tests:
+        if not c.ev.tested:
+            continue
+        filled, low = marks[(c.metric, c.row, c.col, c.kind)]
+        assert filled == c.significant, c
+        if c.family != CLAIM:
+            assert filled == (low > 0), c
+    for key, is_bold in bold.items():
+        mine = [marks[(*key, c.kind)] for c in tests if c.family == CLAIM and (c.metric, c.row, c.col) == key]
+        assert all(f for f, _ in mine) == is_bold == all(low > 0 for _, low in mine), key
+    assert any(bold.values()) and not all(c.significant for c in tests), "both kinds of mark are drawn"
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

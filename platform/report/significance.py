@@ -27,6 +27,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from alignlab.platform.report.unit_statistics import (RUN_KEY, Evidence, baseline_accuracy_column,
@@ -64,9 +65,22 @@ class Comparison:
     the number of claims), as the two-sided level with the same critical value (twice that), at which its detectable
     effect and upper bound are stated."""
 
+    holm_level: float = math.nan
+    """The two-sided level of the test's Holm-consistent interval (`correct_family`): the level of the Holm step
+    that rejected it, or of the step where Holm stopped. Its lower end clears zero exactly when the test is
+    significant; for a claim, every one of its intervals clears zero exactly when it is bold."""
+
     @property
     def diff(self) -> float:
         return self.ev.diff
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """The Holm-consistent interval (at `holm_level`); the 95% interval where there is none."""
+        q = self.ev.critical(self.holm_level) if not math.isnan(self.holm_level) else math.nan
+        if math.isnan(q):
+            return self.ev.ci_low, self.ev.ci_high
+        return self.ev.diff - q * self.ev.se, self.ev.diff + q * self.ev.se
 
     @property
     def significant(self) -> bool:
@@ -115,20 +129,45 @@ def claims_of(comparisons: list[Comparison]) -> dict[tuple[str, str, str], list[
     return out
 
 
+def holm_levels(p_values, alpha: float = P_VALUE) -> list[float]:
+    """Each p's Holm step level: alpha / (m - i) for the i-th smallest of the rejected, alpha / (m - r) for the rest
+    (r rejected): the levels of intervals consistent with Holm's decisions (the step-down confidence bounds of
+    Strassburger & Bretz 2008). nan stays nan."""
+    p = np.asarray(p_values, float)
+    defined = np.flatnonzero(~np.isnan(p))
+    order = defined[np.argsort(p[defined], kind="stable")]
+    m, out = len(order), [math.nan] * len(p)
+    r = 0
+    while r < m and p[order[r]] < alpha / (m - r):
+        r += 1
+    for i, j in enumerate(order):
+        out[j] = alpha / (m - i) if i < r else alpha / (m - r)
+    return out
+
+
 def correct_family(comparisons: list[Comparison]) -> list[Comparison]:
     """Every test of a report with Holm's corrected p in its own family: the claims (one intersection-union p each,
-    Holm over the claims), the controls, and the secondary and exploratory tests."""
+    one-sided, Holm over the claims), the controls, and the secondary and exploratory tests; each with the level of
+    its Holm-consistent interval."""
     claims = claims_of(comparisons)
-    adjusted = dict(zip(claims, holm([claim_p(t) for t in claims.values()])))
+    cps = [claim_p(t) for t in claims.values()]
+    adjusted = dict(zip(claims, holm(cps)))
+    # A one-sided step at alpha is the two-sided interval at 2 alpha: its lower end is the one-sided bound.
+    steps = dict(zip(claims, (2 * a for a in holm_levels(cps))))
     level = 2 * P_VALUE / max(1, len(claims))  # two-sided equivalent of Holm's first one-sided step
-    others = {f: [i for i, c in enumerate(comparisons) if c.family == f] for f in (CONTROL, SECONDARY)}
-    p_other = {i: float(p) for idx in others.values() for i, p in zip(idx, holm([comparisons[i].ev.p for i in idx]))}
+    p_other, l_other = {}, {}
+    for f in (CONTROL, SECONDARY):
+        idx = [i for i, c in enumerate(comparisons) if c.family == f]
+        ps = [comparisons[i].ev.p for i in idx]
+        p_other.update({i: float(p) for i, p in zip(idx, holm(ps))})
+        l_other.update(zip(idx, holm_levels(ps)))
     out = []
     for i, c in enumerate(comparisons):
         if c.family == CLAIM:
-            out.append(dataclasses.replace(c, p_holm=float(adjusted[(c.metric, c.row, c.col)]), level=level))
+            key = (c.metric, c.row, c.col)
+            out.append(dataclasses.replace(c, p_holm=float(adjusted[key]), level=level, holm_level=steps[key]))
         else:
-            out.append(dataclasses.replace(c, p_holm=p_other[i]))
+            out.append(dataclasses.replace(c, p_holm=p_other[i], holm_level=l_other[i]))
     return out
 
 
