@@ -628,12 +628,13 @@ def main(argv=None) -> int:
         ap.error(f"unrecognised arguments: {' '.join(rest)}")
     arms = tuple(a.strip() for a in args.arms.split(","))
     command = bench_args.command("calibration.py", argv)
+    commit = "%s%s" % commit_of()  # at the start: the code that runs, whatever changes while it does
     run_points = dict(zip(("ct", "ad"), args.run_points))
     if args.run_from:
         run_points.update(run_points_from(args.run_from))
     comps = {t: estimate(args.results, t, run_points[t]) for t in ("ct", "ad")}
     if args.family:
-        return family_main(args, comps, command, run_points)
+        return family_main(args, comps, command, run_points, commit)
     for c in comps.values():
         print(f"[calibration] {c.task}: {c.design}, {len(c.counts)} units; latent sds (item difficulty 1): model x item "
               f"{c.sd_model_item:.3f}, fold x item {c.sd_fold_item:.3f}, seed x item {c.sd_seed_item:.3f}, seed x item "
@@ -650,8 +651,7 @@ def main(argv=None) -> int:
     print("Null rows: rejection rate at p < 0.05 [Monte-Carlo 95% interval] / 95% interval coverage. Alternative rows: "
           "power (size-adjusted power) / coverage.")
     print("\n".join(table(entries, arms)))
-    entry = {"command": command, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-             "commit": "%s%s" % commit_of(),
+    entry = {"command": command, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit,
              "machine": machine_info.machine("numpy", "scipy"), "results": str(args.results.name),
              "components": {t: {k: v for k, v in dataclasses.asdict(c).items() if k not in ("counts", "means", "fold_of")}
                             for t, c in comps.items()},
@@ -685,7 +685,7 @@ def run_points_from(results: Path) -> dict[str, float]:
     return out
 
 
-def family_main(args, comps: dict, command: str, run_points: dict) -> int:
+def family_main(args, comps: dict, command: str, run_points: dict, commit: str) -> int:
     """`--family`: every family scenario at `--sims` simulated studies; figures printed and recorded."""
     out = args.out if args.out != RESULTS / "calibration.json" else RESULTS / "calibration_family.json"
     entries, t0 = [], time.time()
@@ -696,7 +696,7 @@ def family_main(args, comps: dict, command: str, run_points: dict) -> int:
           "95% interval]; a claim's bold rate is its power where its effect is real.")
     print("\n".join(family_table(entries)))
     entry = {"command": command, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-             "commit": "%s%s" % commit_of(), "machine": machine_info.machine("numpy", "scipy"),
+             "commit": commit, "machine": machine_info.machine("numpy", "scipy"),
              "results": str(args.results.name), "run_points": run_points,
              "run_points_from": str(args.run_from) if args.run_from else "assumed (--run-points)",
              "scenarios": entries, "seconds": round(time.time() - t0)}
