@@ -196,9 +196,11 @@ def reading(tests: list[Comparison]) -> str:
     if (floor is not None and model.diff > 0 and model.ev.p < model.level
             and (floor.diff <= 0 or not floor.ev.p < model.level)):
         return "above the baseline model, not above the strongest context-free baseline"
+    below = ("; below the strongest context-free baseline" if floor is not None and floor.ev.tested
+             and floor.diff <= 0 else "")
     if upper < mde:
-        return f"excluded: the gain is below {_pts(upper)} points (upper bound)"
-    return f"inconclusive: smaller than the detectable {_pts(mde)} points"
+        return f"excluded: the gain is below {_pts(upper)} points (upper bound){below}"
+    return f"inconclusive: smaller than the detectable {_pts(mde)} points{below}"
 
 
 def detectable(c: Comparison) -> float:
