@@ -372,9 +372,20 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
     ap.add_argument("--device", default=None, metavar="NAME",
                     help="with --dry-run: the device kind to estimate for, e.g. cpu, H100, A10G (default: cpu, or "
                          "the GPU the models' workers would use when they use GPUs)")
+    ap.add_argument("--detect", type=positive_float, default=None, metavar="POINTS",
+                    help="with --dry-run (alignlab plan): also the pretraining runs x finetuning samples needed to show "
+                         "a gain of POINTS accuracy points in each claim, and their cost (platform/report/power.py)")
+    ap.add_argument("--power", type=positive_float, default=0.8, help="with --detect: the power to reach (default 0.8)")
+    ap.add_argument("--from", dest="power_from", type=Path, default=None, metavar="REPORT",
+                    help="with --detect: a study folder (or its report.md) whose claims' variance components to plan "
+                         "from (default: the committed mini report's)")
     add_corpus_arguments(ap)
     add_task_arguments(ap)
     args = ap.parse_args(argv)
+    if args.detect is not None and not args.dry_run:
+        ap.error("--detect plans a study: use it with --dry-run (alignlab plan)")
+    if not 0 < args.power < 1:
+        ap.error(f"--power must be between 0 and 1, got {args.power}")
     done: list[Path] = []
     code = run_guarded(lambda: done.append(_run_study_command(build, args, ap)), argv)
     if code:
@@ -448,8 +459,16 @@ def _run_study_command(build, args, ap) -> Path | None:
                                                     for m, c in zip(study.models, packed)))
     root = resolve_root(args.storage)
     if args.dry_run:
-        print(format_plan(study_plan(study, root, device=args.device or default_device(study), gpus=args.gpus,
-                                     parallel=args.parallel_pretrain, trial_gpus=args.gpus_per_trial)))
+        plan = study_plan(study, root, device=args.device or default_device(study), gpus=args.gpus,
+                          parallel=args.parallel_pretrain, trial_gpus=args.gpus_per_trial)
+        print(format_plan(plan))
+        if args.detect is not None:
+            from alignlab.platform.report.power import power_plan
+
+            try:
+                print("\n".join(power_plan(study, plan, args.detect, args.power, args.power_from)))
+            except ValueError as e:
+                ap.error(str(e))
         return None
     report = run_study(study, root, max_concurrent=args.max_concurrent,
                        trial_resources=resources, max_parallel_pretrain=args.parallel_pretrain,
