@@ -27,7 +27,7 @@ from alignlab.platform.report.significance import (CLAIM, CONTROL, FLOOR, MODEL,
                                                    control_section, correct_family, generalises_over, runs_in,
                                                    significance_section)
 from alignlab.platform.report.unit_statistics import RUN_KEY, Evidence
-from alignlab.platform.runtime.provenance import describe_commit
+from alignlab.platform.runtime.provenance import code_commit, describe_commit
 from alignlab.platform.storage.root import read_json, write_text
 from alignlab.platform.tasks.task import registered_tasks, task as task_named
 
@@ -185,9 +185,11 @@ def provenance_line(study: dict, df: pd.DataFrame) -> str:
     commits = df["commit"].fillna("unrecorded").value_counts() if "commit" in df.columns and not df.empty else None
     calc = ("; FEL calculations at " + ", ".join(f"{c} ({n})" for c, n in commits.items())
             if commits is not None and (len(commits) > 1 or commits.index[0] != prov.get("commit")) else "")
+    commit, dirty = code_commit()
     return (f"**Provenance:** commit {describe_commit(prov)}{calc}; run on {prov.get('date', '?')}; driver machine "
             f"{prov.get('machine', '?')}; pretraining precision {', '.join(precisions) or '–'}; torch "
-            f"{prov.get('torch', '?')}, Ray {prov.get('ray', '?')}, Python {prov.get('python', '?')}.")
+            f"{prov.get('torch', '?')}, Ray {prov.get('ray', '?')}, Python {prov.get('python', '?')}. This report "
+            f"(its verdicts) written by commit {describe_commit({'commit': commit, 'dirty': dirty})}.")
 
 
 def _model_precision(study: dict, info: dict) -> str:
@@ -243,8 +245,10 @@ def write_report(sdir: Path) -> Path:
            "(docs/statistics.md).", ""]
     control = study.get("control_col", "")
     if control and not df.empty and control in set(df["col"]):
-        out[-1:-1] = ["", f"`{control}`: the same architecture with no pretraining (a positive control; "
-                      "see What pretraining buys)."]
+        out[-1:-1] = ["", f"`{control}`: the same architecture with no pretraining, its weights as initialised at "
+                      "random (BERT's N(0, 0.02) embeddings, even where the recipes start theirs from the corpus's "
+                      "co-occurrence statistics): not a pretrained run's step 0 (a positive control; see What "
+                      "pretraining buys)."]
     if study.get("notes"):
         out += [study["notes"], ""]
     tests: list[Comparison] = []

@@ -304,7 +304,7 @@ def control_section(comparisons: list[Comparison], control: str) -> list[str]:
         return []
     out = ["## What pretraining buys (positive control)", "",
            f"Every pretrained column against `{control}`, the same architecture with no pretraining (its weights as "
-           "initialised, finetuned by the same protocol), at the best-perplexity epoch, Holm-corrected in the controls' "
+           "initialised at random, not from the recipes' co-occurrence initialisation; finetuned by the same protocol), at the best-perplexity epoch, Holm-corrected in the controls' "
            "family. "
            "If pretraining helps at all, every pretrained column should be significantly above it.", ""]
     for row in dict.fromkeys(c.row for c in tests):
