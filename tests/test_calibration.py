@@ -100,6 +100,7 @@ def test_the_run_shift_is_estimated_from_a_report_with_several_pretraining_runs(
     assert set(got) == {"ct"} and 0.8 < got["ct"] < 3.5, got
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task,runs,shift,effect", [("ct", 1, 0.5, 1.5), ("ct", 3, 0.5, 1.5), ("ad", 1, 3.0, 3.0)])
 def test_the_power_plan_agrees_with_the_calibrations_simulated_power(components, task, runs, shift, effect):
     """`alignlab plan --detect` (platform/report/power.py) against the calibration's generator at three designs:
