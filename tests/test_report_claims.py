@@ -101,3 +101,34 @@ def test_a_claim_that_is_not_bold_reads_excluded_or_inconclusive():
     assert mde == pytest.approx(100 * wide[0].ev.detectable(0.1), abs=0.01), "one claim: one-sided 0.05"
     assert reading(claim(0.02, 0.001, 0.004)) == "**bold**: a gain"
     assert not math.isnan(wide[0].level)
+
+
+def test_a_fold_without_a_partner_is_left_out_and_the_note_says_so():
+    from alignlab.platform.report.significance import against_model
+
+    sub = _cell(BASE + GAIN)
+    base = _cell(BASE)
+    base = base[base["ft_fold"] != 4]
+    ev = against_model(sub, base, "accuracy")
+    assert ev.n_replicates == 4 and "fold(s) 4 without a partner left out" in ev.outcome
+    assert "without a partner" not in against_model(sub, _cell(BASE), "accuracy").outcome
+
+
+def test_a_report_warns_when_its_finetuning_samples_overlap_heavily(tmp_path):
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_report_effects import _study
+
+    from alignlab.platform.report.report import write_report
+
+    text, sdir = _study(tmp_path)
+    assert "overlap heavily" not in text
+    study = json.loads((sdir / "study.json").read_text())
+    study["sample_overlap"] = {"ct": {"budget": 150, "pool": 155, "overlap": 0.968}}
+    (sdir / "study.json").write_text(json.dumps(study))
+    text = write_report(sdir).read_text()
+    assert "**CT's finetuning samples overlap heavily:** each draws 150 of the pool's 155 examples" in text
+    assert "about 97% of theirs" in text and "does not generalise over other samples" in text

@@ -199,6 +199,18 @@ def _model_precision(study: dict, info: dict) -> str:
     return str(info.get("pretrain", {}).get("precision", ""))
 
 
+def overlap_notes(study: dict) -> list[str]:
+    """A warning for each task whose finetuning samples overlap heavily (study.json's "sample_overlap", recorded
+    when the study ran): its folds are nearly one sample, so its verdict does not generalise over other samples."""
+    out = []
+    for task, o in (study.get("sample_overlap") or {}).items():
+        out += [f"**{task.upper()}'s finetuning samples overlap heavily:** each draws {o['budget']} of the pool's "
+                f"{o['pool']} examples, so two samples share about {o['overlap']:.0%} of theirs. Its folds are nearly "
+                "one finetuning sample: its verdict does not generalise over other samples of the budget, and its "
+                "replicates' spread understates theirs.", ""]
+    return out
+
+
 def _unit_names(df: pd.DataFrame) -> str:
     """What the test units of the report's tasks are ("texts for ct, snippets for ad")."""
     tasks = list(dict.fromkeys(df["ft_task"].dropna())) if "ft_task" in df.columns else []
@@ -257,7 +269,7 @@ def write_report(sdir: Path) -> Path:
     else:
         tests = all_comparisons(df, baselines, control, claimed_cells(study))
         bold = bold_cells(tests)
-        out += [generalises_over(runs_in(df)), ""]
+        out += [generalises_over(runs_in(df)), ""] + overlap_notes(study)
         out += ["## Accuracy at the best-perplexity epoch", ""]
         out += _table(df, baselines, "accuracy", "perplexity", bold=bold) + [""]
         out += _side_by_side(df)

@@ -378,6 +378,11 @@ def compare(sub: pd.DataFrame, sub_cols: tuple[str, str, str], base: pd.DataFram
     # With several runs each run is one replicate (its folds and seeds averaged): the runs are the outer level.
     blocks = [RUN_KEY] if pairing else [FOLD_KEY]
     names = {RUN_KEY: "pretraining runs", FOLD_KEY: "folds"}
+    if not pairing and FOLD_KEY in sub.columns and FOLD_KEY in base.columns:
+        alone = set(sub[FOLD_KEY].dropna()) ^ set(base[FOLD_KEY].dropna())
+        if alone:  # a fold one side finished and the other did not: the pair is decided without it, and says so
+            left = f"fold(s) {', '.join(str(int(f)) for f in sorted(alone))} without a partner left out"
+            note = "; ".join(x for x in (note, left) if x)
     if has_unit_scores(sub, sub_cols) and has_unit_scores(base, base_cols):
         j = unit_table(sub, sub_cols, blocks).join(unit_table(base, base_cols, blocks), lsuffix="_a", rsuffix="_b",
                                                      how="inner")
