@@ -616,6 +616,8 @@ def main(argv=None) -> int:
     ap.add_argument("--family", action="store_true",
                     help="the claim family instead: family-wise false positives of bold claims and the claims' power "
                          "(--sims studies per scenario; figures to calibration_family.json unless --out)")
+    ap.add_argument("--only", default=None, metavar="I,J",
+                    help="with --family: only these scenarios (their 0-based places in family_scenarios())")
     ap.add_argument("--run-from", type=Path, default=None, metavar="RESULTS",
                     help="a results.parquet with several pretraining runs per column: the run shift sd of each task "
                          "is estimated from it (`run_points_from`) instead of --run-points")
@@ -689,7 +691,10 @@ def family_main(args, comps: dict, command: str, run_points: dict, commit: str) 
     """`--family`: every family scenario at `--sims` simulated studies; figures printed and recorded."""
     out = args.out if args.out != RESULTS / "calibration.json" else RESULTS / "calibration_family.json"
     entries, t0 = [], time.time()
+    only = {int(i) for i in args.only.split(",")} if args.only else None
     for i, fs in enumerate(family_scenarios(args.quick)):
+        if only is not None and i not in only:
+            continue
         entries.append(run_family(comps, fs, args.sims, seed=args.seed + i))
         print(family_table(entries[-1:])[-1], f"({time.time() - t0:.0f}s)", flush=True)
     print("Family-wise false positives: the share of simulated studies with a bold claim whose effect is 0 [Monte-Carlo "

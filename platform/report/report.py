@@ -4,9 +4,10 @@ significance against the study's baseline), PNG plots, and pointers to the Tenso
 Cells read "acc ± std / ppl ± std" (accuracy in %, mean ± one standard deviation over the ten calculations). Every
 compared cell is tested against its row's baseline model and against the row's strongest context-free baseline on
 the same test units, and every pretrained cell against the row's untrained cell where the study has one, by one
-paired decision over the folds (or pretraining runs) and test units (`unit_statistics`), Holm-corrected over every
-test of the report (`significance`). A cell is **bold** when it is significantly above both; the baseline is
-underlined. The report opens with its provenance and the effect plot (every test's difference with its interval).
+paired decision over the folds (or pretraining runs) and test units (`unit_statistics`), Holm-corrected in its
+family (`significance`: the study's claims, the controls, the secondary and exploratory tests). A cell is **bold**
+when it is one of the study's claims and, as one intersection-union test over the claims, above both; the baseline
+is underlined. The report opens with its provenance and the effect plot (every test's difference with its interval).
 The baseline is the study's baseline column in the same row, or -- when the study names baseline cells (the paper's
 Tables 1-2) -- the one baseline cell of the row's group (e.g. its task). Searches (Optuna) get a section of their own.
 """
