@@ -35,7 +35,8 @@ Degenerate cases have a stated outcome (`Evidence.outcome`), never a silent gap:
 (the finetuning variance cannot be estimated), and no spread at all. Results recorded before per-unit scores fall
 back to a paired t-test over the replicates' accuracies (design "replicates only"), which holds the test units
 fixed and says so.
-Holm's correction (`holm`) runs over every test of one report.
+Holm's correction (`holm`) runs inside each family of tests of a report (`significance`: the study's claims, the
+controls, the secondary and exploratory tests).
 """
 from __future__ import annotations
 
