@@ -82,7 +82,7 @@ EFFECT_CAPTION = ("Every test of the report, one panel per row and metric or tes
                   "over finetuning samples, seeds and test units, at the level of its Holm step in its family; "
                   "docs/statistics.md); diamonds: a pretrained cell against the untrained model. Filled: significantly "
                   "above its reference, which is where the interval's lower end clears 0; for a claim, both of its "
-                  "marks are filled exactly when it is bold. Panels of claims say so in their title. The line at 0 is "
+                  "marks are filled exactly when it is bold, and its lines are labelled (claim). The line at 0 is "
                   "the reference.")
 
 
