@@ -59,6 +59,7 @@ def test_a_real_effect_is_found_and_covered(components):
     assert e["arms"]["new"]["rate"] > 0.9 and e["arms"]["new"]["coverage"] >= 0.9
 
 
+@pytest.mark.slow
 def test_the_claim_familys_bold_claims_stay_rare_under_the_null_and_a_15_point_ct_gain_is_found(components):
     """The claim family (issue #66): CT's and AD's claims, each an intersection-union test against its ablated
     recipe and a context-free rule, Holm over the two. Under the null a study rarely has a bold claim; a +1.5-point
