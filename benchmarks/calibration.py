@@ -26,6 +26,7 @@ Decisions compared, each at p < 0.05 two-sided:
     python benchmarks/calibration.py                     # every scenario: 4,000 simulated studies per null, 1,000 per effect
     python benchmarks/calibration.py --sims 200 --null-sims 200 --quick  # a few scenarios, for a look
     python benchmarks/calibration.py --real --storage alignlab-storage --model MODEL_ID   # A/A on real calculations
+    python benchmarks/calibration.py --family --sims 2000   # the claim family: family-wise false positives, power
 
 Figures go to benchmarks/results/calibration.json (one entry per command) and are printed as a table.
 """
@@ -48,7 +49,7 @@ import bench_args
 import machine_info
 from alignlab.platform.runtime.provenance import code_commit  # noqa: E402
 
-from alignlab.platform.report.unit_statistics import paired_test  # noqa: E402
+from alignlab.platform.report.unit_statistics import holm, paired_test  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_RESULTS = RESULTS / "objective_ablation_mini_results.parquet"
@@ -225,28 +226,50 @@ class Scenario:
         return f"{self.task.upper()} shift {self.shift_points:g} pts, {self.runs} run{'s' if self.runs > 1 else ''}"
 
 
-def _draw_counts(c: Components, sc: Scenario, rng, deltas, runs: int, seeds_shared: bool = False):
+def _draw_counts(c: Components, sc: Scenario, rng, deltas, runs: int, seeds_shared: bool = False,
+                 rules: tuple[bool, ...] = (), persistent: float = 0.0, tails: float = 0.0):
     """Correct counts [model, run, fold, seed, unit] of one simulated study: models share the test set's items and
     the finetuning samples' common shift; each model (with `deltas[m]` added) has its own run shift, model x item,
     and per calculation its fold and seed shifts and fold x item and seed x item draws. A seed's effect is each
     calculation's own (`finetune.calculation_seed` keys it by seed and fold); with `seeds_shared` (the protocol
     before FINETUNE_CODE_VERSION 2, whose results the components are fitted on) a seed's part is shared by the
-    folds. Units outside a nested fold: nan."""
+    folds. Units outside a nested fold: nan.
+
+    The claim family's scenarios add: `rules` (per model: a context-free rule, the floor: its own item profile and
+    each fold's fit, no seed and no pretraining run), `persistent` (the share of a model's item profile that is the
+    recipe's, the same in every pretraining run: a recipe x unit effect that more runs do not average away) and
+    `tails` (the degrees of freedom of Student t calculation-level shifts, scaled to the same sd: heavy tails; 0:
+    normal)."""
     lam, unit_of, _ = item_difficulty(c, rng)
     U, I = len(c.counts), len(lam)
     shift = c.scaled(sc.shift_points)
     sd_fold = shift * math.sqrt(c.fold_share)
     sd_seed_main = shift * math.sqrt(c.seed_main_share)
     sd_seed = shift * math.sqrt(max(0.0, 1 - c.fold_share - c.seed_main_share))
-    shared = rng.normal(0, sd_fold, (FOLDS, 1, 1))
+
+    def shifts(sd, shape):
+        if not tails:
+            return rng.normal(0, sd, shape)
+        return sd * rng.standard_t(tails, shape) / math.sqrt(tails / (tails - 2))
+
+    shared = shifts(sd_fold, (FOLDS, 1, 1))
     out = np.empty((len(deltas), runs, FOLDS, SEEDS, U))
     for m, delta in enumerate(deltas):
+        if rules and rules[m]:
+            latent = (lam + delta + rng.normal(0, c.sd_model_item, I) + shared + shifts(sd_fold, (FOLDS, 1, 1))
+                      + rng.normal(0, c.sd_fold_item, (FOLDS, 1, I)))
+            hits = np.broadcast_to(latent > 0, (FOLDS, SEEDS, I)).reshape(FOLDS * SEEDS, I)
+            sums = np.stack([np.bincount(unit_of, weights=h, minlength=U) for h in hits])
+            out[m] = sums.reshape(FOLDS, SEEDS, U)[None]
+            continue
+        own_sd = c.sd_model_item * math.sqrt(1 - persistent)
+        recipe = rng.normal(0, c.sd_model_item * math.sqrt(persistent), I) if persistent else 0.0
         for r in range(runs):
-            run = rng.normal(0, c.scaled(c.run_points)) if runs > 1 else 0.0
-            latent = (lam + delta + run + rng.normal(0, c.sd_model_item, I) + shared
-                      + rng.normal(0, sd_seed_main, (1 if seeds_shared else FOLDS, SEEDS, 1))
+            run = shifts(c.scaled(c.run_points), None) if runs > 1 else 0.0
+            latent = (lam + delta + run + recipe + rng.normal(0, own_sd, I) + shared
+                      + shifts(sd_seed_main, (1 if seeds_shared else FOLDS, SEEDS, 1))
                       + rng.normal(0, c.sd_seed_main_item, (1 if seeds_shared else FOLDS, SEEDS, I))
-                      + rng.normal(0, sd_fold, (FOLDS, 1, 1)) + rng.normal(0, sd_seed, (FOLDS, SEEDS, 1))
+                      + shifts(sd_fold, (FOLDS, 1, 1)) + shifts(sd_seed, (FOLDS, SEEDS, 1))
                       + rng.normal(0, c.sd_fold_item, (FOLDS, 1, I)) + rng.normal(0, c.sd_seed_item, (FOLDS, SEEDS, I)))
             hits = (latent > 0).reshape(FOLDS * SEEDS, I)
             sums = np.stack([np.bincount(unit_of, weights=h, minlength=U) for h in hits])
@@ -441,6 +464,101 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     return lo, hi
 
 
+# ---------------------------------------------------------------- the claim family (issue #66)
+
+
+@dataclass(frozen=True)
+class FamilyScenario:
+    """A simulated objective ablation's claims, CT and AD together (one claim per task: the aligned recipe A
+    against the ablated recipe B and against the row's context-free floor F, the report's rule): each claim's p is
+    the larger of its two tests' one-sided p of a gain (intersection-union), Holm runs over the two claims, and a claim is bold when its
+    Holm p < ALPHA with both differences positive (`significance.bold_cells`)."""
+
+    label: str
+    effects: tuple[tuple[str, float], ...] = (("ct", 0.0), ("ad", 0.0))
+    """Each task's true gain of A over B, in points."""
+    shifts: tuple[tuple[str, float], ...] = ()
+    """Each task's finetuning shift in points (missing: the task's real one, `Components.shift_points`)."""
+    runs: int = 1
+    floor_points: float = -10.0
+    """The floor's level against B, in points: far below (-10, CT's lexicon at mini is further) or level (0)."""
+    persistent: float = 0.0
+    tails: float = 0.0
+    missing_fold: bool = False
+    """One fold missing on every side (a fold that failed): the decision over four."""
+
+
+def family_scenarios(quick: bool = False) -> list[FamilyScenario]:
+    """The family's null scenarios (no claim true: its family-wise false positives), the partial null (CT true,
+    AD null) and the power scenario of the goal: +1.5 points on CT with one run at a 0.5-point finetuning shift."""
+    out = [FamilyScenario("null, real shifts, 1 run, floor far"),
+           FamilyScenario("null, real shifts, 1 run, floor level (a rule as good as B)", floor_points=0.0),
+           FamilyScenario("null, 3-point shifts, 1 run, floor far", shifts=(("ct", 3.0), ("ad", 3.0))),
+           FamilyScenario("null, real shifts, 3 runs, recipe x unit half persistent", runs=3, persistent=0.5),
+           FamilyScenario("null, real shifts, 1 run, heavy tails (t, 3 df)", tails=3.0),
+           FamilyScenario("null, real shifts, 1 run, a fold missing", missing_fold=True),
+           FamilyScenario("partial null: CT +1.5 at 0.5-point shift, AD null, 1 run", effects=(("ct", 1.5), ("ad", 0.0)),
+                          shifts=(("ct", 0.5),))]
+    if quick:
+        return [out[0], out[3], out[-1]]
+    return out
+
+
+def _pair(counts, n, ref: int):
+    """`_observations` of recipe A against model `ref` (B: 1, the floor: 2)."""
+    return _observations(counts[[0, ref]], n)
+
+
+def run_family(comps: dict, fs: FamilyScenario, sims: int, seed: int = 0, decide=None) -> dict:
+    """Bold rates of `fs`'s claims over `sims` simulated studies: the family-wise false-positive rate (a study with
+    at least one bold claim whose effect is 0), with its Clopper-Pearson interval, and each claim's bold rate (its
+    power where its effect is real). `decide`: the paired decision (default `paired_test`)."""
+    decide = decide or paired_test
+    rng = np.random.default_rng(seed)
+    effects, shifts = dict(fs.effects), dict(fs.shifts)
+    setup = {}
+    for task, c in comps.items():
+        sc = Scenario(task, shifts.get(task, c.shift_points), fs.runs, effects.get(task, 0.0))
+        delta, truth = effect_logit(c, sc)
+        setup[task] = (c, sc, delta, truth)
+    false_any, bold_count = 0, {t: 0 for t in comps}
+    for _ in range(sims):
+        ps, positive = {}, {}
+        for task, (c, sc, delta, _) in setup.items():
+            counts = _draw_counts(c, sc, rng, [delta, 0.0, c.scaled(fs.floor_points)], fs.runs,
+                                  rules=(False, False, True), persistent=fs.persistent, tails=fs.tails)
+            if fs.missing_fold:
+                counts[:, :, FOLDS - 1] = np.nan
+            n = np.asarray(c.counts, float)
+            evs = [decide(*_pair(counts, n, ref)) for ref in (1, 2)]
+            # One-sided p of a gain, the larger of the two: the claim's intersection-union p (`significance.claim_p`).
+            p = [1.0 if math.isnan(e.p) else (e.p / 2 if e.diff > 0 else 1 - e.p / 2) for e in evs]
+            ps[task], positive[task] = max(p), all(e.diff > 0 for e in evs)
+        adjusted = dict(zip(ps, holm(list(ps.values()))))
+        bold = {t: bool(adjusted[t] < ALPHA and positive[t]) for t in ps}
+        false_any += any(bold[t] and not effects.get(t, 0.0) for t in bold)
+        for t in bold:
+            bold_count[t] += bold[t]
+    lo, hi = clopper_pearson(false_any, sims)
+    out = {"scenario": fs.label, **{k: v for k, v in dataclasses.asdict(fs).items() if k != "label"},
+           "sims": sims, "fwer": round(false_any / sims, 4), "fwer_low": round(lo, 4), "fwer_high": round(hi, 4),
+           "truth_points": {t: round(100 * s[3], 3) for t, s in setup.items()}, "bold": {}}
+    for t, k in bold_count.items():
+        blo, bhi = clopper_pearson(k, sims)
+        out["bold"][t] = {"rate": round(k / sims, 4), "low": round(blo, 4), "high": round(bhi, 4)}
+    return out
+
+
+def family_table(entries: list[dict]) -> list[str]:
+    lines = ["| scenario | family-wise false positives of bold claims [MC 95%] | CT claim bold | AD claim bold |",
+             "|---|---|---|---|"]
+    for e in entries:
+        b = e["bold"]
+        lines.append(f"| {e['scenario']} | {100 * e['fwer']:.1f}% [{100 * e['fwer_low']:.1f}, {100 * e['fwer_high']:.1f}] | "
+                     f"{100 * b['ct']['rate']:.1f}% | {100 * b['ad']['rate']:.1f}% |")
+    return lines
+
+
 SHIFTS = (0.0, 0.5, 1.0, 2.0, 3.0)
 EFFECTS = {"ct": 1.0, "ad": 5.0}
 
@@ -495,6 +613,14 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     bench_args.add_flags(ap, out=RESULTS / "calibration.json")
     ap.add_argument("--real", action="store_true", help="A/A on real FEL calculations instead (see real_aa.py)")
+    ap.add_argument("--family", action="store_true",
+                    help="the claim family instead: family-wise false positives of bold claims and the claims' power "
+                         "(--sims studies per scenario; figures to calibration_family.json unless --out)")
+    ap.add_argument("--only", default=None, metavar="I,J",
+                    help="with --family: only these scenarios (their 0-based places in family_scenarios())")
+    ap.add_argument("--run-from", type=Path, default=None, metavar="RESULTS",
+                    help="a results.parquet with several pretraining runs per column: the run shift sd of each task "
+                         "is estimated from it (`run_points_from`) instead of --run-points")
     args, rest = ap.parse_known_args(argv)
     if args.real:
         import real_aa
@@ -504,7 +630,13 @@ def main(argv=None) -> int:
         ap.error(f"unrecognised arguments: {' '.join(rest)}")
     arms = tuple(a.strip() for a in args.arms.split(","))
     command = bench_args.command("calibration.py", argv)
-    comps = {t: estimate(args.results, t, p) for t, p in zip(("ct", "ad"), args.run_points)}
+    commit = "%s%s" % commit_of()  # at the start: the code that runs, whatever changes while it does
+    run_points = dict(zip(("ct", "ad"), args.run_points))
+    if args.run_from:
+        run_points.update(run_points_from(args.run_from))
+    comps = {t: estimate(args.results, t, run_points[t]) for t in ("ct", "ad")}
+    if args.family:
+        return family_main(args, comps, command, run_points, commit)
     for c in comps.values():
         print(f"[calibration] {c.task}: {c.design}, {len(c.counts)} units; latent sds (item difficulty 1): model x item "
               f"{c.sd_model_item:.3f}, fold x item {c.sd_fold_item:.3f}, seed x item {c.sd_seed_item:.3f}, seed x item "
@@ -521,14 +653,60 @@ def main(argv=None) -> int:
     print("Null rows: rejection rate at p < 0.05 [Monte-Carlo 95% interval] / 95% interval coverage. Alternative rows: "
           "power (size-adjusted power) / coverage.")
     print("\n".join(table(entries, arms)))
-    entry = {"command": command, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-             "commit": "%s%s" % commit_of(),
+    entry = {"command": command, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit,
              "machine": machine_info.machine("numpy", "scipy"), "results": str(args.results.name),
              "components": {t: {k: v for k, v in dataclasses.asdict(c).items() if k not in ("counts", "means", "fold_of")}
                             for t, c in comps.items()},
              "scenarios": entries, "seconds": round(time.time() - t0)}
     machine_info.record(args.out, entry)
     print(f"[calibration] written to {args.out}")
+    return 0
+
+
+def run_points_from(results: Path) -> dict[str, float]:
+    """Each task's pretraining-run shift sd in points, from a results.parquet with two or more pretraining runs per
+    column (`--pretrain-seeds`): the variance of a column's run means (each run's ten calculations averaged) less
+    what their finetuning spread puts in them (the within-run variance over the calculations / their count),
+    pooled over the columns; tasks without several runs are left out."""
+    import pandas as pd
+
+    df = pd.read_parquet(results)
+    if "pretrain_seed" not in df.columns:
+        return {}
+    out = {}
+    for task, sub in df.dropna(subset=["accuracy"]).groupby("ft_task"):
+        between, within = [], []
+        for _, cell in sub.groupby(["row", "col"]):
+            runs = cell.groupby("pretrain_seed")["accuracy"]
+            if runs.ngroups < 2:
+                continue
+            between.append(runs.mean().var(ddof=1))
+            within.append((runs.var(ddof=1) / runs.size()).mean())
+        if between:
+            out[str(task)] = 100 * math.sqrt(max(0.0, float(np.mean(between) - np.mean(within))))
+    return out
+
+
+def family_main(args, comps: dict, command: str, run_points: dict, commit: str) -> int:
+    """`--family`: every family scenario at `--sims` simulated studies; figures printed and recorded."""
+    out = args.out if args.out != RESULTS / "calibration.json" else RESULTS / "calibration_family.json"
+    entries, t0 = [], time.time()
+    only = {int(i) for i in args.only.split(",")} if args.only else None
+    for i, fs in enumerate(family_scenarios(args.quick)):
+        if only is not None and i not in only:
+            continue
+        entries.append(run_family(comps, fs, args.sims, seed=args.seed + i))
+        print(family_table(entries[-1:])[-1], f"({time.time() - t0:.0f}s)", flush=True)
+    print("Family-wise false positives: the share of simulated studies with a bold claim whose effect is 0 [Monte-Carlo "
+          "95% interval]; a claim's bold rate is its power where its effect is real.")
+    print("\n".join(family_table(entries)))
+    entry = {"command": command, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+             "commit": commit, "machine": machine_info.machine("numpy", "scipy"),
+             "results": str(args.results.name), "run_points": run_points,
+             "run_points_from": str(args.run_from) if args.run_from else "assumed (--run-points)",
+             "scenarios": entries, "seconds": round(time.time() - t0)}
+    machine_info.record(out, entry)
+    print(f"[calibration] written to {out}")
     return 0
 
 

@@ -5,7 +5,8 @@ It runs `studies/null_control.py` with `--columns` seed columns (column k: finet
 protocol's five folds, every task; real Ray Tune trials, real per-unit scores), then decides every pair of columns
 with the report's own decision (`significance.against_model`) on every metric the report tests (accuracy at the
 best-perplexity epoch, best accuracy, each extra test set). Disjoint pairs (columns 0-1, 2-3, ...) are independent
-A/A studies: their rate gets an exact (Clopper-Pearson) interval. Every pair (dependent, sharing columns) gives a
+A/A studies: the share of them with a rejection (and of their tasks) gets an exact (Clopper-Pearson) interval; their
+tests share calculations and are not independent. Every pair (dependent, sharing columns) gives a
 steadier point estimate. Beside it, the decisions the report used before (units resampled with folds averaged) and
 a paired t over the fold means, on the same pairs.
 
@@ -83,6 +84,25 @@ def summarise(decisions: list[dict], label: str) -> dict:
     return res
 
 
+def summarise_studies(decisions: list[dict], keys: tuple[str, ...], label: str) -> dict:
+    """The rate of independent units (`keys`: ("pair",), a disjoint pair = one A/A study; ("pair", "row"), one of
+    its tasks) with at least one rejection among their tests, with an exact interval: a study's tests share its
+    calculations, so counting them as independent narrows the interval falsely."""
+    groups: dict[tuple, list[dict]] = {}
+    for d in decisions:
+        groups.setdefault(tuple(d[k] for k in keys), []).append(d)
+    res = {"units": len(groups), "per": "+".join(keys)}
+    for arm in ("new", "old units", "fold t"):
+        k = sum(any(d[arm] for d in g) for g in groups.values())
+        lo, hi = clopper_pearson(k, len(groups)) if groups else (float("nan"),) * 2
+        res[arm] = {"with_any": k, "rate": round(k / max(1, len(groups)), 4), "rate_low": round(lo, 4),
+                    "rate_high": round(hi, 4)}
+    print(f"[real A/A] {label}: {len(groups)} independent units; " + "; ".join(
+        f"{arm} {res[arm]['with_any']} with a rejection (95% [{100 * res[arm]['rate_low']:.1f}, "
+        f"{100 * res[arm]['rate_high']:.1f}])" for arm in ("new", "old units", "fold t")), flush=True)
+    return res
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--storage", required=True, help="storage root (README command 1's, to reuse its model)")
@@ -114,7 +134,9 @@ def main(argv=None) -> int:
              "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": "%s%s" % commit_of(),
              "machine": machine_info.machine("torch", "ray"),
              "study": study.name, "calculations": len(df), "seconds": round(time.time() - t0),
-             "disjoint_pairs": summarise(d_dis, f"{len(disjoint)} disjoint pairs"),
+             "disjoint_pairs": summarise(d_dis, f"{len(disjoint)} disjoint pairs (tests, not independent)"),
+             "independent_studies": summarise_studies(d_dis, ("pair",), "disjoint pairs as studies"),
+             "independent_tasks": summarise_studies(d_dis, ("pair", "row"), "disjoint pairs' tasks"),
              "all_pairs": summarise(d_all, f"all {len(every)} pairs (dependent)"),
              "by_row_and_metric": {f"{r} {m}": summarise([d for d in d_all if d["row"] == r and d["metric"] == m],
                                                         f"{r} {m}, all pairs")

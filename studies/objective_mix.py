@@ -16,7 +16,7 @@ the two accuracies would fix an exchange rate between CT and AD points that noth
 Your own task (`--task`, as every study script): the search scores it too, or only it with `--only-tasks`, and
 maximizes its validation accuracy (or the metric `--maximize TASK:METRIC` names, e.g. `ner:span_f1`).
 
-    python studies/objective_mix.py --preset mini [--storage DIR] [--num-samples N] [--optuna-storage URL]
+    python studies/objective_mix.py --preset mini [--storage DIR] [--num-samples N] [--budget N] [--optuna-storage URL]
     python studies/objective_mix.py --preset smoke --task name=ner,kind=tagging,pool=P,test=T --only-tasks ner
 """
 import dataclasses
@@ -59,8 +59,22 @@ def main(argv=None, prog=None):
     ap.add_argument("--maximize", action="append", default=[], metavar="TASK[:METRIC]",
                     help="what the search maximizes, e.g. ner or ner:span_f1 (repeatable: a Pareto search; default: "
                          "each task's validation accuracy, or the first --task's when tasks are declared)")
+    ap.add_argument("--budget", type=int, default=None, metavar="N",
+                    help="finetuning examples of every task's calculations, instead of the preset's (the search then "
+                         "gets its own name and report)")
     args = ap.parse_args(argv)
+    from alignlab.platform.study.tasks import declared_budgets
+
+    per_task = declared_budgets(args.declare_tasks)
+    if per_task:  # the search finetunes every task at one budget: a declaration's own would be dropped silently
+        ap.error(f"a declared task's budget= ({', '.join(f'{k}={v}' for k, v in per_task.items())}) is not "
+                 "supported by the objective search, which finetunes every task at one budget: use --budget N")
+    if args.budget is not None and args.budget < 1:
+        ap.error(f"--budget must be >= 1, got {args.budget}")
     spec = build(check_preset(args.preset))
+    if args.budget is not None and args.budget != spec.finetune.budget:
+        spec = dataclasses.replace(spec, name=f"{spec.name}-budget{args.budget}",
+                                   finetune=dataclasses.replace(spec.finetune, budget=args.budget))
     if args.num_samples:
         spec = dataclasses.replace(spec, num_samples=args.num_samples)
     if args.precision != "auto":  # as the study scripts' --precision (study.spec.with_precision)

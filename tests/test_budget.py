@@ -61,6 +61,9 @@ def test_a_declared_budget_moves_only_that_tasks_rows(small_pool):
     study = with_tasks(_study("objective_ablation"), ["few"], None, {"few": 30})
     by_task = {t: {c.finetune.budget for c in study.calcs if c.finetune.task == t} for t in ("ct", "ad", "few")}
     assert by_task == {"ct": {40}, "ad": {40}, "few": {30}}
+    # The declared task claims what the task its rows copy claims; --only-tasks keeps the claims of its rows only.
+    assert set(study.claims) == {("CT", "all*"), ("AD", "all*"), ("FEW", "all*")}
+    assert with_tasks(_study("objective_ablation"), ["few"], ["few"]).claims == (("FEW", "all*"),)
 
 
 def test_data_budget_keeps_the_rows_a_declared_pool_holds_and_moves_its_baseline_to_the_largest(small_pool):

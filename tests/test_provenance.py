@@ -44,3 +44,7 @@ def test_the_report_header_names_the_commit_the_machine_the_versions_and_other_c
     assert "commit ccccccc (clean)" in header and "FEL calculations at " + "b" * 40 + " (10)" in header
     assert "2-core AMD EPYC" in header and "torch 2.13.0+cpu" in header and "Ray 2.60.0" in header
     assert "run on 2026-11-28" in header
+    from alignlab.platform.runtime.provenance import code_commit
+
+    writer = code_commit()[0]  # a re-rendered report names the code that wrote its verdicts, not only the study's
+    assert f"This report (its verdicts) written by commit {writer[:7] if len(writer) == 40 else writer}" in header

@@ -77,10 +77,11 @@ def test_a_report_names_the_pretraining_runs_its_test_generalises_over(tmp_path)
     assert sorted(df["pretrain_seed"].unique()) == [0, 1]
     text = write_report(sdir).read_text()
     sig = text[text.index("## Significance"):]
-    header = next(x for x in sig.splitlines() if x.startswith("| metric |")).split(" | ")
-    line = next(x for x in sig.splitlines() if x.startswith("| accuracy | AD | all* |")).split(" | ")
+    header = next(x for x in sig.splitlines() if x.startswith("| family |")).split(" | ")
+    line = next(x for x in sig.splitlines() if x.startswith("| claims | accuracy | AD | all* |")).split(" | ")
     assert line[header.index("replicates")] == "2 pretraining runs", "the runs the decision is taken over"
     assert "generalises over other pretraining runs" in text
+    assert "the finetuning samples are the same in every run and are held fixed" in text
 
 
 def test_the_selection_mode_says_when_the_calculations_were_refit_on_the_whole_budget(tmp_path):

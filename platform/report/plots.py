@@ -78,24 +78,31 @@ def plots(sdir: Path, df: pd.DataFrame, study: dict) -> list[Path]:
 
 EFFECT_CAPTION = ("Every test of the report, one panel per row and metric or test set: each compared cell's difference from "
                   "its row's baseline model (circles) and from the row's strongest context-free baseline on the same "
-                  "calculations (squares), in accuracy points, with the 95% interval of the report's decision "
-                  "(finetuning samples, seeds and test units; docs/statistics.md); diamonds: a pretrained cell against "
-                  "the untrained model. Filled: significantly above its reference (Holm-corrected p < 0.05, the "
-                  "difference positive). A cell is bold in the tables exactly when its circle and its square are both "
-                  "filled. The line at 0 is the reference.")
+                  "calculations (squares), in accuracy points, with its Holm-consistent interval (the report's decision "
+                  "over finetuning samples, seeds and test units, at the level of its Holm step in its family; "
+                  "docs/statistics.md); diamonds: a pretrained cell against the untrained model. Filled: significantly "
+                  "above its reference, which is where the interval's lower end clears 0; for a claim, both of its "
+                  "marks are filled exactly when it is bold, and its lines are labelled (claim). The line at 0 is "
+                  "the reference.")
 
 
 def effect_plot(pdir: Path, comparisons: list) -> Path:
     """`effects.png`: one panel per metric of `comparisons` (`significance.Comparison`), one line per test: its
-    difference with its interval, filled where it is significant, so the bold rule can be read off the plot."""
+    difference with its Holm-consistent interval, filled where it is significant, so the bold rule can be read off
+    the plot."""
+    pdir.mkdir(parents=True, exist_ok=True)
+    return save_figure(effect_figure(comparisons), pdir / "effects.png")
+
+
+def effect_figure(comparisons: list):
+    """The effect plot's figure (`effect_plot`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from alignlab.platform.report.significance import FLOOR, MODEL
+    from alignlab.platform.report.significance import CLAIM, FLOOR, MODEL
 
-    pdir.mkdir(parents=True, exist_ok=True)
     panels: dict[str, list] = {}
     for c in comparisons:
         # One panel per metric and row: a row's differences keep their own scale (CT's tenths of a point beside
@@ -112,21 +119,21 @@ def effect_plot(pdir: Path, comparisons: list) -> Path:
         labels = []
         for y, cmp in enumerate(tests):
             marker, color = {MODEL: ("o", "C0"), FLOOR: ("s", "C1")}.get(cmp.kind, ("D", "C2"))
-            labels.append(f"{cmp.col} − {cmp.against}")
+            labels.append(f"{cmp.col} − {cmp.against}" + (" (claim)" if cmp.family == CLAIM else ""))
             if math.isnan(cmp.diff):
                 continue
             diff = 100 * cmp.diff
-            err = ([[diff - 100 * cmp.ev.ci_low], [100 * cmp.ev.ci_high - diff]]
-                   if not math.isnan(cmp.ev.ci_low) else None)
+            lo, hi = cmp.interval
+            err = [[diff - 100 * lo], [100 * hi - diff]] if not math.isnan(lo) else None
             ax.errorbar([diff], [y], xerr=err, fmt=marker, color=color, mfc=color if cmp.significant else "white",
-                        capsize=3)
+                        capsize=3, label=f"{cmp.metric}|{cmp.row}|{cmp.col}|{cmp.kind}")
         ax.axvline(0.0, color="k", lw=1)
         ax.set_yticks(range(len(labels)), labels, fontsize=7)
         ax.invert_yaxis()
         ax.set_xlabel("difference (accuracy points)")
         ax.set_title(title)
     fig.tight_layout()
-    return save_figure(fig, pdir / "effects.png")
+    return fig
 
 
 def _bars(df: pd.DataFrame, acc: str, prefix: str, path: Path, title: str = "") -> Path:

@@ -4,9 +4,10 @@ significance against the study's baseline), PNG plots, and pointers to the Tenso
 Cells read "acc ± std / ppl ± std" (accuracy in %, mean ± one standard deviation over the ten calculations). Every
 compared cell is tested against its row's baseline model and against the row's strongest context-free baseline on
 the same test units, and every pretrained cell against the row's untrained cell where the study has one, by one
-paired decision over the folds (or pretraining runs) and test units (`unit_statistics`), Holm-corrected over every
-test of the report (`significance`). A cell is **bold** when it is significantly above both; the baseline is
-underlined. The report opens with its provenance and the effect plot (every test's difference with its interval).
+paired decision over the folds (or pretraining runs) and test units (`unit_statistics`), Holm-corrected in its
+family (`significance`: the study's claims, the controls, the secondary and exploratory tests). A cell is **bold**
+when it is one of the study's claims and, as one intersection-union test over the claims, above both; the baseline
+is underlined. The report opens with its provenance and the effect plot (every test's difference with its interval).
 The baseline is the study's baseline column in the same row, or -- when the study names baseline cells (the paper's
 Tables 1-2) -- the one baseline cell of the row's group (e.g. its task). Searches (Optuna) get a section of their own.
 """
@@ -22,11 +23,12 @@ from alignlab.platform.fel.trial_files import read_trial
 from alignlab.platform.report.columns import baseline_names, extra_test_sets, extra_test_text, strongest_baseline
 from alignlab.platform.report.plots import EFFECT_CAPTION, effect_plot, plots as make_plots
 from alignlab.platform.report.search_importance import importance_lines
-from alignlab.platform.report.significance import (FLOOR, MODEL, P_VALUE, UNTRAINED, Comparison, against_floor,
-                                                   against_model, bold_cells, control_section, correct_family,
-                                                   generalises_over, runs_in, significance_section)
+from alignlab.platform.report.significance import (CLAIM, CONTROL, FLOOR, MODEL, P_VALUE, PRIMARY, SECONDARY,
+                                                   UNTRAINED, Comparison, against_floor, against_model, bold_cells,
+                                                   control_section, correct_family, generalises_over, runs_in,
+                                                   significance_section)
 from alignlab.platform.report.unit_statistics import RUN_KEY, Evidence
-from alignlab.platform.runtime.provenance import describe_commit
+from alignlab.platform.runtime.provenance import code_commit, describe_commit
 from alignlab.platform.storage.root import read_json, write_text
 from alignlab.platform.tasks.task import registered_tasks, task as task_named
 
@@ -78,9 +80,11 @@ def _cell(df: pd.DataFrame, r: str, c: str) -> pd.DataFrame:
 
 
 def compare_cells(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], metric: str, prefix: str = "",
-                  control: str = "") -> list[Comparison]:
+                  control: str = "", claims: set[tuple[str, str]] | None = None) -> list[Comparison]:
     """Every compared cell (not a baseline cell, not the untrained `control` column) against its row's baseline
-    model and against the row's strongest context-free baseline, on `metric` (not yet Holm-corrected)."""
+    model and against the row's strongest context-free baseline, on `metric` (not yet Holm-corrected). The tests of
+    a claimed (row, col) on the primary metric are the claims' family (`claims`; None: every compared cell is
+    claimed), the others secondary."""
     out = []
     base_cells = set(baselines.values())
     for r in dict.fromkeys(df["row"]):
@@ -95,9 +99,11 @@ def compare_cells(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], metri
                 ev = Evidence(math.nan, outcome=f"the baseline cell {br} / {bc} has no finished calculation; not compared")
             else:
                 ev = against_model(sub, base, metric)
-            out.append(Comparison(metric, r, c, MODEL, bc if br == r else f"{br} / {bc}", ev))
+            fam = CLAIM if metric == PRIMARY and (claims is None or (r, c) in claims) else SECONDARY
+            out.append(Comparison(metric, r, c, MODEL, bc if br == r else f"{br} / {bc}", ev, family=fam))
             if floor_name != "–":
-                out.append(Comparison(metric, r, c, FLOOR, floor_name, against_floor(sub, metric, floor_name)))
+                out.append(Comparison(metric, r, c, FLOOR, floor_name, against_floor(sub, metric, floor_name),
+                                      family=fam))
     return out
 
 
@@ -111,7 +117,8 @@ def control_comparisons(df: pd.DataFrame, control: str) -> list[Comparison]:
         for c in dict.fromkeys(df["col"]):
             sub = _cell(df, r, c)
             if c != control and not sub.empty:
-                out.append(Comparison("accuracy", r, c, UNTRAINED, control, against_model(sub, ref, "accuracy")))
+                out.append(Comparison("accuracy", r, c, UNTRAINED, control, against_model(sub, ref, "accuracy"),
+                                      family=CONTROL))
     return out
 
 
@@ -148,12 +155,21 @@ def metrics_of(df: pd.DataFrame) -> list[tuple[str, str]]:
     return [("accuracy", ""), ("best_accuracy", "")] + [(f"eval_{n}_accuracy", f"eval_{n}_") for n in extra_test_sets(df)]
 
 
-def all_comparisons(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], control: str = "") -> list[Comparison]:
-    """Every test of the report, Holm-corrected as one family: each table's comparisons, then the positive control."""
+def claimed_cells(study: dict) -> set[tuple[str, str]] | None:
+    """The (row, col) cells the study declares as its claims (`Study.claims`, study.json's "claims"); None where it
+    declares none (every compared cell is then claimed on the primary metric)."""
+    claims = study.get("claims")
+    return {(str(r), str(c)) for r, c in claims} if claims else None
+
+
+def all_comparisons(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], control: str = "",
+                    claims: set[tuple[str, str]] | None = None) -> list[Comparison]:
+    """Every test of the report, each Holm-corrected in its family (`significance.correct_family`): each table's
+    comparisons (the claimed cells on the primary metric: the claims), then the positive control."""
     tests = []
     for metric, prefix in metrics_of(df):
         rows = df[df[metric].notna()] if metric in df.columns else df.iloc[:0]
-        tests += compare_cells(rows, baselines, metric, prefix, control)
+        tests += compare_cells(rows, baselines, metric, prefix, control, claims)
     if control:
         tests += control_comparisons(df, control)
     return correct_family(tests)
@@ -170,9 +186,11 @@ def provenance_line(study: dict, df: pd.DataFrame) -> str:
     commits = df["commit"].fillna("unrecorded").value_counts() if "commit" in df.columns and not df.empty else None
     calc = ("; FEL calculations at " + ", ".join(f"{c} ({n})" for c, n in commits.items())
             if commits is not None and (len(commits) > 1 or commits.index[0] != prov.get("commit")) else "")
+    commit, dirty = code_commit()
     return (f"**Provenance:** commit {describe_commit(prov)}{calc}; run on {prov.get('date', '?')}; driver machine "
             f"{prov.get('machine', '?')}; pretraining precision {', '.join(precisions) or '–'}; torch "
-            f"{prov.get('torch', '?')}, Ray {prov.get('ray', '?')}, Python {prov.get('python', '?')}.")
+            f"{prov.get('torch', '?')}, Ray {prov.get('ray', '?')}, Python {prov.get('python', '?')}. This report "
+            f"(its verdicts) written by commit {describe_commit({'commit': commit, 'dirty': dirty})}.")
 
 
 def _model_precision(study: dict, info: dict) -> str:
@@ -180,6 +198,18 @@ def _model_precision(study: dict, info: dict) -> str:
     if ev_file.exists():
         return str(read_json(ev_file).get("precision", ""))
     return str(info.get("pretrain", {}).get("precision", ""))
+
+
+def overlap_notes(study: dict) -> list[str]:
+    """A warning for each task whose finetuning samples overlap heavily (study.json's "sample_overlap", recorded
+    when the study ran): its folds are nearly one sample, so its verdict does not generalise over other samples."""
+    out = []
+    for task, o in (study.get("sample_overlap") or {}).items():
+        out += [f"**{task.upper()}'s finetuning samples overlap heavily:** each draws {o['budget']} of the pool's "
+                f"{o['pool']} examples, so two samples share about {o['overlap']:.0%} of theirs. Its folds are nearly "
+                "one finetuning sample: its verdict does not generalise over other samples of the budget, and its "
+                "replicates' spread understates theirs.", ""]
+    return out
 
 
 def _unit_names(df: pd.DataFrame) -> str:
@@ -221,23 +251,26 @@ def write_report(sdir: Path) -> Path:
            "; `last:first`, the paper's: the last layer at each word's first piece; `all`: the embedding output and "
            "every layer's side by side; `mean`: a word's pieces averaged; AD reads [CLS] either way).",
            "", f"Cells: accuracy % ± std / perplexity ± std over the calculations (n). Baseline: <u>{base}</u>. "
-           f"**Bold**: above the row's baseline model **and** above the row's strongest context-free baseline (last "
-           f"column), each by a paired test over the finetuning samples, seeds and test units with a Holm-corrected "
-           f"p < {P_VALUE} over every test of this report; differences, intervals and the family in the "
-           "significance section (docs/statistics.md).", ""]
+           f"**Bold**: one of the study's claims, above the row's baseline model **and** above the row's strongest "
+           f"context-free baseline (last column), each by a paired test over the finetuning samples, seeds and test "
+           f"units, with a Holm-corrected p < {P_VALUE} over the claims; other cells are secondary or exploratory and "
+           "never bold. Claims, detectable effects, differences and intervals in the significance section "
+           "(docs/statistics.md).", ""]
     control = study.get("control_col", "")
     if control and not df.empty and control in set(df["col"]):
-        out[-1:-1] = ["", f"`{control}`: the same architecture with no pretraining (a positive control; "
-                      "see What pretraining buys)."]
+        out[-1:-1] = ["", f"`{control}`: the same architecture with no pretraining, its weights as initialised at "
+                      "random (BERT's N(0, 0.02) embeddings, even where the recipes start theirs from the corpus's "
+                      "co-occurrence statistics): not a pretrained run's step 0 (a positive control; see What "
+                      "pretraining buys)."]
     if study.get("notes"):
         out += [study["notes"], ""]
     tests: list[Comparison] = []
     if df.empty:
         out.append("No finished calculations yet.")
     else:
-        tests = all_comparisons(df, baselines, control)
+        tests = all_comparisons(df, baselines, control, claimed_cells(study))
         bold = bold_cells(tests)
-        out += [generalises_over(runs_in(df)), ""]
+        out += [generalises_over(runs_in(df)), ""] + overlap_notes(study)
         out += ["## Accuracy at the best-perplexity epoch", ""]
         out += _table(df, baselines, "accuracy", "perplexity", bold=bold) + [""]
         out += _side_by_side(df)

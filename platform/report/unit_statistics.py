@@ -35,7 +35,8 @@ Degenerate cases have a stated outcome (`Evidence.outcome`), never a silent gap:
 (the finetuning variance cannot be estimated), and no spread at all. Results recorded before per-unit scores fall
 back to a paired t-test over the replicates' accuracies (design "replicates only"), which holds the test units
 fixed and says so.
-Holm's correction (`holm`) runs over every test of one report.
+Holm's correction (`holm`) runs inside each family of tests of a report (`significance`: the study's claims, the
+controls, the secondary and exploratory tests).
 """
 from __future__ import annotations
 
@@ -105,10 +106,33 @@ class Evidence:
     """The replicate factors and their levels, e.g. "5 folds × 2 seeds"."""
     outcome: str = ""
     """Why there is no test, or what to know about this one (empty when there is nothing to say)."""
+    parts: tuple[tuple[float, float], ...] = ()
+    """The variance's parts, (variance, degrees of freedom) each, that p and the interval were computed from."""
 
     @property
     def tested(self) -> bool:
         return not math.isnan(self.p)
+
+    def critical(self, alpha: float) -> float:
+        """The decision's two-sided critical value at `alpha` (Cochran-Cox over `parts`); nan without parts."""
+        return _critical(alpha, list(self.parts)) if self.parts else math.nan
+
+    def upper_bound(self, alpha: float) -> float:
+        """The upper end of the interval at two-sided level `alpha` (the claim's level, not the 95% of `ci_high`)."""
+        return self.diff + self.critical(alpha) * self.se
+
+    def detectable(self, alpha: float, power: float = 0.8) -> float:
+        """The minimum detectable effect: the true difference that this design, with these variance components,
+        calls a significant gain at two-sided `alpha` with probability `power`. The estimate over its standard error
+        is a noncentral t (`df`, the Student t matching the decision's critical value); the effect is the
+        noncentrality at which it exceeds the decision's critical value at `alpha` with probability `power`, times
+        the standard error (for one part, exact)."""
+        q = self.critical(alpha)
+        if math.isnan(q) or not self.se > 0:
+            return math.nan
+        df = min(self.df, 1e6)
+        ncp = brentq(lambda d: float(sps.nct.sf(q, df, d)) - power, 0.0, q + 50.0)
+        return ncp * self.se
 
 
 def _critical(alpha: float, parts: list[tuple[float, float]]) -> float:
@@ -143,7 +167,7 @@ def _evidence(diff: float, parts: list[tuple[float, float]], **kw) -> Evidence:
         p = 1.0 if gap(0.0) >= 0 else (math.exp(brentq(gap, floor, 0.0)) if gap(floor) > 0 else P_FLOOR)
         crit = lambda d: float(sps.t.isf((1 - CONFIDENCE) / 2, d)) - q  # noqa: E731 -- decreasing in d
         df = 1e-3 if crit(1e-3) <= 0 else (math.inf if crit(1e7) >= 0 else brentq(crit, 1e-3, 1e7))
-    return Evidence(diff, diff - q * se, diff + q * se, min(1.0, p), se, float(df), **kw)
+    return Evidence(diff, diff - q * se, diff + q * se, min(1.0, p), se, float(df), parts=tuple(parts), **kw)
 
 
 def _t_evidence(diff: float, var: float, df: float, **kw) -> Evidence:
@@ -355,6 +379,11 @@ def compare(sub: pd.DataFrame, sub_cols: tuple[str, str, str], base: pd.DataFram
     # With several runs each run is one replicate (its folds and seeds averaged): the runs are the outer level.
     blocks = [RUN_KEY] if pairing else [FOLD_KEY]
     names = {RUN_KEY: "pretraining runs", FOLD_KEY: "folds"}
+    if not pairing and FOLD_KEY in sub.columns and FOLD_KEY in base.columns:
+        alone = set(sub[FOLD_KEY].dropna()) ^ set(base[FOLD_KEY].dropna())
+        if alone:  # a fold one side finished and the other did not: the pair is decided without it, and says so
+            left = f"fold(s) {', '.join(str(int(f)) for f in sorted(alone))} without a partner left out"
+            note = "; ".join(x for x in (note, left) if x)
     if has_unit_scores(sub, sub_cols) and has_unit_scores(base, base_cols):
         j = unit_table(sub, sub_cols, blocks).join(unit_table(base, base_cols, blocks), lsuffix="_a", rsuffix="_b",
                                                      how="inner")

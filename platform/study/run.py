@@ -111,6 +111,11 @@ def _run_study(study: Study, st: Storage, *, max_concurrent: int | None = None, 
     tdir = build_tasks(st, langs=study.task_langs, max_docs_per_lang=study.task_max_docs_per_lang,
                        seed=study.corpus.seed, **dict(study.task_options))
     check_budgets(study, tdir)
+    overlap = sample_overlap(study, tdir)
+    for task, o in overlap.items():
+        say(f"[study {study.name}] warning: {task.upper()}'s finetuning samples draw {o['budget']} of {o['pool']} pool "
+            f"examples: two of them share about {o['overlap']:.0%} of their examples, so the five samples are "
+            "nearly one (the report says so)")
     eval_sets = stage_eval_files(study, sdir)
     if eval_sets:
         st.push(f"{srel}/eval")
@@ -153,7 +158,7 @@ def _run_study(study: Study, st: Storage, *, max_concurrent: int | None = None, 
         "name": study.name, "title": study.title, "baseline_col": study.baseline_col,
         "baseline_cells": [list(c) for c in study.baseline_cells], "plots": list(study.plots),
         "notes": study.notes, "corpus_dir": str(cdir), "task_dir": str(tdir), "control_col": study.control_col,
-        "provenance": provenance(),
+        "claims": [list(c) for c in study.claims], "sample_overlap": overlap, "provenance": provenance(),
         "models": {m.key: {"model_id": mdirs[m.key].name, "pretrain": to_dict(m.pretrain)} for m in study.models},
         "calculations": ids,
         "cells": {c["calc_id"]: {"row": c["row"], "col": c["col"], "group": c["group"]} for c in calcs},
@@ -232,6 +237,26 @@ def check_budgets(study: Study, tdir: Path) -> None:
                     "less), or add examples to the pool")
         raise ValueError(f"study {study.name}: budgets exceed the task pools of {tdir}: " + "; ".join(sorted(bad))
                          + ways)
+
+
+OVERLAP_WARNING = 0.5
+"""Budget over pool above which two finetuning samples share more than half their examples (on average) and the
+report warns that its folds are not independent samples of the budget."""
+
+
+def sample_overlap(study: Study, tdir: Path) -> dict[str, dict]:
+    """{task: {"budget", "pool", "overlap"}} of the tasks whose calculations draw more than OVERLAP_WARNING of their
+    pool: two random samples of n from N share n / N of their examples on average."""
+    from alignlab.platform.tasks.task_data import TaskData
+
+    data = TaskData.load(tdir)
+    out: dict[str, dict] = {}
+    for c in study.calcs:
+        n = pool_size(data, c.finetune.task, c.finetune.fold)
+        share = c.finetune.budget / n if n else 0.0
+        if share > OVERLAP_WARNING and share > out.get(c.finetune.task, {}).get("overlap", 0.0):
+            out[c.finetune.task] = {"budget": c.finetune.budget, "pool": n, "overlap": round(share, 3)}
+    return out
 
 
 def pool_size(data, task: str, fold: int) -> int:
@@ -372,9 +397,20 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
     ap.add_argument("--device", default=None, metavar="NAME",
                     help="with --dry-run: the device kind to estimate for, e.g. cpu, H100, A10G (default: cpu, or "
                          "the GPU the models' workers would use when they use GPUs)")
+    ap.add_argument("--detect", type=positive_float, default=None, metavar="POINTS",
+                    help="with --dry-run (alignlab plan): also the pretraining runs x finetuning samples needed to show "
+                         "a gain of POINTS accuracy points in each claim, and their cost (platform/report/power.py)")
+    ap.add_argument("--power", type=positive_float, default=0.8, help="with --detect: the power to reach (default 0.8)")
+    ap.add_argument("--from", dest="power_from", type=Path, default=None, metavar="REPORT",
+                    help="with --detect: a study folder (or its report.md) whose claims' variance components to plan "
+                         "from (default: the committed mini report's)")
     add_corpus_arguments(ap)
     add_task_arguments(ap)
     args = ap.parse_args(argv)
+    if args.detect is not None and not args.dry_run:
+        ap.error("--detect plans a study: use it with --dry-run (alignlab plan)")
+    if not 0 < args.power < 1:
+        ap.error(f"--power must be between 0 and 1, got {args.power}")
     done: list[Path] = []
     code = run_guarded(lambda: done.append(_run_study_command(build, args, ap)), argv)
     if code:
@@ -448,8 +484,16 @@ def _run_study_command(build, args, ap) -> Path | None:
                                                     for m, c in zip(study.models, packed)))
     root = resolve_root(args.storage)
     if args.dry_run:
-        print(format_plan(study_plan(study, root, device=args.device or default_device(study), gpus=args.gpus,
-                                     parallel=args.parallel_pretrain, trial_gpus=args.gpus_per_trial)))
+        plan = study_plan(study, root, device=args.device or default_device(study), gpus=args.gpus,
+                          parallel=args.parallel_pretrain, trial_gpus=args.gpus_per_trial)
+        print(format_plan(plan))
+        if args.detect is not None:
+            from alignlab.platform.report.power import power_plan
+
+            try:
+                print("\n".join(power_plan(study, plan, args.detect, args.power, args.power_from)))
+            except ValueError as e:
+                ap.error(str(e))
         return None
     report = run_study(study, root, max_concurrent=args.max_concurrent,
                        trial_resources=resources, max_parallel_pretrain=args.parallel_pretrain,

@@ -204,6 +204,10 @@ class Study:
     control_col: str = ""
     """The column of untrained models (`with_untrained`): a positive control every pretrained cell of its row is
     tested against, never a candidate for bold; empty: none."""
+    claims: tuple[tuple[str, str], ...] = ()
+    """(row, col) cells whose comparison the study exists to make: each is one claim on the primary metric (above
+    its baseline cell and above the row's strongest context-free baseline), Holm-corrected over the claims alone and
+    the only cells that can be bold (`report.significance`). Empty: every compared cell is claimed."""
 
     def __post_init__(self) -> None:
         keys = [m.key for m in self.models]
@@ -225,6 +229,12 @@ class Study:
         for r, c in self.baseline_cells:
             if (r, c) not in cells:
                 raise ValueError(f"study {self.name}: baseline cell {(r, c)} has no calculations")
+        for r, c in self.claims:
+            if (r, c) not in cells:
+                raise ValueError(f"study {self.name}: claim {(r, c)} has no calculations")
+            if (r, c) in set(self.baseline_cells) or (not self.baseline_cells and c == self.baseline_col):
+                raise ValueError(f"study {self.name}: claim {(r, c)} is a baseline cell; a claim compares a cell "
+                                 "with its baseline")
         if self.baseline_cells:
             owners = [g for r, _ in self.baseline_cells for g, rows in groups.items() if r in rows]
             if len(set(owners)) != len(owners):

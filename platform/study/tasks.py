@@ -115,6 +115,7 @@ def with_tasks(study, names, only=None, budgets: dict[str, int] | None = None):
     # A task named in `only` that the study lacks (a plugin's) gets rows as a declared one does.
     names = [*names, *(n for n in (only or ()) if n not in in_study and n not in names)]
     calcs, searches, cells = list(study.calcs), list(study.searches), list(study.baseline_cells)
+    claims = list(study.claims)
     for name in names:
         t = task(name)
         like = next((n for n in in_study if task(n).aligned_objective == t.aligned_objective), in_study[0])
@@ -130,6 +131,8 @@ def with_tasks(study, names, only=None, budgets: dict[str, int] | None = None):
                      for s in study.searches if s.base.task == like]
         rows = {c.row for c in study.calcs if c.finetune.task == like}
         cells += [(_renamed(r, old, new), col) for r, col in study.baseline_cells if r in rows]
+        # A declared task claims what its most similar task claims (its aligned model above its baseline).
+        claims += [(_renamed(r, old, new), col) for r, col in study.claims if r in rows]
         if name in budgets:
             shaped = with_budget(dataclasses.replace(study, calcs=tuple(calcs), searches=tuple(searches),
                                                      baseline_cells=tuple(cells)), budgets[name], task=name)
@@ -151,8 +154,10 @@ def with_tasks(study, names, only=None, budgets: dict[str, int] | None = None):
 
     key = config_hash({"declared": [d for d in declarations() if d["name"] in names], "added": sorted(names),
                        "only": sorted(only or ()), **({"budgets": budgets} if budgets else {})}, length=8)
+    present = {(c.row, c.col) for c in calcs} | {(s.row, s.col) for s in searches}
+    claims = [c for c in dict.fromkeys(claims) if c in present and c not in set(cells)]
     return dataclasses.replace(study, name=f"{study.name}-tasks-{key}", calcs=tuple(calcs), searches=tuple(searches),
-                               baseline_cells=tuple(cells), baseline_col=baseline_col,
+                               baseline_cells=tuple(cells), baseline_col=baseline_col, claims=tuple(claims),
                                models=tuple(m for m in study.models if m.key in used))
 
 
