@@ -2,12 +2,21 @@
 task's pairs. The end-to-end control (corpus -> Ray Train -> FEL -> report) is the study itself."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
 
 from alignlab.platform.encoder.tokenizer import Tokenizer, train_tokenizer
 from alignlab.platform.sources.sources import iter_documents
 from alignlab.platform.sources.synthetic import LEXICON, synthetic_documents
 from alignlab.studies import alignment_control
+
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _initials(text: str) -> str:
@@ -53,3 +62,26 @@ def test_the_task_files_split_the_test_set_by_negative_kind(tmp_path):
     assert len(lines["test"]) == 2 * alignment_control.TEST_SNIPPETS
     assert len(lines["mutate"]) + len(lines["other"]) == len(lines["test"]) + alignment_control.TEST_SNIPPETS
     assert "extra.mutate=" in alignment_control.task_spec(paths) and "aligned=pad" in alignment_control.task_spec(paths)
+
+
+# -m slow (the whole control: a synthetic corpus, two models under Ray Train, 20 FEL calculations; minutes on two
+# cores): `python -m pytest -m slow tests/test_alignment_control.py`. Its measured figures are in
+# benchmarks/results/alignment_control.md.
+@pytest.mark.slow
+@pytest.mark.ray
+def test_the_model_pretrained_with_pad_is_bold_over_the_one_without_on_the_synthetic_pad_task(tmp_path):
+    storage = tmp_path / "storage"
+    cmd = [sys.executable, str(REPO / "studies" / "alignment_control.py"), "--preset", "mini", "--storage",
+           str(storage), "--skip-aa"]
+    run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    [sdir] = [p for p in (storage / "studies").iterdir() if p.name.startswith("alignment_control-mini-")]
+    text = (sdir / "report.md").read_text()
+    lines = text.splitlines()
+    i = next(i for i, line in enumerate(lines) if line.startswith("| SYNAD |"))  # the first table: accuracy
+    header = next(lines[j] for j in range(i, -1, -1) if lines[j].startswith("| | "))
+    cells = dict(zip((c.strip() for c in header.split("|")), lines[i].split("|")))
+    assert cells["aligned*"].strip().startswith("**"), lines[i]
+    df = pd.read_parquet(sdir / "results.parquet")
+    means = df.groupby("col")["accuracy"].mean()
+    assert means["aligned*"] > means["-pad*"]
