@@ -40,8 +40,10 @@ ENTITY_RATE = 0.12
 """Chance that a document position starts an entity rather than a lexicon word."""
 
 
-def synthetic_text(rng: random.Random) -> tuple[str, list[tuple[int, int, str]]]:
-    """One document's text and its linked entity spans (start, end, target)."""
+def synthetic_text(rng: random.Random, letters: bool = True) -> tuple[str, list[tuple[int, int, str]]]:
+    """One document's text and its linked entity spans (start, end, target); without `letters`, no one-letter
+    words."""
+    lexicon = LEXICON if letters else LEXICON[:44]
     n = rng.randint(*SYNTHETIC_WORDS)
     words: list[str] = []
     links: list[tuple[int, int, str]] = []
@@ -55,17 +57,18 @@ def synthetic_text(rng: random.Random) -> tuple[str, list[tuple[int, int, str]]]
             words.extend(ent)
             pos = start + len(text)
         else:
-            w = rng.choice(LEXICON)
+            w = rng.choice(lexicon)
             pos += len(w) + (1 if words else 0)
             words.append(w)
     return " ".join(words), links
 
 
-def synthetic_documents(n: int, namespace: str = "corpus") -> Iterator[Document]:
-    """Documents 0..n-1 of `namespace` ("corpus" for the source; others for task snippets), kind "wiki"."""
+def synthetic_documents(n: int, namespace: str = "corpus", letters: bool = True) -> Iterator[Document]:
+    """Documents 0..n-1 of `namespace` ("corpus" for the source; others for task snippets), kind "wiki"; without
+    `letters`, of four-letter words only (a task snippet: its words never equal an acronym's letters)."""
     for i in range(n):
         rng = random.Random(f"synthetic:{SYNTHETIC_VERSION}:{namespace}:{i}")
-        text, links = synthetic_text(rng)
+        text, links = synthetic_text(rng, letters)
         yield Document(doc_id=f"synthetic:{namespace}:{i}", text=text, lang="en", kind="wiki",
                        links=tuple(Link(s, e, t) for s, e, t in links), title=f"{namespace} {i}")
 
