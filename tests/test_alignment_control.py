@@ -69,6 +69,8 @@ def test_the_task_files_split_the_test_set_by_negative_kind(tmp_path):
 # benchmarks/results/alignment_control.md.
 @pytest.mark.slow
 @pytest.mark.ray
+@pytest.mark.xfail(strict=True, reason="PAD stays at chance in the control's pretraining (held-out 45.3%, its loss ln 2 "
+                   "throughout 1,500 steps): docs/journal/issue-65-cls-and-control.md")
 def test_the_model_pretrained_with_pad_is_bold_over_the_one_without_on_the_synthetic_pad_task(tmp_path):
     storage = tmp_path / "storage"
     cmd = [sys.executable, str(REPO / "studies" / "alignment_control.py"), "--preset", "mini", "--storage",
