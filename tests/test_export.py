@@ -215,13 +215,15 @@ def test_a_pre_ln_encoder_without_its_final_layernorm_is_refused(tmp_path):
 
 # A distance bias (alibi > 0, the mini preset's): exported as custom code, AlignlabEncoderModel.
 
-@pytest.fixture(scope="module", params=[("post", "learned"), ("pre", "sinusoidal")], ids=["post_ln", "pre_ln"])
+# The pre-LN case exempts [CLS] from the bias, as the mini preset does.
+@pytest.fixture(scope="module", params=[("post", "learned", False), ("pre", "sinusoidal", True)],
+                ids=["post_ln", "pre_ln_cls_exempt"])
 def exported_alibi(request, tmp_path_factory):
     from alignlab.platform.config import MODEL_SIZES
 
-    norm, position = request.param
+    norm, position, exempt = request.param
     model = dataclasses.replace(MODEL_SIZES["tiny"], norm=norm, position=position, alibi=4.0, dropout=0.0,
-                                num_layers=2)
+                                num_layers=2, alibi_exempt_cls=exempt)
     root = tmp_path_factory.mktemp(f"root_alibi_{norm}")
     mdir = tiny_pretrained(root, "mlm,nsp,whp,pad", steps=3, model=model)
     # Move the LayerNorms far from (1, 0), as for the pre-LN export above: one mapped to the wrong place shows.
@@ -257,9 +259,13 @@ def test_a_distance_biased_model_exports_as_custom_code_that_gives_alignlabs_hid
         ref_all = enc(batch["input_ids"], batch["token_type_ids"], real, layers="all")
         got = model(**batch, output_hidden_states=True)
         # Without the bias the same weights give other states: the comparison can see a missing or wrong bias.
-        unbiased = dataclasses.replace(enc.cfg, alibi=0.0)
-        enc.cfg = unbiased
+        biased = enc.cfg
+        enc.cfg = dataclasses.replace(biased, alibi=0.0)
         assert float((enc(batch["input_ids"], batch["token_type_ids"], real)[real] - ref[real]).abs().max()) > 1e-2
+        # [CLS]'s exemption shows too: flipped, [CLS]'s states change.
+        enc.cfg = dataclasses.replace(biased, alibi_exempt_cls=not biased.alibi_exempt_cls)
+        assert float((enc(batch["input_ids"], batch["token_type_ids"], real)[:, 0] - ref[:, 0]).abs().max()) > 1e-2
+        enc.cfg = biased
     torch.testing.assert_close(got.last_hidden_state[real], ref[real], rtol=0, atol=1e-5)
     # Every layer's output, as the `all` head input reads them (layer-normalised without weights, the last as is).
     H = pre.model_cfg.hidden
@@ -279,6 +285,7 @@ def test_the_custom_code_folder_names_its_bias_and_needs_nothing_of_alignlab_to_
     assert cfg["model_type"] == "alignlab-encoder" and cfg["architectures"] == ["AlignlabEncoderModel"]
     assert cfg["auto_map"]["AutoModel"] == "modeling_alignlab.AlignlabEncoderModel"
     assert cfg["alibi_slopes"] == pre.model_cfg.alibi_slopes() and cfg["norm"] == pre.model_cfg.norm
+    assert cfg["alibi_exempt_cls"] == pre.model_cfg.alibi_exempt_cls
     assert cfg["max_position_embeddings"] == pre.model_cfg.max_len  # alignlab's positions, no RoBERTa offset
     tree = ast.parse((out / "modeling_alignlab.py").read_text())
     roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
@@ -286,6 +293,7 @@ def test_the_custom_code_folder_names_its_bias_and_needs_nothing_of_alignlab_to_
     assert roots <= {"__future__", "torch", "transformers"}, roots
     export_info = json.loads((out / "alignlab_export.json").read_text())
     assert export_info["architecture"] == "AlignlabEncoderModel" and export_info["alibi"] == 4.0
+    assert export_info["alibi_exempt_cls"] == pre.model_cfg.alibi_exempt_cls
     assert "trust_remote_code=True" in export_info["load"]
     assert set(json.loads((out / "alignlab_heads.json").read_text())["heads"]) == {"mlm", "nsp", "whp", "pad"}
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")], "the temp folder was renamed"

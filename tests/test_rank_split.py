@@ -31,7 +31,9 @@ def test_the_split_names_other_models_only_for_several_workers():
     # on CPUs where it trains faster; the pin moves with PRETRAIN_CODE_VERSION, which is in every id); data-parallel
     # workers name another model.
     mini = dataclasses.replace(Preset.named("mini").pretrain, precision="bf16")
-    assert model_id("bundled-dabc0247e631", mini) == "128x2-mlm-4e053eabe6a6"
+    assert model_id("bundled-dabc0247e631", mini) == "128x2-mlm-6e3c0c9c2999"  # [CLS] exempt from the bias: #65
+    biased_cls = dataclasses.replace(mini, model=dataclasses.replace(mini.model, alibi_exempt_cls=False))
+    assert model_id("bundled-dabc0247e631", biased_cls) == "128x2-mlm-4e053eabe6a6"  # the id it had before
     assert model_id("bundled-dabc0247e631", dataclasses.replace(mini, num_workers=2)) != model_id(
         "bundled-dabc0247e631", mini)
     paper = Preset.named("paper").pretrain

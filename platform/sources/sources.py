@@ -33,6 +33,7 @@ from pathlib import Path
 
 from alignlab.platform.config import SOURCES  # the source names a CorpusConfig accepts: one list
 from alignlab.platform.sources.documents import CorpusInputError, Document, Link, words_in_links
+from alignlab.platform.sources.synthetic import read_synthetic
 from alignlab.platform.sources.text_files import _as_paths, read_software, read_web
 from alignlab.platform.sources.wikidump import read_wikidump, require_file
 
@@ -231,10 +232,12 @@ def iter_documents(
     max_docs_per_lang: int | None = None,
     lang: str | None = None,
 ) -> Iterator[Document]:
-    """Documents from `source` ("bundled", "software", "wikidump" or "web"), at most `max_docs_per_lang` per language.
+    """Documents from `source` ("bundled", "software", "wikidump", "web" or "synthetic"), at most `max_docs_per_lang`
+    per language.
 
     - "bundled" takes no paths; `langs` picks the languages.
     - "software" takes no paths; its documents are English whatever `langs` says.
+    - "synthetic" takes no paths: the alignment control's lexicon documents, English, linked.
     - "wikidump" reads each dump in turn. A dump's language is `lang` when given, else from its file name
       ("enwiki-…" -> "en"), else from `langs` when it names exactly one language, else "und".
     - "web" ignores `langs`; documents carry the JSONL "lang" field, else `lang`, else "und".
@@ -255,6 +258,11 @@ def iter_documents(
         if paths:
             raise ValueError(f"the software source reads no files, but paths were given: {[str(p) for p in paths]}")
         yield from read_software(max_docs=max_docs_per_lang)
+        return
+    if source == "synthetic":  # the alignment control's lexicon documents (platform/sources/synthetic.py)
+        if paths:
+            raise ValueError(f"the synthetic source reads no files, but paths were given: {[str(p) for p in paths]}")
+        yield from read_synthetic(max_docs=max_docs_per_lang)
         return
     if not paths:
         raise ValueError(f"source {source!r} needs at least one path")

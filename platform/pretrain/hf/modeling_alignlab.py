@@ -13,7 +13,8 @@ It imports torch and transformers only (a test checks that). The architecture is
 - per layer, post-LN (`norm="post"`, BERT's order) or pre-LN (`norm="pre"`, a final LayerNorm after the last
   layer); exact-erf GELU; LayerNorm eps from the config;
 - attention scores q.k / sqrt(head_dim) minus `alibi_slopes[h] * |i - j|` (the symmetric ALiBi of
-  `ModelConfig.alibi`), padding keys masked out, softmax in fp32;
+  `ModelConfig.alibi`), with no bias on [CLS]'s row and column when `alibi_exempt_cls` (the model's own
+  `ModelConfig.alibi_exempt_cls`), padding keys masked out, softmax in fp32;
 - `pooler_output` = tanh(dense([CLS] of the last hidden states)), as BERT's.
 
 Tensor names follow BertModel's (post-LN) and RobertaPreLayerNormModel's (pre-LN), so a reader who knows those
@@ -35,7 +36,7 @@ class AlignlabEncoderConfig(PretrainedConfig):
                  num_attention_heads: int = 2, intermediate_size: int = 512, max_position_embeddings: int = 128,
                  type_vocab_size: int = 2, layer_norm_eps: float = 1e-12, norm: str = "pre",
                  alibi_slopes: list[float] | None = None, initializer_range: float = 0.02, pad_token_id: int | None = 0,
-                 **kwargs):
+                 alibi_exempt_cls: bool = False, **kwargs):
         if norm not in ("post", "pre"):
             raise ValueError(f"norm must be 'post' or 'pre', got {norm!r}")
         slopes = list(alibi_slopes) if alibi_slopes is not None else [0.0] * num_attention_heads
@@ -45,7 +46,7 @@ class AlignlabEncoderConfig(PretrainedConfig):
         self.num_attention_heads, self.intermediate_size = num_attention_heads, intermediate_size
         self.max_position_embeddings, self.type_vocab_size = max_position_embeddings, type_vocab_size
         self.layer_norm_eps, self.norm, self.alibi_slopes = layer_norm_eps, norm, slopes
-        self.initializer_range = initializer_range
+        self.initializer_range, self.alibi_exempt_cls = initializer_range, bool(alibi_exempt_cls)
         super().__init__(pad_token_id=pad_token_id, **kwargs)
 
 
@@ -134,10 +135,15 @@ class AlignlabEncoderModel(AlignlabEncoderPreTrainedModel):
         self.embeddings.word_embeddings = value
 
     def distance_bias(self, T: int, device: torch.device, attention_mask: torch.Tensor | None) -> torch.Tensor:
-        """-slope_h * |i - j| as [1 or B, heads, T, T] in fp32, -inf at padding keys."""
+        """-slope_h * |i - j| as [1 or B, heads, T, T] in fp32 (0 on [CLS]'s row and column when
+        `alibi_exempt_cls`), -inf at padding keys."""
         slopes = torch.tensor(self.config.alibi_slopes, dtype=torch.float32, device=device)
         pos = torch.arange(T, device=device)
-        bias = (-slopes[:, None, None] * (pos[None, :] - pos[:, None]).abs().float())[None]
+        dist = (pos[None, :] - pos[:, None]).abs().float()
+        if self.config.alibi_exempt_cls:
+            dist[0, :] = 0.0
+            dist[:, 0] = 0.0
+        bias = (-slopes[:, None, None] * dist)[None]
         if attention_mask is not None:
             bias = bias.masked_fill(~attention_mask.bool()[:, None, None, :], float("-inf"))
         return bias
