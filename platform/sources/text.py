@@ -59,6 +59,7 @@ def word_initial(word: str) -> str:
 
 
 _ASCII_LETTERS = frozenset(LETTERS + LETTERS.upper())
+_LOWER_LETTERS = frozenset(LETTERS)
 
 
 class InitialCache(dict):
@@ -99,6 +100,17 @@ def span_initials(words: Sequence[str], min_words: int = 2, max_words: int = 6) 
         for length in range(min_words, min(max_words, len(run)) + 1):
             out.update(run[i:i + length] for i in range(len(run) - length + 1))
     return out
+
+
+def is_pad_positive(acronym: str, text: str | Sequence[str], min_words: int = 2, max_words: int = 6) -> bool:
+    """PAD's exact rule, the one both PAD's labels and AD's alignment benchmark read: is `acronym`
+    (lowercased) the initials of a contiguous `min_words`..`max_words` span of eligible whitespace words
+    (`str.split()`) of `text` (or of the given word list)? Minor words give their initial like any other
+    word, and a hyphenated word is one word."""
+    words = text.split() if isinstance(text, str) else text
+    s = initials_string(words, InitialCache())
+    a = acronym.lower()
+    return min_words <= len(a) <= max_words and set(a) <= _LOWER_LETTERS and a in s
 
 
 def letter_distribution(word_lists_or_texts: Iterable[str | Sequence[str]]) -> np.ndarray:
