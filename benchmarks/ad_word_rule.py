@@ -21,17 +21,12 @@ from pathlib import Path
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from alignlab.objectives.ad_data import AD_FORMAT, build_ad_dataset, matches_a_content_span
 from alignlab.objectives.ad_mining import matches_a_span
+from alignlab.platform.report.ad_kinds import pair_kind
 from alignlab.platform.sources.text import is_pad_positive, words_of
 from alignlab.platform.tasks.task_data import SHIPPED_TASK_DATA, read_bundled
 from alignlab.platform.tasks.task_files import load_examples
 
 GOAL_POSITIVES, GOAL_MUTATED = 0.95, 1.0
-
-
-def pair_kind(ex) -> str:
-    if ex.label == 1:
-        return "pos"
-    return "pseudo" if matches_a_span(ex.acronym, words_of(ex.snippet)) else "mutate"
 
 
 def word_rule_figures(examples) -> dict:

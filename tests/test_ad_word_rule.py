@@ -56,3 +56,15 @@ def test_the_shipped_out_of_domain_pairs_scored_with_pads_rule_give_the_benchmar
 
 PINNED_OOD_POS = 358 / 446   # 80.3%: the goal is >= 95%
 PINNED_OOD_MUTATE = 0.0
+
+
+def test_ad_accuracy_by_kind_splits_the_pad_aligned_part_from_the_pseudo_acronym_part():
+    from alignlab.platform.report.ad_kinds import accuracy_by_kind, pair_kind
+    snippet = "much of world of warcraft gameplay involves the completion of quests"
+    pos, mutated, pseudo = ADExample("wow", snippet, 1), ADExample("xqz", snippet, 0), ADExample("tco", snippet, 0)
+    assert [pair_kind(e) for e in (pos, mutated, pseudo)] == ["pos", "mutate", "pseudo"]
+    # The span matcher's pattern: right on positives and mutations, wrong on pseudo acronyms.
+    acc = accuracy_by_kind([pos, mutated, pseudo], [True, True, False])
+    assert acc == {"all": pytest.approx(2 / 3), "pos_vs_mutate": 1.0, "pos_vs_pseudo": 0.5}
+    with pytest.raises(ValueError, match="2 hits"):
+        accuracy_by_kind([pos, mutated, pseudo], [True, True])
