@@ -1,4 +1,4 @@
-"""Is the PAD→AD pair aligned as built? AD's pairs scored with PAD's exact rule (`text.is_pad_positive`: the
+"""Is the PAD→AD pair aligned as built? AD's pairs scored with PAD's exact rule (`text.spells_a_span`: the
 acronym is the initials of a 2-6 span of whitespace words), in domain (the builder on the bundled corpus, its
 defaults) and out of domain (the shipped objectives/task_data/npm/ad_ood.jsonl), by pair kind.
 
@@ -21,8 +21,8 @@ from pathlib import Path
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
 from alignlab.objectives.ad_data import AD_FORMAT, build_ad_dataset, matches_a_content_span
 from alignlab.objectives.ad_mining import matches_a_span
-from alignlab.platform.report.ad_kinds import pair_kind
-from alignlab.platform.sources.text import is_pad_positive, words_of
+from alignlab.objectives.ad_kinds import pair_kind
+from alignlab.platform.sources.text import spells_a_span, words_of
 from alignlab.platform.tasks.task_data import SHIPPED_TASK_DATA, read_bundled
 from alignlab.platform.tasks.task_files import load_examples
 
@@ -32,7 +32,7 @@ GOAL_POSITIVES, GOAL_MUTATED = 0.95, 1.0
 def word_rule_figures(examples) -> dict:
     """Per kind: count, the share PAD's rule calls positive; the perfect PAD solver's accuracy on all pairs,
     on positives + mutated negatives, on positives + pseudo negatives; the two span matchers' accuracies."""
-    rows = [(pair_kind(e), is_pad_positive(e.acronym, e.snippet), matches_a_span(e.acronym, words_of(e.snippet)),
+    rows = [(pair_kind(e), spells_a_span(e.acronym, e.snippet), matches_a_span(e.acronym, words_of(e.snippet)),
              matches_a_content_span(e.acronym, words_of(e.snippet)), e.label == 1) for e in examples]
 
     def acc(col, kinds):

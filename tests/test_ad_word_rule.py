@@ -8,20 +8,20 @@ import pytest
 from alignlab.objectives.ad_data import ADExample, content_span_matcher_ad_baseline, matches_a_content_span
 from alignlab.objectives.ad_mining import matches_a_span
 from alignlab.objectives.pseudo_acronym import make_pad_pairs
-from alignlab.platform.sources.text import is_pad_positive, words_of
+from alignlab.platform.sources.text import spells_a_span, words_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import ad_word_rule  # noqa: E402
 
 
 def test_pad_rule_takes_every_whitespace_word_initial_and_keeps_hyphenated_words_whole():
-    assert is_pad_positive("wow", "much of world of warcraft gameplay")
-    assert not is_pad_positive("gst", "the goods and services tax was raised")   # "and" gives its "a"
-    assert is_pad_positive("gast", "the goods and services tax was raised")
-    assert not is_pad_positive("cgi", "made by computer-generated imagery today")  # one word, one initial
-    assert is_pad_positive("ci", "made by computer-generated imagery today")
-    assert not is_pad_positive("w", "world") and not is_pad_positive("abcdefg", "a b c d e f g")
-    assert not is_pad_positive("ab", "alpha 1990 beta") and is_pad_positive("ab", ["alpha", "beta"])
+    assert spells_a_span("wow", "much of world of warcraft gameplay")
+    assert not spells_a_span("gst", "the goods and services tax was raised")   # "and" gives its "a"
+    assert spells_a_span("gast", "the goods and services tax was raised")
+    assert not spells_a_span("cgi", "made by computer-generated imagery today")  # one word, one initial
+    assert spells_a_span("ci", "made by computer-generated imagery today")
+    assert not spells_a_span("w", "world") and not spells_a_span("abcdefg", "a b c d e f g")
+    assert not spells_a_span("ab", "alpha 1990 beta") and spells_a_span("ab", ["alpha", "beta"])
 
 
 def test_pad_rule_calls_every_pad_positive_of_a_corpus_chunk_positive_and_every_negative_negative():
@@ -32,7 +32,7 @@ def test_pad_rule_calls_every_pad_positive_of_a_corpus_chunk_positive_and_every_
     assert {lab for _, lab, _ in pairs} == {0, 1}
     for words, (acronym, label, _) in zip(chunks, pairs):
         if label >= 0:
-            assert is_pad_positive(acronym, words) == (label == 1), (acronym, words)
+            assert spells_a_span(acronym, words) == (label == 1), (acronym, words)
 
 
 def test_content_span_matcher_rejects_spans_that_start_or_end_on_a_minor_word():
@@ -59,7 +59,7 @@ PINNED_OOD_MUTATE = 0.0
 
 
 def test_ad_accuracy_by_kind_splits_the_pad_aligned_part_from_the_pseudo_acronym_part():
-    from alignlab.platform.report.ad_kinds import accuracy_by_kind, pair_kind
+    from alignlab.objectives.ad_kinds import accuracy_by_kind, pair_kind
     snippet = "much of world of warcraft gameplay involves the completion of quests"
     pos, mutated, pseudo = ADExample("wow", snippet, 1), ADExample("xqz", snippet, 0), ADExample("tco", snippet, 0)
     assert [pair_kind(e) for e in (pos, mutated, pseudo)] == ["pos", "mutate", "pseudo"]

@@ -102,14 +102,15 @@ def span_initials(words: Sequence[str], min_words: int = 2, max_words: int = 6) 
     return out
 
 
-def is_pad_positive(acronym: str, text: str | Sequence[str], min_words: int = 2, max_words: int = 6) -> bool:
-    """PAD's exact rule, the one both PAD's labels and AD's alignment benchmark read: is `acronym`
+def spells_a_span(letters: str, text: str | Sequence[str], min_words: int = 2, max_words: int = 6) -> bool:
+    """PAD's exact rule as one function (make_pad_pairs' labels obey it, tests/test_ad_word_rule.py; AD's
+    alignment to PAD is measured with it, benchmarks/ad_word_rule.py): are `letters`
     (lowercased) the initials of a contiguous `min_words`..`max_words` span of eligible whitespace words
-    (`str.split()`) of `text` (or of the given word list)? Minor words give their initial like any other
-    word, and a hyphenated word is one word."""
+    (`str.split()`) of `text` (or of the given word list)? Every word gives its initial, minor words too, and a
+    hyphenated word is one word."""
     words = text.split() if isinstance(text, str) else text
     s = initials_string(words, InitialCache())
-    a = acronym.lower()
+    a = letters.lower()
     return min_words <= len(a) <= max_words and set(a) <= _LOWER_LETTERS and a in s
 
 
