@@ -43,7 +43,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from alignlab.objectives.ad_mining import (PAREN_RE, SnippetCandidate, is_initialism, matches_a_span,
+from alignlab.objectives.ad_mining import (ACRONYM_MINOR_WORDS, PAREN_RE, SnippetCandidate, is_initialism,
+                                           matches_a_span,
                                            snippet_candidates)
 from alignlab.platform.sources.documents import Document
 from alignlab.platform.sources.text import mutation_kernel
@@ -418,6 +419,40 @@ def span_matcher_ad_hits(test: Sequence[ADExample]) -> list[list[bool]]:
     if not test:
         raise ValueError("span_matcher_ad_baseline needs a non-empty test set")
     return [[matches_a_span(ex.acronym, words_of(ex.snippet)) == (ex.label == 1)] for ex in test]
+
+
+def matches_a_content_span(acronym: str, words: Sequence[str]) -> bool:
+    """`matches_a_span`, but the matched span must start and end on a content word: neither its first nor its
+    last word is a minor word (ACRONYM_MINOR_WORDS). Pseudo-acronym negatives are mostly spans that start or
+    end on "of", "the", "in", ...; an entity's long form rarely does. Nothing in it is tuned."""
+    acronym = acronym.lower()
+    for start, w in enumerate(words):
+        if w[0].lower() != acronym[0] or w.lower() in ACRONYM_MINOR_WORDS:
+            continue
+        states = {0}
+        for w2 in words[start:]:
+            first, minor = w2[0].lower(), w2.lower() in ACRONYM_MINOR_WORDS
+            states = ({i + 1 for i in states if i < len(acronym) and acronym[i] == first}
+                      | (states if minor else set()))
+            if len(acronym) in states and not minor:
+                return True
+            if not states:
+                break
+    return False
+
+
+def content_span_matcher_ad_hits(test: Sequence[ADExample]) -> list[list[bool]]:
+    """Per test pair, whether "positive iff the acronym is an initialism of a span of the snippet that starts and
+    ends on a content word" (`matches_a_content_span`) is right. Context-free and untrained, like the span matcher."""
+    if not test:
+        raise ValueError("content_span_matcher_ad_baseline needs a non-empty test set")
+    return [[matches_a_content_span(ex.acronym, words_of(ex.snippet)) == (ex.label == 1)] for ex in test]
+
+
+def content_span_matcher_ad_baseline(test: Sequence[ADExample]) -> float:
+    """Accuracy of the content-word span matcher (`content_span_matcher_ad_hits`)."""
+    hits = content_span_matcher_ad_hits(test)
+    return sum(h[0] for h in hits) / len(hits)
 
 
 def span_matcher_ad_baseline(test: Sequence[ADExample]) -> float:

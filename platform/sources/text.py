@@ -59,6 +59,7 @@ def word_initial(word: str) -> str:
 
 
 _ASCII_LETTERS = frozenset(LETTERS + LETTERS.upper())
+_LOWER_LETTERS = frozenset(LETTERS)
 
 
 class InitialCache(dict):
@@ -99,6 +100,18 @@ def span_initials(words: Sequence[str], min_words: int = 2, max_words: int = 6) 
         for length in range(min_words, min(max_words, len(run)) + 1):
             out.update(run[i:i + length] for i in range(len(run) - length + 1))
     return out
+
+
+def spells_a_span(letters: str, text: str | Sequence[str], min_words: int = 2, max_words: int = 6) -> bool:
+    """PAD's exact rule as one function (make_pad_pairs' labels obey it, tests/test_ad_word_rule.py; AD's
+    alignment to PAD is measured with it, benchmarks/ad_word_rule.py): are `letters`
+    (lowercased) the initials of a contiguous `min_words`..`max_words` span of eligible whitespace words
+    (`str.split()`) of `text` (or of the given word list)? Every word gives its initial, minor words too, and a
+    hyphenated word is one word."""
+    words = text.split() if isinstance(text, str) else text
+    s = initials_string(words, InitialCache())
+    a = letters.lower()
+    return min_words <= len(a) <= max_words and set(a) <= _LOWER_LETTERS and a in s
 
 
 def letter_distribution(word_lists_or_texts: Iterable[str | Sequence[str]]) -> np.ndarray:

@@ -1,0 +1,36 @@
+"""AD read by pair kind: a positive, a mutated negative (the PAD-aligned part: a perfect PAD solver rejects every
+one) or a pseudo-acronym negative (the initials of a non-entity span: PAD positives by design). A negative's kind
+is read back from the pair itself: it is a pseudo acronym iff it is an initialism of a span of its snippet under
+AD's rule (`ad_mining.matches_a_span`), which the builder never lets a mutated negative be.
+
+`accuracy_by_kind` gives, from per-pair hits, the accuracy on all pairs, on positives + mutated negatives and on
+positives + pseudo negatives: the split the issue asks every AD table to show beside accuracy.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from alignlab.objectives.ad_mining import matches_a_span
+from alignlab.platform.sources.text import words_of
+
+KINDS = ("pos", "mutate", "pseudo")
+PARTS = {"all": KINDS, "pos_vs_mutate": ("pos", "mutate"), "pos_vs_pseudo": ("pos", "pseudo")}
+
+
+def pair_kind(ex) -> str:
+    """"pos", "mutate" or "pseudo" for an AD example (`ADExample`)."""
+    if ex.label == 1:
+        return "pos"
+    return "pseudo" if matches_a_span(ex.acronym, words_of(ex.snippet)) else "mutate"
+
+
+def accuracy_by_kind(examples: Sequence, hits: Sequence[bool]) -> dict[str, float]:
+    """{part: accuracy} over PARTS; NaN for a part with no pair. `hits[i]` says whether examples[i] was right."""
+    if len(examples) != len(hits):
+        raise ValueError(f"accuracy_by_kind: {len(examples)} examples but {len(hits)} hits")
+    kinds = [pair_kind(e) for e in examples]
+    out = {}
+    for part, wanted in PARTS.items():
+        sel = [bool(h) for k, h in zip(kinds, hits) if k in wanted]
+        out[part] = sum(sel) / len(sel) if sel else float("nan")
+    return out
