@@ -153,13 +153,14 @@ def make_copy(dest: Path, files: list[str], mutant: Mutant | None) -> dict[str, 
 
 
 def run_tests(dest: Path, env: dict, tests: tuple[str, ...], lock: str | None, timeout: float) -> tuple[int, str]:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=", *tests]
+    # The time limit counts the tests only, not the wait for the lock.
+    cmd = ["timeout", str(int(timeout)), sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+           "-o", "addopts=", *tests]
     if lock:
         cmd = ["flock", lock, *cmd]
-    try:
-        done = subprocess.run(cmd, cwd=dest, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return -1, "timed out"
+    done = subprocess.run(cmd, cwd=dest, env=env, capture_output=True, text=True)
+    if done.returncode == 124:
+        return 124, f"timed out after {timeout:.0f} s"
     lines = (done.stdout + done.stderr).strip().splitlines()
     return done.returncode, lines[-1] if lines else ""
 
