@@ -13,8 +13,9 @@ shipped npm texts: the question is the protocol's, not the model's. The data is 
 (objectives/task_data/npm/ad_ood.jsonl, 446 snippets), so nothing needs building. `--model-dir` runs a finished
 pretrained model instead; `--set field=value` changes the FEL settings (e.g. `--set lr=1e-4 --set patience=30`).
 
-    python benchmarks/fel_sensitivity.py
-    python benchmarks/fel_sensitivity.py --levels 0.61,0.75 --points 10 --set head=logistic
+    python benchmarks/fel_sensitivity.py                         # the mini settings (the trained head)
+    python benchmarks/fel_sensitivity.py --set head=logistic     # the logistic head
+    python benchmarks/fel_sensitivity.py --nuisance standardised --points 4 --levels 0.61,0.75 --set head=logistic
 
 Results go to benchmarks/results/fel_sensitivity.json (one entry per command).
 """
@@ -144,7 +145,7 @@ def settings(preset: str, changes: list[str]) -> FinetuneConfig:
     return finetune_from_dict(d)
 
 
-def run(pre, data: TaskData, cfg: FinetuneConfig, levels, points, standardise: bool = True) -> dict:
+def run(pre, data: TaskData, cfg: FinetuneConfig, levels, points, standardise: bool = False) -> dict:
     """level -> the recovered test accuracies (best-perplexity epoch) and the best-accuracy column, per point."""
     ad, out = task_named("ad"), {}
     for level in levels:
@@ -166,8 +167,8 @@ def main(argv=None) -> None:
     p.add_argument("--preset", default="mini", help="whose FEL settings (default mini)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="change a FinetuneConfig field")
     p.add_argument("--levels", default=",".join(map(str, LEVELS)), help="Bayes accuracies of the oracle feature")
-    p.add_argument("--nuisance", choices=("standardised", "model"), default="standardised",
-                   help="the other coordinates: each scaled to unit spread (default), or the model's as they are")
+    p.add_argument("--nuisance", choices=("model", "standardised"), default="model",
+                   help="the other coordinates: the model's as they are (default), or each scaled to unit spread")
     p.add_argument("--points", type=int, default=10, help="the protocol's first N (fold, seed) calculations")
     bench_args.add_flags(p, threads=1, out="fel_sensitivity.json")
     a = p.parse_args(argv)
