@@ -179,6 +179,8 @@ def finetune_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, v
     def encode(t: Task, examples) -> Encoded:
         return on_device(encode_examples(t, examples, tok, L, cfg.task_options), device)
 
+    if cfg.head == "logistic":
+        return _logistic_calculation(pre, cfg, task, train, val, test, encode, device, t0)
     enc_train, enc_test = encode(task, train), encode(task, test)
     enc_sel = enc_test if cfg.selection == "paper" else encode(task, val)
     tasks = (task, task_named(task.multitask_partner)) if cfg.scheme == MULTITASK else (task,)
@@ -245,6 +247,75 @@ def finetune_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, v
         "unit_keys": at_ppl["unit_keys"], "unit_count": at_ppl["unit_count"], "unit_correct": at_ppl["unit_correct"],
         "unit_correct_at_best_accuracy": at_acc["unit_correct"],
     }, fit.model)
+
+
+LOGISTIC_CS = tuple(float(c) for c in 10.0 ** torch.arange(-4.0, 2.01, 0.5))
+"""The inverse L2 penalties a logistic head chooses from, strongest first: from a head that hardly moves off the
+class prior to one that can fit every training example."""
+LOGISTIC_FOLDS = 5
+
+
+def fit_logistic_head(head: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, groups: list, num_classes: int) -> float:
+    """Fit the `LinearHead` `head` by L2-regularised logistic regression on frozen features `x` (units x width) and
+    labels `y`, its penalty the one of `LOGISTIC_CS` with the best log-loss over `LOGISTIC_FOLDS` folds of the given
+    examples, a test unit's examples in one fold (`groups`), then refitted on all of them (scikit-learn's
+    LogisticRegressionCV). Deterministic: the seed does not change it. Returns the chosen C."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegressionCV
+    from sklearn.model_selection import GroupKFold
+
+    X, Y = x.detach().double().cpu().numpy(), y.cpu().numpy()
+    classes = np.unique(Y)
+    w = torch.zeros(num_classes, X.shape[1], dtype=torch.float64)
+    # A class no training unit has is never predicted (a large negative bias), as a trained head would learn.
+    b = torch.full((num_classes,), -30.0, dtype=torch.float64)
+    if len(classes) == 1:
+        b[int(classes[0])], c = 0.0, float("nan")
+    else:
+        folds = list(GroupKFold(n_splits=min(LOGISTIC_FOLDS, len(set(groups)))).split(X, Y, groups))
+        lr = LogisticRegressionCV(Cs=list(LOGISTIC_CS), cv=folds, scoring="neg_log_loss", max_iter=5000).fit(X, Y)
+        c = float(lr.C_[0])
+        coef, icpt = torch.from_numpy(lr.coef_), torch.from_numpy(lr.intercept_)
+        if len(classes) == 2:  # scikit-learn's binary form: one logit, the second class's
+            coef, icpt = torch.cat([-coef / 2, coef / 2]), torch.cat([-icpt / 2, icpt / 2])
+        idx = torch.from_numpy(classes).long()
+        w[idx], b[idx] = coef, icpt
+    with torch.no_grad():
+        head.out.weight.copy_(w.to(head.out.weight))
+        head.out.bias.copy_(b.to(head.out.bias))
+    return c
+
+
+def _logistic_calculation(pre: Pretrained, cfg: FinetuneConfig, task: Task, train, val, test, encode, device,
+                          t0: float) -> Calculation:
+    """`FinetuneConfig.head="logistic"`: a linear head fitted on the frozen features of the training examples (and
+    the validation split's, with refit: the penalty is chosen by cross-validation inside them, so none is held
+    out), scored once on the test set. No epochs: the epoch columns are 0, the best-accuracy column is the same
+    model's."""
+    fit_examples = list(train) + (list(val or []) if cfg.refit else [])
+    model = build_task_model(pre, task.name, keep_head=False, dropout=cfg.dropout, seed=calculation_seed(cfg),
+                             reads=reads_of(cfg)).to(device)
+    model.heads[task.name] = head = task_head(task, model.cfg, cfg.dropout, reads_of(cfg), "logistic").to(device)
+    f_fit = _Features(model, task, encode(task, fit_examples))
+    units = [task.test_unit(fit_examples[r]) for r in f_fit.row_of_unit.tolist()]
+    c = fit_logistic_head(head, f_fit.x, f_fit.y, units, task.num_classes)
+    model.eval()
+    enc_test = encode(task, test)
+    f_test = _Features(model, task, enc_test)
+    with torch.no_grad():
+        logits = head(f_test.x)
+    m = metrics_from_logits(logits, f_test.y)
+    m.update(scores_per_test_unit(task, test, logits.argmax(-1) == f_test.y, f_test.row_of_unit))
+    return Calculation({
+        "accuracy": m["accuracy"], "perplexity": m["perplexity"],
+        "best_accuracy": m["accuracy"], "perplexity_at_best_accuracy": m["perplexity"],
+        "epochs": 0, "epochs_run": 0, "best_accuracy_epoch": 0, "logistic_c": c,
+        "selection": cfg.selection, "refit": cfg.refit, "head_input": f"{cfg.feature_layers}:{cfg.word_pooling}",
+        "num_train": len(fit_examples), "num_val": len(val or []), "num_test": len(test),
+        "seconds": round(time.time() - t0, 3), "device": str(device),
+        "unit_keys": m["unit_keys"], "unit_count": m["unit_count"], "unit_correct": m["unit_correct"],
+        "unit_correct_at_best_accuracy": m["unit_correct"],
+    }, model)
 
 
 def calculation_seed(cfg: FinetuneConfig) -> int:
@@ -396,7 +467,7 @@ def load_finetuned(fdir: str | Path) -> Finetuned:
     model = AlignModel(ModelConfig(**mc["model"]), mc["vocab_size"])
     cfg = finetune_from_dict(info["finetune"])
     for h in mc["task_heads"]:
-        model.heads[h] = task_head(task_named(h), model.cfg, model.cfg.dropout, reads_of(cfg))
+        model.heads[h] = task_head(task_named(h), model.cfg, model.cfg.dropout, reads_of(cfg), cfg.head)
     for h in mc["pretrained_heads"]:
         model.heads[h] = head_for(h, model.cfg.hidden, model.cfg.dropout)
     state, tok = torch.load(fdir / "model.pt", map_location="cpu", weights_only=True), Tokenizer(fdir / "tokenizer.model")

@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+HEADS = ("trained", "logistic")
+
 from alignlab.platform.config import FEATURE_LAYERS, SCHEMES, SELECTION_MODES, WORD_POOLINGS, _choice, _positive
 from alignlab.platform.tasks.task import _default_task, finetune_options, options_in_every_id, task_names
 
@@ -40,6 +42,12 @@ class FinetuneConfig:
     output and every layer's side by side. Not in a config's dict (nor its ids) at "last", as word_pooling at "first"."""
     word_pooling: str = field(default="first", metadata={"omit_at_default": True})
     """A token task's (CT's) word vector: its "first" piece's (BERT's), or the "mean" of its pieces'."""
+    head: str = field(default="trained", metadata={"omit_at_default": True})
+    """The task head (`HEADS`): "trained", the paper's head, trained for epochs by Adam and its epochs
+    selected; "logistic" (scheme `pred` only, honest selection), a linear head fitted by L2-regularised logistic
+    regression on the frozen features, its penalty chosen by cross-validated log-loss inside the budget: no epochs,
+    so no early perplexity minimum to stop at, and no kept pretrained head (docs/fel.md,
+    benchmarks/fel_sensitivity.py). Not in a config's dict (nor its ids) at "trained"."""
     task_options: tuple[tuple[str, Any], ...] = ()
     """(name, value) of options the tasks themselves declare (`Task.finetune_options`, e.g. how a task's input is
     laid out), sorted; one at its default is dropped, so equal settings make equal configs. In the config's dict
@@ -63,6 +71,11 @@ class FinetuneConfig:
         object.__setattr__(self, "task_options", _task_options(self.task_options))
         _choice(self, "feature_layers", FEATURE_LAYERS)
         _choice(self, "word_pooling", WORD_POOLINGS)
+        _choice(self, "head", HEADS)
+        if self.head == "logistic" and (self.scheme != "pred" or self.selection != "honest"):
+            raise ValueError(f"FinetuneConfig.head='logistic' is fitted on frozen features with its penalty chosen "
+                             f"inside the budget: it needs scheme 'pred' and honest selection (scheme is "
+                             f"{self.scheme!r}, selection {self.selection!r})")
         if self.refit and self.selection != "honest":
             raise ValueError(f"FinetuneConfig.refit needs honest selection (its validation split); selection is "
                              f"{self.selection!r}")

@@ -47,10 +47,23 @@ def reads_of(cfg: FinetuneConfig) -> HeadInput:
     return HeadInput(cfg.feature_layers, cfg.word_pooling)
 
 
-def task_head(t, cfg: ModelConfig, dropout: float, reads: HeadInput) -> torch.nn.Module:
-    """A fresh head of task `t` that reads `reads` (a sequence task's unit, [CLS], has no pieces to pool)."""
+class LinearHead(nn.Module):
+    """A task's classes as one linear map of what it reads (`FinetuneConfig.head="logistic"`): the form of a
+    logistic regression fitted on frozen features (`finetune.fit_logistic_head`)."""
+
+    def __init__(self, width: int, num_classes: int):
+        super().__init__()
+        self.out = nn.Linear(width, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(x)
+
+
+def task_head(t, cfg: ModelConfig, dropout: float, reads: HeadInput, kind: str = "trained") -> torch.nn.Module:
+    """A fresh head of task `t` that reads `reads` (a sequence task's unit, [CLS], has no pieces to pool); `kind`:
+    `FinetuneConfig.head`, the task's own head or a `LinearHead`."""
     reads = reads if isinstance(t, TokenTask) else dataclasses.replace(reads, pooling="first")
-    head = t.make_head(reads.width(cfg), dropout)
+    head = t.make_head(reads.width(cfg), dropout) if kind == "trained" else LinearHead(reads.width(cfg), t.num_classes)
     if reads != LAST_LAYER_FIRST_PIECE:
         head.reads = reads
     return head
