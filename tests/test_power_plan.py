@@ -13,13 +13,13 @@ from alignlab.platform.report import power as plan_power
 
 
 def test_power_grows_with_the_effect_and_the_runs_and_a_null_is_rarely_called():
-    c = plan_power.DEFAULTS["ct"]
+    c = plan_power.defaults()["ct"]
     assert plan_power.power(dataclasses.replace(c, run=0.0), 0.0, 1, 5, 0.025) < 0.035
     # One run decides about two pretrained models: equal recipes whose runs drew apart are called a gain often;
     # across three runs they are not.
     assert plan_power.power(c, 0.0, 1, 5, 0.025) > 0.1 and plan_power.power(c, 0.0, 3, 5, 0.025) < 0.035
     assert plan_power.power(c, 0.005, 1, 5, 0.025) < plan_power.power(c, 0.015, 1, 5, 0.025)
-    ad = plan_power.DEFAULTS["ad"]
+    ad = plan_power.defaults()["ad"]
     assert plan_power.power(ad, 0.02, 3, 5, 0.025) < plan_power.power(ad, 0.02, 10, 5, 0.025)
 
 
@@ -33,7 +33,7 @@ def test_with_one_part_the_simulated_power_is_the_noncentral_t():
 
 
 def test_the_test_sets_part_limits_what_any_design_can_show():
-    c = plan_power.DEFAULTS["ct"]
+    c = plan_power.defaults()["ct"]
     limit = plan_power.test_set_limit(c, 0.8, 0.025)
     assert 0.004 < limit < 0.008
     assert plan_power.power(c, 0.9 * limit, 20, 20, 0.025) < 0.8

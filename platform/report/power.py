@@ -17,8 +17,9 @@ effect with one run counts the luck of the draw.
 Power is simulated (Card et al. 2020): the difference is drawn around the effect with the design's true variance,
 each part's estimate as a scaled chi-square with its degrees of freedom, and the decision applied. The components
 come from a report (`components_from`: each claim's own variance parts, `Evidence.parts`) or, without one, from the
-mini objective ablation's committed report (`DEFAULTS`); the run component is read from a report with several
-pretraining runs per column, else assumed (`ASSUMED_RUN_POINTS`), and the plan says which.
+mini objective ablation's committed report (each task's `Task.plan_variance`, `defaults`); the run component is read
+from a report with several pretraining runs per column, else assumed (`plan_variance`'s run_points), and the plan
+says which.
 """
 from __future__ import annotations
 
@@ -31,9 +32,6 @@ from scipy import stats as sps
 
 from alignlab.platform.report.significance import P_VALUE
 
-ASSUMED_RUN_POINTS = {"ct": 0.4, "ad": 1.0}
-"""A pretraining run's shift sd per recipe, in points, where no report with several runs supplies it (the figures
-benchmarks/calibration.py assumes by default)."""
 RUNS = (1, 2, 3, 4, 5, 6, 8, 10, 15, 20)
 FOLDS = (5, 10, 20)
 SIMS = 20_000
@@ -57,21 +55,29 @@ class Components:
                 raise ValueError(f"variance component {k} of {self.task} must be >= 0, got {getattr(self, k)}")
 
 
-def _assumed_run(task: str) -> float:
-    return 2 * (ASSUMED_RUN_POINTS.get(task, 1.0) / 100) ** 2
+def _assumed_run(points: float) -> float:
+    return 2 * (points / 100) ** 2
 
 
-DEFAULTS = {
-    # The claims of benchmarks/results/objective_ablation_mini_untrained_control_results.parquet (README command 1,
-    # commit 8d77a73): CT all* - -WHP*, parts (1.82e-6, 4 df) x 5 folds and (4.43e-6, 75 df); AD all* - -PAD*,
-    # nested, (8.27e-5, 4 df) x 5 folds.
-    "ct": Components("ct", fold=9.08e-6, units=4.43e-6, units_df=75.0, run=_assumed_run("ct"),
-                     source="the committed mini report (objective_ablation_mini_untrained_control)",
-                     run_source=f"assumed: {ASSUMED_RUN_POINTS['ct']} points per run and recipe"),
-    "ad": Components("ad", fold=4.14e-4, units=0.0, units_df=math.inf, run=_assumed_run("ad"),
-                     source="the committed mini report (objective_ablation_mini_untrained_control)",
-                     run_source=f"assumed: {ASSUMED_RUN_POINTS['ad']} points per run and recipe"),
-}
+def defaults() -> dict[str, Components]:
+    """task -> the components `alignlab plan --detect` assumes without a report: each registered task's own
+    `Task.plan_variance` (the mini objective ablation's committed report, its run part assumed); a task that
+    declares none gets the largest declared (the widest fold part), so the plan errs towards more runs."""
+    from alignlab.platform.tasks.task import registered_tasks
+
+    declared = {t.name: t.plan_variance for t in registered_tasks() if t.plan_variance}
+    widest = max(declared.values(), key=lambda v: v["fold"]) if declared else None
+    out = {}
+    for t in registered_tasks():
+        v = t.plan_variance or widest
+        if v is None:
+            continue
+        own = "" if t.plan_variance else " (declared by another task: this one declares none)"
+        out[t.name] = Components(t.name, fold=v["fold"], units=v["units"], units_df=v["units_df"],
+                                 run=_assumed_run(v["run_points"]),
+                                 source=f"the committed mini report (objective_ablation_mini_untrained_control){own}",
+                                 run_source=f"assumed: {v['run_points']} points per run and recipe")
+    return out
 
 
 def design_parts(c: Components, runs: int, folds: int) -> list[tuple[float, float]]:
@@ -153,7 +159,8 @@ def components_from(report: Path) -> dict[str, Components]:
         if model is None or not model.ev.parts:
             continue
         task = str(df[df["row"] == row]["ft_task"].iloc[0]) if "ft_task" in df.columns else row.lower()
-        ev, base = model.ev, DEFAULTS.get(task, DEFAULTS["ct"])
+        known = defaults()
+        ev, base = model.ev, known.get(task) or max(known.values(), key=lambda k: k.fold)
         rep, rest = ev.parts[0], ev.parts[1:]
         units, units_df = (rest[0] if rest else (0.0, math.inf))
         source = f"{sdir.name}'s claim {row}: {model.col} - {model.against}"
@@ -192,7 +199,7 @@ def power_plan(study, plan: dict, detect_points: float, target: float, report: P
     for c in study.calcs:
         if not claimed or (c.row, c.col) in claimed:
             tasks.setdefault(c.finetune.task, c.row)
-    comps = dict(DEFAULTS)
+    comps = defaults()
     if report is not None:
         comps.update(components_from(report))
     n_claims = len(claimed) or len({(c.row, c.col) for c in study.calcs}) or 1
