@@ -425,20 +425,7 @@ def matches_a_content_span(acronym: str, words: Sequence[str]) -> bool:
     """`matches_a_span`, but the matched span must start and end on a content word: neither its first nor its
     last word is a minor word (ACRONYM_MINOR_WORDS). Pseudo-acronym negatives are mostly spans that start or
     end on "of", "the", "in", ...; an entity's long form rarely does. Nothing in it is tuned."""
-    acronym = acronym.lower()
-    for start, w in enumerate(words):
-        if w[0].lower() != acronym[0] or w.lower() in ACRONYM_MINOR_WORDS:
-            continue
-        states = {0}
-        for w2 in words[start:]:
-            first, minor = w2[0].lower(), w2.lower() in ACRONYM_MINOR_WORDS
-            states = ({i + 1 for i in states if i < len(acronym) and acronym[i] == first}
-                      | (states if minor else set()))
-            if len(acronym) in states and not minor:
-                return True
-            if not states:
-                break
-    return False
+    return matches_a_span(acronym, words, content_ends=True)
 
 
 def content_span_matcher_ad_hits(test: Sequence[ADExample]) -> list[list[bool]]:

@@ -36,18 +36,19 @@ def is_initialism(acronym: str, words: Sequence[str]) -> bool:
     return len(acronym) in states
 
 
-def matches_a_span(acronym: str, words: Sequence[str]) -> bool:
-    """True if `acronym` is an initialism (is_initialism) of some contiguous span of `words`."""
+def matches_a_span(acronym: str, words: Sequence[str], content_ends: bool = False) -> bool:
+    """True if `acronym` is an initialism (is_initialism) of some contiguous span of `words`; with `content_ends`,
+    of a span that starts and ends on a content word (neither end in ACRONYM_MINOR_WORDS)."""
     acronym = acronym.lower()
     for start, w in enumerate(words):
-        if w[0].lower() != acronym[0]:
+        if w[0].lower() != acronym[0] or (content_ends and w.lower() in ACRONYM_MINOR_WORDS):
             continue
         states = {0}
         for w2 in words[start:]:
             first, minor = w2[0].lower(), w2.lower() in ACRONYM_MINOR_WORDS
             states = ({i + 1 for i in states if i < len(acronym) and acronym[i] == first}
                       | (states if minor else set()))
-            if len(acronym) in states:
+            if len(acronym) in states and not (content_ends and minor):
                 return True
             if not states:
                 break
