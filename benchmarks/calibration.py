@@ -15,7 +15,7 @@ models are equally accurate on the population of test units" (no run shift); wit
 population of units.
 
 Decisions compared, each at p < 0.05 two-sided:
-- `new`: the report's decision (`unit_statistics.paired_test`: replicates x units, Satterthwaite t);
+- `new`: the report's decision (`unit_statistics.paired_test`: replicates x units, Cochran-Cox critical value);
 - `old units`: the decision before issue #55: units resampled with their folds averaged (a paired permutation test
   and bootstrap interval over units; 1,999 resamples here, 9,999 in the report) -- over the runs' mean differences
   (t, df = runs - 1) with several runs;

@@ -194,6 +194,9 @@ def power_plan(study, plan: dict, detect_points: float, target: float, report: P
     """The plan's lines for `--detect`: for each of the study's claimed tasks, the fewest runs at each number of
     folds that reach `target` power against a gain of `detect_points`, and what that costs (the plan's own cost
     model: its models' pretraining device-hours per run, its FEL calculations' device-seconds)."""
+    from alignlab.platform.tasks.task import task as task_named
+    from alignlab.platform.tasks.task_data import NUM_FOLDS
+
     tasks = {}
     claimed = set(study.claims)
     for c in study.calcs:
@@ -215,10 +218,14 @@ def power_plan(study, plan: dict, detect_points: float, target: float, report: P
         each = report_seconds(report)
         each_note = "" if each is None else f" (FEL calculations at {each:.0f} s each, the report's own)"
 
+    from alignlab.platform.study.spec import study_folds
+
+    ran = study_folds(study) or 5  # the plan's calculations are this many folds' (--folds N makes them N)
+
     def hours(runs: int, folds: int):
         if each is None or pre is None:
             return None
-        return runs * pre + runs * total_calcs * folds / 5 * each / 3600
+        return runs * pre + runs * total_calcs * folds / ran * each / 3600
 
     lines = [f"Power plan: the runs x finetuning samples to show a gain of {detect_points:g} points with "
              f"{target:.0%} power, at a claim's level (one-sided p < {alpha:.3g}: {P_VALUE} over {n_claims} claims), "
@@ -229,6 +236,11 @@ def power_plan(study, plan: dict, detect_points: float, target: float, report: P
             lines.append(f"  {row}: no variance components for task {task} (give --from a report of this study)")
             continue
         lines.append(f"  {row} (components: {c.source}; run variance {c.run_source}):")
+        if set(task_named(task).search_groups(((0, 0), (1, 0)))) != {None}:
+            lines.append(f"    {task.upper()}'s test set changes with the fold (cross-validation): samples past its "
+                         f"{NUM_FOLDS} folds repeat its test folds with fresh training samples, so the test units' part "
+                         "of its fold variance does not shrink with them as this plan assumes; its rows past "
+                         f"{NUM_FOLDS} samples are optimistic")
         designs = plan_designs(c, detect_points / 100, target, alpha, hours)
         limit = test_set_limit(c, target, alpha)
         if limit > 0:
@@ -242,8 +254,8 @@ def power_plan(study, plan: dict, detect_points: float, target: float, report: P
                 f"{d.device_hours:.3g} device-hours"
             lines.append(f"    {d.runs} pretraining run{'s' if d.runs > 1 else ''} x {d.folds} finetuning samples: "
                          f"power {d.power:.0%}, {cost}")
-    lines.append("  (--pretrain-seeds N pretrains every model N times; more than the protocol's five finetuning samples "
-                 "is not yet a study flag. Simulated as the report decides: docs/statistics.md, Planning power.)")
+    lines.append("  (--pretrain-seeds N pretrains every model N times; --folds N draws N finetuning samples per cell. "
+                 "Simulated as the report decides: docs/statistics.md, Planning power.)")
     return lines
 
 

@@ -2,8 +2,8 @@
 test and an interval that cover every source of variance the FEL protocol samples?
 
 What varies. A cell is ten calculations: five finetuning samples ("folds": CT draws five budgets from its pool, AD
-cross-validates over five folds) x two seeds, each scored per test unit (`Task.test_unit`: a CT text, an AD
-snippet). Its accuracy moves with (1) the finetuning sample and seed, (2) the test units, and (3) with several
+cross-validates over five folds; `--folds N`: N) x two seeds, each scored per test unit (`Task.test_unit`: a CT
+text, an AD snippet). Its accuracy moves with (1) the finetuning sample and seed, (2) the test units, and (3) with several
 pretraining runs, the run. The paired difference of two cells on the same splits carries all three:
 - CT's test units are **crossed** with the folds: every fold is scored on the one shared test set. A unit's
   difference recurs in every fold, so averaging over folds does not average it away, and a test over the five
@@ -24,7 +24,8 @@ its degrees of freedom (`crossed_variance`):
   of freedom, plus the units' own component (MS_unit - MS_resid) / (R U) where it is positive, with Satterthwaite's
   degrees of freedom (the quasi-F of Clark 1973; the crossed random effects of Baayen, Davidson & Bates 2008);
 - nested (every unit in one replicate): the replicates' sums of z, R - 1 degrees of freedom (a t-test over the
-  replicates, weighted by their units);
+  replicates, weighted by their units); a cross-validation repeated (AD at `--folds 10`: folds f and f + 5 test on one
+  test fold) is nested in its test folds, each with its folds pooled (`_shared_test_sets`);
 - partly crossed: two-way cluster-robust variance (Cameron, Gelbach & Miller 2011), replicates + units - cells,
   with min(R, U) - 1 degrees of freedom.
 p and the interval use Cochran & Cox's (1950) critical value, each part's t quantile weighted by its variance: a
@@ -270,6 +271,15 @@ def paired_test(factors: dict[str, np.ndarray], unit, ca, na, cb, nb) -> Evidenc
             X = (np.bincount(cell, weights=z, minlength=n_cells) / (len(z) / n_cells)).reshape(sizes)
             X = X.squeeze(axis=tuple(i for i, s in enumerate(sizes) if s == 1))
             return _evidence(diff, crossed_variance(X, 0), design="nested", **kw)
+    shared = _shared_test_sets(codes[0], u_idx, R)
+    if shared is not None and len(codes) == 1:
+        # Folds that share one test set (AD's cross-validation repeated, `--folds 10`): each test set is a replicate
+        # (its folds pooled inside it), and the units are nested in the test sets.
+        group, within = shared
+        G, W = int(group.max()) + 1, int(within.max()) + 1
+        X = np.bincount(group[codes[0]], weights=z, minlength=G) / (len(z) / G)  # each test fold's sum of z
+        return _evidence(diff, crossed_variance(X, 0), design="nested", **{
+            **kw, "over": "test folds", "n_replicates": G, "layout": f"{G} test folds × {W} {over} each"})
     # Units in some replicates but not others, or missing cells: two-way cluster-robust over replicates and units.
     r_idx = codes[0]
     N = len(z)
@@ -280,6 +290,22 @@ def paired_test(factors: dict[str, np.ndarray], unit, ca, na, cb, nb) -> Evidenc
     v_cell = N / (N - 1) * (z ** 2).sum() / N ** 2
     var = max(v_rep + v_unit - v_cell, v_rep, v_unit)
     return _t_evidence(diff, var, float(min(R, U) - 1), design="partly crossed", **kw)
+
+
+def _shared_test_sets(r_idx: np.ndarray, u_idx: np.ndarray, R: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Where the replicates fall into groups of equal size that each share one test set, disjoint from the others'
+    (a cross-validation repeated: fold f tests on test fold f mod 5), each replicate's (group, index within it);
+    None otherwise."""
+    units = [frozenset(u_idx[r_idx == r].tolist()) for r in range(R)]
+    sets = list(dict.fromkeys(units))
+    if not 1 < len(sets) < R or sum(len(s) for s in sets) != len(frozenset().union(*sets)):
+        return None
+    group = np.array([sets.index(s) for s in units])
+    sizes = np.bincount(group)
+    if sizes.min() != sizes.max():
+        return None
+    within = np.array([int((group[:r] == group[r]).sum()) for r in range(R)])
+    return group, within
 
 
 def _each_unit_in_one_level(u_idx: np.ndarray, codes: np.ndarray, U: int) -> bool:

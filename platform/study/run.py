@@ -38,7 +38,8 @@ from alignlab.platform.study.layout import MAX_MODELS_PER_GPU, pack, side_by_sid
 from alignlab.platform.study.plan import default_device, format_plan, study_plan
 from alignlab.platform.study.search import run_search
 from alignlab.platform.study.spec import (DEFAULT_TRIAL_RESOURCES, SEARCH_OBJECTIVE, CalcSpec, ModelSpec, Study,
-                                          calc_id, with_budget, with_precision, with_pretrain_seeds, with_untrained)
+                                          calc_id, study_folds, with_budget, with_folds, with_precision,
+                                          with_pretrain_seeds, with_untrained)
 from alignlab.platform.study.tasks import add_task_arguments, declare_specs, declared_budgets, with_tasks
 from alignlab.platform.tasks.holdout import require_holdout
 from alignlab.platform.tasks.task_files import write_jsonl
@@ -111,11 +112,13 @@ def _run_study(study: Study, st: Storage, *, max_concurrent: int | None = None, 
     tdir = build_tasks(st, langs=study.task_langs, max_docs_per_lang=study.task_max_docs_per_lang,
                        seed=study.corpus.seed, **dict(study.task_options))
     check_budgets(study, tdir)
-    overlap = sample_overlap(study, tdir)
-    for task, o in overlap.items():
-        say(f"[study {study.name}] warning: {task.upper()}'s finetuning samples draw {o['budget']} of {o['pool']} pool "
-            f"examples: two of them share about {o['overlap']:.0%} of their examples, so the five samples are "
-            "nearly one (the report says so)")
+    from alignlab.platform.tasks.task_data import TaskData
+
+    data = TaskData.load(tdir)
+    check_folds(study, data)
+    overlap = sample_overlap(study, data)
+    for line in overlap_warnings(study, overlap):
+        say(line)
     eval_sets = stage_eval_files(study, sdir)
     if eval_sets:
         st.push(f"{srel}/eval")
@@ -239,17 +242,56 @@ def check_budgets(study: Study, tdir: Path) -> None:
                          + ways)
 
 
+def check_folds(study: Study, data) -> None:
+    """Fail before any pretraining when a task's pool cannot give the study's finetuning samples (`--folds`): the
+    folds that draw from one pool (`Task.search_pool_key`: CT's one pool, AD's four training folds of a test fold)
+    need that many distinct samples of the budget, C(pool, budget) of them at most; and where the test set changes
+    with the fold (AD's cross-validation), every test fold must be used equally often, or some test units would
+    weigh more than others in the pooled accuracy. `data`: the study's `TaskData`."""
+    import math
+
+    from alignlab.platform.tasks.task import task as task_named
+
+    folds = study_folds(study)
+    by_pool: dict[tuple[str, int], dict[str, set]] = {}
+    for c in study.calcs:
+        key = task_named(c.finetune.task).search_pool_key(c.finetune.fold)
+        by_pool.setdefault((c.finetune.task, c.finetune.budget), {}).setdefault(key, set()).add(c.finetune.fold)
+    for (name, budget), pools in sorted(by_pool.items()):
+        uses = {len(f) for f in pools.values()}
+        if len(uses) > 1:
+            raise ValueError(f"study {study.name}: {name.upper()}'s folds cross-validate over {len(pools)} test folds, so "
+                             f"{folds} finetuning samples would test some of its {task_named(name).test_units} more "
+                             f"often than others; use a multiple of {len(pools)} (--folds {len(pools)}, "
+                             f"{2 * len(pools)}, ...)")
+        for key, fs in pools.items():
+            n = pool_size(data, name, min(fs))
+            distinct = math.comb(n, budget) if budget <= n else 0
+            if distinct < len(fs):
+                most = distinct * len(pools)
+                raise ValueError(f"study {study.name}: {folds} finetuning samples per cell (--folds) need {len(fs)} "
+                                 f"distinct samples of {name.upper()}'s budget {budget} from a pool of {n} examples, "
+                                 f"which holds only {distinct}; use " + (f"--folds {most} or less, " if most >= 2 else "")
+                                 + "a smaller budget, or add examples to the pool")
+
+
+def overlap_warnings(study: Study, overlap: dict[str, dict]) -> list[str]:
+    """The study's warning for each task whose finetuning samples overlap heavily (`sample_overlap`)."""
+    folds = study_folds(study)
+    return [f"[study {study.name}] warning: {task.upper()}'s finetuning samples draw {o['budget']} of {o['pool']} pool "
+            f"examples: two of them share about {o['overlap']:.0%} of their examples, so the {folds} samples are "
+            "nearly one (the report says so); more of them (--folds) add little, a larger pool or a smaller budget "
+            "does" for task, o in overlap.items()]
+
+
 OVERLAP_WARNING = 0.5
 """Budget over pool above which two finetuning samples share more than half their examples (on average) and the
 report warns that its folds are not independent samples of the budget."""
 
 
-def sample_overlap(study: Study, tdir: Path) -> dict[str, dict]:
+def sample_overlap(study: Study, data) -> dict[str, dict]:
     """{task: {"budget", "pool", "overlap"}} of the tasks whose calculations draw more than OVERLAP_WARNING of their
-    pool: two random samples of n from N share n / N of their examples on average."""
-    from alignlab.platform.tasks.task_data import TaskData
-
-    data = TaskData.load(tdir)
+    pool (`data`: the study's `TaskData`): two random samples of n from N share n / N of their examples on average."""
     out: dict[str, dict] = {}
     for c in study.calcs:
         n = pool_size(data, c.finetune.task, c.finetune.fold)
@@ -383,6 +425,12 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
                     help="pretrain every model N times (seeds seed..seed+N-1) and test across the runs: the "
                          "pretraining seed becomes a factor, not a constant (default 1; the study then gets its own "
                          "name and report)")
+    ap.add_argument("--folds", type=positive_int, default=None, metavar="N",
+                    help="finetuning samples (folds) per cell instead of the preset's (5 at mini and paper): folds "
+                         "0..N-1, each at the cell's seeds; they shrink the finetuning part of a claim's variance "
+                         "(alignlab plan --detect: how much). Refused before any work where a pool cannot give N "
+                         "samples of the budget; AD needs a multiple of its 5 test folds (the study then gets its own "
+                         "name and report)")
     add_precision_flag(ap, help="matmul precision of pretraining (default auto: bf16 on a GPU or a CPU with native "
                        "bf16 matmuls, fp32 elsewhere); fp32 or bf16 trains the same models on every machine (the "
                        "study then gets its own name and report)")
@@ -466,6 +514,11 @@ def _run_study_command(build, args, ap) -> Path | None:
     study = dataclasses.replace(with_tasks(built, declared, args.only_tasks and args.only_tasks.split(","),
                                            declared_budgets(args.declare_tasks)),
                                 task_options=task_options(args), eval_files=tuple(eval_files))
+    if args.folds is not None:
+        try:
+            study = with_folds(study, args.folds)
+        except ValueError as e:
+            ap.error(str(e))
     corpus = corpus_from_args(built.corpus, args)
     if corpus != built.corpus:  # its own folder and report, as with extra objective sets
         name = f"{built.name}-{corpus.source}-{config_hash(corpus, length=8)}"

@@ -333,6 +333,47 @@ def with_pretrain_seeds(study: Study, runs: int) -> Study:
                                title=f"{study.title}, {runs} pretraining runs per model")
 
 
+def study_folds(study: Study) -> int:
+    """The finetuning samples (folds) of the study's cells: the most any cell has (the protocol's five at mini and
+    paper, one at smoke)."""
+    per_cell: dict[tuple, set] = {}
+    for c in study.calcs:
+        per_cell.setdefault((c.model, c.row, c.col), set()).add(c.finetune.fold)
+    return max((len(f) for f in per_cell.values()), default=0)
+
+
+def with_folds(study: Study, folds: int) -> Study:
+    """The study with `folds` finetuning samples per cell instead of the preset's: folds 0..folds-1, each at the seeds
+    its cell ran. A fold's examples depend on (task, budget, fold) only (`protocol.fel_split`), so folds 0-4 are the
+    protocol's own and every fold past them is another sample of the budget from the same pool (CT: another draw
+    from the pool; AD: its cross-validation repeated, fold f testing on test fold f mod 5 with a sample of its own
+    from the four others). Whether the pools hold that many distinct samples, and AD's whole repetitions, are checked
+    against the task data before any work (`run.check_folds`). Searches report their setting on the same points. It
+    is another study (`<name>-<folds>folds`, its own report) unless nothing changes; the calculation ids of folds
+    the study ran already stay what they were (the fold is a FinetuneConfig field, docs/ids.md)."""
+    if folds < 2:
+        raise ValueError(f"--folds must be >= 2 (a fold's spread needs two), got {folds}")
+    cells: dict[tuple, list[CalcSpec]] = {}
+    for c in study.calcs:
+        cells.setdefault((c.model, c.row, c.col, dataclasses.replace(c.finetune, fold=0, seed=0)), []).append(c)
+    if all(sorted({c.finetune.fold for c in mine}) == list(range(folds)) for mine in cells.values()) and \
+            all(not s.final_points or sorted({f for f, _ in s.final_points}) == list(range(folds))
+                for s in study.searches):
+        return study
+    calcs = []
+    for mine in cells.values():
+        first = mine[0]
+        for fold in range(folds):
+            for seed in dict.fromkeys(c.finetune.seed for c in mine):
+                calcs.append(dataclasses.replace(first, finetune=dataclasses.replace(first.finetune, fold=fold,
+                                                                                     seed=seed)))
+    searches = tuple(dataclasses.replace(s, final_points=tuple(
+        (f, seed) for f in range(folds) for seed in dict.fromkeys(seed for _, seed in s.points())))
+                     for s in study.searches)
+    return dataclasses.replace(study, name=f"{study.name}-{folds}folds", calcs=tuple(calcs), searches=searches,
+                               title=f"{study.title}, {folds} finetuning samples per cell")
+
+
 def with_precision(study: Study, precision: str) -> Study:
     """The study with every model pretrained at `precision` ("fp32" or "bf16") instead of its preset's ("auto").
 
