@@ -107,7 +107,7 @@ def test_ad_folds_that_would_use_its_test_folds_unequally_are_refused(tmp_path):
     study_run.check_folds(with_folds(only_ad, 3), data)  # three test folds, each once
 
 
-def test_the_overlap_warning_names_the_samples_and_that_more_add_little(small_pool):
+def test_the_overlap_warning_names_the_samples_and_what_more_of_them_cannot_buy(small_pool):
     study = with_folds(with_tasks(_study(), ["few"], ["few"], {"few": 30}), 10)
     overlap = study_run.sample_overlap(study, small_pool)
     assert overlap == {"few": {"budget": 30, "pool": 35, "overlap": round(30 / 35, 3)}}

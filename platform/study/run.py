@@ -280,8 +280,8 @@ def overlap_warnings(study: Study, overlap: dict[str, dict]) -> list[str]:
     folds = study_folds(study)
     return [f"[study {study.name}] warning: {task.upper()}'s finetuning samples draw {o['budget']} of {o['pool']} pool "
             f"examples: two of them share about {o['overlap']:.0%} of their examples, so the {folds} samples are "
-            "nearly one (the report says so); more of them (--folds) add little, a larger pool or a smaller budget "
-            "does" for task, o in overlap.items()]
+            "nearly one (the report says so); more of them (--folds) narrow the spread between draws from this pool, "
+            "not the verdict's dependence on it: a larger pool or a smaller budget does" for task, o in overlap.items()]
 
 
 OVERLAP_WARNING = 0.5
