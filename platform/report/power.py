@@ -218,9 +218,10 @@ def power_plan(study, plan: dict, detect_points: float, target: float, report: P
         each = report_seconds(report)
         each_note = "" if each is None else f" (FEL calculations at {each:.0f} s each, the report's own)"
 
-    from alignlab.platform.study.spec import study_folds
-
-    ran = study_folds(study) or 5  # the plan's calculations are this many folds' (--folds N makes them N)
+    folds_of: dict[tuple, set] = {}  # the plan's calculations are this many folds' per cell (--folds N: N)
+    for c in study.calcs:
+        folds_of.setdefault((c.model, c.row, c.col), set()).add(c.finetune.fold)
+    ran = max(map(len, folds_of.values()), default=0) or 5
 
     def hours(runs: int, folds: int):
         if each is None or pre is None:
