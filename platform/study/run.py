@@ -514,17 +514,17 @@ def _run_study_command(build, args, ap) -> Path | None:
     study = dataclasses.replace(with_tasks(built, declared, args.only_tasks and args.only_tasks.split(","),
                                            declared_budgets(args.declare_tasks)),
                                 task_options=task_options(args), eval_files=tuple(eval_files))
-    if args.folds is not None:
-        try:
-            study = with_folds(study, args.folds)
-        except ValueError as e:
-            ap.error(str(e))
     corpus = corpus_from_args(built.corpus, args)
     if corpus != built.corpus:  # its own folder and report, as with extra objective sets
         name = f"{built.name}-{corpus.source}-{config_hash(corpus, length=8)}"
         names = [s.name for s in corpus.source_specs]
         study = dataclasses.replace(study, corpus=corpus, name=name, models=tuple(
             dataclasses.replace(m, pretrain=fit_domain_phase(m.pretrain, names)) for m in study.models))
+    if args.folds is not None:  # after the corpus's rename, so that its name keeps the folds
+        try:
+            study = with_folds(study, args.folds)
+        except ValueError as e:
+            ap.error(str(e))
     train = {k: v for k, v in (("num_workers", args.train_workers), ("cpus_per_worker", args.cpus_per_train_worker))
              if v is not None}
     if train:  # every model the study pretrains, sized to the cluster's nodes
