@@ -429,8 +429,8 @@ def study_main(build, argv: list[str] | None = None, *, extra_objective_sets: bo
                     help="finetuning samples (folds) per cell instead of the preset's (5 at mini and paper): folds "
                          "0..N-1, each at the cell's seeds; they shrink the finetuning part of a claim's variance "
                          "(alignlab plan --detect: how much). Refused before any work where a pool cannot give N "
-                         "samples of the budget; AD needs a multiple of its 5 test folds (the study then gets its own "
-                         "name and report)")
+                         "samples of the budget; AD needs 5 or fewer, or a multiple of its 5 test folds (the study "
+                         "then gets its own name and report)")
     add_precision_flag(ap, help="matmul precision of pretraining (default auto: bf16 on a GPU or a CPU with native "
                        "bf16 matmuls, fp32 elsewhere); fp32 or bf16 trains the same models on every machine (the "
                        "study then gets its own name and report)")
