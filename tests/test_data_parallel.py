@@ -10,7 +10,8 @@ averaged gradient is the mean over all the ranks' rows. What is checked:
 (d) a run whose rank 1 is killed mid-run resumes from its checkpoint and ends with exactly the weights of an
     uninterrupted 2-worker run, dropout on (the split is the same on every run of the same world size, and each
     rank restores its own random state: issue #56),
-(e) one worker collates exactly as before the split: the whole stream, rank 0's key.
+(e) one worker collates exactly as before the split: the whole stream, rank 0's key,
+(f) the rows of each rank at each step are those pinned in tests/golden_versions.json for this code version.
 """
 from __future__ import annotations
 
@@ -92,6 +93,14 @@ def test_each_rank_trains_only_on_its_own_rows_in_every_step(runs):
         seen0 |= set(a)
         seen1 |= set(b)
     assert not seen0 & seen1, f"rows read by both ranks: {sorted(seen0 & seen1)[:5]}"
+
+
+@pytest.mark.ray
+def test_the_rows_each_rank_trains_on_at_each_step_change_only_with_the_code_versions(runs):
+    """A golden digest per rank (tests/test_versions.py): which rows reach which rank, in which batches and order."""
+    from test_versions import check_batches
+
+    check_batches("batches smoke, 2 workers", runs["out2"], ranks=2)
 
 
 @pytest.mark.ray

@@ -383,6 +383,30 @@ def test_a_compiled_smoke_step_matches_the_eager_step(tok):
         assert torch.allclose(v, compiled.model.state_dict()[k], rtol=1e-4, atol=1e-5), k
 
 
+def test_the_compiled_step_traced_whole_without_inductor_trains_the_eager_steps_losses_and_weights(tok):
+    """The default run's form of the test above: the same compiled step, captured by TorchDynamo and differentiated
+    by AOTAutograd as under inductor, but run by the `aot_eager` backend (no kernels generated: seconds, not over a
+    minute). Each compiled function must be captured whole, with no graph break (a break would run part of the step
+    eagerly, and a GPU would launch it kernel by kernel), and train to the eager step's losses and weights."""
+    from torch._dynamo.utils import counters
+
+    cfg = dataclasses.replace(SMOKE, objectives="mlm,nsp,whp", precision="fp32",
+                              model=dataclasses.replace(SMOKE.model, dropout=0.0))
+    torch._dynamo.reset()
+    counters.clear()
+    eager = Pretrainer(cfg, tok)
+    compiled = Pretrainer(dataclasses.replace(cfg, compile=True, loss_chunk_rows=8), tok, compile_backend="aot_eager")
+    for step, rows in enumerate(batches(tok, num=2)):
+        batch = compiled.collate(rows, step=step)
+        a, b = eager.train_step(batch), compiled.train_step(compiled.prepare(batch))
+        for k in ("train/loss", "train/mlm/loss", "train/nsp/loss", "train/whp/loss"):
+            assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-5), (step, k)
+    assert not counters["graph_break"], f"the compiled step broke its graph: {dict(counters['graph_break'])}"
+    assert counters["stats"]["unique_graphs"] >= 2  # the forward with its losses, and the clipping
+    for k, v in eager.model.state_dict().items():
+        assert torch.allclose(v, compiled.model.state_dict()[k], rtol=1e-4, atol=1e-5), k
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_a_compiled_cuda_step_replayed_as_cuda_graphs_trains_the_compiled_steps_losses_and_weights(tok):
     """`PretrainConfig.cuda_graphs`: the same compiled kernels replayed as graphs, so the same losses and weights

@@ -1,10 +1,14 @@
 """Issue #46: a worker node lost in the middle of pretraining, on a real multi-node Ray cluster on this machine
 (`ray.cluster_utils.Cluster`: every node is its own raylet; `remove_node` kills one with everything on it, as a
-spot or preemptible GPU node disappears). Slow and starts its own cluster: `pytest -m "cluster and slow"
-tests/test_node_loss.py` (the default run leaves it out)."""
+spot or preemptible GPU node disappears). The heavy forms are slow and start their own cluster in the test process:
+`pytest -m "cluster and slow" tests/test_node_loss.py` (the default run leaves them out). The default run's form
+loses a node of a cluster that a subprocess starts, four steps into a smoke pretraining."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
 import sys
 import threading
 import time
@@ -36,6 +40,77 @@ def _remove_the_node_named_in(marker: Path, cluster, removed: list):
         return True
 
     return step
+
+
+_LOSE_A_NODE = r'''
+import json, sys, threading
+from pathlib import Path
+
+args = json.loads(sys.argv[1])
+sys.path.insert(0, args["tests"])
+import ray
+from ray.cluster_utils import Cluster
+
+from fault_hooks import Chain, Probe, WaitToBeRemovedAt, registered
+from test_node_loss import _in_background, _remove_the_node_named_in
+
+from alignlab.platform.config import pretrain_from_dict
+from alignlab.platform.pretrain.driver import pretrain
+from alignlab.platform.runtime.ray_env import quiet_ray_data
+
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+stop = threading.Event()
+try:
+    for _ in range(2):
+        cluster.add_node(num_cpus=2)
+    ray.init(address=cluster.address, log_to_driver=False)
+    quiet_ray_data()
+    marker, removed = Path(args["marker"]), []
+    _in_background(_remove_the_node_named_in(marker, cluster, removed), stop)
+    mdir = pretrain(args["corpus"], pretrain_from_dict(args["cfg"]), args["root"], max_failures=2,
+                    after_step=registered(Chain(Probe(args["probe"]), WaitToBeRemovedAt(3, str(marker)))))
+    alive = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+    print("RESULT=" + json.dumps({"model": str(mdir), "removed": removed, "alive": alive}))
+finally:
+    stop.set()
+    ray.shutdown()
+    cluster.shutdown()
+'''
+"""A driver of a cluster of its own (`ray.cluster_utils.Cluster`: a head with no CPUs, two worker nodes of 2 CPUs)
+that pretrains and removes the node of rank 0 once it has finished step 3; prints RESULT=<json>."""
+
+
+@pytest.mark.ray
+@pytest.mark.cluster
+@pytest.mark.timeout(600)
+def test_a_smoke_pretraining_whose_worker_node_is_lost_resumes_on_the_other_node_from_its_checkpoint(smoke_corpus,
+                                                                                                     tmp_path):
+    """The default run's form of the test below, at 4 steps: the node of the Train worker goes after step 3 (the
+    checkpoint of step 2 is registered), the worker group is placed on the other node and trains steps 3 and 4
+    only, step 3 to the weights the first life reached there. The cluster runs in a subprocess, beside the session's
+    Ray, on the session's smoke corpus."""
+    from fault_hooks import probed_steps
+
+    from alignlab.platform.config import to_dict
+    from alignlab.platform.pretrain.models import is_finished
+    from alignlab.platform.presets import Preset
+
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, objectives="mlm,nsp", max_steps=4, checkpoint_every=2,
+                              log_every=1, precision="fp32", cpus_per_worker=1.0)
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    args = {"tests": str(Path(__file__).parent), "corpus": str(smoke_corpus), "cfg": to_dict(cfg),
+            "root": str(tmp_path / "root"), "probe": str(probe), "marker": str(tmp_path / "node-of-rank0")}
+    run = subprocess.run([sys.executable, "-c", _LOSE_A_NODE, json.dumps(args)], capture_output=True, text=True,
+                         timeout=540, env={**os.environ, "RAY_ADDRESS": ""})
+    line = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT=")]
+    assert run.returncode == 0 and line, run.stdout[-3000:] + run.stderr[-3000:]
+    result = json.loads(line[0][len("RESULT="):])
+    assert result["removed"] and result["removed"][0] not in result["alive"]  # the node really went
+    assert is_finished(Path(result["model"]))
+    records = probed_steps(probe, 0)
+    assert [r["step"] for r in records] == [1, 2, 3, 3, 4], [r["step"] for r in records]
+    assert records[3]["digest"] == records[2]["digest"], "step 3 again did not reach step 3's weights"
 
 
 @pytest.mark.ray

@@ -3,7 +3,14 @@ smoke model's trained weights, each tied to the code version in the ids (corpus_
 models.PRETRAIN_CODE_VERSION). A change that alters either without bumping its version fails here, so a storage
 root never serves an old artifact under a new code's id.
 
+The rows each rank trains on, step by step, through the Ray Data path (the shards read by Ray Data, split among
+the ranks, shuffled locally, cut into batches and length buckets): an oracle independent of the resume tests, which
+compare a run with another run of the same code. Pinned for the smoke preset's model (one worker), its two-worker
+form (tests/test_data_parallel.py, per rank) and the first steps of the mini preset's pretraining on the smoke
+corpus; tied to PRETRAIN_CODE_VERSION (data split and order) and to the corpus's versions (the rows themselves).
+
 Regenerate after a deliberate change (and a bump):  ALIGNLAB_UPDATE_GOLDEN=1 python -m pytest tests/test_versions.py
+tests/test_data_parallel.py
 
 Stable across machines: one torch thread and fp32 (no bf16, whatever the CPU), and the weights compared to a
 relative 1e-4 per tensor (summation order differs across CPUs' SIMD kernels in the last digits; a change of
@@ -27,7 +34,7 @@ from alignlab.platform.presets import Preset
 
 GOLDEN = Path(__file__).with_name("golden_versions.json")
 UPDATE = os.environ.get("ALIGNLAB_UPDATE_GOLDEN") == "1"
-REGENERATE = "ALIGNLAB_UPDATE_GOLDEN=1 python -m pytest tests/test_versions.py"
+REGENERATE = "ALIGNLAB_UPDATE_GOLDEN=1 python -m pytest tests/test_versions.py tests/test_data_parallel.py"
 
 
 def _golden() -> dict:
@@ -50,6 +57,10 @@ def _check(key: str, now: dict, constant: str, where: str, same) -> None:
     if gold["version"] != now["version"]:
         pytest.fail(f"{constant} is {now['version']} but {GOLDEN.name} was generated at {gold['version']}: "
                     f"regenerate the golden values with `{REGENERATE}` and commit tests/{GOLDEN.name}")
+    # The other versions an entry depends on (the batches: the corpus's, whose rows they are).
+    if moved := [f"{k} is {now[k]}, not {gold.get(k)}" for k in now if k.endswith(" version") and gold.get(k) != now[k]]:
+        pytest.fail(f"{key}: {', '.join(moved)} as when {GOLDEN.name} was generated: regenerate the golden values "
+                    f"with `{REGENERATE}` and commit tests/{GOLDEN.name}")
     if not same(gold, now):
         pytest.fail(f"the {key} changed but {constant} ({where}) is still {now['version']}: a cached artifact "
                     f"of the old code would be served under the same id. If the change is meant, bump {constant} "
@@ -142,3 +153,60 @@ def test_trained_weights_change_only_with_the_pretraining_code_version(tmp_path)
     assert weights and all(np.isfinite(v).all() for v in weights.values())
     _check("model weights", {"version": PRETRAIN_CODE_VERSION, "weights": weights},
            "PRETRAIN_CODE_VERSION", "platform/pretrain/models.py", _close)
+
+
+# ---------------------------------------------------------------- the Ray Data path: the rows each rank trains on
+
+
+def batch_digests(probe: Path, ranks: int) -> dict:
+    """The golden entry of a run probed by `fault_hooks.Probe` at every step: per rank, how many steps it trained
+    and a sha256 of the rows (document#chunk) of each step's batch, in step order; with the versions it depends
+    on."""
+    from fault_hooks import probed_steps
+
+    from alignlab.platform.corpus.corpus_identity import CORPUS_CODE_VERSION
+    from alignlab.platform.pretrain.models import PRETRAIN_CODE_VERSION
+    from alignlab.platform.tasks.holdout import HOLDOUT_RULE_VERSION
+
+    out = {}
+    for rank in range(ranks):
+        steps = [(r["step"], r["rows"]) for r in probed_steps(probe, rank)]
+        assert steps and [s for s, _ in steps] == list(range(1, len(steps) + 1)), \
+            f"rank {rank} was not probed once at every step: {[s for s, _ in steps]}"
+        out[f"rank {rank}"] = {"steps": len(steps),
+                               "sha256": hashlib.sha256(json.dumps(steps).encode()).hexdigest()}
+    return {"version": PRETRAIN_CODE_VERSION, "corpus version": CORPUS_CODE_VERSION,
+            "holdout version": HOLDOUT_RULE_VERSION, "ranks": out}
+
+
+def check_batches(key: str, probe: Path, ranks: int) -> None:
+    """Compare the rows each rank of a probed run trained on with the golden entry `key` (what to do when they
+    differ: `_check`)."""
+    _check(key, batch_digests(probe, ranks), "PRETRAIN_CODE_VERSION", "platform/pretrain/models.py",
+           lambda g, n: g == n)
+
+
+@pytest.mark.ray
+def test_the_rows_the_smoke_model_trains_on_at_each_step_change_only_with_the_code_versions(smoke_model,
+                                                                                          smoke_model_probe):
+    """The session's smoke model (the smoke preset's pretraining under Ray Train, one worker) was probed at every
+    step. The two-worker form, per rank: tests/test_data_parallel.py."""
+    check_batches("batches smoke", smoke_model_probe, ranks=1)
+
+
+@pytest.mark.ray
+def test_the_rows_the_mini_preset_trains_on_in_its_first_steps_change_only_with_the_code_versions(smoke_corpus,
+                                                                                                 tmp_path):
+    """The mini preset's pretraining config (its batch, sequence-length phases, layout and bucketing) for its first
+    6 steps, on the smoke corpus (the mini corpus takes minutes to build). `max_steps` is cut to 6, which also
+    places the short-sequence phase in the first 3 steps; the model is the mini preset's own."""
+    from fault_hooks import Probe, registered
+
+    from alignlab.platform.pretrain.driver import pretrain
+
+    cfg = dataclasses.replace(Preset.named("mini").pretrain, max_steps=6, checkpoint_every=6, log_every=1,
+                              eval_batches=1, precision="fp32")
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    pretrain(smoke_corpus, cfg, tmp_path / "root", after_step=registered(Probe(str(probe))))
+    check_batches("batches mini (first 6 steps)", probe, ranks=1)

@@ -73,6 +73,11 @@ MUTANTS = (
                    "seed=cfg.seed, rank=0, pad_to_max_len=cfg.compile)"),),
            tests=("tests/test_data_parallel.py::"
                   "test_a_rank_collates_only_its_own_rows_with_its_own_key_and_one_worker_collates_as_before",)),
+    Mutant(name="batches-reshuffled", breaks="the data order: each rank's local shuffle seeded otherwise",
+           path="platform/pretrain/driver.py",
+           edits=(("local_shuffle_seed=cfg.seed + epoch,", "local_shuffle_seed=cfg.seed + epoch + 1,"),),
+           tests=("tests/test_versions.py::"
+                  "test_the_rows_the_smoke_model_trains_on_at_each_step_change_only_with_the_code_versions",)),
     Mutant(name="verdict-drops-unit-variance",
            breaks="the verdict: a crossed design's variance without the test units' parts",
            path="platform/report/unit_statistics.py",
