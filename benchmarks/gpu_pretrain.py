@@ -222,10 +222,10 @@ def ray_run(size: str, tok, *, batch: int, steps: int, num_rows: int, device: st
                log_every=min(10, max(1, steps // 4)))  # the default 10, but at least 3 reports for the steady figures
     if corpus is not None:
         train_rows = load_manifest(corpus)["stats"]["chunks"]["train"]
-        if steps * batch > train_rows:
-            raise SystemExit(f"--ray-steps {steps} x --batch {batch} rows is more than one epoch of corpus "
-                             f"{corpus.name} ({train_rows:,} training rows): the timed steps would cross an epoch "
-                             f"restart; use at most {train_rows // batch} steps")
+        if rows_read(steps, batch, bucket_batches) > train_rows:
+            raise SystemExit(f"--ray-steps {steps} x --batch {batch} rows (in whole bucketing windows of "
+                             f"{bucket_batches} batches) is more than one epoch of corpus {corpus.name} "
+                             f"({train_rows:,} training rows): the timed steps would cross an epoch restart")
         cfg = dataclasses.replace(real_config(size, batch, device, compile_model=compile_model), **run,
                                   warmup_steps=steps // 10)  # the paper's 10,000 outlast the run
     else:
@@ -243,14 +243,15 @@ def ray_run(size: str, tok, *, batch: int, steps: int, num_rows: int, device: st
         quiet_ray_data()
         try:
             t = time.perf_counter()
-            mdir = pretrain(cdir, cfg, d / "storage", max_failures=0)
+            mdir = pretrain(cdir, cfg, d / "storage", max_failures=0, after_step=EpochLog(str(d / "epochs.txt")))
             fit_s = time.perf_counter() - t
         finally:
             ray.shutdown()
         acc = EventAccumulator(str(mdir / "tensorboard"))
         acc.Reload()
         scalars = {k: {e.step: (e.wall_time, e.value) for e in acc.Scalars(k)}
-                   for k in ("data_wait_fraction", "throughput/tokens_per_s", "throughput/samples_per_s", "epoch")}
+                   for k in ("data_wait_fraction", "throughput/tokens_per_s", "throughput/samples_per_s")}
+        epochs = [int(line.split()[1]) for line in (d / "epochs.txt").read_text().splitlines()]
         ev = json.loads((mdir / "final" / "eval.json").read_text())
     tp = ev.get("throughput") or {}
     fpt = tp.get("flops_per_token")  # the run's own count per real token, its heads included
@@ -263,7 +264,7 @@ def ray_run(size: str, tok, *, batch: int, steps: int, num_rows: int, device: st
             "cpus_per_worker": cpus_per_worker, "bucket_batches": cfg.bucket_batches, "compiled": cfg.compile,
             "prefetch_batches": cfg.prefetch_batches, "collate_workers": cfg.collate_workers,
             "corpus_write_s": round(corpus_s, 1), "fit_wall_s": round(fit_s, 1),
-            "max_epoch": max(v for _, v in scalars["epoch"].values()),
+            "max_epoch": max(epochs),  # the loop's own epoch count at each report: 0 if no pass restarted
             "steady_step_ms": steady["step_ms"], "steady_steps": steady["steps"],
             "steady_tokens_per_s": round(tps), "steady_real_tokens_per_step": steady["real_tokens_per_step"],
             "steady_mfu": None if peak is None or fpt is None else round(tps * fpt / peak, 4),
@@ -272,6 +273,23 @@ def ray_run(size: str, tok, *, batch: int, steps: int, num_rows: int, device: st
             "data_wait_fraction_whole_loop": round(max(scalars["data_wait_fraction"].items())[1][1], 4),
             "eval_json_throughput": tp,
             "eval_json_device": ev.get("device") or tp.get("device")}
+
+
+def rows_read(steps: int, batch: int, bucket_batches: int) -> int:
+    """The most rows a run of `steps` steps reads: the loop reads whole bucketing windows of `bucket_batches`."""
+    return -(-steps // bucket_batches) * bucket_batches * batch
+
+
+class EpochLog:
+    """`pretrain`'s after_step hook here: the loop's epoch at each report, one line a report in `path` (a run
+    whose stream ran out restarts its pass and counts epoch 1)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __call__(self, *, step, trainer, **_) -> None:
+        with open(self.path, "a") as f:
+            f.write(f"{step} {trainer.state.epoch}\n")
 
 
 def steady_intervals(scalars: dict, batch: int, slow: float = 1.5) -> dict:
@@ -593,10 +611,10 @@ def main(argv: list[str] | None = None) -> None:
 
             tok = Tokenizer(corpus / "tokenizer.model")
             result["vocab"] = tok.vocab_size
-            if args.ray_steps * args.batch > result["corpus"]["train_rows"]:  # before anything is timed
-                raise SystemExit(f"--ray-steps {args.ray_steps} x --batch {args.batch} rows is more than one epoch of "
-                                 f"corpus {corpus.name} ({result['corpus']['train_rows']:,} training rows): use at most "
-                                 f"{result['corpus']['train_rows'] // args.batch} steps")
+            if rows_read(args.ray_steps, args.batch, args.ray_bucket_batches) > result["corpus"]["train_rows"]:
+                raise SystemExit(f"--ray-steps {args.ray_steps} x --batch {args.batch} rows (in whole bucketing "
+                                 f"windows of {args.ray_bucket_batches} batches) is more than one epoch of corpus "
+                                 f"{corpus.name} ({result['corpus']['train_rows']:,} training rows): use fewer steps")
             print(f"# corpus {corpus.name} for the Ray run: {result['corpus']}; the step parts use its tokenizer",
                   flush=True)
         else:
