@@ -130,11 +130,12 @@ else
   side=(--copies 3 --batch 256 --steps 150 --warmup 10); collect=()
   # Call 1's limits (with presence's 30 s and nvidia-smi's 20; the corpus build runs beside the step, under its
   # limit) add up to 520 s, under 9 minutes with the install. The parts are estimated at about 6 minutes together
-  # from the committed GPU logs (benchmarks/results/gpu_pretrain_h*.json, cuda_tests_h*.log) and the CPU dry run
-  # (benchmarks/results/gpu_checks_dry_run_*.md): the step ~2 min (tokenizer, eager warm-up 11 s, compile 22 s, CUDA
-  # graphs' compile), side by side under 1, end to end ~2.5 (Ray and its Train worker ~20 s, the compile of each
-  # static width met, 22 s for the first at 768x3; 300 steps ~10 s; HF's step beside it ~15 s), the tests under 1
-  # (32 s at f729dc2). Call 2: three steps at 120 s and the real rows at 150 s, under the 10 minutes of a call.
+  # from the committed GPU logs (benchmarks/results/gpu_pretrain_h*.json, cuda_tests_h*.log) and CPU ratios
+  # (docs/throughput.md#the-gpu-walk): the step ~2 min (tokenizer, eager warm-up 11 s, compile 22 s, CUDA graphs'
+  # compile), side by side under 1, end to end ~2 (Ray and its Train worker ~20 s; the compile of each static width
+  # met, 22 s for the first at 768x3 and about half that for each of the 3 others; 300 steps ~10 s; HF's step beside
+  # it ~15 s; evaluation and export ~10 s), the tests under 1 (32 s at f729dc2). Call 2: three steps at 120 s and the
+  # real rows at 150 s, under the 10 minutes of a device call.
   t_step=150; t_side=50; t_e2e=190; t_tests=80; t_big=120; t_real=150
   real_size=768x3_vocab32000; real=(--real-rows mini --corpus-vocab 32000 --batch 256 --real-windows 4 --rounds 3)
   real_env=()
