@@ -179,8 +179,8 @@ else
       [ "$chunk" = -1 ] && name="step_${big}_vocab${vocab}_chunked" || name="step_${big}_vocab${vocab}_plain"
       [ "$vocab" = 32000 ] && [ "$chunk" = -1 ] && continue  # call 1 measured it
       part "$name" $t_big "${pin_step[@]}" $py benchmarks/gpu_pretrain.py "${device[@]}" --sizes "$big" \
-        "${batch[@]}" "${steps[@]}" --vocab "$vocab" --no-hf --ray-steps 0 "${compile[@]}" --loss-chunk-rows "$chunk" --commit "$commit" \
-        --out "$logs/$name.json"
+        "${batch[@]}" "${steps[@]}" --vocab "$vocab" --no-hf --ray-steps 0 "${compile[@]}" --loss-chunk-rows "$chunk" \
+        --commit "$commit" --out "$logs/$name.json"
       pin_step=(); corpus_ready  # the first step part ran beside the corpus build
     done
   done
