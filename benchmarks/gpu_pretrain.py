@@ -11,10 +11,16 @@ Three measurements on synthetic rows, side by side in one process (written to `-
    hits both. Step time is wall time over `--steps` steps between two `torch.cuda.synchronize()`.
 2. **Compiled** (`--compile`): alignlab's step with `PretrainConfig.compile` (static shapes), the same batches.
 3. **Ray Train, end to end** (`ray`): `pretrain.driver.pretrain` itself -- Ray Data reading parquet shards, the
-   rank's rows collated and length-bucketed on the prefetch thread into pinned memory, one GPU Train worker --
-   on a synthetic corpus, for each size. Steady seconds per step and the fraction of wall time the loop waited
-   for data come from the loop's TensorBoard reports (as in `pretrain_throughput.py --part ray`); tokens/s and MFU
-   are also read from the model's `final/eval.json` ("throughput"), i.e. what every run records.
+   rank's rows collated and length-bucketed on the prefetch thread (or `--ray-collate-workers` processes) into
+   pinned memory, one GPU Train worker -- for each size. With `--ray-corpus PRESET` it trains as a real run does:
+   all four objectives (mlm,nsp,whp,pad, the paper preset's settings) on the real rows of that preset's bundled
+   corpus, built here (`--corpus-vocab` pieces; the step parts then use its tokenizer), every step inside the
+   corpus's first epoch (more steps than an epoch holds are refused); without it, MLM + NSP on a synthetic corpus
+   of full rows. The steady figures come from the loop's TensorBoard reports, interval by interval
+   (`steady_intervals`): seconds per step, real tokens/s, the share of wall time spent waiting for data; the first
+   interval and those where the step compiled a new width are left out (and counted). MFU is the steady real
+   tokens/s times the run's own FLOPs per real token from its `final/eval.json` ("throughput", what every run
+   records, also kept whole).
 4. **Real rows** (`--real-rows PRESET`, `real_rows` in `--out`, default
    `benchmarks/results/gpu_pretrain_real_rows.json`): the step as a real run trains it, which parts 1-2 do not
    show -- all four objectives (mlm,nsp,whp,pad, the paper preset's settings) on rows of varying length with WHP
@@ -40,9 +46,14 @@ real sentencepiece vocabulary of `--vocab` pieces, 32,000 by default), so tokens
 
 Run from the repo root on a machine with a CUDA GPU (see benchmarks/README.md):
     python benchmarks/gpu_pretrain.py --compile
-    python benchmarks/gpu_pretrain.py --real-rows mini --sizes 768x3 --batch 256 --real-windows 4 --rounds 3 --compile
+    python benchmarks/gpu_pretrain.py --sizes 768x3 --steps 5 --rounds 1 --warmup 2 --ray-steps 300 --ray-compile \
+        --ray-corpus mini --corpus-vocab 32000 --ray-cpus 12 --cpus-per-worker 8 --ray-collate-workers 3
+    python benchmarks/gpu_pretrain.py --real-rows mini --corpus-vocab 32000 --sizes 768x3 --batch 256 \
+        --real-windows 4 --rounds 3 --compile
 A CPU dry run of the code paths (no figures worth keeping):
     python benchmarks/gpu_pretrain.py --device cpu --sizes 128x2 --batch 16 --steps 2 --rounds 1 --ray-steps 20
+    python benchmarks/gpu_pretrain.py --device cpu --sizes 128x2 --batch 8 --steps 1 --rounds 1 --ray-steps 12 \
+        --ray-cpus 2 --cpus-per-worker 1 --ray-corpus smoke
     python benchmarks/gpu_pretrain.py --device cpu --real-rows smoke --sizes tiny --batch 8 --real-windows 1 --rounds 1
 """
 from __future__ import annotations
@@ -195,73 +206,163 @@ def bench_models(sizes, tok, table, *, batch: int, steps: int, rounds: int, warm
 
 def ray_run(size: str, tok, *, batch: int, steps: int, num_rows: int, device: str, cpus: int,
             cpus_per_worker: float, compile_model: bool = False, bucket_batches: int = 16,
-            collate_workers: int = 0) -> dict:
-    """`pretrain.driver.pretrain` with one Train worker on a synthetic corpus; figures from its reports."""
+            collate_workers: int = 0, corpus: Path | None = None) -> dict:
+    """`pretrain.driver.pretrain` with one Train worker; figures from its reports. On `corpus` (a built corpus:
+    real rows, length-bucketed, the four objectives at the paper preset's settings) or, without it, on a synthetic
+    corpus of `num_rows` full rows (MLM + NSP). On a real corpus every step must fall inside its first epoch."""
     import ray
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    from alignlab.platform.corpus.corpus import load_manifest
     from alignlab.platform.pretrain.driver import pretrain
     from alignlab.platform.runtime.ray_env import quiet_ray_data
 
-    cfg = config(size, batch, device, num_workers=1, cpus_per_worker=cpus_per_worker, max_steps=steps,
-                 checkpoint_every=steps, eval_batches=2, compile=compile_model, bucket_batches=bucket_batches,
-                 collate_workers=collate_workers,
-                 log_every=min(10, max(1, steps // 4)))  # the default 10, but at least 3 reports for the steady figures
+    run = dict(num_workers=1, cpus_per_worker=cpus_per_worker, max_steps=steps, checkpoint_every=steps,
+               eval_batches=2, compile=compile_model, bucket_batches=bucket_batches, collate_workers=collate_workers,
+               log_every=min(10, max(1, steps // 4)))  # the default 10, but at least 3 reports for the steady figures
+    if corpus is not None:
+        train_rows = load_manifest(corpus)["stats"]["chunks"]["train"]
+        if rows_read(steps, batch, bucket_batches) > train_rows:
+            raise SystemExit(f"--ray-steps {steps} x --batch {batch} rows (in whole bucketing windows of "
+                             f"{bucket_batches} batches) is more than one epoch of corpus {corpus.name} "
+                             f"({train_rows:,} training rows): the timed steps would cross an epoch restart")
+        cfg = dataclasses.replace(real_config(size, batch, device, compile_model=compile_model), **run,
+                                  warmup_steps=steps // 10)  # the paper's 10,000 outlast the run
+    else:
+        cfg = config(size, batch, device, **run)
     with tempfile.TemporaryDirectory(prefix="alignlab-gpu-") as d:
         d = Path(d)
         t = time.perf_counter()
-        cdir = write_corpus(d, Path(tok.model_path), synthetic_rows(tok, num_rows), num_files=8)
+        if corpus is None:
+            cdir = write_corpus(d, Path(tok.model_path), synthetic_rows(tok, num_rows), num_files=8)
+            num_rows_read = num_rows
+        else:
+            cdir, num_rows_read = corpus, train_rows
         corpus_s = time.perf_counter() - t
         ray.init(num_cpus=cpus, num_gpus=1 if device == "cuda" else 0, include_dashboard=False, log_to_driver=False)
         quiet_ray_data()
         try:
-            t_wall0, t = time.time(), time.perf_counter()
-            mdir = pretrain(cdir, cfg, d / "storage", max_failures=0)
+            t = time.perf_counter()
+            mdir = pretrain(cdir, cfg, d / "storage", max_failures=0, after_step=EpochLog(str(d / "epochs.txt")))
             fit_s = time.perf_counter() - t
         finally:
             ray.shutdown()
         acc = EventAccumulator(str(mdir / "tensorboard"))
         acc.Reload()
-        points = [(e.step, e.wall_time - t_wall0) for e in acc.Scalars("train/loss")]
-        waits = [e.value for e in acc.Scalars("data_wait_fraction")]
+        scalars = {k: {e.step: (e.wall_time, e.value) for e in acc.Scalars(k)}
+                   for k in ("data_wait_fraction", "throughput/tokens_per_s", "throughput/samples_per_s")}
+        epochs = [int(line.split()[1]) for line in (d / "epochs.txt").read_text().splitlines()]
         ev = json.loads((mdir / "final" / "eval.json").read_text())
-    # Steady seconds per step between the second report and the last (the first includes the pipeline's start),
-    # and the waiting share over that stretch: the loop reports data_wait_fraction = waited / loop wall so far.
-    (a, t_a), (b, t_b) = points[1], points[-1]
-    step_s = (t_b - t_a) / (b - a)
-    fa, fb = waits[1], waits[-1]
-    loop_a = a * step_s / (1 - fa)
-    steady_wait = (fb * (loop_a + t_b - t_a) - fa * loop_a) / (t_b - t_a)
-    tokens = batch * SEQ
+    tp = ev.get("throughput") or {}
+    fpt = tp.get("flops_per_token")  # the run's own count per real token, its heads included
+    steady = steady_intervals(scalars, batch)
     peak = peak_flops(device_label(device), "bf16")
-    fpt = (ev.get("throughput") or {}).get("flops_per_token")  # the run's own count, its heads included
-    return {"size": size, "batch": batch, "steps": steps, "rows": num_rows, "cpus": cpus,
+    tps = steady["real_tokens_per_s"]
+    return {"size": size, "batch": batch, "steps": steps, "rows": num_rows_read, "cpus": cpus,
+            "rows_kind": "synthetic full rows" if corpus is None else f"real rows of corpus {corpus.name}",
+            "objectives": ",".join(o.name for o in cfg.objectives), "vocab": tok.vocab_size,
             "cpus_per_worker": cpus_per_worker, "bucket_batches": cfg.bucket_batches, "compiled": cfg.compile,
             "prefetch_batches": cfg.prefetch_batches, "collate_workers": cfg.collate_workers,
-            "corpus_write_s": round(corpus_s, 1),
-            "fit_wall_s": round(fit_s, 1), "steady_step_ms": round(step_s * 1e3, 3),
-            "steady_steps": b - a, "steady_tokens_per_s": round(tokens / step_s),
-            "steady_mfu": None if peak is None or fpt is None else round(tokens / step_s * fpt / peak, 4),
-            "data_wait_fraction_steady": round(max(steady_wait, 0.0), 4),
-            "data_wait_fraction_whole_loop": round(fb, 4),
-            "eval_json_throughput": ev.get("throughput"),
-            "eval_json_device": ev.get("device") or (ev.get("throughput") or {}).get("device")}
+            "corpus_write_s": round(corpus_s, 1), "fit_wall_s": round(fit_s, 1),
+            "max_epoch": max(epochs),  # the loop's own epoch count at each report: 0 if no pass restarted
+            "steady_step_ms": steady["step_ms"], "steady_steps": steady["steps"],
+            "steady_tokens_per_s": round(tps), "steady_real_tokens_per_step": steady["real_tokens_per_step"],
+            "steady_mfu": None if peak is None or fpt is None else round(tps * fpt / peak, 4),
+            "data_wait_fraction_steady": steady["wait_fraction"],
+            "intervals_left_out": steady["left_out"],
+            "data_wait_fraction_whole_loop": round(max(scalars["data_wait_fraction"].items())[1][1], 4),
+            "eval_json_throughput": tp,
+            "eval_json_device": ev.get("device") or tp.get("device")}
 
 
-def build_real_corpus(preset: str, root: Path) -> Path:
-    """The bundled corpus of the corpus preset `preset`, built (or found under `root`) by the platform's own
-    `build_corpus`, which starts a local Ray for its labelling as `alignlab corpus build` does. Ray is shut down
-    before any step is timed, so that none of its processes takes a core from the step."""
+def rows_read(steps: int, batch: int, bucket_batches: int) -> int:
+    """The most rows a run of `steps` steps reads: the loop reads whole bucketing windows of `bucket_batches`."""
+    return -(-steps // bucket_batches) * bucket_batches * batch
+
+
+class EpochLog:
+    """`pretrain`'s after_step hook here: the loop's epoch at each report, one line a report in `path` (a run
+    whose stream ran out restarts its pass and counts epoch 1)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __call__(self, *, step, trainer, **_) -> None:
+        with open(self.path, "a") as f:
+            f.write(f"{step} {trainer.state.epoch}\n")
+
+
+def steady_intervals(scalars: dict, batch: int, slow: float = 1.5) -> dict:
+    """The steady figures of a run from its reports (every `log_every` steps: wall time, the loop's running
+    tokens/s and samples/s, and the share of its wall time it waited for data). At report k the loop had trained
+    L_k = samples_k / samples_per_s_k seconds, on N_k = tokens_per_s_k * L_k real tokens, and waited W_k =
+    wait_fraction_k * L_k; each interval between two reports gets its steps, seconds, real tokens and wait from
+    the differences. The first interval (the pipeline's start) is left out, and so is an interval whose time not
+    spent waiting is over `slow` times the median's a step: there the step compiled a new shape (a width met for
+    the first time). A slow interval spent waiting for data stays in, so the wait share is never flattered."""
+    wait, tok_s, smp_s = (scalars[k] for k in ("data_wait_fraction", "throughput/tokens_per_s",
+                                               "throughput/samples_per_s"))
+    steps = sorted(wait)
+    marks = []
+    for s in steps:
+        t, f = wait[s]
+        loop_s = s * batch / max(smp_s[s][1], 1e-9)
+        marks.append((s, t, tok_s[s][1] * loop_s, f * loop_s))
+    iv = [{"steps": b[0] - a[0], "s": b[1] - a[1], "tokens": b[2] - a[2], "wait": max(b[3] - a[3], 0.0)}
+          for a, b in zip(marks[1:], marks[2:])] or [  # too few reports: the whole stretch after the first
+        {"steps": marks[-1][0] - marks[0][0], "s": marks[-1][1] - marks[0][1], "tokens": marks[-1][2] - marks[0][2],
+         "wait": max(marks[-1][3] - marks[0][3], 0.0)}]
+    busy = statistics.median((i["s"] - i["wait"]) / i["steps"] for i in iv)
+    kept = [i for i in iv if (i["s"] - i["wait"]) / i["steps"] <= slow * busy]
+    out = [i for i in iv if i not in kept]
+    n, secs = sum(i["steps"] for i in kept), sum(i["s"] for i in kept)
+    return {"steps": n, "step_ms": round(secs / n * 1e3, 3), "real_tokens_per_s": sum(i["tokens"] for i in kept) / secs,
+            "real_tokens_per_step": round(sum(i["tokens"] for i in kept) / n, 1),
+            "wait_fraction": round(sum(i["wait"] for i in kept) / secs, 4),
+            "left_out": {"intervals": len(out), "steps": sum(i["steps"] for i in out),
+                         "seconds": round(sum(i["s"] for i in out), 1)}}
+
+
+def real_corpus_config(preset: str, vocab: int | None):
+    """The corpus preset `preset`'s config, with `vocab` pieces if given (the goals are read at 32K, the paper's
+    GPU figures' vocabulary; the mini preset's own is 8K). A larger vocabulary trains its tokenizer on every
+    document of the sources, since the preset's sample of 12,000 cannot fill 32K pieces."""
+    from alignlab.platform.presets import Preset
+
+    cfg = Preset.named(preset).corpus
+    if vocab and vocab != cfg.vocab_size:
+        cfg = dataclasses.replace(cfg, vocab_size=vocab,
+                                  tokenizer_sample_docs=max(cfg.tokenizer_sample_docs, TOKENIZER_SAMPLE_AT_LARGE_VOCAB))
+    return cfg
+
+
+TOKENIZER_SAMPLE_AT_LARGE_VOCAB = 100_000  # more than the mini sources' 65,398 documents: all of them
+
+
+def build_real_corpus(preset: str, root: Path, vocab: int | None = None, workers: int = 1) -> Path:
+    """The bundled corpus of the corpus preset `preset` (with `vocab` pieces, `real_corpus_config`), built (or
+    found under `root`) by the platform's own `build_corpus` with `workers` labelling actors; it starts a local
+    Ray as `alignlab corpus build` does. Ray is shut down before any step is timed, so that none of its processes
+    takes a core from the step."""
     import ray
 
     from alignlab.platform.corpus.corpus import build_corpus
-    from alignlab.platform.presets import Preset
 
     try:
-        return build_corpus(Preset.named(preset).corpus, root, progress=False)
+        return build_corpus(real_corpus_config(preset, vocab), root, num_workers=workers, progress=False)
     finally:
         if ray.is_initialized():
             ray.shutdown()
+
+
+def corpus_figures(cdir: Path, seconds: float) -> dict:
+    """What a part says of the corpus it built or found: its id, rows, vocabulary and build phases."""
+    from alignlab.platform.corpus.corpus import load_manifest
+
+    stats = load_manifest(cdir)["stats"]
+    return {"corpus_id": cdir.name, "train_rows": stats["chunks"]["train"], "vocab": stats["vocab_size"],
+            "tokens": stats.get("tokens"), "built_or_found_s": round(seconds, 1),
+            "build_wall_s": stats.get("wall_time_s"), "phase_seconds": stats.get("phase_seconds")}
 
 
 def real_row_batches(cdir: Path, batch: int, windows: int, window: int) -> tuple[list, int]:
@@ -384,7 +485,7 @@ def real_rows_part(args, sizes: list[str], result: dict, save) -> None:
 
     with tempfile.TemporaryDirectory(prefix="alignlab-real-rows-") as d:
         t = time.perf_counter()
-        cdir = build_real_corpus(args.real_rows, args.corpus_root or Path(d))
+        cdir = build_real_corpus(args.real_rows, args.corpus_root or Path(d), args.corpus_vocab, args.corpus_workers)
         build_s = time.perf_counter() - t
         tok = Tokenizer(cdir / "tokenizer.model")
         window = real_config(sizes[0], args.batch, args.device, compile_model=False).bucket_batches
@@ -438,9 +539,20 @@ def main(argv: list[str] | None = None) -> None:
                         "synthetic, HF and Ray parts are not run")
     p.add_argument("--real-windows", type=int, default=4,
                    help="bucketing windows (of the preset's 16 row batches each) timed per round with --real-rows")
+    p.add_argument("--ray-corpus", choices=("mini", "smoke"),
+                   help="the Ray run trains on this corpus preset's bundled corpus (built here, --corpus-vocab pieces) "
+                        "with mlm,nsp,whp,pad on its length-bucketed rows, all inside its first epoch; the step parts "
+                        "use its tokenizer (without it: synthetic full rows, MLM + NSP, a --vocab tokenizer)")
+    p.add_argument("--corpus-vocab", type=int, help="vocabulary of the --real-rows / --ray-corpus corpus "
+                                                    "(default: the preset's own; 32000 for the goals)")
+    p.add_argument("--corpus-workers", type=int, default=max(1, (os.cpu_count() or 2) // 2),
+                   help="labelling actors of a corpus build (default: half the CPUs)")
+    p.add_argument("--build-corpus", choices=("mini", "smoke"),
+                   help="only build (or find) this preset's corpus under --corpus-root and write its figures to --out "
+                        "(gpu_checks.sh builds it beside the first part, on cores of its own)")
     p.add_argument("--corpus-root", type=Path, default=os.environ.get("ALIGNLAB_REAL_ROWS_ROOT") or None,
-                   help="storage root to build (or find) the --real-rows corpus under (default: "
-                        "$ALIGNLAB_REAL_ROWS_ROOT, else a temporary one; a root that holds it already saves the build)")
+                   help="storage root to build (or find) the corpus under (default: $ALIGNLAB_REAL_ROWS_ROOT, else a "
+                        "temporary one; a root that holds it already saves the build)")
     p.add_argument("--commit", default=os.environ.get("ALIGNLAB_COMMIT", "unknown"))
     p.add_argument("--out", type=Path, help=f"default {os.path.relpath(RESULTS)}, "
                                             f"or {os.path.relpath(REAL_RESULTS)} with --real-rows")
@@ -469,6 +581,15 @@ def main(argv: list[str] | None = None) -> None:
         tmp.replace(args.out)
 
     print(f"# {command}\n# commit {args.commit}  {result['date']}\n# {result['machine']}", flush=True)
+    if args.build_corpus:
+        if not args.corpus_root:
+            raise SystemExit("--build-corpus needs --corpus-root (the corpus is kept there for the parts that read it)")
+        t = time.perf_counter()
+        cdir = build_real_corpus(args.build_corpus, args.corpus_root, args.corpus_vocab, args.corpus_workers)
+        result["corpus"] = corpus_figures(cdir, time.perf_counter() - t)
+        save()
+        print(f"# corpus {cdir}: {result['corpus']}\n# wrote {os.path.relpath(args.out)}")
+        return
     result["measured_bf16_matmul_tflops"] = round(matmul_peak(args.device), 1)
     print(f"# bf16 matmul (8192^3): {result['measured_bf16_matmul_tflops']} TFLOP/s measured; datasheet peak "
           f"{result['datasheet_bf16_peak_tflops']} TFLOP/s (MFU is against the datasheet)", flush=True)
@@ -480,7 +601,24 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"gpu_pretrain: {len(failed)} measurement(s) failed: {', '.join(failed)}")
         return
     with tempfile.TemporaryDirectory(prefix="alignlab-tok-") as d:
-        tok = make_tokenizer(Path(d), args.vocab)
+        corpus = None
+        if args.ray_corpus and args.ray_steps:  # built (or found) before anything is timed; Ray is shut down after
+            t = time.perf_counter()
+            corpus = build_real_corpus(args.ray_corpus, args.corpus_root or Path(d), args.corpus_vocab,
+                                       args.corpus_workers)
+            result["corpus"] = corpus_figures(corpus, time.perf_counter() - t)
+            from alignlab.platform.encoder.tokenizer import Tokenizer
+
+            tok = Tokenizer(corpus / "tokenizer.model")
+            result["vocab"] = tok.vocab_size
+            if rows_read(args.ray_steps, args.batch, args.ray_bucket_batches) > result["corpus"]["train_rows"]:
+                raise SystemExit(f"--ray-steps {args.ray_steps} x --batch {args.batch} rows (in whole bucketing "
+                                 f"windows of {args.ray_bucket_batches} batches) is more than one epoch of corpus "
+                                 f"{corpus.name} ({result['corpus']['train_rows']:,} training rows): use fewer steps")
+            print(f"# corpus {corpus.name} for the Ray run: {result['corpus']}; the step parts use its tokenizer",
+                  flush=True)
+        else:
+            tok = make_tokenizer(Path(d), args.vocab)
         table = synthetic_rows(tok, 4 * args.batch)
         result["models"] = bench_models(sizes, tok, table, batch=args.batch, steps=args.steps, rounds=args.rounds,
                                         warmup=args.warmup, device=args.device, compile_model=False,
@@ -491,11 +629,12 @@ def main(argv: list[str] | None = None) -> None:
                 r = ray_run(size, tok, batch=args.batch, steps=args.ray_steps, num_rows=args.ray_rows,
                             device=args.device, cpus=args.ray_cpus, cpus_per_worker=args.cpus_per_worker,
                             compile_model=args.ray_compile, bucket_batches=args.ray_bucket_batches,
-                            collate_workers=args.ray_collate_workers)
+                            collate_workers=args.ray_collate_workers, corpus=corpus)
             except Exception:  # keep the other figures; the log shows why
                 traceback.print_exc()
                 r = {"size": size, "error": traceback.format_exc(limit=3)}
             result.setdefault("ray", {})[size + (" compiled" if args.ray_compile else "")
+                                         + (" real rows" if corpus else "")
                                          + (f" bucket_batches={args.ray_bucket_batches}"
                                             if args.ray_bucket_batches != 16 else "")
                                          + (f" collate_workers={args.ray_collate_workers}"
@@ -504,9 +643,10 @@ def main(argv: list[str] | None = None) -> None:
             if "error" not in r:
                 hf = result["models"].get(size, {}).get("hf_tokens_per_s")
                 mfu = "n/a" if r["steady_mfu"] is None else f"{r['steady_mfu']:.1%}"
-                print(f"{size:>6}  Ray Train end to end: {r['steady_step_ms']:.2f} ms/step, "
-                      f"{r['steady_tokens_per_s']:,} tok/s, MFU {mfu}, data wait {r['data_wait_fraction_steady']:.1%} "
-                      f"steady ({r['data_wait_fraction_whole_loop']:.1%} whole loop)"
+                print(f"{size:>6}  Ray Train end to end ({r['objectives']} on {r['rows_kind']}): "
+                      f"{r['steady_step_ms']:.2f} ms/step, {r['steady_tokens_per_s']:,} real tok/s, MFU {mfu}, data "
+                      f"wait {r['data_wait_fraction_steady']:.1%} steady ({r['data_wait_fraction_whole_loop']:.1%} "
+                      f"whole loop); {r['intervals_left_out']['intervals']} interval(s) of a new compile left out"
                       + (f", {r['steady_tokens_per_s'] / hf:.2f}x HF's step" if hf else "")
                       + f"; eval.json: {r['eval_json_throughput']}", flush=True)
         if args.compile:

@@ -49,8 +49,13 @@ def goals_call1(logs: Path) -> list[dict]:
     ray = _first(e2e.get("ray", {}))
     if ray and "error" not in ray:
         hf = _first(e2e.get("models", {})).get("hf_tokens_per_s")
+        left = ray.get("intervals_left_out") or {}
         rows.append({"figure": "end-to-end MFU (Ray Train)", "value": _pct(ray.get("steady_mfu")), "goal": ">= 45%",
-                     "ms_per_step": ray.get("steady_step_ms")})
+                     "ms_per_step": ray.get("steady_step_ms"), "objectives": ray.get("objectives"),
+                     "rows": ray.get("rows_kind"), "vocab": ray.get("vocab"), "compiled": ray.get("compiled"),
+                     "real_tokens_per_step": ray.get("steady_real_tokens_per_step"), "max_epoch": ray.get("max_epoch"),
+                     "compile_intervals_left_out": left.get("intervals"),
+                     "compile_seconds_left_out": left.get("seconds")})
         rows.append({"figure": "end-to-end data-wait share (steady)", "value": _pct(ray.get("data_wait_fraction_steady")),
                      "goal": "<= 3%"})
         rows.append({"figure": "end to end vs HF's step", "goal": ">= 2x",
@@ -64,6 +69,17 @@ def goals_call1(logs: Path) -> list[dict]:
         rows.append({"figure": "device-hours per packed run (wall / packing)",
                      "value": f"{side['side_by_side']['wall_s'] / 3600 / copies:.6f}",
                      "per_1000_steps": round(side["side_by_side"]["wall_s"] / 3600 / copies * 1000 / side["steps"], 6)})
+    return rows
+
+
+def corpus_rows(logs: Path) -> list[dict]:
+    """The corpus the real-rows parts read (built beside the first part, or found)."""
+    rows = []
+    for path in sorted(logs.glob("corpus_*.json")):
+        c = _load(path).get("corpus")
+        if c:
+            rows.append({"figure": "corpus for the real rows", "value": c["corpus_id"], "train_rows": c["train_rows"],
+                         "vocab": c["vocab"], "seconds": c["built_or_found_s"]})
     return rows
 
 
@@ -110,10 +126,11 @@ def main(argv=None) -> int:
         name, rc, secs, limit = line.split("\t")
         parts.append({"part": name, "exit": int(rc), "seconds": int(secs), "timeout_s": int(limit),
                       "timed_out": rc in ("124", "137")})
-    figures = goals_call1(args.logs) if args.call == 1 else goals_call2(args.logs)
+    figures = (goals_call1(args.logs) if args.call == 1 else goals_call2(args.logs)) + corpus_rows(args.logs)
     machine = {}
-    for path in sorted(args.logs.glob("*.json")):
-        machine = _load(path).get("machine") or machine
+    for path in sorted(args.logs.glob("*.json")):  # the GPU parts' machine: the corpus build ran with --device cpu
+        if not path.name.startswith("corpus_"):
+            machine = _load(path).get("machine") or machine
     summary = {"call": args.call, "commit": args.commit, "machine": machine, "precision": "bf16",
                "parts": parts, "figures": figures, "failed": [p["part"] for p in parts if p["exit"]]}
     print(f"--- gpu_checks call {args.call}, commit {args.commit}, {machine.get('device', '?')}")

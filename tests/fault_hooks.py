@@ -81,12 +81,24 @@ class Probe:
             from ray.train.torch import get_device
 
             f.write(json.dumps({"step": step, "rows": list(trainer.last_row_ids), "digest": h.hexdigest(),
-                                "device": str(trainer.device), "ray_device": str(get_device())}) + "\n")
+                                "device": str(trainer.device), "ray_device": str(get_device()),
+                                "tensor_devices": tensor_devices(trainer)}) + "\n")
         if step in self.save_at:
             torch.save({k: v.detach().cpu().clone() for k, v in sd.items()}, Path(self.out) / f"rank{rank}-step{step}.pt")
             # The gradient this step applied (after DDP's average and the clipping): zero_grad runs in the next step.
             grads = {k: p.grad.detach().cpu().clone() for k, p in trainer.model.named_parameters() if p.grad is not None}
             torch.save(grads, Path(self.out) / f"rank{rank}-step{step}-grad.pt")
+
+
+def tensor_devices(trainer) -> list[str]:
+    """Where the step just taken ran, not the device the trainer was told: the devices of its weights, of the
+    gradients its backward left (kept until the next step's zero_grad) and of its optimizer's state."""
+    import torch
+
+    params = list(trainer.model.parameters())
+    tensors = params + [p.grad for p in params if p.grad is not None] + [
+        v for s in trainer.optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.dim()]
+    return sorted({str(t.device) for t in tensors})
 
 
 class Chain:
@@ -249,7 +261,8 @@ class StepTimes:
                     break
                 time.sleep(0.05)
         with open(out / f"{self.tag}-rank{rank}.jsonl", "a") as f:
-            f.write(json.dumps({"step": step, "t": t, "device": str(trainer.device)}
+            f.write(json.dumps({"step": step, "t": t, "device": str(trainer.device),
+                                "tensor_devices": tensor_devices(trainer)}
                                | ({} if met is None else {"met": met})) + "\n")
 
 

@@ -30,23 +30,31 @@ def test_the_gpu_checks_dry_run_runs_both_calls_on_cpu_and_returns_two_files_eac
     if not list((ROOT / ".gpu_wheels" / tag).glob("ray-*.whl")):
         pytest.skip(f"no carried wheels: run `bash benchmarks/gpu_prepare.sh --python-version {tag[2]}.{tag[3:]}`")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(PYTHON=python, ALIGNLAB_COMMIT="dryrun", ALIGNLAB_GPU_SITE=str(tmp_path / "site"))
+    env.update(PYTHON=python, ALIGNLAB_COMMIT="dryrun", ALIGNLAB_GPU_SITE=str(tmp_path / "site"),
+               ALIGNLAB_GPU_CORPUS_ROOT=str(tmp_path / "corpus"))
     out = tmp_path / "out"
-    expected = {1: ("presence", "machine", "step_128x2_vocab32000", "side_by_side_128x2", "end_to_end_128x2",
-                    "cuda_tests"),
-                2: ("presence", "machine", "step_128x2_vocab111000_chunked", "step_128x2_vocab111000_plain",
-                    "step_128x2_vocab32000_plain", "real_rows_tiny")}
+    # corpus_smoke (the real rows' corpus) is built in the background beside the first step part: its line comes
+    # when it ends, so the parts are compared as a set
+    expected = {1: ("presence", "machine", "corpus_smoke", "step_128x2_vocab32000", "side_by_side_128x2",
+                    "end_to_end_128x2", "cuda_tests"),
+                2: ("presence", "machine", "corpus_smoke", "step_128x2_vocab111000_chunked",
+                    "step_128x2_vocab111000_plain", "step_128x2_vocab32000_plain", "real_rows_tiny")}
     for call, parts in expected.items():
         run = _dry_run(out, call, env)
         assert run.returncode == 0, run.stdout + run.stderr
         summary = json.loads((out / f"summary_call{call}.json").read_text())
         assert summary["commit"] == "dryrun" and summary["failed"] == [], summary
-        assert [p["part"] for p in summary["parts"]] == list(parts), summary["parts"]
+        assert sorted(p["part"] for p in summary["parts"]) == sorted(parts), summary["parts"]
         with tarfile.open(out / f"logs_call{call}.tar.gz") as tar:
             names = tar.getnames()
         assert all(f"call{call}/{p}.log" in names for p in parts), names
         figures = {f["figure"]: f["value"] for f in summary["figures"]}
+        assert figures["corpus for the real rows"].startswith("bundled-"), figures
         if call == 1:
+            e2e = next(f for f in summary["figures"] if f["figure"] == "end-to-end MFU (Ray Train)")
+            # all four objectives on the built corpus's real rows, inside its first epoch
+            assert e2e["objectives"] == "mlm,nsp,whp,pad" and e2e["rows"].startswith("real rows of corpus bundled-")
+            assert e2e["max_epoch"] == 0, e2e
             assert any(k.startswith("step MFU, decoder counted (eager)") for k in figures), figures
             assert "end-to-end data-wait share (steady)" in figures and "end to end vs HF's step" in figures
             assert "2 x 128x2 side by side vs one alone" in figures, figures
@@ -127,3 +135,22 @@ print("imported")
 """
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert run.returncode == 0 and run.stdout.strip() == "imported", run.stdout + run.stderr
+
+
+def test_the_steady_end_to_end_figures_leave_out_a_compile_but_keep_a_wait_for_data():
+    """gpu_pretrain.steady_intervals on reports every 10 steps of 2 rows (100 real tokens and 0.1 s a step): the
+    interval from step 30 to 40 compiled a new width (5 s more of work), the one from 50 to 60 waited 3 s for data.
+    The compile is left out and counted; the wait stays in the figures."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_pretrain
+
+    loop_s = {10: 1.0, 20: 2.0, 30: 3.0, 40: 9.0, 50: 10.0, 60: 14.0}
+    waited = {10: 0.0, 20: 0.0, 30: 0.0, 40: 0.0, 50: 0.0, 60: 3.0}
+    scalars = {"data_wait_fraction": {s: (100 + L, waited[s] / L) for s, L in loop_s.items()},
+               "throughput/tokens_per_s": {s: (100 + L, 100 * s / L) for s, L in loop_s.items()},
+               "throughput/samples_per_s": {s: (100 + L, 2 * s / L) for s, L in loop_s.items()},
+               "epoch": {s: (100 + L, 0) for s, L in loop_s.items()}}
+    steady = gpu_pretrain.steady_intervals(scalars, batch=2)
+    assert steady["left_out"] == {"intervals": 1, "steps": 10, "seconds": 6.0}
+    assert steady["steps"] == 30 and steady["step_ms"] == 200.0  # 20-30, 40-50 and 50-60: 6 s
+    assert steady["wait_fraction"] == 0.5 and abs(steady["real_tokens_per_s"] - 500) < 1e-6

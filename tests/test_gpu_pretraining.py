@@ -46,8 +46,11 @@ def _trained_on_its_device_and_recorded_it(cfg, out, mdir) -> None:
     use_gpu = cfg.use_gpu
     steps = [json.loads(line) for line in (out / "rank0.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == list(range(1, cfg.max_steps + 1))
+    device = "cuda:0" if use_gpu else "cpu"
     for s in steps:
-        assert s["device"] == s["ray_device"] == ("cuda:0" if use_gpu else "cpu"), s
+        assert s["device"] == s["ray_device"] == device, s  # the trainer was given the device Ray Train assigned
+        # ... and trained there: its weights, the gradients of its step and its optimizer state are on it
+        assert s["tensor_devices"] == [device], s
     done = json.loads((mdir / "final" / "eval.json").read_text())
     tp = done["throughput"]
     assert tp["device"] == (torch.cuda.get_device_name(0) if use_gpu else "cpu") and tp["num_devices"] == 1
@@ -87,8 +90,21 @@ def test_two_small_models_on_half_a_gpu_each_train_at_the_same_time_on_the_one_g
     for seed in (1, 2):
         steps = [json.loads(line) for line in (out / f"seed{seed}-rank0.jsonl").read_text().splitlines()]
         assert len(steps) == 60 and {s["device"] for s in steps} == {"cuda:0"}
+        assert {d for s in steps for d in s["tensor_devices"]} == {"cuda:0"}, steps[0]
         # Each waited after its first step for the other's: both training at once, not one after the other.
         assert steps[0]["met"] is True, f"seed{seed} trained alone: the other run never started beside it"
         spans.append((steps[0]["t"], steps[-1]["t"]))
     (a0, a1), (b0, b1) = spans
     assert a0 < b1 and b0 < a1, spans  # their training overlapped: neither waited for the other's GPU
+
+
+def test_the_reading_of_a_run_fails_one_whose_step_ran_off_the_device_it_was_given(tmp_path):
+    """The device check reads where the step ran, not only the device the trainer was told: a run given cuda:0
+    whose weights, gradients and optimizer state stayed on the CPU (a trainer that never moved its model) fails it,
+    where the two device labels alone agree."""
+    cfg = dataclasses.replace(Preset.named("smoke").pretrain, max_steps=2, use_gpu=True)
+    (tmp_path / "rank0.jsonl").write_text("".join(
+        json.dumps({"step": i, "device": "cuda:0", "ray_device": "cuda:0", "tensor_devices": ["cpu"]}) + "\n"
+        for i in (1, 2)))
+    with pytest.raises(AssertionError, match="'tensor_devices': \\['cpu'\\]"):
+        _trained_on_its_device_and_recorded_it(cfg, tmp_path, tmp_path)
