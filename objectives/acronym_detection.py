@@ -35,6 +35,7 @@ from alignlab.platform.tasks.task_kinds import PairClassificationTask
 from alignlab.objectives.ad_data import (AD_BUILDER_VERSION, AD_FORMAT, build_ad_dataset,
                                          content_span_matcher_ad_hits, defining_doc_ids, letters_only_ad_hits,
                                          span_matcher_ad_hits)
+from alignlab.objectives.ad_kinds import snippet_part
 from alignlab.platform.tasks.task_files import majority_hits
 
 
@@ -100,6 +101,15 @@ class AcronymDetection(PairClassificationTask):
 
     def test_unit(self, ex):
         return ex.snippet  # its positive and negative pair share the snippet: one unit, as in the folds
+
+    # AD read by pair kind (objectives/ad_kinds.py): a snippet is in the part of its negative's kind.
+    # A perfect PAD solver rejects every mutated negative and accepts every pseudo acronym (a non-entity span's
+    # initials: a PAD positive by design), so the first part is where PAD's rule decides AD's label.
+    parts = {"mutate": "positives vs mutated negatives (PAD-aligned)", "pseudo": "positives vs pseudo-acronym negatives"}
+    aligned_part = "mutate"
+
+    def unit_part(self, examples):
+        return snippet_part(examples)
 
     def example_input(self, ex, tok, max_len, options):
         ids, seg = pair_input(tok, ex.acronym, ex.snippet, max_len, options["acronym_form"])
