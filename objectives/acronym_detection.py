@@ -9,6 +9,9 @@ acronym is the initials of a span of the snippet); the content-word span matcher
 a content word: pseudo-acronym negatives mostly start or end on "of", "the", ...; the strongest floor, 87% on
 the shipped out-of-domain pairs, benchmarks/ad_word_rule.py). Nothing in them is tuned.
 Serving: `Predictor.acronym_score(acronym, snippet)`, `Predictor.acronym_scores` (with PAD's when kept).
+Read by pair kind (`parts`, objectives/ad_kinds.py): a snippet is in the part of its negative's kind, `mutate` (the
+PAD-aligned part) or `pseudo`; the report shows every AD table by part, tests the claim again on `mutate`, and
+gives each model's pretrained PAD head read zero-shot on AD's pairs (`zero_shot_head`).
 
 Acronym input form (`acronym_form`, default "letters"): AD's acronym enters as one token per letter,
 not as the sentencepiece pieces of the acronym string ("text"). Measured on smoke-scale models (32x1
@@ -107,6 +110,7 @@ class AcronymDetection(PairClassificationTask):
     # initials: a PAD positive by design), so the first part is where PAD's rule decides AD's label.
     parts = {"mutate": "positives vs mutated negatives (PAD-aligned)", "pseudo": "positives vs pseudo-acronym negatives"}
     aligned_part = "mutate"
+    zero_shot_head = True  # AD's input and label are PAD's: its pretrained head reads AD's pairs as they are
 
     def unit_part(self, examples):
         return snippet_part(examples)

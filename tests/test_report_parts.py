@@ -143,9 +143,10 @@ def test_the_zero_shot_pad_head_is_one_number_per_model_in_the_ad_tables(study, 
     declared["models"] = {k: {"model_id": f"m-{k}", "pretrain": {"objectives": []}} for k in ("all*", "-pad*", "same*")}
     (sdir / "study.json").write_text(json.dumps(declared))
     rec = {"accuracy": 0.608, "count": 1200, "parts": {"mutate": 0.99, "pseudo": 0.226}}
-    (sdir / ZERO_SHOT_FILE).write_text(json.dumps({"version": ZERO_SHOT_VERSION, "task_id": "t", "models": {
+    zero_shot = {"version": ZERO_SHOT_VERSION, "task_id": "t", "models": {
         "m-all*": {"ad": {"head": "pad", "sets": {"test": rec, "ood": {**rec, "accuracy": 0.74}}}},
-        "m--pad*": {"ad": {}}}}))
+        "m--pad*": {"ad": {}}}}
+    (sdir / ZERO_SHOT_FILE).write_text(json.dumps(zero_shot))
     collect_results(sdir)
     text = write_report(sdir).read_text()
     table = _part_table(text, "## Accuracy at the best-perplexity epoch")
@@ -154,3 +155,6 @@ def test_the_zero_shot_pad_head_is_one_number_per_model_in_the_ad_tables(study, 
     assert rows["all*"][-1] == "60.8 / 99.0 / 22.6" and rows["-pad*"][-1] == "–" and rows["same*"][-1] == "–"
     assert _part_table(text, "## Test set `ood`")[2][-1].startswith("74.0 / ")
     assert "zero-shot" not in _part_table(text, "## Best accuracy")[0][-1], "once per test set, not per epoch rule"
+    # Results without parts (older trials, or a task without them) still show the number, in one line.
+    line = part_tables(pd.DataFrame(_trials(with_parts=False)), "accuracy", zero_shot, declared)[0]
+    assert line.startswith("AD: zero-shot PAD head (") and line.endswith("): all* 60.8, -pad* –, same* –.")

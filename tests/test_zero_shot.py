@@ -55,7 +55,8 @@ def test_a_study_scores_each_model_once_and_keeps_it(models, ood, tmp_path):
     sdir = tmp_path / "study"
     sdir.mkdir()
     with_pad, without = models
-    out = record_zero_shot(sdir, {with_pad.name: with_pad, without.name: without}, {"ad": ()}, tdir)
+    out = record_zero_shot(sdir, {with_pad.name: with_pad, without.name: without}, {"ad": (), "ct": ()}, tdir)
+    assert set(out["models"][with_pad.name]) == {"ad"}, "only a task that asks for it (AD)"
     entry = out["models"][with_pad.name]["ad"]
     assert set(entry["sets"]) == {"test", "ood"} and entry["sets"]["test"]["count"] == len(ood)
     assert out["models"][without.name]["ad"] == {}

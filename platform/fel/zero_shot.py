@@ -1,11 +1,11 @@
 """The pretrained aligned head read zero-shot on its task's inputs (issue #65: PAD's head on AD's pairs), once per
 pretrained model: how far pretraining alone carries the task, before any finetuning.
 
-A task and its aligned objective share a head shape and a label scheme (AD's input is PAD's `[CLS] acronym [SEP]
-text [SEP]`, label 1 = the letters match; CT's tags are WHP's), so the model's pretrained head, as pretraining left
-it, is put in the task head's place and scores the task's examples in the task's own input form (the task options of
-the study's calculations: AD spells its acronym letter by letter, as PAD pretrains by default). A model without the
-aligned objective's head, or whose head does not have the task head's exact shape, gets none.
+For a task whose labels are its aligned objective's (`Task.zero_shot_head`; AD: its input is PAD's `[CLS] acronym
+[SEP] text [SEP]`, label 1 = the letters match), the model's pretrained head, as pretraining left it, is put in the
+task head's place and scores the task's examples in the task's own input form (the task options of the study's
+calculations: AD spells its acronym letter by letter, as PAD pretrains by default). A model without the aligned
+objective's head, or whose head does not have the task head's exact shape, gets none; so does every other task.
 
 The sets scored: "test", every fold's test set (AD: every snippet of its file; CT: its one test set), and each
 built-in extra test set (AD: `ood`), each also by part (`Task.parts`). A study records them in
@@ -42,7 +42,7 @@ def aligned_head_scores(pre, task, sets: dict[str, list], options=()) -> dict | 
     from alignlab.platform.fel.task_scoring import evaluate_examples, parts_per_test_unit
 
     head_name = task.aligned_objective
-    if not head_name or head_name not in pre.heads:
+    if not task.zero_shot_head or not head_name or head_name not in pre.heads:
         return None
     prefix = f"heads.{head_name}."
     kept = {k[len(prefix):]: v for k, v in pre.state.items() if k.startswith(prefix)}
@@ -91,12 +91,13 @@ def record_zero_shot(sdir: Path, models: dict[str, Path], tasks: dict[str, tuple
     from alignlab.platform.tasks.task_data import TaskData
 
     sdir = Path(sdir)
+    tasks = {t: options for t, options in tasks.items() if task_named(t).zero_shot_head}
     have = read_zero_shot(sdir)
     if have.get("task_id") != Path(task_dir).name:
         have = {}
     done = have.get("models", {})
     todo = {mid: d for mid, d in models.items() if any(t not in done.get(mid, {}) for t in tasks)}
-    if not todo:
+    if not todo:  # nothing new (or no task reads its aligned head zero-shot)
         return have
     data = TaskData.load(Path(task_dir))
     sets = {t: task_sets(task_named(t), data) for t in tasks}

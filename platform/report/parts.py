@@ -70,8 +70,10 @@ def part_rows(df: pd.DataFrame, metric: str, part: str) -> pd.DataFrame:
                   for v, m in zip(out[c], masks)]
 
     def ratio(correct: str, count: str) -> list[float]:
-        return [float(np.sum(a)) / float(np.sum(n)) if np.sum(n) > 0 else math.nan
-                for a, n in zip(out[correct], out[count])]
+        # A row without the lists (another task's baseline, an older result) has no accuracy on the part.
+        return [float(np.sum(a)) / float(np.sum(n))
+                if isinstance(a, (list, np.ndarray)) and isinstance(n, (list, np.ndarray)) and np.sum(n) > 0
+                else math.nan for a, n in zip(out[correct], out[count])]
 
     count = p + "unit_count"
     out[p + "accuracy"] = ratio(p + "unit_correct", count)
@@ -101,12 +103,15 @@ def part_tables(df: pd.DataFrame, metric: str, zero_shot: dict | None = None, st
     for r in dict.fromkeys(df["row"]):
         sub_r = df[(df["row"] == r) & df[metric].notna()] if metric in df.columns else df.iloc[:0]
         parts = part_names(sub_r, metric)
-        if not parts:
-            continue
-        t = _task_of(sub_r)
-        by_part = {p: part_rows(sub_r, metric, p) for p in parts}
-        p = _prefix(metric)
+        t, p = _task_of(sub_r), _prefix(metric)
         heads = _zero_shot_heads(sub_r, zero_shot, study, t, p)
+        if not parts:  # a task without parts: its zero-shot numbers in one line
+            if heads:
+                out += [f"{r}: zero-shot {heads[0].upper()} head ({_zero_shot_where(t, p)}): " + ", ".join(
+                    f"{c} {_zero_shot_cell(sub_r[sub_r['col'] == c], zero_shot, study, t, p, [])}"
+                    for c in dict.fromkeys(sub_r["col"])) + ".", ""]
+            continue
+        by_part = {p: part_rows(sub_r, metric, p) for p in parts}
         head = (f" | zero-shot {heads[0].upper()} head ({' / '.join(['all', *parts])})" if heads else "")
         out += [f"{r} by part ({_what(metric)}; accuracy % mean ± std over the calculations; a part holds whole "
                 f"test units, {t.test_units}):", "",
@@ -123,11 +128,8 @@ def part_tables(df: pd.DataFrame, metric: str, zero_shot: dict | None = None, st
             f"{100 * m:.1f} ({n})" if n != "–" else "–" for n, m in floors) + (" | " if heads else "") + " |")
         if heads:
             out.append("")
-            out.append(f"Zero-shot {heads[0].upper()} head: each model's pretrained {heads[0].upper()} head, as "
-                       f"pretraining left it, scoring every {t.name.upper()} pair of "
-                       + ("every fold's test set" if not p else f"`{p[len('eval_'):-1]}`")
-                       + " in the task's input form, once per model (no finetuning; – where the model has no "
-                       f"{heads[0].upper()} head).")
+            out.append(f"Zero-shot {heads[0].upper()} head: {_zero_shot_where(t, p)}; – where the model has no "
+                       f"{heads[0].upper()} head.")
         out.append("")
     return out
 
@@ -137,6 +139,12 @@ def _what(metric: str) -> str:
         return "best accuracy"
     return "at the best-perplexity epoch" + (f", test set `{_prefix(metric)[len('eval_'):-1]}`"
                                              if _prefix(metric) else "")
+
+
+def _zero_shot_where(t, prefix: str) -> str:
+    return (f"each model's pretrained aligned head as pretraining left it, no finetuning, on "
+            + ("every fold's test set" if not prefix else f"test set `{prefix[len('eval_'):-1]}`")
+            + f" in {t.name.upper()}'s input form, once per model")
 
 
 def _zero_shot_heads(sub_r: pd.DataFrame, zero_shot: dict | None, study: dict | None, t, prefix: str) -> list[str]:

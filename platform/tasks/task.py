@@ -257,6 +257,11 @@ class Task:
     mutated negatives, which a perfect PAD solver tells apart): the report tests the study's claims on it again, as
     secondary tests. None: no such part."""
 
+    zero_shot_head: ClassVar[bool] = False
+    """True: its labels mean what its aligned objective's head predicts (AD's match is PAD's positive), so that head,
+    as pretraining left it, can score its inputs zero-shot (`fel.zero_shot`, once per model). A head of the same shape
+    is not enough: a declared tagging task aligned with WHP shares WHP's head shape, not its tags."""
+
     def unit_part(self, examples: list) -> str | None:
         """The part (a key of `parts`) of one test unit, from its examples (all of them, in test-set order); None:
         the unit is in no part (it counts in the whole only). Called only for a task with `parts`."""
