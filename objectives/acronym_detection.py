@@ -9,6 +9,9 @@ acronym is the initials of a span of the snippet); the content-word span matcher
 a content word: pseudo-acronym negatives mostly start or end on "of", "the", ...; the strongest floor, 87% on
 the shipped out-of-domain pairs, benchmarks/ad_word_rule.py). Nothing in them is tuned.
 Serving: `Predictor.acronym_score(acronym, snippet)`, `Predictor.acronym_scores` (with PAD's when kept).
+Read by pair kind (`parts`, objectives/ad_kinds.py): a snippet is in the part of its negative's kind, `mutate` (the
+PAD-aligned part) or `pseudo`; the report shows every AD table by part, tests the claim again on `mutate`, and
+gives each model's pretrained PAD head read zero-shot on AD's pairs (`zero_shot_head`).
 
 Acronym input form (`acronym_form`, default "letters"): AD's acronym enters as one token per letter,
 not as the sentencepiece pieces of the acronym string ("text"). Measured on smoke-scale models (32x1
@@ -35,6 +38,7 @@ from alignlab.platform.tasks.task_kinds import PairClassificationTask
 from alignlab.objectives.ad_data import (AD_BUILDER_VERSION, AD_FORMAT, build_ad_dataset,
                                          content_span_matcher_ad_hits, defining_doc_ids, letters_only_ad_hits,
                                          span_matcher_ad_hits)
+from alignlab.objectives.ad_kinds import snippet_part
 from alignlab.platform.tasks.task_files import majority_hits
 
 
@@ -100,6 +104,16 @@ class AcronymDetection(PairClassificationTask):
 
     def test_unit(self, ex):
         return ex.snippet  # its positive and negative pair share the snippet: one unit, as in the folds
+
+    # AD read by pair kind (objectives/ad_kinds.py): a snippet is in the part of its negative's kind.
+    # A perfect PAD solver rejects every mutated negative and accepts every pseudo acronym (a non-entity span's
+    # initials: a PAD positive by design), so the first part is where PAD's rule decides AD's label.
+    parts = {"mutate": "positives vs mutated negatives (PAD-aligned)", "pseudo": "positives vs pseudo-acronym negatives"}
+    aligned_part = "mutate"
+    zero_shot_head = True  # AD's input and label are PAD's: its pretrained head reads AD's pairs as they are
+
+    def unit_part(self, examples):
+        return snippet_part(examples)
 
     def example_input(self, ex, tok, max_len, options):
         ids, seg = pair_input(tok, ex.acronym, ex.snippet, max_len, options["acronym_form"])

@@ -4,7 +4,13 @@ is read back from the pair itself: it is a pseudo acronym iff it is an initialis
 AD's rule (`ad_mining.matches_a_span`), which the builder never lets a mutated negative be.
 
 `accuracy_by_kind` gives, from per-pair hits, the accuracy on all pairs, on positives + mutated negatives and on
-positives + pseudo negatives: the split the issue asks every AD table to show beside accuracy.
+positives + pseudo negatives.
+
+The report reads AD by part a snippet at a time (`snippet_part`, the task's `unit_part`): a snippet is one test unit
+(its positive and its negative), and it falls in the part of its negative's kind, so its positive counts where its
+negative does. Each part is then balanced (one positive per negative) and the paired decision can run on it. Over
+pairs (`accuracy_by_kind`) every positive counts in both parts; the builder draws the negative's kind by a fair coin
+per snippet (a pseudo acronym where one exists), so the two agree in expectation up to that fallback.
 """
 from __future__ import annotations
 
@@ -22,6 +28,13 @@ def pair_kind(ex) -> str:
     if ex.label == 1:
         return "pos"
     return "pseudo" if matches_a_span(ex.acronym, words_of(ex.snippet)) else "mutate"
+
+
+def snippet_part(examples: Sequence) -> str | None:
+    """The part of one AD snippet (a test unit: its pairs): the kind of its negatives, "mutate" or "pseudo", when
+    they share one; None for a snippet without a negative or with negatives of both kinds."""
+    kinds = {pair_kind(e) for e in examples} - {"pos"}
+    return kinds.pop() if len(kinds) == 1 else None
 
 
 def accuracy_by_kind(examples: Sequence, hits: Sequence[bool]) -> dict[str, float]:

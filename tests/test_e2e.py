@@ -105,6 +105,21 @@ def test_the_smoke_ablation_study_with_a_declared_task_survives_a_killed_driver_
         assert sum(r["unit_correct_baseline_lexicon"]) / sum(r["unit_count_baseline_lexicon"]) == \
             pytest.approx(r["baseline_lexicon"])
     assert ad["eval_ood_baseline_span_matcher"].notna().all()
+    # AD read by pair kind (issue #65): every AD calculation records each snippet's part beside its scores, the report
+    # reads every AD table by part, and each pretrained model's PAD head was read zero-shot once, for the study.
+    for _, r in ad.iterrows():
+        assert len(r["unit_parts"]) == len(r["unit_keys"]) and set(r["unit_parts"]) == {"mutate", "pseudo"}
+        assert len(r["eval_ood_unit_parts"]) == 446
+    assert ct["unit_parts"].isna().all()
+    assert text.count("AD by part (") == 4, "best-perplexity, best accuracy, ood, my_ad; none for CT or SWNER"
+    zero_shot = json.loads((sdir / "zero_shot.json").read_text())["models"]
+    assert len(zero_shot) == 3 and "untrained" not in " ".join(zero_shot), "the pretrained models, once each"
+    with_pad = [m for m in zero_shot if "pad" in m.split("-")[1]]
+    assert len(with_pad) == 2 and all(zero_shot[m]["ad"]["head"] == "pad" for m in with_pad)
+    assert all(0 <= zero_shot[m]["ad"]["sets"]["ood"]["parts"]["mutate"] <= 1 for m in with_pad)
+    assert "zero-shot PAD head (all / mutate / pseudo)" in text
+    assert all(set(v) == {"ad"} for v in zero_shot.values()) and "zero-shot WHP" not in text, \
+        "SWNER shares WHP's head shape, not its tags: no zero-shot read"
     # The declared task: rows of its own, its test file's 100 summaries, span F1, and its baselines, of which the
     # lexicon of the pool's tagged spans beats tagging nothing.
     sw = results[results["row"] == "SWNER"]

@@ -99,3 +99,30 @@ def test_the_fel_command_summarises_its_numbers_and_leaves_the_per_unit_lists_ou
                  "--scheme", "pred", "--tasks-dir", str(tdir), "--storage", str(model_dir.parent.parent)]) == 0
     out = capsys.readouterr().out
     assert "eval_ood_accuracy: " in out and "unit_" not in out
+
+
+def _unit_key(snippet: str) -> str:
+    import hashlib
+
+    return hashlib.blake2b(snippet.encode(), digest_size=6).hexdigest()
+
+
+def test_each_test_units_recorded_part_is_the_pair_kind_of_its_negative(pre):
+    """AD's parts (issue #65): a calculation records, in its `unit_keys` order, each snippet's part, which is
+    `ad_kinds.pair_kind` of its negative; on real pairs (the shipped out-of-domain set has both kinds)."""
+    from alignlab.objectives.ad_kinds import pair_kind
+    from alignlab.platform.tasks.task_data import SHIPPED_TASK_DATA
+
+    ood = task_named("ad").load_examples(SHIPPED_TASK_DATA / "ad_ood.jsonl")
+    train, val, _ = DATA["ad"]
+    cfg = FinetuneConfig(task="ad", budget=10, max_epochs=2, patience=5, batch_size=8, lr=1e-2, scheme="pred")
+    calc = finetune_calculation(pre, cfg, train, ood[:80], val=val)
+    kind = {_unit_key(e.snippet): pair_kind(e) for e in ood if e.label == 0}
+    assert calc.row["unit_parts"] == [kind[k] for k in calc.row["unit_keys"]]
+    assert set(calc.row["unit_parts"]) == {"mutate", "pseudo"}
+    out = extra_test_scores(calc.model, pre.tok, cfg, {"other": ood[80:160]}, train + val, task=task_named("ad"))
+    assert out["eval_other_unit_parts"] == [kind[k] for k in out["eval_other_unit_keys"]]
+    # A task without parts records none.
+    ct_train, ct_val, ct_test = DATA["ct"]
+    ct_cfg = FinetuneConfig(task="ct", budget=10, max_epochs=1, patience=5, batch_size=8, scheme="pred")
+    assert "unit_parts" not in finetune_calculation(pre, ct_cfg, ct_train, ct_test, val=ct_val).row

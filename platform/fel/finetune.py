@@ -48,7 +48,7 @@ from alignlab.platform.fel.finetune_config import FinetuneConfig, finetune_from_
 from alignlab.platform.fel.finetune_schemes import MULTITASK, trainable_parameters
 from alignlab.platform.fel.head_input import LAST_LAYER_FIRST_PIECE, HeadInput, fits, reads_of, task_head, widened
 from alignlab.platform.fel.task_scoring import (encode_examples, logits_and_labels, UNIT_SCORES, metrics_from_logits,
-                                                on_device, scores_per_test_unit, unit_vectors)
+                                                on_device, parts_per_test_unit, scores_per_test_unit, unit_vectors)
 from alignlab.platform.storage.root import MARKER, folder_finished, publish_dir, read_json, write_json, write_marker
 from alignlab.platform.tasks.task import Encoded, Task, head_for, registered_tasks, task as task_named
 from alignlab.platform.tasks.task_kinds import declarations, declare_all
@@ -245,7 +245,7 @@ def finetune_calculation(pre: Pretrained, cfg: FinetuneConfig, train, test, *, v
         "num_train": len(train) + (len(val) if cfg.refit else 0), "num_val": len(val or []), "num_test": len(test),
         "seconds": round(time.time() - t0, 3), "device": str(device),
         "unit_keys": at_ppl["unit_keys"], "unit_count": at_ppl["unit_count"], "unit_correct": at_ppl["unit_correct"],
-        "unit_correct_at_best_accuracy": at_acc["unit_correct"],
+        "unit_correct_at_best_accuracy": at_acc["unit_correct"], **parts_per_test_unit(task, test),
     }, fit.model)
 
 
@@ -314,7 +314,7 @@ def _logistic_calculation(pre: Pretrained, cfg: FinetuneConfig, task: Task, trai
         "num_train": len(fit_examples), "num_val": len(val or []), "num_test": len(test),
         "seconds": round(time.time() - t0, 3), "device": str(device),
         "unit_keys": m["unit_keys"], "unit_count": m["unit_count"], "unit_correct": m["unit_correct"],
-        "unit_correct_at_best_accuracy": m["unit_correct"],
+        "unit_correct_at_best_accuracy": m["unit_correct"], **parts_per_test_unit(task, test),
     }, model)
 
 

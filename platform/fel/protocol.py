@@ -22,7 +22,7 @@ import random
 from collections import Counter
 
 from alignlab.platform.fel.finetune_config import FinetuneConfig
-from alignlab.platform.fel.task_scoring import UNIT_SCORES, evaluate_examples
+from alignlab.platform.fel.task_scoring import UNIT_PARTS, UNIT_SCORES, evaluate_examples, parts_per_test_unit
 from alignlab.platform.tasks.task import Task, registered_tasks, task as task_named
 from alignlab.platform.tasks.task_data import NUM_FOLDS, TaskData
 
@@ -186,13 +186,15 @@ def extra_test_scores(model, tok, cfg: FinetuneConfig, tests: dict[str, list], b
     """The selected model's accuracy on each extra test set (out-of-domain AD, a user's --eval-file), with
     the context-free baselines trained on the same budget and scored on that set:
     {"eval_<name>_accuracy", "eval_<name>_perplexity", "eval_<name>_baseline_<b>", ...}, and the per-test-unit
-    scores the report's decision counts ("eval_<name>_unit_correct", ...: `task_scoring.scores_per_test_unit`)."""
+    scores the report's decision counts ("eval_<name>_unit_correct", ...: `task_scoring.scores_per_test_unit`) and,
+    for a task with parts, each unit's part ("eval_<name>_unit_parts": `task_scoring.parts_per_test_unit`)."""
     out: dict = {}
     for name, examples in tests.items():
         m = evaluate_examples(model, task, examples, tok, options=cfg.task_options, per_unit=True)
         out[f"eval_{name}_accuracy"], out[f"eval_{name}_perplexity"] = m["accuracy"], m["perplexity"]
         out.update({f"eval_{name}_{k}": m[k] for k in UNIT_SCORES})
         out.update({f"eval_{name}_{k}": v for k, v in m.items() if k not in UNIT_COUNTS + UNIT_SCORES})
+        out.update({f"eval_{name}_{UNIT_PARTS}": v for v in parts_per_test_unit(task, examples).values()})
         out[f"eval_{name}_num_test"] = len(examples)
         for k, v in context_free_baselines(task, budget, examples, data=data).items():
             out[f"eval_{name}_{k}"] = v

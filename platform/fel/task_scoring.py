@@ -3,6 +3,8 @@
 
 Per test unit (`scores_per_test_unit`, `Task.test_unit`: CT texts, AD snippets): the correct and scored counts of
 each unit, so the report's decision can count the test set's sampling variance rather than treat it as fixed.
+Per test unit, too, the part of the test set it falls in (`parts_per_test_unit`, `Task.parts`: AD's pair kinds), so
+the report can read every table by part.
 Shared by the FEL calculation (`finetune`), the extra test sets of a study (`protocol.extra_test_scores`) and
 `alignlab evaluate`; plain PyTorch. Split from finetune.py so that each stays a readable size.
 """
@@ -70,6 +72,25 @@ def scores_per_test_unit(task: Task, examples, hit_N: torch.Tensor, rows_N: torc
     count = torch.bincount(of_scored, minlength=len(index))
     keys = [hashlib.blake2b(u.encode(), digest_size=6).hexdigest() for u in index]
     return dict(zip(UNIT_SCORES, (keys, count.tolist(), correct.tolist())))
+
+
+UNIT_PARTS = "unit_parts"
+
+
+def parts_per_test_unit(task: Task, examples) -> dict[str, list]:
+    """{"unit_parts": the part of each test unit of `examples` (`Task.unit_part` of the unit's examples), in
+    `scores_per_test_unit`'s order, so it lines up with a calculation's "unit_keys"} for a task with `Task.parts`;
+    {} for one without. A property of the test set, not of a model: a calculation records it once."""
+    if not task.parts:
+        return {}
+    units: dict[str, list] = {}
+    for ex in examples:
+        units.setdefault(task.test_unit(ex), []).append(ex)
+    parts = [task.unit_part(group) for group in units.values()]
+    unknown = {p for p in parts if p is not None} - set(task.parts)
+    if unknown:
+        raise ValueError(f"{task.name}: unit_part returned {sorted(unknown)}, not one of its parts {list(task.parts)}")
+    return {UNIT_PARTS: parts}
 
 
 def evaluate_examples(model: AlignModel, task: Task, examples, tok: Tokenizer, *, options=(),

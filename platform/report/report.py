@@ -10,6 +10,7 @@ when it is one of the study's claims and, as one intersection-union test over th
 is underlined. The report opens with its provenance and the effect plot (every test's difference with its interval).
 The baseline is the study's baseline column in the same row, or -- when the study names baseline cells (the paper's
 Tables 1-2) -- the one baseline cell of the row's group (e.g. its task). Searches (Optuna) get a section of their own.
+A task whose test units fall in parts (AD's pair kinds) gets each table again by part, under it (`parts`).
 """
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from pathlib import Path
 import pandas as pd
 
 from alignlab.platform.fel.trial_files import read_trial
+from alignlab.platform.fel.zero_shot import read_zero_shot
 from alignlab.platform.report.columns import baseline_names, extra_test_sets, extra_test_text, strongest_baseline
+from alignlab.platform.report.parts import part_comparisons, part_tables
 from alignlab.platform.report.plots import EFFECT_CAPTION, effect_plot, plots as make_plots
 from alignlab.platform.report.search_importance import importance_lines
 from alignlab.platform.report.significance import (CLAIM, CONTROL, FLOOR, MODEL, P_VALUE, PRIMARY, SECONDARY,
@@ -170,6 +173,7 @@ def all_comparisons(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], con
     for metric, prefix in metrics_of(df):
         rows = df[df[metric].notna()] if metric in df.columns else df.iloc[:0]
         tests += compare_cells(rows, baselines, metric, prefix, control, claims)
+    tests += part_comparisons(df, baselines, control, claims)  # the claims again on a task's aligned part: secondary
     if control:
         tests += control_comparisons(df, control)
     return correct_family(tests)
@@ -272,10 +276,13 @@ def write_report(sdir: Path) -> Path:
         bold = bold_cells(tests)
         out += [generalises_over(runs_in(df)), ""] + overlap_notes(study)
         out += ["## Accuracy at the best-perplexity epoch", ""]
+        zero_shot = read_zero_shot(sdir)
         out += _table(df, baselines, "accuracy", "perplexity", bold=bold) + [""]
+        out += part_tables(df, "accuracy", zero_shot, study)
         out += _side_by_side(df)
         out += ["## Best accuracy (and its perplexity)", ""]
         out += _table(df, baselines, "best_accuracy", "perplexity_at_best_accuracy", bold=bold) + [""]
+        out += part_tables(df, "best_accuracy")
         out += ["## Epochs to convergence (epoch of the best selection perplexity)", "",
                 "| | " + " | ".join(dict.fromkeys(df["col"])) + " |", "|---|" + "---|" * df["col"].nunique()]
         for r in dict.fromkeys(df["row"]):
@@ -289,6 +296,8 @@ def write_report(sdir: Path) -> Path:
                     "### Accuracy at the best-perplexity epoch", ""]
             out += _table(df[df[f"eval_{name}_accuracy"].notna()], baselines, f"eval_{name}_accuracy",
                           f"eval_{name}_perplexity", prefix=f"eval_{name}_", bold=bold)
+            by_part = part_tables(df, f"eval_{name}_accuracy", zero_shot, study)
+            out += [""] + by_part[:-1] if by_part else []
             out += ["", f"### Context-free baselines on `{name}`", ""] + _baseline_section(df, f"eval_{name}_")[2:]
         if tests:
             out += [""] + control_section(tests, control)

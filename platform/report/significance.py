@@ -16,8 +16,8 @@ The tests fall in three families, each corrected by Holm on its own:
   baseline, its p the larger of the two one-sided p. Holm runs over the claims only; **bold** = a claim with a Holm p < 0.05 and both
   differences positive. An effect that a rule with no model can match is no evidence for the model.
 - **controls** (`CONTROL`): the untrained model (a positive control), never bold;
-- **secondary and exploratory** (`SECONDARY`): every other test (other columns, best accuracy, extra test sets),
-  labelled as such, never bold.
+- **secondary and exploratory** (`SECONDARY`): every other test (other columns, best accuracy, extra test sets, the
+  claims again on a task's aligned part: `parts`), labelled as such, never bold.
 A study that declares no claims claims every compared cell on the primary metric (accuracy at the best-perplexity
 epoch), as reports did before claims were declared.
 """
@@ -272,7 +272,8 @@ def significance_section(comparisons: list[Comparison], unit_names: str = "test 
            f"**Families for Holm's correction:** the study's {n_claims} claims ({counts[CLAIM]} tests: each claim "
            f"against its baseline model and the strongest context-free baseline, one p per claim); "
            f"{counts[CONTROL]} controls (against the untrained model); {counts[SECONDARY]} secondary and "
-           "exploratory tests (other columns, best accuracy, extra test sets). Each family is corrected on its own; "
+           "exploratory tests (other columns, best accuracy, extra test sets, a claim on its task's aligned part). "
+           "Each family is corrected on its own; "
            "only claims can be bold.", "",
            DECISION_TEXT.format(units=unit_names), "",
            f"**Bold** = a claim whose Holm p over the claims is < {P_VALUE}, above the row's baseline model **and** above "

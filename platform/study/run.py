@@ -180,6 +180,11 @@ def _run_study(study: Study, st: Storage, *, max_concurrent: int | None = None, 
             here = sdir / "trials" / f
             if not here.exists() or here.stat().st_size != size:  # a rerun's result beside a damaged old copy
                 st.pull_file(f"{srel}/trials/{f}")
+    # Each model's pretrained aligned head read zero-shot on its tasks (PAD's on AD's pairs), once per model.
+    from alignlab.platform.fel.zero_shot import record_zero_shot
+
+    record_zero_shot(sdir, {mdirs[m.key].name: mdirs[m.key] for m in study.models if m.pretrain.max_steps},
+                     {c.finetune.task: c.finetune.task_options for c in study.calcs}, tdir, say=say)
     collect_results(sdir)
     report = write_report(sdir)
     st.push(srel, exclude=("trials/", "tensorboard/", "tune/", "searches/"))

@@ -17,6 +17,9 @@ The engine (finetune, protocol, inference, CLI) looks tasks up by the name a con
              (per test example, each scored unit right or not; `baseline_scores` derives the accuracies).
 - evidence:  `test_unit(example)`, what one independent test unit is (`test_units` names it: "texts", "snippets"):
              the report's decision counts these as its test units, and honest validation splits never cut one.
+             Optionally `parts` and `unit_part(examples)`: the parts a test set falls in, a unit at a time (AD: a
+             snippet whose negative is a mutated acronym, or a pseudo acronym); the report reads every table by
+             part, and tests its claims again on `aligned_part`.
 - serving:   `serving_verbs` (Predictor methods it adds) and the `predict` CLI hooks.
 The two head shapes the paper's tasks use (token tagging, [CLS] classification) are the base classes below.
 """
@@ -243,6 +246,25 @@ class Task:
 
     def unit_rows(self, enc: Encoded) -> torch.Tensor:
         """The row of each scored unit (in `units` order)."""
+        raise NotImplementedError
+
+    parts: ClassVar[dict[str, str]] = {}
+    """The parts its test units fall in (name -> what the part is, in words for the report); empty: none. Every
+    calculation records each test unit's part (`task_scoring.parts_per_test_unit`), and the report gives each table's
+    accuracy on each part beside the whole (`report.parts`)."""
+    aligned_part: ClassVar[str | None] = None
+    """The part (a key of `parts`) where the aligned objective's own rule decides the label (AD: positives against
+    mutated negatives, which a perfect PAD solver tells apart): the report tests the study's claims on it again, as
+    secondary tests. None: no such part."""
+
+    zero_shot_head: ClassVar[bool] = False
+    """True: its labels mean what its aligned objective's head predicts (AD's match is PAD's positive), so that head,
+    as pretraining left it, can score its inputs zero-shot (`fel.zero_shot`, once per model). A head of the same shape
+    is not enough: a declared tagging task aligned with WHP shares WHP's head shape, not its tags."""
+
+    def unit_part(self, examples: list) -> str | None:
+        """The part (a key of `parts`) of one test unit, from its examples (all of them, in test-set order); None:
+        the unit is in no part (it counts in the whole only). Called only for a task with `parts`."""
         raise NotImplementedError
 
     # ---- data (paper §3.4's protocol)
