@@ -7,12 +7,15 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
+from alignlab.objectives.pseudo_acronym import make_pad_pairs
 from alignlab.platform.encoder.tokenizer import Tokenizer, train_tokenizer
 from alignlab.platform.sources.sources import iter_documents
 from alignlab.platform.sources.synthetic import LEXICON, synthetic_documents
+from alignlab.platform.sources.text import letter_distribution
 from alignlab.studies import alignment_control
 
 
@@ -53,6 +56,16 @@ def test_the_synthetic_tasks_pairs_are_balanced_labelled_by_kind_and_a_perfect_p
     share = {k: letters[k]["a"] / sum(letters[k].values()) for k in (0, 1)}
     assert abs(share[0] - share[1]) < 0.03
     assert rows == alignment_control.synthetic_pairs(300, "test")  # the same files on every run
+
+
+def test_most_letters_of_a_pad_negative_are_no_initial_of_its_chunk_which_gives_pad_its_first_foothold():
+    # At 10-18 words a document held half of the initials, a negative's letter was in its chunk 56% of the time,
+    # and PAD never left chance; at 3-6 words, 31%, and it learns (docs/journal/issue-65-cls-and-control.md).
+    chunks = [d.text.split() for d in synthetic_documents(2000)]
+    pairs = make_pad_pairs(chunks, np.random.default_rng(0), letter_distribution([" ".join(c) for c in chunks]))
+    present = [c in _initials(" ".join(words)) for words, (acr, label, _) in zip(chunks, pairs) if label == 0
+               for c in acr]
+    assert len(present) > 1000 and np.mean(present) < 0.4
 
 
 def test_the_task_files_split_the_test_set_by_negative_kind(tmp_path):
