@@ -21,8 +21,9 @@ from alignlab.platform.sources.documents import Document, Link
 
 SYNTHETIC_VERSION = 2
 """Bump when the lexicon, the entities or the document rule change: it is the source's fingerprint."""
-SYNTHETIC_DOCS = 6000
-"""Documents of the corpus namespace (`max_docs_per_lang` caps them)."""
+SYNTHETIC_DOCS = 12000
+"""Documents of the corpus namespace (`max_docs_per_lang` caps them): enough that the control's 4,000 steps pass
+over the text about 12 times, under the study runner's limit of 20."""
 SYNTHETIC_WORDS = (3, 6)
 """Words of a document, inclusive bounds (entities count as their three words). Short on purpose: at 10-18 words
 (version 1) nearly half of the 22 initials are in every chunk, and the control's 64x2 model left PAD at chance
