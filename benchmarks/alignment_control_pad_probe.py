@@ -26,6 +26,7 @@ def main() -> None:
     ap.add_argument("--pad-weight", type=float, default=1.0)
     ap.add_argument("--alpha", type=float, default=0.0)
     ap.add_argument("--lr", type=float, default=None)
+    ap.add_argument("--init", choices=("bert", "fan_in"), default=None, help="the encoder's init (default: the control's)")
     a = ap.parse_args()
 
     from alignlab.objectives.pseudo_acronym import PseudoAcronymConfig
@@ -38,6 +39,8 @@ def main() -> None:
     objs = tuple(dataclasses.replace(o, weight=a.pad_weight, subword_alpha=a.alpha)
                  if isinstance(o, PseudoAcronymConfig) else o for o in cfg.objectives)
     cfg = dataclasses.replace(cfg, objectives=objs, **({"lr": a.lr} if a.lr else {}))
+    if a.init:
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, init=a.init))
     mdir = run_pretrain(cdir, cfg, Path(a.storage))
     ev = json.loads((Path(mdir) / "final" / "eval.json").read_text())
     print("PROBE", json.dumps({**vars(a), "model": Path(mdir).name, **{k: v for k, v in ev.items() if "pad" in k or k in ("step", "precision")}}))
