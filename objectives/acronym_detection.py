@@ -32,7 +32,7 @@ from alignlab.platform.tasks.task import BuiltData, register_task
 from alignlab.platform.tasks.task_data import NUM_FOLDS, SHIPPED_TASK_DATA, grouped_folds
 from alignlab.platform.tasks.task_kinds import PairClassificationTask
 
-from alignlab.objectives.ad_data import (AD_BUILDER_VERSION, AD_FORMAT, build_ad_dataset,
+from alignlab.objectives.ad_data import (AD_BUILDER_VERSION, AD_FORMAT, AD_TARGET_SNIPPETS, build_ad_dataset,
                                          content_span_matcher_ad_hits, defining_doc_ids, letters_only_ad_hits,
                                          span_matcher_ad_hits)
 from alignlab.platform.tasks.task_files import majority_hits
@@ -82,7 +82,7 @@ class AcronymDetection(PairClassificationTask):
                "mined with the same rules as the in-domain set. Each AD calculation's selected model (trained on "
                "its Wikipedia folds) is scored on all of it.",
     }
-    build_options = {"target_snippets": 600}
+    build_options = {"target_snippets": AD_TARGET_SNIPPETS}
     finetune_options = {"acronym_form": ("letters", "text")}  # `alignlab fel --acronym-form`; see the module doc
     # It was FinetuneConfig.acronym_form, in every calculation's dict: kept there so that every id stays.
     options_in_every_id = ("acronym_form",)
