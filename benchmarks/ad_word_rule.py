@@ -1,14 +1,15 @@
 """Is the PAD→AD pair aligned as built? AD's pairs scored with PAD's exact rule (`text.spells_a_span`: the
-acronym is the initials of a 2-6 span of whitespace words), in domain (the builder on the bundled corpus, its
-defaults) and out of domain (the shipped objectives/task_data/npm/ad_ood.jsonl), by pair kind.
+acronym is the initials of a 2-6 span of whitespace words), in domain (the builder on the bundled corpus, the
+task's defaults) and out of domain (the shipped objectives/task_data/npm/ad_ood.jsonl), by pair kind.
 
     python benchmarks/ad_word_rule.py
 
 A perfect PAD solver read zero-shot says "positive" exactly when the rule holds. Goal (issue #65): it agrees with
 >= 95% of AD positives and rejects 100% of mutated negatives; pseudo-acronym negatives are PAD positives by design.
-A negative's kind is read back from the pair: it is a pseudo acronym iff it is an initialism of a span of the
-snippet under AD's own rule (`matches_a_span`; the builder never lets a mutated negative be one). Also printed:
-the span matcher and the content-word span matcher (context-free AD baselines) by kind. Nothing is tuned, so
+AD follows PAD's rule (docs/data.md, "One word rule for PAD and AD"), so the goal holds by construction; the
+benchmark checks it. A negative's kind is read back from the pair (`ad_kinds.pair_kind`): it is a pseudo acronym
+iff it spells a span of the snippet. Also printed: the span matcher (the same rule, so the perfect PAD solver's
+row) and the content-word span matcher (context-free AD baselines) by kind. Nothing is tuned, so
 nothing is selected on any split. Deterministic: the figures depend on the code and the data, not the machine.
 """
 from __future__ import annotations
@@ -19,10 +20,10 @@ import sys
 from pathlib import Path
 
 import machine_info  # benchmarks/, on sys.path when a benchmark runs as a script
-from alignlab.objectives.ad_data import AD_FORMAT, build_ad_dataset, matches_a_content_span
+from alignlab.objectives.ad_data import AD_FORMAT, AD_TARGET_SNIPPETS, build_ad_dataset, matches_a_content_span
 from alignlab.objectives.ad_mining import matches_a_span
 from alignlab.objectives.ad_kinds import pair_kind
-from alignlab.platform.sources.text import spells_a_span, words_of
+from alignlab.platform.sources.text import spells_a_span
 from alignlab.platform.tasks.task_data import SHIPPED_TASK_DATA, read_bundled
 from alignlab.platform.tasks.task_files import load_examples
 
@@ -32,8 +33,8 @@ GOAL_POSITIVES, GOAL_MUTATED = 0.95, 1.0
 def word_rule_figures(examples) -> dict:
     """Per kind: count, the share PAD's rule calls positive; the perfect PAD solver's accuracy on all pairs,
     on positives + mutated negatives, on positives + pseudo negatives; the two span matchers' accuracies."""
-    rows = [(pair_kind(e), spells_a_span(e.acronym, e.snippet), matches_a_span(e.acronym, words_of(e.snippet)),
-             matches_a_content_span(e.acronym, words_of(e.snippet)), e.label == 1) for e in examples]
+    rows = [(pair_kind(e), spells_a_span(e.acronym, e.snippet), matches_a_span(e.acronym, e.snippet),
+             matches_a_content_span(e.acronym, e.snippet), e.label == 1) for e in examples]
 
     def acc(col, kinds):
         sel = [r for r in rows if r[0] in kinds]
@@ -53,7 +54,7 @@ def ood_examples():
 
 
 def in_domain_examples():
-    return build_ad_dataset(read_bundled(("en", "es", "fr")), seed=0, target_snippets=600)[0]
+    return build_ad_dataset(read_bundled(("en", "es", "fr")), seed=0, target_snippets=AD_TARGET_SNIPPETS)[0]
 
 
 def _commit() -> str:
@@ -69,7 +70,7 @@ def main(argv=None) -> int:
     print(f"command: python benchmarks/ad_word_rule.py\ncommit: {_commit()}  cpu: {machine_info.cpu_model()}  "
           "(exact counts; no selection, no precision involved)\n")
     ok = True
-    for name, examples in (("in domain (bundled corpus, seed 0, 600 snippets)", in_domain_examples()),
+    for name, examples in ((f"in domain (bundled corpus, seed 0, {AD_TARGET_SNIPPETS} snippets)", in_domain_examples()),
                            ("out of domain (ad_ood.jsonl)", ood_examples())):
         f = word_rule_figures(examples)
         n, says = f["n"], f["pad_says_positive"]

@@ -10,7 +10,7 @@ is printed per level and per calculation. A protocol that is not deaf brings eac
 
 The model is, by default, the mini preset's architecture at its initial weights, with a vocabulary trained on the
 shipped npm texts: the question is the protocol's, not the model's. The data is the shipped out-of-domain AD set
-(objectives/task_data/npm/ad_ood.jsonl, 446 snippets), so nothing needs building. `--model-dir` runs a finished
+(objectives/task_data/npm/ad_ood.jsonl, 332 snippets), so nothing needs building. `--model-dir` runs a finished
 pretrained model instead; `--set field=value` changes the FEL settings (e.g. `--set lr=1e-4 --set patience=30`).
 
     python benchmarks/fel_sensitivity.py                         # the mini settings (the trained head)

@@ -9,18 +9,20 @@ What the dataset is: a stand-in for the paper's unpublished, manually labelled i
 the way §3.4 describes, from Wikipedia text we can ship. Unique snippets each holding a named entity
 with a known acronym of 2-6 letters, mined from the text with the Schwartz-Hearst algorithm
 ("long form (ACRO)", ad_mining); the known acronym is the positive, one negative per snippet with no
-accidental match; labels exactly 50/50; acronyms never appear in their snippet. The negative follows
+accidental match; one word rule for all of it, PAD's (`text.spells_a_span`: the initials of a span of
+whitespace words, every word giving its initial, a hyphenated word one word), so a positive spells its
+entity, a pseudo acronym spells a span outside it and a mutated positive spells no span; labels exactly 50/50; acronyms never appear in their snippet. The negative follows
 the paper's rules, (a) or (b) with equal probability, made so that the acronym's letters alone say
 nothing about the label (AD is about matching letters to the text; letters_only_ad_baseline must stay
 at chance):
-(a) pseudo acronym: the initials of a span of the snippet outside the entity with as many words as
+(a) pseudo acronym: the initials of a span of the snippet's words outside the entity with as many words as
     the positive has letters (so negatives have exactly the positives' lengths; spans are 2-6 words,
     hence positives of 2-6 letters). Among the snippet's spans of that length one is chosen with
     probability proportional to the product, over its letters, of the positives' letter probability
     at that position (first letter / other letters) over the word-initial letter probability of
     snippet words: importance weights that make pseudo acronyms spell like acronyms, not like running
-    text (whose minor words "of", "the", "and", which acronyms skip, and "was", "is", "in" would
-    otherwise mark negatives).
+    text (whose minor words "of", "the", "and", rare in acronyms' long forms, and "was", "is", "in"
+    would otherwise mark negatives).
 (b) mutated positive: k letters (k uniform in 1..length, then a uniform subset) replaced, each by a
     different letter drawn from the word-initial letter distribution of the positives (that of
     acronyms' first letters for position 1, of their other letters elsewhere) through
@@ -31,7 +33,9 @@ Uniform span lengths and plain word-initial replacements let the letters-only ba
 chance (docs/journal/benchmark-notes.md, "AD negatives").
 
 What it is not: human-labelled. Positives are only acronyms that the text itself introduces as
-"long form (ACRO)" and whose letters are the long form's word initials.
+"long form (ACRO)" and whose letters are the initials of the long form's whitespace words: "goods and
+services tax (GST)" and "light-emitting diode (LED)" are not positives (docs/data.md, "One word rule for PAD and
+AD").
 """
 from __future__ import annotations
 
@@ -43,12 +47,10 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from alignlab.objectives.ad_mining import (ACRONYM_MINOR_WORDS, PAREN_RE, SnippetCandidate, is_initialism,
-                                           matches_a_span,
-                                           snippet_candidates)
+from alignlab.objectives.ad_mining import PAREN_RE, SnippetCandidate, matches_a_span, snippet_candidates
 from alignlab.platform.sources.documents import Document
-from alignlab.platform.sources.text import mutation_kernel
-from alignlab.platform.sources.text import LETTERS, first_letters, letter_probs, occurs_as_word, words_of, words_with_spans
+from alignlab.platform.sources.text import (INELIGIBLE, LETTERS, InitialCache, initials_string, letter_probs,
+                                            mutation_kernel, occurs_as_word, spells_a_span, words_of, words_with_spans)
 from alignlab.platform.tasks.task_files import TaskFormat
 
 
@@ -124,10 +126,14 @@ AD_FORMAT = TaskFormat(problems=ad_problems, parse=ad_parse, key=ad_key)
 
 AD_MIN_LETTERS, AD_MAX_LETTERS = 2, 6
 """Acronym lengths AD keeps: a pseudo acronym (the initials of a 2-6-word span) can only match these."""
-AD_BUILDER_VERSION = 3
+AD_BUILDER_VERSION = 4
 """Bumped when build_ad_dataset makes different data for the same inputs (2: negatives of the
-positive's length and letter distribution), or the task folder's held-out list changes (3: it adds the
+positive's length and letter distribution; 4: PAD's word rule for positives and negatives, the shipped
+out-of-domain pairs filtered to it), or the task folder's held-out list changes (3: it adds the
 documents that define a positive's acronym, defining_doc_ids), so caches of built datasets can key on it."""
+AD_TARGET_SNIPPETS = 480
+"""The in-domain set's size: the bundled corpus yields 483 snippets under PAD's word rule (600 of 727 under the
+looser rule before it), so 480 is reached and gives five folds of 96."""
 
 
 def _known_long_forms_in(words: list[str], known: dict[tuple[str, ...], set[str]], lengths: set[int]):
@@ -139,15 +145,13 @@ def _known_long_forms_in(words: list[str], known: dict[tuple[str, ...], set[str]
 
 
 def _accidental_match(candidate: str, cand: SnippetCandidate, present_long_forms) -> bool:
+    """Is `candidate` the positive, a word of the snippet, the initials of (a span of) the entity, or the acronym of
+    another known long form in the snippet (whose initials it is: every mined pair obeys PAD's rule)?"""
     if candidate == cand.acronym or occurs_as_word(candidate, cand.snippet):
         return True
-    entity = cand.words[cand.entity[0]: cand.entity[1]]
-    if candidate == first_letters(entity) or is_initialism(candidate, entity):
+    if spells_a_span(candidate, cand.words[cand.entity[0]: cand.entity[1]]):
         return True
-    for span, acronyms in present_long_forms:
-        if candidate in acronyms or candidate == first_letters(span) or is_initialism(candidate, span):
-            return True
-    return False
+    return any(candidate in acronyms for _, acronyms in present_long_forms)
 
 
 @dataclass(frozen=True)
@@ -177,8 +181,9 @@ def _letter_model(candidates: Sequence[SnippetCandidate], letter_freq: dict[str,
     first = letter_probs((c.acronym[0] for c in candidates), smooth=0.5)
     rest = letter_probs((ch for c in candidates for ch in c.acronym[1:]), smooth=0.5)
     # Initials of the words a pseudo acronym may use: every word outside the entity.
-    pool = letter_probs((w[0] for c in candidates for i, w in enumerate(c.words)
-                         if not c.entity[0] <= i < c.entity[1]), smooth=1.0)
+    cache = InitialCache()
+    pool = letter_probs("".join(initials_string(c.words[: c.entity[0]] + c.words[c.entity[1]:], cache)
+                                for c in candidates), smooth=1.0)
     if letter_freq is not None:
         target = np.array([letter_freq.get(c, 0.0) for c in LETTERS]) / sum(letter_freq.values())
         kernels = (_restricted_kernel(target),) * 2
@@ -189,15 +194,17 @@ def _letter_model(candidates: Sequence[SnippetCandidate], letter_freq: dict[str,
 
 def _pseudo_acronym_negative(cand: SnippetCandidate, rng: random.Random, present, model: _LetterModel,
                              tries: int = 50) -> str | None:
-    """Initials of a span of len(positive) words outside the entity (words starting a-z), picked with
-    probability proportional to the product of its letters' model.span_weights."""
+    """Initials of a span of len(positive) whitespace words outside the entity (eligible words: PAD's rule, so the
+    negative spells that span, `spells_a_span`), picked with probability proportional to the product of its
+    letters' model.span_weights."""
     words, (e0, e1), n = cand.words, cand.entity, len(cand.acronym)
+    initials = initials_string(words, InitialCache())
     options, weights = [], []
     for i in range(len(words) - n + 1):
         if not (i + n <= e0 or i >= e1):
             continue
-        candidate = first_letters(words[i: i + n])
-        if not all(c in LETTERS for c in candidate):
+        candidate = initials[i: i + n]
+        if INELIGIBLE in candidate:
             continue
         w = model.span_weights[0][LETTERS.index(candidate[0])]
         for c in candidate[1:]:
@@ -218,8 +225,8 @@ def _pseudo_acronym_negative(cand: SnippetCandidate, rng: random.Random, present
 def _mutated_negative(cand: SnippetCandidate, rng: random.Random, present, model: _LetterModel,
                       tries: int = 50) -> str | None:
     """The positive with 1..all of its letters (a uniform number, then a uniform subset) replaced, each
-    by a different letter drawn from the position's mutation kernel; never the initials (or an
-    initialism) of any span of the snippet."""
+    by a different letter drawn from the position's mutation kernel; never the initials of any span of the
+    snippet (PAD's rule, `spells_a_span`: a perfect PAD solver rejects every mutated negative)."""
     acro = cand.acronym
     for _ in range(tries):
         chars = list(acro)
@@ -230,12 +237,12 @@ def _mutated_negative(cand: SnippetCandidate, rng: random.Random, present, model
             chars[i] = rng.choices(LETTERS, weights=row.tolist())[0]
         candidate = "".join(chars)
         if candidate != acro and not _accidental_match(candidate, cand, present) \
-                and not matches_a_span(candidate, cand.words):
+                and not spells_a_span(candidate, cand.words):
             return candidate
     return None
 
 
-def build_ad_dataset(docs: Iterable[Document], *, seed: int = 0, target_snippets: int = 600,
+def build_ad_dataset(docs: Iterable[Document], *, seed: int = 0, target_snippets: int = AD_TARGET_SNIPPETS,
                      letter_freq: dict[str, float] | None = None,
                      max_snippet_words: int = 60) -> tuple[list[ADExample], dict]:
     """AD examples (paper §3.4) from documents, and stats.
@@ -251,9 +258,9 @@ def build_ad_dataset(docs: Iterable[Document], *, seed: int = 0, target_snippets
     distributions; with `letter_freq`, of that distribution instead, replacements kept inside its
     support); see the module docstring for why. When the drawn method finds no clean negative the
     other one is tried, and the snippet is dropped if neither does. A negative always has the
-    positive's length, is never the positive, never a word of the snippet, never an initialism of
-    the entity span or of another known long form in the snippet, and a mutated one never an
-    initialism of any span. stats["doc_ids"] lists the documents used, so pretraining can hold them
+    positive's length, is never the positive, never a word of the snippet, never the initials of
+    the entity span or the acronym of another known long form in the snippet, and a mutated one never
+    spells any span (`spells_a_span`). stats["doc_ids"] lists the documents used, so pretraining can hold them
     out. (What the bundled summaries yield: docs/journal/benchmark-notes.md, "AD negatives".)
     """
     if target_snippets < 1:
@@ -271,7 +278,7 @@ def build_ad_dataset(docs: Iterable[Document], *, seed: int = 0, target_snippets
     candidates = [c for doc in docs for c in snippet_candidates(doc, max_snippet_words, counts)]
     known: dict[tuple[str, ...], set[str]] = {}
     for c in candidates:  # every mined pair, kept or not, guards against accidental matches
-        known.setdefault(tuple(c.words[c.entity[0]: c.entity[1]]), set()).add(c.acronym)
+        known.setdefault(tuple(words_of(c.long_form)), set()).add(c.acronym)
     lengths = {len(k) for k in known}
     kept = [c for c in candidates if AD_MIN_LETTERS <= len(c.acronym) <= AD_MAX_LETTERS]
     counts["dropped_acronym_length"] = len(candidates) - len(kept)
@@ -288,7 +295,7 @@ def build_ad_dataset(docs: Iterable[Document], *, seed: int = 0, target_snippets
             continue
         # Seeded per snippet, so a snippet's negative does not depend on what came before it.
         rng = random.Random(f"{seed}|{cand.snippet}")
-        present = list(_known_long_forms_in(cand.words, known, lengths))
+        present = list(_known_long_forms_in(words_of(cand.snippet), known, lengths))
         order = ["pseudo", "mutation"] if rng.random() < 0.5 else ["mutation", "pseudo"]
         negative = None
         for method in order:
@@ -327,6 +334,7 @@ def build_ad_dataset(docs: Iterable[Document], *, seed: int = 0, target_snippets
         "num_dropped_sentence_too_long": counts["dropped_sentence_too_long"],
         "num_dropped_duplicate_snippet": counts["dropped_duplicate_snippet"],
         "num_dropped_no_negative": counts["dropped_no_negative"],
+        "num_dropped_entity_changed": counts["dropped_entity_changed"],
         "label_fractions": {str(l): n / len(examples) for l, n in sorted(Counter(e.label for e in examples).items())},
         "doc_ids": sorted(doc_ids),
     }
@@ -412,28 +420,29 @@ def letters_only_ad_baseline(train: Sequence[ADExample], test: Sequence[ADExampl
 
 
 def span_matcher_ad_hits(test: Sequence[ADExample]) -> list[list[bool]]:
-    """Per test pair, whether "positive iff the acronym is the initials of some contiguous span of the snippet"
-    is right (minor words such as "of" may be skipped, as in the task's own rule). No training and no notion
-    of an entity: it is right on every positive and every mutated negative, and wrong on every
-    pseudo-acronym negative (the initials of a non-entity span)."""
+    """Per test pair, whether "positive iff the acronym is the initials of some contiguous span of the snippet's
+    whitespace words" (PAD's rule, the task's own: a perfect PAD solver read zero-shot) is right. No training and
+    no notion of an entity: on pairs the builder made it is right on every positive and every mutated negative,
+    and wrong on every pseudo-acronym negative (the initials of a non-entity span)."""
     if not test:
         raise ValueError("span_matcher_ad_baseline needs a non-empty test set")
-    return [[matches_a_span(ex.acronym, words_of(ex.snippet)) == (ex.label == 1)] for ex in test]
+    return [[matches_a_span(ex.acronym, ex.snippet) == (ex.label == 1)] for ex in test]
 
 
-def matches_a_content_span(acronym: str, words: Sequence[str]) -> bool:
-    """`matches_a_span`, but the matched span must start and end on a content word: neither its first nor its
-    last word is a minor word (ACRONYM_MINOR_WORDS). Pseudo-acronym negatives are mostly spans that start or
-    end on "of", "the", "in", ...; an entity's long form rarely does. Nothing in it is tuned."""
-    return matches_a_span(acronym, words, content_ends=True)
+def matches_a_content_span(acronym: str, text: str | Sequence[str]) -> bool:
+    """`matches_a_span` (on `text`'s whitespace words, or the given word list), but the matched span must start and
+    end on a content word: neither its first nor its last word is a minor word (ACRONYM_MINOR_WORDS).
+    Pseudo-acronym negatives are mostly spans that start or end on "of", "the", "in", ...; an entity's long form
+    rarely does. Nothing in it is tuned."""
+    return matches_a_span(acronym, text, content_ends=True)
 
 
 def content_span_matcher_ad_hits(test: Sequence[ADExample]) -> list[list[bool]]:
-    """Per test pair, whether "positive iff the acronym is an initialism of a span of the snippet that starts and
+    """Per test pair, whether "positive iff the acronym is the initials of a span of the snippet that starts and
     ends on a content word" (`matches_a_content_span`) is right. Context-free and untrained, like the span matcher."""
     if not test:
         raise ValueError("content_span_matcher_ad_baseline needs a non-empty test set")
-    return [[matches_a_content_span(ex.acronym, words_of(ex.snippet)) == (ex.label == 1)] for ex in test]
+    return [[matches_a_content_span(ex.acronym, ex.snippet) == (ex.label == 1)] for ex in test]
 
 
 def content_span_matcher_ad_baseline(test: Sequence[ADExample]) -> float:

@@ -1,7 +1,7 @@
 """AD read by pair kind: a positive, a mutated negative (the PAD-aligned part: a perfect PAD solver rejects every
 one) or a pseudo-acronym negative (the initials of a non-entity span: PAD positives by design). A negative's kind
-is read back from the pair itself: it is a pseudo acronym iff it is an initialism of a span of its snippet under
-AD's rule (`ad_mining.matches_a_span`), which the builder never lets a mutated negative be.
+is read back from the pair itself: it is a pseudo acronym iff it spells a span of its snippet under PAD's rule, AD's
+own (`ad_mining.matches_a_span`, i.e. `text.spells_a_span`), which the builder never lets a mutated negative do.
 
 `accuracy_by_kind` gives, from per-pair hits, the accuracy on all pairs, on positives + mutated negatives and on
 positives + pseudo negatives.
@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from alignlab.objectives.ad_mining import matches_a_span
-from alignlab.platform.sources.text import words_of
 
 KINDS = ("pos", "mutate", "pseudo")
 PARTS = {"all": KINDS, "pos_vs_mutate": ("pos", "mutate"), "pos_vs_pseudo": ("pos", "pseudo")}
@@ -27,7 +26,7 @@ def pair_kind(ex) -> str:
     """"pos", "mutate" or "pseudo" for an AD example (`ADExample`)."""
     if ex.label == 1:
         return "pos"
-    return "pseudo" if matches_a_span(ex.acronym, words_of(ex.snippet)) else "mutate"
+    return "pseudo" if matches_a_span(ex.acronym, ex.snippet) else "mutate"
 
 
 def snippet_part(examples: Sequence) -> str | None:

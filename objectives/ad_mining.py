@@ -1,8 +1,12 @@
 """AD's acronym mining: words that spell an acronym, Schwartz-Hearst "long form (ACRO)" definitions,
 sentence splitting, and the snippets around a definition that the AD builder (ad_data) draws from.
 
-An acronym here is a written one whose letters are the initials of its long form's words, minor words
-("of", "and", "de") optionally skipped, so acronyms like "html" (Hypertext Markup Language) are out.
+An acronym here is a written one whose letters are exactly the initials of its long form's whitespace words:
+PAD's rule (`text.spells_a_span`, the one function PAD's labels obey), every word giving its initial, minor
+words ("of", "and") too, a hyphenated word one word. So AD's positives are PAD positives by construction:
+"World of Warcraft (WoW)" and "British Broadcasting Corporation (BBC)" are in; "Goods and Services Tax (GST)"
+(a skipped minor word), "light-emitting diode (LED)" (a split hyphen) and "Hypertext Markup Language (HTML)"
+are out (docs/data.md, "One word rule for PAD and AD").
 """
 from __future__ import annotations
 
@@ -12,47 +16,34 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from alignlab.platform.sources.documents import Document
-from alignlab.platform.sources.text import occurs_as_word, words_of, words_with_spans
+from alignlab.platform.sources.text import occurs_as_word, spelled_spans, spells_a_span, split_words, words_of
 
-# Words an acronym may skip (each still may give its initial): "Academy of Motion Picture Arts
-# and Sciences (AMPAS)", "Light Amplification by Stimulated Emission of Radiation (LASER)".
+# Words that are not content words, for the content-word span matcher (`matches_a_span(content_ends=True)`): a
+# span that starts or ends on one ("of the world", "war in") is rarely an entity's long form.
 ACRONYM_MINOR_WORDS = frozenset("""
 a an the of and for in on at to by with from or as into upon via per vs
 de del la las el los y e en para por con al o u
 des du le les et pour sur par aux au à d' l' qu'
 """.split())
 
-
-def is_initialism(acronym: str, words: Sequence[str]) -> bool:
-    """True if `acronym` spells the words' initials, every word giving its initial except minor
-    words (ACRONYM_MINOR_WORDS), which may give theirs or nothing. Case-insensitive."""
-    acronym = acronym.lower()
-    states = {0}
-    for w in words:
-        first, minor = w[0].lower(), w.lower() in ACRONYM_MINOR_WORDS
-        states = {i + 1 for i in states if i < len(acronym) and acronym[i] == first} | (states if minor else set())
-        if not states:
-            return False
-    return len(acronym) in states
+_EDGE_PUNCT = re.compile(r"^[^\w']+|[^\w']+$")
+_EDGE_NON_ALNUM = re.compile(r"^[\W_]+|[\W_]+$")
 
 
-def matches_a_span(acronym: str, words: Sequence[str], content_ends: bool = False) -> bool:
-    """True if `acronym` is an initialism (is_initialism) of some contiguous span of `words`; with `content_ends`,
-    of a span that starts and ends on a content word (neither end in ACRONYM_MINOR_WORDS)."""
-    acronym = acronym.lower()
-    for start, w in enumerate(words):
-        if w[0].lower() != acronym[0] or (content_ends and w.lower() in ACRONYM_MINOR_WORDS):
-            continue
-        states = {0}
-        for w2 in words[start:]:
-            first, minor = w2[0].lower(), w2.lower() in ACRONYM_MINOR_WORDS
-            states = ({i + 1 for i in states if i < len(acronym) and acronym[i] == first}
-                      | (states if minor else set()))
-            if len(acronym) in states and not (content_ends and minor):
-                return True
-            if not states:
-                break
-    return False
+def _is_minor(word: str) -> bool:
+    """A whitespace word is minor when, lowercased and without surrounding punctuation ("(of", "the,"), it is in
+    ACRONYM_MINOR_WORDS."""
+    return _EDGE_PUNCT.sub("", word.lower()) in ACRONYM_MINOR_WORDS
+
+
+def matches_a_span(acronym: str, text: str | Sequence[str], content_ends: bool = False) -> bool:
+    """True if `acronym` spells a span of `text`'s whitespace words (or of the given word list) under PAD's rule
+    (`text.spells_a_span`); with `content_ends`, a span that starts and ends on a content word (neither end a
+    minor word, ACRONYM_MINOR_WORDS)."""
+    if not content_ends:
+        return spells_a_span(acronym, text)
+    words = text.split() if isinstance(text, str) else text
+    return any(not _is_minor(words[a]) and not _is_minor(words[b - 1]) for a, b in spelled_spans(acronym, words))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,9 +96,9 @@ def find_acronym_pairs(sentence: str) -> list[AcronymPair]:
     letters; the long-form window is the min(|A| + 5, 2|A|) whitespace-separated words before "(";
     the long form is Schwartz-Hearst's shortest match in that window. Our stricter rule, so a pair
     is an acronym in the sense of AD/PAD: the short form is only ASCII letters with at least two
-    capitals (a written acronym, not "(singing)"), and its letters are the initials of the long
-    form's words (is_initialism: minor words such as "of", "and", "de" may be skipped). The entity
-    span is the shortest suffix of the window that satisfies this rule.
+    capitals (a written acronym, not "(singing)"), and its letters are exactly the initials of the
+    |A| whitespace words before "(" (PAD's rule, `spells_a_span`: minor words give their initial, a
+    hyphenated word is one word). Those words are the entity span.
     """
     pairs = []
     for m in PAREN_RE.finditer(sentence):
@@ -119,19 +110,13 @@ def find_acronym_pairs(sentence: str) -> list[AcronymPair]:
         window_words = list(re.finditer(r"\S+", before))[-max_words:]
         if not window_words:
             continue
-        window_start = window_words[0].start()
         sh = schwartz_hearst_long_form(sf, " ".join(w.group() for w in window_words))
         if sh is None or len(sh) <= len(sf) or sf.lower() in sh.lower().split():
             continue
-        words = words_with_spans(before)
-        for k in range(len(words) - 1, -1, -1):
-            start = words[k][1]
-            if start < window_start:
-                break
-            if is_initialism(sf, [w for w, _, _ in words[k:]]):
-                long_end = words[-1][2]
-                pairs.append(AcronymPair(sf.lower(), before[start:long_end], start, long_end, m.start(), m.end()))
-                break
+        spans = split_words(before)[-len(sf):]
+        if len(spans) == len(sf) and spells_a_span(sf, [before[a:b] for a, b in spans], len(sf), len(sf)):
+            pairs.append(AcronymPair(sf.lower(), before[spans[0][0]: spans[-1][1]], spans[0][0], spans[-1][1],
+                                     m.start(), m.end()))
     return pairs
 
 
@@ -184,7 +169,9 @@ class SnippetCandidate:
     entity: tuple[int, int]
     """Word indices [start, end) of the entity span in `words`."""
     words: list[str]
+    """The snippet's whitespace words (`str.split()`, PAD's words), lowercased."""
     long_form: str
+    """The entity's text, lowercased, without punctuation at its ends."""
 
 
 def snippet_candidates(doc: Document, max_words: int, stats: Counter) -> Iterator[SnippetCandidate]:
@@ -209,6 +196,11 @@ def snippet_candidates(doc: Document, max_words: int, stats: Counter) -> Iterato
             if sizes[k] > max_words:
                 stats["dropped_sentence_too_long"] += 1
                 continue
+            if any(a < pair.long_end and b > pair.long_start for a, b in removed):
+                # Another definition's "(ACRO)" is inside the entity ("Alpha (AB) Beta Gamma (ABG)"): removing it
+                # changes the entity's words.
+                stats["dropped_entity_changed"] += 1
+                continue
             # Grow the window with neighbouring sentences (after, then before, alternating) while it
             # stays within max_words and a neighbour does not spell out the acronym itself.
             lo, hi, total = k, k, sizes[k]
@@ -230,11 +222,15 @@ def snippet_candidates(doc: Document, max_words: int, stats: Counter) -> Iterato
             offset = len(prefix) + 1 if prefix else 0
             snippet = " ".join(cleaned[j][0] for j in range(lo, hi + 1))
             ent_start, ent_end = offset + _shift(pair.long_start, removed), offset + _shift(pair.long_end, removed)
-            # Word offsets are taken before lowercasing: a few characters change length when lowercased.
-            spans = words_with_spans(snippet)
-            idx = [i for i, (_, a, b) in enumerate(spans) if a >= ent_start and b <= ent_end]
-            words = [w.lower() for w, _, _ in spans]
-            assert idx and is_initialism(pair.acronym, words[idx[0]: idx[-1] + 1]), (doc.doc_id, pair)
-            long_form = snippet[spans[idx[0]][1]: spans[idx[-1]][2]].lower()
+            # Word offsets are taken before lowercasing: a few characters change length when lowercased. A removed
+            # "(ACRO)" right after the entity may glue punctuation onto its last word ("tax (GST)." -> "tax."), so
+            # the entity's words are those that overlap its characters.
+            spans = split_words(snippet)
+            idx = [i for i, (a, b) in enumerate(spans) if a < ent_end and b > ent_start]
+            words = [snippet[a:b].lower() for a, b in spans]
+            if not idx or idx[-1] + 1 - idx[0] != len(pair.acronym) \
+                    or not spells_a_span(pair.acronym, words[idx[0]: idx[-1] + 1], len(pair.acronym), len(pair.acronym)):
+                stats["dropped_entity_changed"] += 1  # not seen in the bundled corpus or the npm summaries
+                continue
+            long_form = _EDGE_NON_ALNUM.sub("", snippet[ent_start:ent_end]).lower()
             yield SnippetCandidate(doc, snippet.lower(), pair.acronym, (idx[0], idx[-1] + 1), words, long_form)
-

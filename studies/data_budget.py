@@ -8,8 +8,8 @@ Rows: task x n. Baseline (underlined, one per task): 768-x3* at n=200.
 
 Budgets: n in {50, 100, 150, 200} for both tasks and n=1000 for AD only, as in the paper:
 - CT samples its training sets from the 275-query pool, so n=1000 cannot exist for CT (skipped).
-- AD samples from the four folds left after holding out the test fold: 600 snippets x 2 pairs x 4/5
-  = 960 pairs, so the paper's n=1000 runs as n=960 (all of it; the ten calculations then differ
+- AD samples from the four folds left after holding out the test fold: 480 snippets x 2 pairs x 4/5
+  = 768 pairs, so the paper's n=1000 runs as n=768 (all of it; the ten calculations then differ
   only in their test fold, seed and validation split).
 At smoke: n in {20, 40} (the smoke budget 40 stands in for 200).
 `--budgets 25,50,100` compares other budgets (each task keeps those its pool holds), `--budget N` moves the
@@ -26,8 +26,8 @@ from alignlab.platform.study.spec import CalcSpec, ModelSpec, Study
 from alignlab.platform.tasks.task import task
 from alignlab.platform.tasks.task_data import NUM_FOLDS
 
-TASK_SNIPPETS = task("ad").build_options["target_snippets"]  # AD's own default, which this study keeps (600)
-AD_POOL = 2 * TASK_SNIPPETS * (NUM_FOLDS - 1) // NUM_FOLDS  # 960
+TASK_SNIPPETS = task("ad").build_options["target_snippets"]  # AD's own default, which this study keeps (480)
+AD_POOL = 2 * TASK_SNIPPETS * (NUM_FOLDS - 1) // NUM_FOLDS  # 768
 CT_POOL = 275  # the shipped hand-labelled pool (objectives/task_data/npm)
 
 
@@ -35,7 +35,7 @@ def budgets(preset: str, chosen: tuple[int, ...] | None = None, reference: int |
             ) -> tuple[dict[str, tuple[int, ...]], int]:
     """Budgets per task, and the reference budget (the paper's 200; `reference`, when given, joins the budgets).
     `chosen` (`--budgets`) replaces the paper's for every task, each keeping those its pool holds (CT's 275-query
-    pool, AD's 960 pairs): a budget no task can hold is refused."""
+    pool, AD's 768 pairs): a budget no task can hold is refused."""
     own = Preset.named(preset).data_budgets
     if chosen is None:
         if own is not None:

@@ -109,7 +109,7 @@ def test_the_smoke_ablation_study_with_a_declared_task_survives_a_killed_driver_
     # reads every AD table by part, and each pretrained model's PAD head was read zero-shot once, for the study.
     for _, r in ad.iterrows():
         assert len(r["unit_parts"]) == len(r["unit_keys"]) and set(r["unit_parts"]) == {"mutate", "pseudo"}
-        assert len(r["eval_ood_unit_parts"]) == 446
+        assert len(r["eval_ood_unit_parts"]) == 332
     assert ct["unit_parts"].isna().all()
     assert text.count("AD by part (") == 4, "best-perplexity, best accuracy, ood, my_ad; none for CT or SWNER"
     zero_shot = json.loads((sdir / "zero_shot.json").read_text())["models"]

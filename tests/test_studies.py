@@ -123,8 +123,8 @@ def test_a_presets_objective_settings_carry_over_to_the_studys_objective_subsets
 def test_data_budget_skips_ct_at_1000_and_caps_ad_at_its_pool():
     study = load_script("data_budget").build("paper")
     budgets = {t: sorted({c.finetune.budget for c in study.calcs if c.finetune.task == t}) for t in ("ct", "ad")}
-    assert budgets == {"ct": [50, 100, 150, 200], "ad": [50, 100, 150, 200, 960]}
-    assert "1000" in study.notes and "960" in study.notes
+    assert budgets == {"ct": [50, 100, 150, 200], "ad": [50, 100, 150, 200, 768]}
+    assert "1000" in study.notes and "768" in study.notes
     assert set(study.baseline_cells) == {("CT 200", "768-×3*"), ("AD 200", "768-×3*")}
 
 

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from alignlab.objectives.ad_data import ADExample, build_ad_dataset, letters_only_ad_baseline
-from alignlab.objectives.ad_mining import (ACRONYM_MINOR_WORDS, find_acronym_pairs, is_initialism, matches_a_span,
+from alignlab.objectives.ad_mining import (ACRONYM_MINOR_WORDS, find_acronym_pairs, matches_a_span,
                                            schwartz_hearst_long_form)
 from alignlab.objectives.ct_data import (CT_PATTERNS, PAPER_CT_TAG_FRACTIONS, STOPWORDS, TAGS,
                                          CTExample, build_ct_dataset, concepts_from_documents, content_words,
                                          lexicon_ct_baseline, tag_sequence_problems)
 from alignlab.platform.sources.documents import Document
-from alignlab.platform.sources.text import LETTERS, first_letters, occurs_as_word, words_of
+from alignlab.platform.sources.text import LETTERS, first_letters, occurs_as_word, spelled_spans, spells_a_span
 from alignlab.platform.tasks.task import check_disjoint, load_examples, validate_file
 from alignlab.platform.tasks.task_files import TaskDataError, majority_baseline, write_jsonl
 
@@ -153,33 +153,35 @@ def test_schwartz_hearst_finds_the_shortest_long_form():
     assert schwartz_hearst_long_form("XYZ", "much of World of Warcraft") is None
 
 
-def test_acronym_pairs_are_initialisms_of_their_long_forms():
+def test_acronym_pairs_are_the_initials_of_every_whitespace_word_of_their_long_forms():
     def pairs(s):
         return [(p.long_form, p.acronym) for p in find_acronym_pairs(s)]
 
     assert pairs("Much of World of Warcraft (WoW) gameplay involves quests.") == [("World of Warcraft", "wow")]
-    assert pairs("It is run by the Academy of Motion Picture Arts and Sciences (AMPAS) each year.") == [
-        ("Academy of Motion Picture Arts and Sciences", "ampas")]
-    assert pairs("A laser uses Light Amplification by Stimulated Emission of Radiation (LASER).") == [
-        ("Light Amplification by Stimulated Emission of Radiation", "laser")]
-    assert pairs("Imagery made by computer-generated imagery (CGI) is common.") == [("computer-generated imagery", "cgi")]
+    assert pairs("It is run by the Academy of Motion Picture Arts and Sciences (AOMPAAS) each year.") == [
+        ("Academy of Motion Picture Arts and Sciences", "aompaas")]
+    assert pairs("Ask the British Broadcasting Corporation (BBC), \"the Beeb\".") == [
+        ("British Broadcasting Corporation", "bbc")]
+    # PAD's word rule: a minor word gives its letter, a hyphenated word is one word.
+    assert pairs("It is run by the Academy of Motion Picture Arts and Sciences (AMPAS) each year.") == []
+    assert pairs("A laser uses Light Amplification by Stimulated Emission of Radiation (LASER).") == []
+    assert pairs("The Union of Soviet Socialist Republics (USSR) was a state.") == []
+    assert pairs("Imagery made by computer-generated imagery (CGI) is common.") == []
+    assert pairs("Imagery made by computer-generated imagery (CI) is common.") == [("computer-generated imagery", "ci")]
     # Schwartz-Hearst accepts these, our initials rule does not:
     assert pairs("Pages use the Hypertext Markup Language (HTML) for text.") == []
     assert pairs("She was performed in gayaki (singing) style.") == []
     assert pairs("He was born in Omaha (Nebraska) in 1924.") == []
-    assert pairs("The Union of Soviet Socialist Republics (USSR) was a state.")  # minor word "of" skipped
     assert pairs("The Soviet Union (USSR) was a state.") == []
 
 
-def test_initialism_rule_lets_minor_words_be_skipped_but_not_content_words():
-    assert is_initialism("ampas", words_of("Academy of Motion Picture Arts and Sciences"))
-    assert is_initialism("aompaas", words_of("Academy of Motion Picture Arts and Sciences"))
-    assert not is_initialism("amps", words_of("Academy of Motion Picture Arts and Sciences"))
-    assert is_initialism("otan", words_of("l'Organisation du traité de l'Atlantique nord"))
-    assert first_letters(words_of("world of warcraft's gameplay")) == "wowg"
+def test_a_span_match_takes_the_initial_of_every_whitespace_word():
+    text = "completion of quests. these quests are usually"
+    assert matches_a_span("coq", text) and matches_a_span("tqa", text) and not matches_a_span("cq", text)
+    assert not matches_a_span("zq", text) and not matches_a_span("q", text)
+    assert spelled_spans("qt", text) == [(2, 4)]
+    assert first_letters(["world", "of", "warcraft's", "gameplay"]) == "wowg"
     assert "of" in ACRONYM_MINOR_WORDS and "de" in ACRONYM_MINOR_WORDS
-    assert matches_a_span("tqa", words_of("completion of quests. these quests are usually"))
-    assert not matches_a_span("zq", words_of("completion of quests. these quests are usually"))
 
 
 HAND_DOCS = [
@@ -201,6 +203,8 @@ HAND_DOCS = [
              "the federal government, tasked with gathering and analyzing national security information.", "en"),
     Document("hand:otan", "L'Organisation du traité de l'Atlantique nord (OTAN) est une organisation politico-"
              "militaire créée en 1949 par les pays signataires du traité de l'Atlantique Nord.", "fr"),
+    Document("hand:ps", "Le Parti socialiste (PS) est un parti politique français de gauche, fondé en 1969 à "
+             "Alfortville.", "fr"),
 ]
 
 
@@ -215,24 +219,24 @@ def _check_ad_invariants(examples: list[ADExample], stats: dict) -> None:
     assert all(set(d) == {0, 1} for d in by_snippet.values())
     for snippet, d in by_snippet.items():
         pos, neg = d[1], d[0]
-        words = words_of(snippet)
-        entity = words_of(pos.long_form)
-        assert snippet == snippet.lower() and len(words) <= 60
-        assert pos.long_form in snippet and is_initialism(pos.acronym, entity)
+        entity = pos.long_form.split()
+        assert snippet == snippet.lower() and len(snippet.split()) <= 60
+        # PAD's word rule: the positive is the initials of every whitespace word of the entity.
+        assert pos.long_form in snippet and len(entity) == len(pos.acronym)
+        assert spells_a_span(pos.acronym, entity, len(entity), len(entity)), pos
         for acronym in (pos.acronym, neg.acronym):
             assert acronym.isalpha() and set(acronym) <= set(LETTERS) and 2 <= len(acronym) <= 6
             assert not occurs_as_word(acronym, snippet), (acronym, snippet)
             assert not re.search(rf"\({acronym}\)", snippet)
         assert neg.acronym != pos.acronym and len(neg.acronym) == len(pos.acronym)
-        assert neg.acronym != first_letters(entity) and not is_initialism(neg.acronym, entity)
-        # A pseudo-acronym negative is the initials of a 2-6-word span outside the entity; a mutated
-        # one matches no span at all.
-        e0 = next(i for i in range(len(words)) if words[i: i + len(entity)] == entity)
-        n = len(pos.acronym)
-        pseudo = any(first_letters(words[i: i + n]) == neg.acronym
-                     for i in range(len(words) - n + 1) if i + n <= e0 or i >= e0 + len(entity))
-        mutated = not matches_a_span(neg.acronym, words)
-        assert pseudo or mutated, (neg, pos)
+        assert not spells_a_span(neg.acronym, entity)
+        # A pseudo-acronym negative spells a span beside the entity (one of the spans the positive spells); a
+        # mutated one spells no span at all.
+        entities = spelled_spans(pos.acronym, snippet)
+        assert entities, pos
+        beside = [(a, b) for a, b in spelled_spans(neg.acronym, snippet)
+                  if any(b <= a2 or a >= b2 for a2, b2 in entities)]
+        assert beside or not spells_a_span(neg.acronym, snippet), (neg, pos)
     assert set(stats["doc_ids"]) == {ex.doc_id for ex in examples}
     assert sum(stats["negatives_by_method"].values()) == stats["num_snippets"]
 
@@ -241,8 +245,8 @@ def test_ad_builder_on_hand_made_documents_keeps_its_invariants():
     examples, stats = build_ad_dataset(HAND_DOCS, seed=0)
     _check_ad_invariants(examples, stats)
     positives = {ex.doc_id: ex for ex in examples if ex.label == 1}
-    assert set(positives) == {"hand:wow", "hand:nasa", "hand:cd", "hand:un", "hand:led", "hand:bbc", "hand:cia",
-                              "hand:otan"}
+    # NASA, LED and OTAN break PAD's word rule (a minor word gives no letter, a hyphen splits a word).
+    assert set(positives) == {"hand:wow", "hand:cd", "hand:un", "hand:bbc", "hand:cia", "hand:ps"}
     wow = positives["hand:wow"]
     assert wow.acronym == "wow" and wow.long_form == "world of warcraft"
     assert wow.snippet.startswith("much of world of warcraft gameplay involves the completion of quests.")
@@ -250,7 +254,7 @@ def test_ad_builder_on_hand_made_documents_keeps_its_invariants():
     assert positives["hand:bbc"].snippet == "the british broadcasting corporation is a public service broadcaster " \
                                             "headquartered in london."
     assert stats["num_dropped_acronym_in_snippet"] == 1  # WHO's own sentence repeats it
-    assert stats["snippets_by_lang"] == {"en": 7, "fr": 1} and not stats["reached_target"]
+    assert stats["snippets_by_lang"] == {"en": 5, "fr": 1} and not stats["reached_target"]
 
 
 def test_ad_builder_is_deterministic_for_a_seed_and_stops_at_the_target():
@@ -274,7 +278,7 @@ def test_mutated_negatives_draw_replacement_letters_from_the_given_distribution(
         if len(pos) == len(neg) and all(n == p or n in "qz" for n, p in zip(neg, pos)):
             mutated += 1
         else:  # otherwise it must be a pseudo acronym of the snippet
-            assert matches_a_span(neg, words_of(snippet))
+            assert spells_a_span(neg, snippet)
     assert mutated >= 1
     with pytest.raises(ValueError, match="letter_freq"):
         build_ad_dataset(HAND_DOCS, letter_freq={"Q": 1.0})
@@ -294,11 +298,15 @@ def test_a_negative_never_spells_another_known_long_form_of_its_snippet():
 
 def test_a_mutated_negative_never_spells_a_span_of_its_snippet():
     # With replacement letters only a and b, "xq" mutates to ab, aa, ba, bb, aq, bq, xa or xb; "ab"
-    # spells "apple (of) bananas", and no pseudo acronym of this snippet is "ab".
-    docs = [Document("d:xq", "The Xylo Quartz (XQ) sits near apple of bananas.", "en")]
-    negatives = [e.acronym for seed in range(80)
-                 for e in build_ad_dataset(docs, seed=seed, letter_freq={"a": 1.0, "b": 1.0})[0] if e.label == 0]
-    assert "ab" not in negatives and {"aa", "ba", "bb"} & set(negatives)
+    # spells "apple bananas" (PAD's rule), "ao" does not spell "apple of".
+    from alignlab.objectives.ad_data import _letter_model, _mutated_negative
+    from alignlab.objectives.ad_mining import snippet_candidates
+
+    doc = Document("d:xq", "The Xylo Quartz (XQ) sits near apple bananas.", "en")
+    (cand,) = snippet_candidates(doc, 60, Counter())
+    model = _letter_model([cand], {"a": 1.0, "b": 1.0})
+    negatives = {_mutated_negative(cand, random.Random(seed), [], model) for seed in range(200)}
+    assert "ab" not in negatives and {"aa", "ba", "bb"} <= negatives
 
 
 # --------------------------------------------------------------------------------------------- CT
@@ -422,9 +430,9 @@ def _total_variation(a: Counter, b: Counter) -> float:
 def test_ad_builder_on_bundled_summaries_keeps_its_invariants(bundled_ad):
     examples, stats = bundled_ad
     _check_ad_invariants(examples, stats)
-    assert stats["num_snippets"] == 600 and stats["reached_target"]
-    assert stats["snippets_by_lang"]["en"] >= 450 and set(stats["snippets_by_lang"]) == {"en", "es", "fr"}
-    assert stats["negatives_by_method"]["pseudo"] > 250 and stats["negatives_by_method"]["mutation"] > 250
+    assert stats["num_snippets"] == 480 and stats["reached_target"]
+    assert stats["snippets_by_lang"]["en"] >= 350 and set(stats["snippets_by_lang"]) == {"en", "es", "fr"}
+    assert stats["negatives_by_method"]["pseudo"] > 200 and stats["negatives_by_method"]["mutation"] > 200
 
 
 def test_bundled_ad_cannot_be_solved_from_the_acronym_letters_alone(bundled_ad):
@@ -448,11 +456,11 @@ def test_bundled_ad_negatives_spell_like_positives(bundled_ad):
 
 def test_ad_builder_drops_positives_longer_than_six_letters():
     docs = [Document("d:long", "The Very Large Northern Array For Testing Telescopes (VLNAFTT) is big.", "en"),
-            Document("d:nasa", HAND_DOCS[1].text, "en")]
+            Document("d:bbc", HAND_DOCS[5].text, "en")]
     assert [p.acronym for p in find_acronym_pairs(docs[0].text)] == ["vlnaftt"]
     examples, stats = build_ad_dataset(docs, seed=0)
     assert stats["num_dropped_acronym_length"] == 1
-    assert {e.doc_id for e in examples} == {"d:nasa"}
+    assert {e.doc_id for e in examples} == {"d:bbc"}
 
 
 def test_ct_builder_on_bundled_english_titles_matches_the_paper_setup():

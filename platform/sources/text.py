@@ -102,16 +102,29 @@ def span_initials(words: Sequence[str], min_words: int = 2, max_words: int = 6) 
     return out
 
 
+def spelled_spans(letters: str, text: str | Sequence[str], min_words: int = 2,
+                  max_words: int = 6) -> list[tuple[int, int]]:
+    """Word index spans [start, end) of the whitespace words (`str.split()`) of `text` (or of the given word list)
+    whose initials are `letters` (lowercased): every span that PAD's rule (`spells_a_span`) finds, in order."""
+    a = letters.lower()
+    if not (min_words <= len(a) <= max_words and set(a) <= _LOWER_LETTERS):
+        return []
+    words = text.split() if isinstance(text, str) else text
+    s = initials_string(words, InitialCache())
+    out, i = [], s.find(a)
+    while i >= 0:
+        out.append((i, i + len(a)))
+        i = s.find(a, i + 1)
+    return out
+
+
 def spells_a_span(letters: str, text: str | Sequence[str], min_words: int = 2, max_words: int = 6) -> bool:
-    """PAD's exact rule as one function (make_pad_pairs' labels obey it, tests/test_ad_word_rule.py; AD's
-    alignment to PAD is measured with it, benchmarks/ad_word_rule.py): are `letters`
+    """PAD's exact rule as one function (make_pad_pairs' labels obey it, tests/test_ad_word_rule.py; AD's miner,
+    its negatives and its span matchers use it, objectives/ad_mining.py): are `letters`
     (lowercased) the initials of a contiguous `min_words`..`max_words` span of eligible whitespace words
     (`str.split()`) of `text` (or of the given word list)? Every word gives its initial, minor words too, and a
     hyphenated word is one word."""
-    words = text.split() if isinstance(text, str) else text
-    s = initials_string(words, InitialCache())
-    a = letters.lower()
-    return min_words <= len(a) <= max_words and set(a) <= _LOWER_LETTERS and a in s
+    return bool(spelled_spans(letters, text, min_words, max_words))
 
 
 def letter_distribution(word_lists_or_texts: Iterable[str | Sequence[str]]) -> np.ndarray:

@@ -395,12 +395,12 @@ def with_precision(study: Study, precision: str) -> Study:
                                title=f"{study.title}, {precision} pretraining")
 
 
-FINETUNE_CODE_VERSION = 4
+FINETUNE_CODE_VERSION = 5
 """The version of the code that turns a pretrained model and a FinetuneConfig into a trial's scores (the protocol's
 splits, the finetuning schemes, what a trial records: per-unit scores of the model and, since 2, of every
 context-free baseline, for the report's paired tests; 3: AD's content-word span matcher baseline; 4: each test
-unit's part, `Task.parts`, AD's pair kinds; since 2 a calculation's randomness is keyed by its seed and
-fold, `finetune.calculation_seed`). Bump it in any change that alters them: it is in every calculation id, so a
+unit's part, `Task.parts`, AD's pair kinds; 5: AD's span matchers follow PAD's word rule; since 2 a calculation's
+randomness is keyed by its seed and fold, `finetune.calculation_seed`). Bump it in any change that alters them: it is in every calculation id, so a
 study never counts an older trial as done."""
 
 
