@@ -161,12 +161,15 @@ def test_trained_weights_change_only_with_the_pretraining_code_version(tmp_path)
 def batch_digests(probe: Path, ranks: int) -> dict:
     """The golden entry of a run probed by `fault_hooks.Probe` at every step: per rank, how many steps it trained
     and a sha256 of the rows (document#chunk) of each step's batch, in step order; with the versions it depends
-    on."""
+    on. The task data is one of them: its documents are held out of the corpus, so a task builder that picks other
+    documents moves the corpus's rows (its "version" names the builders' versions and AD's size)."""
     from fault_hooks import probed_steps
 
+    from alignlab.objectives.ad_data import AD_BUILDER_VERSION, AD_TARGET_SNIPPETS
     from alignlab.platform.corpus.corpus_identity import CORPUS_CODE_VERSION
     from alignlab.platform.pretrain.models import PRETRAIN_CODE_VERSION
     from alignlab.platform.tasks.holdout import HOLDOUT_RULE_VERSION
+    from alignlab.platform.tasks.task_data import TASK_BUILDER_VERSION
 
     out = {}
     for rank in range(ranks):
@@ -176,7 +179,9 @@ def batch_digests(probe: Path, ranks: int) -> dict:
         out[f"rank {rank}"] = {"steps": len(steps),
                                "sha256": hashlib.sha256(json.dumps(steps).encode()).hexdigest()}
     return {"version": PRETRAIN_CODE_VERSION, "corpus version": CORPUS_CODE_VERSION,
-            "holdout version": HOLDOUT_RULE_VERSION, "ranks": out}
+            "holdout version": HOLDOUT_RULE_VERSION,
+            "task data version": f"tasks {TASK_BUILDER_VERSION}, AD {AD_BUILDER_VERSION} of {AD_TARGET_SNIPPETS} snippets",
+            "ranks": out}
 
 
 def check_batches(key: str, probe: Path, ranks: int) -> None:
