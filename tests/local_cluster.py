@@ -60,6 +60,14 @@ class PortTaken(RuntimeError):
     pass
 
 
+def port_taken(text: str) -> bool:
+    """Whether a failed `ray start` failed because a chosen port was taken. Ray words it three ways: the GCS
+    ("is trying to use a port number"), the raylet ("Address already in use") and the dashboard's HTTP server
+    ("[Errno 98] ... address already in use", lower case)."""
+    low = text.lower()
+    return "is trying to use a port number" in low or "address already in use" in low
+
+
 class LocalCluster:
     def __init__(self, *, num_cpus: int = 2, autoscaling: dict | None = None, resources: dict | None = None,
                  env: dict | None = None):
@@ -105,7 +113,7 @@ class LocalCluster:
         if out.returncode != 0:
             self.stop()
             text = out.stdout + out.stderr
-            if "is trying to use a port number" in text or "Address already in use" in text:
+            if port_taken(text):
                 raise PortTaken(text[-3000:])
             raise RuntimeError(f"ray start failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
         return self
