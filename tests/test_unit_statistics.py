@@ -139,6 +139,33 @@ def test_degenerate_comparisons_have_a_stated_outcome_and_no_p_value_that_could_
     assert tie.p == 1.0 and tie.diff == 0.0 and "no difference" in tie.outcome
 
 
+def _one_class_null(rng, R=5, U=332, flipping=0.01, flip=0.2):
+    """A null in which one side predicts one class on every unit of every fold (its correctness is the label) and the
+    other does the same but flips a few units now and then, whatever their label: the population difference is 0,
+    and the units' component is barely above the residual, so Satterthwaite gives it a fraction of a degree of
+    freedom. AD's out-of-domain set read by a model that never left one class is this case."""
+    label = rng.integers(0, 2, U)
+    cb = np.tile((label == 0).astype(float), (R, 1))
+    flips = rng.random((R, U)) < np.where(rng.random(U) < flipping, flip, 0.0)[None, :]
+    ca = np.where(flips, 1 - cb, cb)
+    n = np.ones(R * U)
+    return paired_test({"folds": np.repeat(np.arange(R), U)}, np.tile(np.arange(U), R), ca.ravel(), n, cb.ravel(), n)
+
+
+def test_a_variance_part_with_a_fraction_of_a_degree_of_freedom_counts_one_and_keeps_the_interval_finite_and_valid():
+    rng = np.random.default_rng(11)
+    studies = [_one_class_null(rng) for _ in range(400)]
+    tested = [ev for ev in studies if ev.tested]
+    assert len(tested) > 300
+    widths = np.array([ev.ci_high - ev.ci_low for ev in tested])
+    assert widths.max() < 0.1, f"an interval {widths.max():.3g} wide: a fractional-df part blew up the blend"
+    assert min(d for ev in tested for _, d in ev.parts) == 1.0, "some part's Satterthwaite df fell below 1 and was floored"
+    reject = np.mean([ev.p < 0.05 for ev in tested])
+    cover = np.mean([ev.ci_low <= 0 <= ev.ci_high for ev in tested])
+    assert reject <= 0.05 + 2.6 * math.sqrt(0.05 * 0.95 / len(tested)), f"false positives {reject:.3f}"
+    assert cover >= 0.95 - 2.6 * math.sqrt(0.05 * 0.95 / len(tested)), f"coverage {cover:.3f}"
+
+
 def test_units_in_some_folds_but_not_all_are_decided_as_partly_crossed():
     rng = np.random.default_rng(2)
     reps = np.array([0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 4, 4])

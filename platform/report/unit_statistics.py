@@ -54,6 +54,12 @@ from scipy.optimize import brentq
 CONFIDENCE = 0.95
 P_FLOOR = 1e-12
 """The smallest p a blended (Cochran-Cox) test reports: beyond it the weighted t quantiles are not computed."""
+MIN_PART_DF = 1.0
+"""The fewest degrees of freedom a variance part counts. Satterthwaite's degrees of freedom of a difference of mean
+squares fall below 1 where the difference is small against its terms (a unit component barely above the residual);
+a Student t with a fraction of a degree of freedom has no usable quantile (0.12 df: 1e13 at 97.5%), so one such part,
+however small, made the blend's interval 1e8 points wide. Counted as 1 (t 12.7), it is still the most cautious part;
+`tests/test_unit_statistics.py` simulates the case."""
 FOLD_KEY = "ft_fold"
 RUN_KEY = "pretrain_seed"
 """The pretraining run of a calculation's model (its `PretrainConfig.seed`, from study.json)."""
@@ -227,7 +233,7 @@ def crossed_variance(X: np.ndarray, primary: int = 0, unit_axis: int | None = No
             c = sum(sign * ms[T] for T, sign in terms.items())
             if c > 0:
                 df = c ** 2 / sum((sign * ms[T]) ** 2 / dfs[T] for T, sign in terms.items())
-                parts.append((c / N, df))
+                parts.append((c / N, max(MIN_PART_DF, df)))
     return parts
 
 
