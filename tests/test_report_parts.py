@@ -158,3 +158,24 @@ def test_the_zero_shot_pad_head_is_one_number_per_model_in_the_ad_tables(study, 
     # Results without parts (older trials, or a task without them) still show the number, in one line.
     line = part_tables(pd.DataFrame(_trials(with_parts=False)), "accuracy", zero_shot, declared)[0]
     assert line.startswith("AD: zero-shot PAD head (") and line.endswith("): all* 60.8, -pad* –, same* –.")
+
+
+def test_a_column_of_several_pretraining_runs_shows_the_mean_of_its_models_zero_shot_pad_heads():
+    trials = _trials()
+    for row in trials:  # all*'s first folds come from one pretraining run, its last from another
+        if row["col"] == "all*" and row["ft_fold"] >= 3:
+            row.update(model_key="all*@seed1", model_id="m-all*@seed1", pretrain_seed=1)
+    declared = {"models": {k: {"model_id": f"m-{k}", "pretrain": {"objectives": []}}
+                           for k in ("all*", "all*@seed1", "-pad*", "same*")}}
+    sets = lambda acc, mutate: {"test": {"accuracy": acc, "count": 80, "parts": {"mutate": mutate, "pseudo": 0.5}}}
+    zero_shot = {"version": ZERO_SHOT_VERSION, "task_id": "t", "models": {
+        "m-all*": {"ad": {"head": "pad", "sets": sets(0.6, 0.7)}},
+        "m-all*@seed1": {"ad": {"head": "pad", "sets": sets(0.8, 0.9)}}}}
+    lines = part_tables(pd.DataFrame(trials), "accuracy", zero_shot, declared)
+    rows = {ln.split(" | ")[0].strip("| "): ln.rstrip(" |").split(" | ")[-1] for ln in lines if ln.startswith("| ")}
+    assert rows["all*"] == "70.0 / 80.0 / 50.0" and rows["-pad*"] == "–"
+    assert any("the mean of its 2 pretraining runs' models" in ln for ln in lines)
+    del zero_shot["models"]["m-all*@seed1"]
+    rows = {ln.split(" | ")[0].strip("| "): ln.rstrip(" |").split(" | ")[-1]
+            for ln in part_tables(pd.DataFrame(trials), "accuracy", zero_shot, declared) if ln.startswith("| ")}
+    assert rows["all*"] == "–", "a run without a record leaves no mean that could hide it"

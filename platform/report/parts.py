@@ -128,8 +128,11 @@ def part_tables(df: pd.DataFrame, metric: str, zero_shot: dict | None = None, st
             f"{100 * m:.1f} ({n})" if n != "–" else "–" for n, m in floors) + (" | " if heads else "") + " |")
         if heads:
             out.append("")
+            runs = max((sub_r[sub_r["col"] == c]["model_key"].nunique() for c in dict.fromkeys(sub_r["col"])),
+                       default=1)
             out.append(f"Zero-shot {heads[0].upper()} head: {_zero_shot_where(t, p)}; – where the model has no "
-                       f"{heads[0].upper()} head.")
+                       f"{heads[0].upper()} head" + (f"; a column's figure is the mean of its {runs} pretraining "
+                                                     "runs' models" if runs > 1 else "") + ".")
         out.append("")
     return out
 
@@ -170,13 +173,20 @@ def _zero_shot_record(zero_shot: dict, study: dict, key: str, task: str, prefix:
 
 
 def _zero_shot_cell(sub: pd.DataFrame, zero_shot: dict, study: dict, t, prefix: str, parts: list[str]) -> str:
+    """The column's zero-shot figures; a column of several pretraining runs (one model each) shows their mean, and
+    "–" unless every run's model has a record."""
     keys = list(dict.fromkeys(sub["model_key"].dropna())) if "model_key" in sub.columns else []
-    rec = _zero_shot_record(zero_shot, study, keys[0], t.name, prefix) if len(keys) == 1 else None
-    if not rec:
+    recs = [_zero_shot_record(zero_shot, study, k, t.name, prefix) for k in keys]
+    if not recs or not all(recs):
         return "–"
-    vals = [rec.get("accuracy")] + [rec.get("parts", {}).get(q) for q in parts]
-    return " / ".join("–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.1f}"
-                      for v in vals)
+
+    def mean(values: list) -> float | None:
+        values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+        return sum(values) / len(values) if len(values) == len(recs) else None
+
+    vals = [mean([r.get("accuracy") for r in recs])] + [mean([r.get("parts", {}).get(q) for r in recs])
+                                                          for q in parts]
+    return " / ".join("–" if v is None else f"{100 * v:.1f}" for v in vals)
 
 
 def part_comparisons(df: pd.DataFrame, baselines: dict[str, tuple[str, str]], control: str = "",
