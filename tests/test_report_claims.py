@@ -103,6 +103,23 @@ def test_a_claim_that_is_not_bold_reads_excluded_or_inconclusive():
     assert not math.isnan(wide[0].level)
 
 
+def test_a_claim_on_a_row_whose_positive_control_failed_reads_cannot_tell_not_excluded():
+    from alignlab.platform.report.significance import CONTROL, UNTRAINED, claims_section
+
+    claim = correct_family([Comparison("accuracy", "AD", "all*", MODEL, "-pad*", _ev(0.001, 0.6, 0.002, 30.0),
+                                       family=CLAIM)])
+    assert reading(claim).startswith("excluded: the gain is below +0.")
+    assert reading(claim, control_failed=True).startswith("cannot tell: the row's positive control failed")
+
+    def control(diff, p):
+        return Comparison("accuracy", "AD", "all*", UNTRAINED, "untrained", _ev(diff, p, 0.002, 30.0), family=CONTROL)
+
+    failed = claims_section(claim + correct_family([control(0.001, 0.6)]))
+    assert "cannot tell: the row's positive control failed" in failed[-1] and "excluded" not in failed[-1]
+    passed = claims_section(claim + correct_family([control(0.05, 1e-6)]))
+    assert "excluded: the gain is below" in passed[-1]
+
+
 def test_a_fold_without_a_partner_is_left_out_and_the_note_says_so():
     from alignlab.platform.report.significance import against_model
 

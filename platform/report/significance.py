@@ -179,11 +179,13 @@ def bold_cells(comparisons: list[Comparison]) -> dict[tuple[str, str, str], bool
             for key, tests in claims_of(comparisons).items()}
 
 
-def reading(tests: list[Comparison]) -> str:
+def reading(tests: list[Comparison], control_failed: bool = False) -> str:
     """What a claim's verdict means, in the table's words: bold, or for a claim that is not, "excluded" (the upper
     bound of its difference from the baseline model at the claim's level is below the effect the design could
     detect with POWER) or "inconclusive" (the study is too small to tell), in the spirit of equivalence bounds
-    (TOST; Lakens 2017)."""
+    (TOST; Lakens 2017). `control_failed`: the row's positive control (a pretrained column against the untrained
+    model) did not pass, so the pipeline showed no effect on this row at all and a small difference is no evidence
+    of a small effect: "cannot tell" instead of "excluded"."""
     model = next((c for c in tests if c.kind == MODEL), None)
     if model is None or not model.ev.tested:
         return "not tested"
@@ -198,6 +200,9 @@ def reading(tests: list[Comparison]) -> str:
         return "above the baseline model, not above the strongest context-free baseline"
     below = ("; below the strongest context-free baseline" if floor is not None and floor.ev.tested
              and floor.diff <= 0 else "")
+    if control_failed:
+        return (f"cannot tell: the row's positive control failed (a pretrained column not above the untrained model), "
+                f"so its upper bound ({_pts(upper)} points) is no evidence against a gain{below}")
     if upper < mde:
         return f"excluded: the gain is below {_pts(upper)} points (upper bound){below}"
     return f"inconclusive: smaller than the detectable {_pts(mde)} points{below}"
@@ -254,10 +259,12 @@ def claims_section(comparisons: list[Comparison]) -> list[str]:
            f"claim's level (one-sided p < {_p(level / 2)}: {P_VALUE} over the number of claims), from its own "
            "variance components; the upper bound is the one-sided bound at that level.", "",
            "| claim | difference (points) | claim p (one-sided) | Holm p | detectable (points) | reading |", "|---|---|---|---|---|---|"]
+    failed = {c.row for c in comparisons if c.kind == UNTRAINED and not c.significant}
     for (metric, row, col), tests in claims.items():
         model = next((c for c in tests if c.kind == MODEL), tests[0])
         out.append(f"| {row}: {col} − {model.against} ({metric}) | {_pts(model.diff)} | {_p(claim_p(tests))} | "
-                   f"{_p(tests[0].p_holm)} | {_pts(detectable(model)).lstrip('+')} | {reading(tests)} |")
+                   f"{_p(tests[0].p_holm)} | {_pts(detectable(model)).lstrip('+')} | "
+                   f"{reading(tests, control_failed=row in failed)} |")
     return out
 
 
