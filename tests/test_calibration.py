@@ -101,6 +101,19 @@ def test_the_run_shift_is_estimated_from_a_report_with_several_pretraining_runs(
     assert set(got) == {"ct"} and 0.8 < got["ct"] < 3.5, got
 
 
+def test_the_run_shift_the_calibration_and_the_plan_use_is_the_one_the_committed_three_run_mini_study_shows():
+    from alignlab.platform.report import power as plan_power
+
+    committed = calibration.RESULTS / "objective_ablation_mini_3pretrain_seeds_ad_by_part_results.parquet"
+    measured = calibration.run_points_from(committed)
+    assert round(measured["ct"], 2) == calibration.RUN_POINTS[0] == 0.29
+    assert measured["ad"] < 0.1, "AD at chance in every run: its measured shift is ~0, so AD's stays assumed"
+    plan = plan_power.defaults()
+    assert plan["ct"].run == pytest.approx(2 * (calibration.RUN_POINTS[0] / 100) ** 2)
+    assert plan["ad"].run == pytest.approx(2 * (calibration.RUN_POINTS[1] / 100) ** 2)
+    assert plan["ct"].run_source.startswith("measured") and plan["ad"].run_source.startswith("assumed")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("task,runs,shift,effect", [("ct", 1, 0.5, 1.5), ("ct", 3, 0.5, 1.5), ("ad", 1, 3.0, 3.0)])
 def test_the_power_plan_agrees_with_the_calibrations_simulated_power(components, task, runs, shift, effect):

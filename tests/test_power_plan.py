@@ -51,7 +51,9 @@ def test_a_plan_from_a_report_reads_its_claims_components(tmp_path):
     assert set(comps) == {"ct", "ad"}
     # The toy scores are independent coin flips: no units part of their own, the folds carry the variance.
     assert comps["ct"].fold > 0 and comps["ct"].units == 0 and comps["ad"].units == 0
-    assert "assumed" in comps["ct"].run_source and sdir.name in comps["ct"].source
+    # One run: the run part is not the report's own but the default's (CT's measured by the 3-run mini study).
+    assert comps["ct"].run_source == plan_power.defaults()["ct"].run_source and sdir.name in comps["ct"].source
+    assert "assumed" in comps["ad"].run_source
     with pytest.raises(ValueError, match="not a study folder"):
         plan_power.components_from(tmp_path)
 
@@ -64,7 +66,9 @@ def test_alignlab_plan_prints_the_designs_a_claim_needs(tmp_path, capsys):
     assert "Power plan: the runs x finetuning samples to show a gain of 1.5 points with 80% power" in out
     assert "one-sided p < 0.025: 0.05 over 2 claims" in out
     ct = out[out.index("  CT (components"):out.index("  AD (components")]
-    assert "run variance assumed: 0.4 points" in ct and "1 pretraining run x 5 finetuning samples" in ct
+    assert "run variance measured: 0.29 points per run and recipe (objective_ablation_mini_3pretrain_seeds" in ct
+    assert "1 pretraining run x 5 finetuning samples" in ct
+    assert "run variance assumed: 1.0 points" in out[out.index("  AD (components"):]
     assert "limits the detectable gain to" in ct
     try:  # a study run is refused --detect, with a one-line error and a non-zero exit
         code = main(["study", "objective_ablation", "--preset", "mini", "--storage", str(tmp_path), "--detect", "1"])

@@ -18,8 +18,8 @@ Power is simulated (Card et al. 2020): the difference is drawn around the effect
 each part's estimate as a scaled chi-square with its degrees of freedom, and the decision applied. The components
 come from a report (`components_from`: each claim's own variance parts, `Evidence.parts`) or, without one, from the
 mini objective ablation's committed report (each task's `Task.plan_variance`, `defaults`); the run component is read
-from a report with several pretraining runs per column, else assumed (`plan_variance`'s run_points), and the plan
-says which.
+from a report with several pretraining runs per column, else `plan_variance`'s run_points (CT's measured by the mini
+study with three runs per column, AD's assumed), and the plan says which.
 """
 from __future__ import annotations
 
@@ -61,7 +61,8 @@ def _assumed_run(points: float) -> float:
 
 def defaults() -> dict[str, Components]:
     """task -> the components `alignlab plan --detect` assumes without a report: each registered task's own
-    `Task.plan_variance` (the mini objective ablation's committed report, its run part assumed); a task that
+    `Task.plan_variance` (the mini objective ablation's committed report; its run part measured where the task says
+    `run_from`, else assumed); a task that
     declares none gets the largest declared (the widest fold part), so the plan errs towards more runs."""
     from alignlab.platform.tasks.task import registered_tasks
 
@@ -73,10 +74,12 @@ def defaults() -> dict[str, Components]:
         if v is None:
             continue
         own = "" if t.plan_variance else " (declared by another task: this one declares none)"
+        run_source = (f"measured: {v['run_points']} points per run and recipe ({v['run_from']})" if v.get("run_from")
+                      else f"assumed: {v['run_points']} points per run and recipe")
         out[t.name] = Components(t.name, fold=v["fold"], units=v["units"], units_df=v["units_df"],
                                  run=_assumed_run(v["run_points"]),
                                  source=f"the committed mini report (objective_ablation_mini_untrained_control){own}",
-                                 run_source=f"assumed: {v['run_points']} points per run and recipe")
+                                 run_source=run_source + own)
     return out
 
 

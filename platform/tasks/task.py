@@ -175,11 +175,12 @@ class Task:
     """What each built-in extra test set (`extra_tests`) is, for the report."""
     default: ClassVar[bool] = False
     """The task a FinetuneConfig means when it names none (exactly one registered task declares it)."""
-    plan_variance: ClassVar[dict[str, float] | None] = None
+    plan_variance: ClassVar[dict[str, float | str] | None] = None
     """What `alignlab plan --detect` assumes of a claim on this task without a report to read (`report.power`):
     {"fold": a finetuning sample's variance, "units": the test units' part, "units_df": its degrees of freedom,
-    "run_points": a pretraining run's shift sd in points per recipe}, accuracy 0-1 squared; None: the largest
-    declared by another task."""
+    "run_points": a pretraining run's shift sd in points per recipe, and optionally "run_from": the committed report
+    with several pretraining runs it was measured from (without it, the plan says the run part is assumed)},
+    accuracy 0-1 squared; None: the largest declared by another task."""
 
     def make_head(self, hidden: int, dropout: float) -> torch.nn.Module:
         raise NotImplementedError
