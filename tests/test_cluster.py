@@ -79,6 +79,26 @@ def _most_at_once(results: pd.DataFrame) -> int:
     return most
 
 
+_UP_TO_THE_TRIALS = r'''
+import runpy, sys
+
+import alignlab.platform.study.run as study_run
+
+
+def stop_before_the_trials(*args, **kwargs):
+    print("STOPPED BEFORE THE TRIALS", flush=True)
+    raise SystemExit(0)
+
+
+study_run.run_trials = stop_before_the_trials
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+"""`python -c _UP_TO_THE_TRIALS SCRIPT FLAGS...` runs a study script as its command line does, flags and all, and exits
+0 where its FEL trials would start: its task data, corpus and models are built, and nothing after them runs (no
+trials, zero-shot reads or report)."""
+
+
 def _autoscaling_cluster(head: dict, worker_types: dict, env: dict | None = None) -> LocalCluster:
     """A head with `head` resources and an autoscaler (Ray's fake multi-node provider) that adds `worker_types`
     on demand and removes them after 6 idle seconds (a trial's worker is never idle that long in the middle of a
@@ -95,13 +115,14 @@ def test_gpu_trials_make_the_autoscaler_add_gpu_nodes_run_side_by_side_there_and
     first version) never lets the GPU nodes the autoscaler adds hold two trials each."""
     storage = tmp_path / "storage"
     sdir = storage / "studies" / "learning_rate-smoke"
-    # The task data, the corpus and the model first, by the same study on a local Ray of its own (its trials on CPUs):
-    # on the autoscaling cluster, Ray Data's requests for CPUs while the corpus is read may be answered with GPU
-    # nodes, which would then be there before the trials ask. There the study finds them, and only its trials ask.
+    # The task data, the corpus and the model first, by the same study on a local Ray of its own, stopped where its
+    # trials would start (the cluster's run below is the one whose trials and report are checked): on the autoscaling
+    # cluster, Ray Data's requests for CPUs while the corpus is read may be answered with GPU nodes, which would then
+    # be there before the trials ask. There the study finds them, and only its trials ask.
     local_env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    run = subprocess.run([sys.executable, *STUDY[1:], "--storage", str(storage)], cwd=REPO, env=local_env,
-                         capture_output=True, text=True, timeout=1200)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
+    run = subprocess.run([sys.executable, "-c", _UP_TO_THE_TRIALS, *STUDY[1:], "--storage", str(storage)], cwd=REPO,
+                         env=local_env, capture_output=True, text=True, timeout=1200)
+    assert run.returncode == 0 and "STOPPED BEFORE THE TRIALS" in run.stdout, run.stdout[-4000:] + run.stderr[-3000:]
     shutil.rmtree(sdir)
     made = [*storage.glob("models/*/final/model.pt"), *storage.glob("corpus/*/manifest.json")]
     built = {p: p.stat().st_mtime_ns for p in made}

@@ -77,10 +77,13 @@ def assert_identical_corpora(a: Path, b: Path) -> None:
 
 
 @pytest.mark.ray
-def test_two_builds_of_the_same_config_write_identical_shards_tokenizer_and_counts(ray_session, tmp_path):
+def test_two_builds_of_the_same_config_write_identical_shards_tokenizer_and_counts(smoke_corpus, tmp_path):
     from alignlab.platform.corpus.corpus import build_corpus
 
-    a = build_corpus(CONFIG, tmp_path / "root-a", progress=False)
+    # The first build is the session's smoke corpus (conftest.py), its parts labelled by one actor; the second, at a
+    # root of its own, labels them with two.
+    assert CONFIG == Preset.named("smoke").corpus
+    a = smoke_corpus
     b = build_corpus(CONFIG, tmp_path / "root-b", progress=False, num_workers=2)
     assert a != b, "the second build must not be a cache hit"
 

@@ -164,13 +164,19 @@ def test_a_finished_model_keeps_its_last_checkpoint_and_a_truncated_weights_file
 
 
 @pytest.mark.ray
-def test_a_corpus_with_a_shard_cut_short_is_unfinished_and_built_again(ray_session, tmp_path):
+def test_a_corpus_with_a_shard_cut_short_is_unfinished_and_built_again(smoke_corpus, storage_root, tmp_path):
+    """The session's smoke corpus (conftest.py) and its task data, copied to a root of this test's own."""
+    import shutil
+
     from alignlab.platform.corpus.corpus import MANIFEST, build_corpus, corpus_finished
     from alignlab.platform.presets import Preset
     from alignlab.platform.storage.root import as_storage
 
     st = as_storage(tmp_path / "st")
-    cdir = build_corpus(Preset.named("smoke").corpus, st, progress=False)
+    cdir = st.local / "corpus" / smoke_corpus.name
+    shutil.copytree(smoke_corpus, cdir)
+    tasks = json.loads((cdir / MANIFEST).read_text())["heldout"]["task_dir"]
+    shutil.copytree(storage_root / "tasks" / tasks, st.local / "tasks" / tasks)
     assert json.loads((cdir / MANIFEST).read_text())["marker"] == MARKER
     listed = json.loads((cdir / MARKER).read_text())["files"]
     shard = sorted(cdir.glob("shards/train/*.parquet"))[0]

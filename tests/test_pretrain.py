@@ -178,22 +178,15 @@ def test_a_killed_worker_resumes_from_the_last_checkpoint_with_no_step_repeated_
         assert torch.equal(a, b), f"{k} differs from the uninterrupted run"
 
 
+# One run of the session's smoke model's config shows three things, each of which needs a pretraining that really
+# runs (the first two are also tested in-process, without Ray: tests/test_input_path.py).
 @pytest.mark.ray
-def test_a_train_worker_collating_in_processes_of_its_own_trains_the_same_weights(uninterrupted, smoke_corpus,
-                                                                                   tmp_path):
-    from alignlab.platform.pretrain.driver import pretrain
-
-    mdir = pretrain(smoke_corpus, dataclasses.replace(SMOKE, collate_workers=1), tmp_path)
-    assert mdir.name == uninterrupted.name  # where batches are collated is not part of what the model learns
-    for (k, a), b in zip(_weights(uninterrupted).items(), _weights(mdir).values()):
-        assert torch.equal(a, b), f"{k} differs from the run that collated on the worker's thread"
-
-
-@pytest.mark.ray
-def test_a_worker_reading_on_its_training_thread_after_a_plain_ray_init_trains_the_same_weights(uninterrupted,
-                                                                                              smoke_corpus, tmp_path):
-    """Two ways to the same rows in the same order, in one run:
-    - `prefetch_batches=0` fetches Ray Data's rows and collates them on the training thread, nothing ahead;
+def test_a_worker_collating_in_processes_and_reading_on_its_training_thread_after_a_plain_ray_init_trains_the_same_weights(
+        uninterrupted, smoke_corpus, tmp_path):
+    """Other ways to the same rows in the same order, in one run, than the session's `smoke_model` took (batches
+    collated on the worker's thread, rows read ahead on a prefetch thread):
+    - `collate_workers=1` collates the batches in a process of the Train worker's own (spawned inside the worker);
+    - `prefetch_batches=0` fetches Ray Data's rows on the training thread, nothing ahead;
     - a script that calls `ray.init()` itself never ran alignlab's DataContext setup (row order left to chance):
       before the fix two runs of one mini model id from such scripts trained on different rows
       (docs/journal/round-12.md), so `pretrain()` sets the order itself."""
@@ -204,13 +197,15 @@ def test_a_worker_reading_on_its_training_thread_after_a_plain_ray_init_trains_t
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = False  # what a process that only called ray.init() has
     try:
-        mdir = pretrain(smoke_corpus, dataclasses.replace(SMOKE, prefetch_batches=0), tmp_path)
+        mdir = pretrain(smoke_corpus, dataclasses.replace(SMOKE, collate_workers=1, prefetch_batches=0), tmp_path)
         assert ctx.execution_options.preserve_order, "pretrain() left the row order to chance"
     finally:
         ctx.execution_options.preserve_order = True
+    # Where batches are collated and how far ahead rows are read are not part of what the model learns.
     assert mdir.name == uninterrupted.name
     for (k, a), b in zip(_weights(uninterrupted).items(), _weights(mdir).values()):
-        assert torch.equal(a, b), f"{k} differs from the run that prefetched on a thread in the deterministic order"
+        assert torch.equal(a, b), (f"{k} differs from the run that collated on the worker's thread and prefetched on a "
+                                   "thread in the deterministic order")
 
 
 @pytest.mark.ray
