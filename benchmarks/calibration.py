@@ -50,15 +50,15 @@ import machine_info
 from alignlab.platform.runtime.provenance import code_commit  # noqa: E402
 
 from alignlab.platform.report.unit_statistics import holm, paired_test  # noqa: E402
+from alignlab.platform.tasks.task import task as task_named  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-RUN_POINTS = (0.29, 1.0)
-"""A pretraining run's shift sd in points per recipe, CT and AD: CT's measured by the mini objective ablation with
---pretrain-seeds 3 (`run_points_from` of benchmarks/results/objective_ablation_mini_3pretrain_seeds_ad_by_part_results
-.parquet: 0.29); AD's assumed, since there AD is at chance in every run (measured 0.03, which says nothing of a model
-that learns AD). The same figures as the tasks' `plan_variance`."""
-RUN_POINTS_SOURCE = ("CT measured (objective_ablation_mini_3pretrain_seeds_ad_by_part_results.parquet), "
-                     "AD assumed")
+_PLAN = {name: task_named(name).plan_variance for name in ("ct", "ad")}
+RUN_POINTS = (_PLAN["ct"]["run_points"], _PLAN["ad"]["run_points"])
+"""A pretraining run's shift sd in points per recipe, CT and AD: the tasks' own `plan_variance` (CT's measured by the
+mini objective ablation with --pretrain-seeds 3; AD's assumed, since there AD is at chance in every run)."""
+RUN_POINTS_SOURCE = ", ".join(f"{n.upper()} " + (f"measured ({v['run_from']})" if v.get("run_from") else "assumed")
+                              for n, v in _PLAN.items())
 DEFAULT_RESULTS = RESULTS / "objective_ablation_mini_results.parquet"
 FOLDS, SEEDS = 5, 2
 ALPHA = 0.05
