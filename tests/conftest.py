@@ -74,6 +74,13 @@ def pytest_configure(config):
     # it reaches every Ray process of the session and every driver a test starts (they inherit this environment).
     # A user's runs keep Ray's default: their steps take minutes, not seconds.
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
+    # Two helper processes a test's Train run or dataset read starts and a 2-CPU session pays for in seconds each:
+    # Ray Train's preemption watcher (an actor per run that only logs a spot node's notice of termination, which
+    # a local test never receives), and the pool of parquet footer readers Ray Data starts for every read (32 actors,
+    # each a Python process, sized for many remote files; a test's read lists a handful of local ones). Neither
+    # changes which rows are read, in what order, or what a worker computes; a user's runs keep Ray's defaults.
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
+    os.environ.setdefault("RAY_DATA_PARQUET_FOOTER_NUM_ACTORS", "1")
 
 
 SLOW_TEST_TIMEOUT_S = 1800
