@@ -61,6 +61,9 @@ def test_the_loop_checkpoints_when_the_minutes_are_up_and_asks_every_rank(tmp_pa
     assert run(dataclasses.replace(SMOKE, checkpoint_every_minutes=60.0)) == [6]
 
 
+# -m slow (~40 s): the default run checks when the loop takes a minutes' checkpoint (above) and a killed run's exact
+# resume from a checkpoint uploaded in the background (test_pretrain.py, test_data_parallel.py: every checkpoint is).
+@pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.timeout(900)
 def test_a_killed_run_resumes_from_a_checkpoint_taken_by_the_minute_and_uploaded_in_the_background(

@@ -107,6 +107,8 @@ def _autoscaling_cluster(head: dict, worker_types: dict, env: dict | None = None
     return LocalCluster(num_cpus=head["CPU"], autoscaling=config, env=env)
 
 
+# -m slow: see the comment above the autoscaling S3 study below.
+@pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.cluster
 def test_gpu_trials_make_the_autoscaler_add_gpu_nodes_run_side_by_side_there_and_idle_nodes_go(tmp_path):
@@ -232,8 +234,9 @@ def test_a_smoke_study_submitted_as_a_ray_job_with_an_s3_root_keeps_every_artifa
         proc.wait()
 
 
-# -m slow (~90 s alone). Its parts run in the default suite: the autoscaler adding and
-# removing nodes (test_gpu_trials_make_the_autoscaler_...), a study whose root is an S3 bucket
+# -m slow (~90 s alone), as the autoscaling GPU test above (~110-140 s, most of it the autoscaler's own waits). Their
+# parts run in the default suite: what alignlab asks of an autoscaler (no cap on the trials, test_study_layout.py; a
+# request no node type can hold refused, test_faults_runtime.py), a study whose root is an S3 bucket
 # (test_a_smoke_study_submitted_as_a_ray_job_with_an_s3_root_...), two data-parallel Train workers (test_data_parallel.py),
 # and what the second machine at its end relies on (see the Ray job test).
 @pytest.mark.slow

@@ -92,6 +92,10 @@ def test_a_build_killed_midway_leaves_temporaries_that_the_next_build_of_the_sam
     assert built == [1] and other.exists()  # finished: nothing is built and nothing deleted
 
 
+# -m slow (~30 s): two whole `alignlab corpus build` processes. The default run checks the lock they meet at
+# (`test_a_second_process_waits_for_the_lock_and_takes_it_when_the_holder_is_killed`, below) and two processes building
+# one artifact at an S3 root (test_remote_lock.py).
+@pytest.mark.slow
 @pytest.mark.ray
 def test_two_concurrent_builds_of_one_corpus_build_it_once_and_both_use_it(tmp_path):
     root = tmp_path / "st"
@@ -109,8 +113,8 @@ def test_two_concurrent_builds_of_one_corpus_build_it_once_and_both_use_it(tmp_p
 
 
 # -m slow (~29 s): a model and a corpus are built once through the same `locks.build_once`; the default suite runs
-# two concurrent corpus builds (above), the lock's waiting and take-over (below) and two processes building one
-# artifact at an S3 root (test_remote_lock.py).
+# the lock's waiting and take-over (below) and two processes building one artifact at an S3 root
+# (test_remote_lock.py).
 @pytest.mark.slow
 @pytest.mark.ray
 def test_two_concurrent_pretrainings_of_one_model_id_train_it_once_and_both_return_it(smoke_corpus, tmp_path):

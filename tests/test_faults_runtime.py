@@ -36,6 +36,10 @@ def _one_error_line(out: str) -> str:
 # ---------------------------------------------------------------- 1. impossible resource requests
 
 
+# -m slow (~15 s, a Ray instance of its own): the same refusal from `pretrain` on the session's Ray runs by default
+# (`test_pretrain_itself_refuses_an_impossible_request_before_writing_the_model_folder`), and the command line's
+# one-line refusal of an impossible request with the FEL trial's below.
+@pytest.mark.slow
 def test_pretraining_that_asks_for_gpus_and_more_cpus_than_this_machine_has_is_refused_before_the_corpus_is_built(
         tmp_path):
     # The paper preset: a Train worker of {CPU: 8, GPU: 1}. On a CPU-only machine this used to wait forever.

@@ -12,6 +12,9 @@ from alignlab.platform.study.run import run_study
 from alignlab.studies import null_control
 
 
+# -m slow (~35 s): the study's 40 calculations. The default run checks the decision's false positives under a null
+# with the design's variance by simulation (test_calibration.py, test_unit_statistics.py).
+@pytest.mark.slow
 @pytest.mark.ray
 def test_an_a_a_study_of_one_model_and_other_seeds_has_nothing_bold(ray_session, storage_root):
     study = null_control.build("smoke")

@@ -257,6 +257,7 @@ print("[toy] finished", flush=True)
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_a_search_driver_killed_inside_a_trial_resumes_through_its_journal(tmp_path):
     """test_e2e kills the real finetuning search between trials (its smoke trials last a fraction of a second);

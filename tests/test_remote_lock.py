@@ -102,7 +102,9 @@ class Bucket:
                       "name": key}, data=body, timeout=30).raise_for_status()
 
 
-@pytest.fixture(scope="module", params=["s3", "gs"])
+# The lock's logic is the same on every backend; the default run checks it on S3 (moto), and `-m slow` also on
+# Google Cloud Storage's emulator (its conditional create is another request: about 20 s more).
+@pytest.fixture(scope="module", params=["s3", pytest.param("gs", marks=pytest.mark.slow)])
 def server(request):
     """(scheme, endpoint) of a real local server of that kind, one per module."""
     if request.param == "s3":

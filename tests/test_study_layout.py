@@ -157,3 +157,15 @@ def test_the_paper_preset_asks_eight_cpus_and_three_collating_processes_a_gpu_wi
     assert (paper.cpus_per_worker, paper.collate_workers, paper.use_gpu) == (8.0, 3, True)
     before = dataclasses.replace(paper, cpus_per_worker=4.0, collate_workers=2)  # the preset until issue #56
     assert model_id("bundled-x", paper) == model_id("bundled-x", before)
+
+
+def test_fel_trials_are_not_capped_by_the_clusters_resources_so_an_autoscaler_sees_them_waiting():
+    """Without --max-concurrent, Tune asks for every pending trial's resources at once and an autoscaler adds nodes
+    for those left waiting; a cap taken from the cluster's resources when the trials begin (a head with no GPU: one
+    trial at a time) never asked for the GPU nodes. The autoscaling cluster itself runs under `-m slow`
+    (tests/test_cluster.py `test_gpu_trials_make_the_autoscaler_add_gpu_nodes_run_side_by_side_there_and_idle_nodes_go`)."""
+    from alignlab.platform.study.grid import concurrency
+
+    for resources in ({"cpu": 0.5, "gpu": 0.5}, {"cpu": 1}, {"cpu": 0.5, "gpu": 0.5, "resources": {"TPU": 1}}):
+        assert concurrency(resources, None) is None
+        assert concurrency(resources, 3) == 3
