@@ -135,6 +135,7 @@ def main(argv=None) -> None:
     # scikit-learn 1.9 announces a change of LogisticRegressionCV's attributes on every fit; the head reads C_, coef_
     # and intercept_ only, which keep their meaning.
     warnings.filterwarnings("ignore", category=FutureWarning, message="The fitted attributes of LogisticRegressionCV")
+    warnings.filterwarnings("ignore", category=FutureWarning, message="The default value for l1_ratios")
     task, data = task_named(a.task), TaskData.load(a.tasks or only_folder(a.storage, "tasks"))
     heads, points = a.heads.split(","), calculations()[:a.points]
     command = bench_args.command("fel_heads.py", argv)
