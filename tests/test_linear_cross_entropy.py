@@ -121,14 +121,22 @@ def test_a_trainer_on_auto_gives_each_head_what_the_rule_picks_for_its_rows_and_
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (and a torch built for it)")
 def test_on_a_cuda_device_under_bf16_autocast_the_chunked_loss_gives_the_plain_ones_loss_sums_and_gradients():
     """What a GPU step runs where `loss_chunk_rows` auto chunks (a large vocabulary eager), at a vocabulary large
-    enough for several chunks."""
+    enough for several chunks; the chunked loss and its gradients never wait for the device (the whole step's check,
+    tests/test_input_path.py, runs the plain loss at the smoke vocabulary)."""
     x, w, b, labels = (t.detach().cuda().requires_grad_(t.requires_grad) for t in _inputs(n=512, h=64, c=32_000))
     with torch.autocast("cuda", dtype=torch.bfloat16):
         plain, plain_sums = classification_sums(F.linear(x, w, b), labels)
-        chunked, sums = linear_cross_entropy_sums(x, w, b, labels, chunk_rows=128)
+        _grads(linear_cross_entropy_sums(x, w, b, labels, chunk_rows=128)[0], x, w, b)  # warm: lazy initialisation
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            chunked, sums = linear_cross_entropy_sums(x, w, b, labels, chunk_rows=128)
+            chunked_grads = _grads(chunked, x, w, b)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
     assert chunked.device.type == "cuda" and chunked.dtype == torch.float32
     torch.testing.assert_close(chunked, plain, rtol=2e-2, atol=2e-2)
     assert int(sums["count"]) == int(plain_sums["count"]) == int((labels != IGNORE).sum())
-    for got, want in zip(_grads(chunked, x, w, b), _grads(plain, x, w, b)):
+    for got, want in zip(chunked_grads, _grads(plain, x, w, b)):
         assert got.dtype == want.dtype and got.device == want.device
         torch.testing.assert_close(got, want, rtol=5e-2, atol=5e-3)
