@@ -95,9 +95,10 @@ def auto_loss_chunk_rows(rows: int, num_classes: int, *, device_type: str, compi
     rows a step: on a CUDA device, chunks of `linear_cross_entropy.auto_chunk_rows` where the plain loss would hold
     more than `PLAIN_LOSS_BUDGET` (`plain_loss_bytes`, which depends on eager vs compiled), else 0 (the plain loss).
     Why memory alone decides: the chunked loss runs the same three matrix products as the plain one, plus a launch
-    series and an fp32 accumulation of the weight's gradient per chunk, so where the logits fit it can only cost time;
-    what it buys is the [rows, classes] logits never held at once. On a CPU always 0: there the logits are small and
-    the plain loss is the one every CPU model (and the golden weights of tests/test_versions.py) trained with."""
+    series and an fp32 accumulation of the weight's gradient per chunk, so where the logits fit it is not expected
+    to be faster; what it buys is the [rows, classes] logits never held at once. On a CPU always 0: there the logits
+    are small and the plain loss is the one every CPU model (and the golden weights of tests/test_versions.py)
+    trained with."""
     if device_type != "cuda" or plain_loss_bytes(rows, num_classes, compiled=compiled, bf16=bf16) <= PLAIN_LOSS_BUDGET:
         return 0
     return auto_chunk_rows(num_classes)
