@@ -4,8 +4,8 @@
 # carry .gpu_wheels/cp312 with the repository, then run, in device calls of under 10 minutes each:
 #
 #   bash benchmarks/gpu_checks.sh --call 1 [OUT_DIR]   # the goals' figures, then the CUDA tests without Ray (<= 8 min)
-#   bash benchmarks/gpu_checks.sh --call 2 [OUT_DIR]   # 111K vocabulary, chunked vs plain loss, real rows (<= 9.2 min)
-#   bash benchmarks/gpu_checks.sh --call 3 [OUT_DIR]   # the CUDA tests that train under Ray Train (<= 5.3 min)
+#   bash benchmarks/gpu_checks.sh --call 2 [OUT_DIR]   # 111K vocabulary, chunked vs plain loss, real rows (<= 9 min)
+#   bash benchmarks/gpu_checks.sh --call 3 [OUT_DIR]   # the CUDA tests that train under Ray Train (<= 5.1 min)
 #   bash benchmarks/gpu_checks.sh --dry-run [--call N] OUT_DIR   # every part at toy sizes on CPU
 #                                                                # (tests/test_gpu_checks.py)
 #
@@ -78,7 +78,7 @@ wheels=${ALIGNLAB_GPU_WHEELS:-$root/.gpu_wheels/cp$pyver}
 site=${ALIGNLAB_GPU_SITE:-/tmp/alignlab-gpu-site}
 mkdir -p "$site"
 if compgen -G "$wheels/*.whl" > /dev/null; then
-  [ "$dry" = 1 ] && t_install=180 || t_install=45
+  [ "$dry" = 1 ] && t_install=180 || t_install=30
   part install $t_install $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$site" "$wheels"/*.whl || { echo "gpu_checks: installing the wheels in $wheels failed:"
                                            cat "$logs/install.log"; exit 2; }
@@ -160,13 +160,13 @@ else
   side=(--copies 3 --batch 256 --steps 150 --warmup 10); collect=()
   # The chunks auto makes where it chunks (about 256 MiB of fp32 logits: 512 rows at 111K, 2,048 at 32K).
   chunk_rows() { $py -c "from alignlab.platform.encoder.linear_cross_entropy import auto_chunk_rows as a; print(a($1))"; }
-  # Each call's limits, with the install (45 s), presence (25 s) and nvidia-smi (10 s), add up to what its header
-  # says: call 1 480 s (the corpus build runs beside the step part, under the same 130 s), call 2 550 s, call 3
-  # 320 s. What the parts are estimated to take on an H100/H200 box with cold compile caches (docs/throughput.md#the-
+  # Each call's limits, with the install (30 s), presence (25 s) and nvidia-smi (10 s), add up to what its header
+  # says: call 1 480 s (the corpus build runs beside the step part, under the same 130 s), call 2 535 s, call 3
+  # 305 s. What the parts are estimated to take on an H100/H200 box with cold compile caches (docs/throughput.md#the-
   # gpu-walk has the table and its sources: measured where a committed log has the figure, else estimated):
-  # call 1 about 5.5 minutes -- the step ~85 s, side by side ~30 s, end to end ~115 s, the CUDA tests ~50 s;
+  # call 1 about 5 minutes -- the step ~85 s, side by side ~30 s, end to end ~115 s, the CUDA tests ~50 s;
   # call 2 about 6 minutes -- four step parts ~55 s each, the real rows ~100 s; call 3 about 3 minutes.
-  t_step=130; t_side=40; t_e2e=150; t_tests=80; t_big=85; t_real=130; t_ray_tests=240
+  t_step=130; t_side=40; t_e2e=150; t_tests=95; t_big=85; t_real=130; t_ray_tests=240
   real_size=768x3_vocab32000; real=(--real-rows mini --corpus-vocab 32000 --batch 256 --real-windows 4 --rounds 3)
   real_env=()
   part gpu 10 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
