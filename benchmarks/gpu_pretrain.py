@@ -146,6 +146,8 @@ def bench_models(sizes, tok, table, *, batch: int, steps: int, rounds: int, warm
         m = MODEL_SIZES[size]
         cfg = config(size, batch, device, compile=compile_model, cuda_graphs=cuda_graphs)
         label = " compiled+graphs" if cuda_graphs else " compiled" if compile_model else ""
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()  # this model's peak alone
         t0 = time.perf_counter()
         al = Pretrainer(cfg, tok, device=device)
         collated = [al.collate({k: v[i * batch:(i + 1) * batch] for k, v in rows.items()}, step=i) for i in range(4)]
@@ -171,6 +173,9 @@ def bench_models(sizes, tok, table, *, batch: int, steps: int, rounds: int, warm
                     times[who].append(timed(lambda i: hf.step(hf_inputs[i % 4]), steps, device))
         row = {"size": size, "batch": batch, "seq_len": SEQ, "tokens_per_step": tokens, "flops_per_token": fpt,
                "compiled": compile_model, "cuda_graphs": cuda_graphs, "warmup_s_alignlab": round(warm_al, 1),
+               # the MLM loss as run (rows a chunk, 0 the plain loss) and what loss_chunk_rows auto picks here
+               "loss_chunk_rows": al.objectives["mlm"].output_chunk_rows,
+               "auto_loss_chunk_rows": al.auto_output_chunk_rows()["mlm"],
                "optimizer": f"{type(al.optimizer).__name__}({', '.join(f'{k}={v}' for k, v in al.optimizer.defaults.items() if k in ('lr', 'fused', 'foreach'))})"}
         for who, ts in times.items():
             if not ts:
@@ -251,7 +256,9 @@ def ray_run(size: str, tok, *, batch: int, steps: int, num_rows: int, device: st
         acc.Reload()
         scalars = {k: {e.step: (e.wall_time, e.value) for e in acc.Scalars(k)}
                    for k in ("data_wait_fraction", "throughput/tokens_per_s", "throughput/samples_per_s")}
-        epochs = [int(line.split()[1]) for line in (d / "epochs.txt").read_text().splitlines()]
+        reports = [json.loads(line) for line in (d / "epochs.txt").read_text().splitlines()]
+        epochs = [r["epoch"] for r in reports]
+        memory = [r["max_memory_gib"] for r in reports if r["max_memory_gib"] is not None]
         ev = json.loads((mdir / "final" / "eval.json").read_text())
     tp = ev.get("throughput") or {}
     fpt = tp.get("flops_per_token")  # the run's own count per real token, its heads included
@@ -265,6 +272,8 @@ def ray_run(size: str, tok, *, batch: int, steps: int, num_rows: int, device: st
             "prefetch_batches": cfg.prefetch_batches, "collate_workers": cfg.collate_workers,
             "corpus_write_s": round(corpus_s, 1), "fit_wall_s": round(fit_s, 1),
             "max_epoch": max(epochs),  # the loop's own epoch count at each report: 0 if no pass restarted
+            "max_memory_gib": max(memory) if memory else None,  # the Train worker's peak by its last report
+            "graph_breaks": reports[-1]["graph_breaks"],  # compiled: over every width's compile by the last report
             "steady_step_ms": steady["step_ms"], "steady_steps": steady["steps"],
             "steady_tokens_per_s": round(tps), "steady_real_tokens_per_step": steady["real_tokens_per_step"],
             "steady_mfu": None if peak is None or fpt is None else round(tps * fpt / peak, 4),
@@ -281,15 +290,25 @@ def rows_read(steps: int, batch: int, bucket_batches: int) -> int:
 
 
 class EpochLog:
-    """`pretrain`'s after_step hook here: the loop's epoch at each report, one line a report in `path` (a run
-    whose stream ran out restarts its pass and counts epoch 1)."""
+    """`pretrain`'s after_step hook here, in the Train worker: at each report, one JSON line in `path` with the
+    loop's epoch (a run whose stream ran out restarts its pass and counts epoch 1), the worker's peak device memory
+    so far (CUDA) and, compiled, the graph breaks its compiles met so far (each splits the step's graph and costs a
+    host round trip)."""
 
     def __init__(self, path: str):
         self.path = path
 
     def __call__(self, *, step, trainer, **_) -> None:
+        mem = breaks = None
+        if trainer.device.type == "cuda":
+            mem = round(torch.cuda.max_memory_allocated(trainer.device) / 2**30, 2)
+        if trainer.cfg.compile:
+            from torch._dynamo.utils import counters
+
+            breaks = sum(counters["graph_break"].values())
         with open(self.path, "a") as f:
-            f.write(f"{step} {trainer.state.epoch}\n")
+            f.write(json.dumps({"step": step, "epoch": trainer.state.epoch, "max_memory_gib": mem,
+                                "graph_breaks": breaks}) + "\n")
 
 
 def steady_intervals(scalars: dict, batch: int, slow: float = 1.5) -> dict:
@@ -462,6 +481,7 @@ def real_rows_step(size: str, tok, row_batches: list, eager_ids: list, *, batch:
            "flops_per_real_token": round(flops / real),
            "mfu": None if peak is None else round(flops / n / s / peak, 4),
            "collate_s": round(collate_s, 1), "warmup_s": round(warm_s, 1),
+           "loss_chunk_rows": tr.objectives["mlm"].output_chunk_rows,  # auto's pick (0: the plain loss)
            "train_loss_rounds": [round(x, 4) for x in losses]}
     if compiled:  # the rows, their grouping and their labels are the eager run's; only the widths differ
         row["same_rows_as_eager"] = ids == eager_ids
@@ -512,7 +532,8 @@ def main(argv: list[str] | None = None) -> None:
     bench_args.add_flags(p, device="cuda")
     p.add_argument("--sizes", default="768x3,128x2", help="comma-separated hidden x layers labels")
     p.add_argument("--batch", type=int, default=256, help="global batch (rows per step on the one device)")
-    p.add_argument("--steps", type=int, default=30, help="timed steps per model per round")
+    p.add_argument("--steps", type=int, default=30,
+                   help="timed steps per model per round (0: no step part, e.g. the Ray run alone)")
     bench_args.add_flags(p, rounds=4, help={"rounds": "alternating rounds (alignlab, HF, HF, alignlab, ...); with "
                                                       "--real-rows, timed passes over the batches"})
     p.add_argument("--warmup", type=int, default=5)
@@ -523,8 +544,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="pieces of the tokenizer (32000; 111000 is the paper corpus's): the decoder's width")
     p.add_argument("--no-hf", action="store_true")
     p.add_argument("--loss-chunk-rows", type=int, default=-1,
-                   help="PretrainConfig.loss_chunk_rows: -1 auto (chunked on a GPU), 0 the plain loss, N rows a chunk "
-                        "(gpu_checks.sh's second call measures chunked against plain)")
+                   help="PretrainConfig.loss_chunk_rows: -1 auto (pretrain.auto_loss_chunk_rows: chunked on a GPU where "
+                        "the plain loss would hold more than 3 GiB), 0 the plain loss, N rows a chunk (gpu_checks.sh's "
+                        "second call measures chunked against plain)")
     p.add_argument("--ray-steps", type=int, default=600, help="steps of each Ray Train run (0: no Ray part)")
     p.add_argument("--ray-rows", type=int, default=76_800, help="rows of the synthetic corpus (passes repeat)")
     p.add_argument("--ray-cpus", type=int, default=8)
@@ -563,6 +585,8 @@ def main(argv: list[str] | None = None) -> None:
     for s in sizes:
         if s not in MODEL_SIZES:
             raise SystemExit(f"unknown size {s!r}: choose from {', '.join(MODEL_SIZES)}")
+    if args.compile and not args.steps and not args.real_rows:
+        raise SystemExit("--compile times the step: give it --steps (--steps 0 runs no step part)")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device here: run on a GPU machine, or --device cpu for a dry run of the code paths")
     command = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__)] + sys.argv[1:])
@@ -622,7 +646,7 @@ def main(argv: list[str] | None = None) -> None:
         table = synthetic_rows(tok, 4 * args.batch)
         result["models"] = bench_models(sizes, tok, table, batch=args.batch, steps=args.steps, rounds=args.rounds,
                                         warmup=args.warmup, device=args.device, compile_model=False,
-                                        with_hf=not args.no_hf)
+                                        with_hf=not args.no_hf) if args.steps else {}
         save()
         for size in sizes if args.ray_steps else ():
             try:

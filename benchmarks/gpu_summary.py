@@ -2,7 +2,9 @@
 
 Reads the call's folder (status.tsv and the parts' JSONs), prints one table and writes it as JSON (`--out`).
 Goals (issue 67; measured on the first GPU machine): the 768x3 step >= 50% MFU with the decoder counted; end to end
->= 45% MFU with <= 3% data wait; >= 2x HF end to end; three 128x2 models side by side >= 2.5x one alone.
+>= 45% MFU with <= 3% data wait; >= 2x HF end to end; three 128x2 models side by side >= 2.5x one alone. Call 2 adds
+the table that settles `loss_chunk_rows` auto's rule (`pretrain.auto_loss_chunk_rows`): per vocabulary and mode, the
+step with the chunked MLM loss and with the plain one, their peak memory, and what auto picks there.
     python benchmarks/gpu_summary.py LOGS_DIR --call 1 --commit abc1234 --out summary_call1.json
 """
 from __future__ import annotations
@@ -41,14 +43,15 @@ def goals_call1(logs: Path) -> list[dict]:
                          "goal": ">= 50%", "ms_per_step": r.get("alignlab_step_ms"),
                          "vs_hf_step": round(r["alignlab_tokens_per_s"] / hf, 3) if hf and r.get("alignlab_tokens_per_s")
                          else None, "peak_memory_gib": r.get("max_memory_gib"),
-                         "graph_breaks": r.get("graph_breaks")})
+                         "graph_breaks": r.get("graph_breaks"), "loss_chunk_rows": r.get("loss_chunk_rows")})
     if eager.get("hf_mfu") is not None or eager.get("hf_step_ms") is not None:
         rows.append({"figure": "HF BertForPreTraining step MFU (eager)", "value": _pct(eager.get("hf_mfu")),
                      "ms_per_step": eager.get("hf_step_ms"), "peak_memory_gib": None})
     e2e = _load(next(iter(sorted(logs.glob("end_to_end_*.json"))), logs / "none"))
     ray = _first(e2e.get("ray", {}))
     if ray and "error" not in ray:
-        hf = _first(e2e.get("models", {})).get("hf_tokens_per_s")
+        # HF's step beside the run if it ran one, else the step part's: the same vocabulary size, batch and length
+        hf = _first(e2e.get("models", {})).get("hf_tokens_per_s") or eager.get("hf_tokens_per_s")
         left = ray.get("intervals_left_out") or {}
         rows.append({"figure": "end-to-end MFU (Ray Train)", "value": _pct(ray.get("steady_mfu")), "goal": ">= 45%",
                      "ms_per_step": ray.get("steady_step_ms"), "objectives": ray.get("objectives"),
@@ -60,6 +63,11 @@ def goals_call1(logs: Path) -> list[dict]:
                      "goal": "<= 3%"})
         rows.append({"figure": "end to end vs HF's step", "goal": ">= 2x",
                      "value": f"{ray['steady_tokens_per_s'] / hf:.2f}x" if hf else "n/a"})
+        mem = ray.get("max_memory_gib")
+        rows.append({"figure": "end-to-end peak memory (Train worker)", "value": "n/a" if mem is None else f"{mem} GiB"})
+        if ray.get("compiled"):
+            rows.append({"figure": "end-to-end graph breaks (every width's compile)",
+                         "value": "n/a" if ray.get("graph_breaks") is None else str(ray["graph_breaks"])})
     side = _load(logs / "side_by_side_128x2.json")
     if side.get("aggregate_ratio") is not None:
         copies = side["side_by_side"]["copies"]
@@ -92,7 +100,7 @@ def goals_call2(logs: Path) -> list[dict]:
             if row.get("alignlab_step_ms") is not None:
                 rows.append({"figure": f"{path.stem.split('_', 2)[2]} {kind}", "value": _pct(row.get("alignlab_mfu")),
                              "ms_per_step": row["alignlab_step_ms"], "peak_memory_gib": row.get("max_memory_gib"),
-                             "graph_breaks": row.get("graph_breaks")})
+                             "graph_breaks": row.get("graph_breaks"), "loss_chunk_rows": row.get("loss_chunk_rows")})
     for path in sorted(logs.glob("real_rows_*.json")):
         real = _load(path).get("real_rows", {})
         for label, row in real.get("models", {}).items():
@@ -101,16 +109,41 @@ def goals_call2(logs: Path) -> list[dict]:
                              "value": _pct(row.get("mfu")), "ms_per_step": row["step_ms"],
                              "real_tokens_per_s": row.get("real_tokens_per_s"),
                              "padding": row.get("padding_fraction"), "peak_memory_gib": row.get("max_memory_gib")})
-    # The chunked loss pays where it is faster or needed for memory: the decision per (vocabulary, mode).
-    by = {r["figure"]: r for r in rows}
-    for name in list(by):
-        if "_chunked " in name:
-            plain = by.get(name.replace("_chunked ", "_plain "))
-            if plain:
-                faster = by[name]["ms_per_step"] < plain["ms_per_step"]
-                rows.append({"figure": f"chunked pays? {name.replace('_chunked', '')}",
-                             "value": f"{'yes' if faster else 'no'}: chunked {by[name]['ms_per_step']} ms, "
-                                      f"plain {plain['ms_per_step']} ms"})
+    rows += chunk_table(logs)
+    return rows
+
+
+def chunk_table(logs: Path) -> list[dict]:
+    """Per vocabulary and mode (eager, compiled): the step with the chunked MLM loss against the plain one (the parts
+    `step_*_vocab<V>_chunked` and `_plain`), their peak memory, and what `loss_chunk_rows` auto picks there
+    (`pretrain.auto_loss_chunk_rows`, recorded by each part). Auto chunks for memory only; the table says whether
+    the plain loss is faster where auto keeps it, and what chunking costs and saves where auto chunks."""
+    runs: dict[tuple, dict] = {}
+    for path in sorted(logs.glob("step_*_vocab*_*.json")):
+        stem = path.stem.rsplit("_", 2)
+        if len(stem) != 3 or stem[2] not in ("chunked", "plain"):
+            continue
+        r = _load(path)
+        for mode, block in (("eager", r.get("models", {})), ("compiled", r.get("compiled", {}))):
+            row = _first(block)
+            if row.get("alignlab_step_ms") is not None:
+                runs[(stem[1], mode, stem[2])] = row
+    rows = []
+    for (vocab, mode, kind), chunked in sorted(runs.items()):
+        plain = runs.get((vocab, mode, "plain"))
+        if kind != "chunked" or plain is None:
+            continue
+        auto = chunked.get("auto_loss_chunk_rows")
+        picks = "n/a" if auto is None else "chunked" if auto else "plain"
+        faster = "chunked" if chunked["alignlab_step_ms"] < plain["alignlab_step_ms"] else "plain"
+        mem_c, mem_p = chunked.get("max_memory_gib"), plain.get("max_memory_gib")
+        rows.append({"figure": f"chunked pays? {vocab} {mode}",
+                     "value": f"auto {picks}, faster {faster}",
+                     "chunked_ms": chunked["alignlab_step_ms"], "plain_ms": plain["alignlab_step_ms"],
+                     "plain_over_chunked": round(plain["alignlab_step_ms"] / chunked["alignlab_step_ms"], 3),
+                     "chunked_rows": chunked.get("loss_chunk_rows"),
+                     "chunked_peak_gib": mem_c, "plain_peak_gib": mem_p,
+                     "auto_agrees_with_faster": None if auto is None else picks == faster})
     return rows
 
 
@@ -126,7 +159,7 @@ def main(argv=None) -> int:
         name, rc, secs, limit = line.split("\t")
         parts.append({"part": name, "exit": int(rc), "seconds": int(secs), "timeout_s": int(limit),
                       "timed_out": rc in ("124", "137")})
-    figures = (goals_call1(args.logs) if args.call == 1 else goals_call2(args.logs)) + corpus_rows(args.logs)
+    figures = {1: goals_call1, 2: goals_call2}.get(args.call, lambda _: [])(args.logs) + corpus_rows(args.logs)
     machine = {}
     for path in sorted(args.logs.glob("*.json")):  # the GPU parts' machine: the corpus build ran with --device cpu
         if not path.name.startswith("corpus_"):
@@ -137,9 +170,10 @@ def main(argv=None) -> int:
     for p in parts:
         print(f"{p['part']:32} {'TIMED OUT' if p['timed_out'] else 'exit ' + str(p['exit']):>10} "
               f"{p['seconds']:5d} s (limit {p['timeout_s']} s)")
-    tests = args.logs / "cuda_tests.log"
-    if tests.is_file() and tests.read_text().strip():
-        print("cuda tests:", tests.read_text().strip().splitlines()[-1])
+    for name in ("cuda_tests", "ray_cuda_tests"):
+        tests = args.logs / f"{name}.log"
+        if tests.is_file() and tests.read_text().strip():
+            print(f"{name.replace('_', ' ')}:", tests.read_text().strip().splitlines()[-1])
     print("--- figures")
     for f in figures:
         extra = ", ".join(f"{k} {v}" for k, v in f.items() if k not in ("figure", "value") and v is not None)

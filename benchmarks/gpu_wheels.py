@@ -53,6 +53,12 @@ PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x
 LIMIT = 64 * 2**20  # what travels with a device call
 
 
+def machine_packages() -> list[str]:
+    """The GPU machine's packages (MACHINE_HAS) but torch (a dry run installs the CPU build) and triton (CUDA's), as
+    pip requirements: what a dry run's virtual environment holds beside torch, so that it is as bare as the machine."""
+    return sorted("sentencepiece==0.2.2" if n == "sentencepiece" else n for n in MACHINE_HAS - {"torch", "triton"})
+
+
 def _pip(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True)
 
@@ -140,7 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python-version", default="3.12", help="the GPU machine's: 3.12 (3.11 for a CPU dry run here)")
     ap.add_argument("--dest", type=Path, default=None, help="default .gpu_wheels/cp<version> (ignored by git)")
     ap.add_argument("--no-resolve-check", action="store_true", help="skip the registry resolution check")
+    ap.add_argument("--machine-packages", action="store_true",
+                    help="only print the GPU machine's own packages but torch and triton, for a dry run's virtual "
+                         "environment (docs/throughput.md#a-dry-run-on-cpu): `pip install torch==2.13.0 $(...)`")
     args = ap.parse_args(argv)
+    if args.machine_packages:
+        print(" ".join(machine_packages()))
+        return 0
     dest = args.dest or ROOT / ".gpu_wheels" / f"cp{args.python_version.replace('.', '')}"
     wheels = fetch(dest, args.python_version)
     size = sum(w.stat().st_size for w in wheels)

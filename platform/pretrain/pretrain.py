@@ -72,6 +72,38 @@ class _Forward(torch.nn.Module):
         return forward_objectives(self.model, self.objectives, batch)
 
 
+PLAIN_LOSS_BUDGET = 3 * 2**30
+"""Bytes a head's plain loss (its logits and their gradient, `plain_loss_bytes`) may hold in a step before
+`PretrainConfig.loss_chunk_rows` auto computes it in chunks instead (`auto_loss_chunk_rows`). 3 GiB: the 768x3 step
+of 256 full rows at a 32K vocabulary stays plain eager and compiled (1.2 and 0.6 GiB); at the paper corpus's 111K
+vocabulary it chunks eager (4.0 GiB) and stays plain compiled (2.0 GiB)."""
+
+
+def plain_loss_bytes(rows: int, num_classes: int, *, compiled: bool, bf16: bool) -> int:
+    """About what the plain loss of a head over `num_classes` outputs on `rows` rows holds at once in a training step:
+    its logits kept for the backward pass, and their gradient. Eager, both are fp32 (`registry.classification_sums`
+    upcasts the logits; cross-entropy keeps fp32 log-probabilities and makes an fp32 gradient; the bf16 copies beside
+    them are not counted): 8 bytes a logit. Compiled, inductor fuses the upcast, the log-softmax and its gradient into
+    the kernels that read the logits, which stay in the matmul's dtype: 4 bytes a logit under bf16, 8 in fp32. An
+    estimate from how each mode runs, not a measurement: gpu_checks.sh's second call prints the peak memory of the
+    step with and without chunks (docs/throughput.md#the-gpu-walk)."""
+    return rows * num_classes * 2 * (2 if compiled and bf16 else 4)
+
+
+def auto_loss_chunk_rows(rows: int, num_classes: int, *, device_type: str, compiled: bool, bf16: bool) -> int:
+    """`PretrainConfig.loss_chunk_rows` auto (-1) for a head over `num_classes` outputs that scores at most `rows`
+    rows a step: on a CUDA device, chunks of `linear_cross_entropy.auto_chunk_rows` where the plain loss would hold
+    more than `PLAIN_LOSS_BUDGET` (`plain_loss_bytes`, which depends on eager vs compiled), else 0 (the plain loss).
+    Why memory alone decides: the chunked loss runs the same three matrix products as the plain one, plus a launch
+    series and an fp32 accumulation of the weight's gradient per chunk, so where the logits fit it is not expected
+    to be faster; what it buys is the [rows, classes] logits never held at once. On a CPU always 0: there the logits
+    are small and the plain loss is the one every CPU model (and the golden weights of tests/test_versions.py)
+    trained with."""
+    if device_type != "cuda" or plain_loss_bytes(rows, num_classes, compiled=compiled, bf16=bf16) <= PLAIN_LOSS_BUDGET:
+        return 0
+    return auto_chunk_rows(num_classes)
+
+
 def use_bf16(precision: str, device: torch.device) -> bool:
     """Does a run at `precision` train in bf16 on `device` (`resolve_precision`; "auto" is fp32 on other kinds)?"""
     if precision == "auto" and device.type not in ("cpu", "cuda"):
@@ -263,11 +295,6 @@ class Pretrainer:
         self._graphs = cfg.cuda_graphs and self.device.type == "cuda" and compile_backend == "inductor"
         if cfg.compile:
             self._compile(compile_backend)
-        chunk = cfg.loss_chunk_rows
-        if chunk < 0:  # auto: a GPU's step computes a vocabulary-sized loss in chunks; a CPU's keeps the plain loss
-            chunk = auto_chunk_rows(tokenizer.vocab_size) if self.device.type == "cuda" else 0
-        for obj in self.objectives.values():
-            obj.output_chunk_rows = chunk
         # Each rank its own stream of randomness over its own rows (rank 0's alone with one worker).
         def collator(objectives) -> Collator:
             # Under compile every batch is widened to the full length, to be cut to a static width (bucketing.py).
@@ -291,6 +318,11 @@ class Pretrainer:
         self.autocast = use_bf16(cfg.precision, self.device)
         self.precision = "bf16" if self.autocast else "fp32"
         """The matmul precision this trainer actually uses (recorded in the model's eval.json)."""
+        # Each head over a large output (MLM's decoder over the vocabulary) in chunks of rows or whole: as configured,
+        # or by auto's rule (`auto_loss_chunk_rows`: on a GPU, only where the plain loss would not fit a budget).
+        auto = self.auto_output_chunk_rows()
+        for name, obj in self.objectives.items():
+            obj.output_chunk_rows = auto[name] if cfg.loss_chunk_rows < 0 else cfg.loss_chunk_rows
         self.coefficients = loss_coefficients(cfg, self.objectives)
         self._sums: torch.Tensor | None = None
         """Per step since the last `read_metrics`, summed on the device: total loss, then each objective's loss,
@@ -298,6 +330,22 @@ class Pretrainer:
         self._summed_steps = 0
         self._copy_stream = None
         """The CUDA stream batches are copied on (`to_device`), made at the first copy."""
+
+    def auto_output_chunk_rows(self) -> dict[str, int]:
+        """What `loss_chunk_rows` auto (-1) picks for each objective's head on this trainer: `auto_loss_chunk_rows` at
+        the most rows the head scores in one of this worker's batches at full length (`Objective.max_labelled`; a head
+        without labelled positions scores one row an example) and its number of classes."""
+        rows, width = self.cfg.worker_batch_size, self.cfg.seq_len or self.cfg.model.max_len
+        out = {}
+        for name, obj in self.objectives.items():
+            try:
+                classes = obj.num_classes
+            except NotImplementedError:  # a head that does not declare its classes is not a vocabulary-sized one
+                classes = 0
+            scored = max((obj.max_labelled(k, rows, width) for k in obj.labelled_keys), default=rows)
+            out[name] = auto_loss_chunk_rows(scored, classes, device_type=self.device.type, compiled=self.cfg.compile,
+                                             bf16=self.autocast)
+        return out
 
     def batch_flops(self, batch: dict, seq_len: int) -> float:
         """The training FLOPs of a collated host batch at sequence length `seq_len` (`throughput.batch_flops`): the
