@@ -8,7 +8,7 @@ Context-free baselines: majority; letters-only logistic regression; the span mat
 acronym is the initials of a span of the snippet's whitespace words: PAD's rule, which AD's data follows, so a
 perfect PAD solver read zero-shot); the content-word span matcher (the span must start and end on a content word:
 pseudo-acronym negatives mostly start or end on "of", "the", ...; the strongest floor, 84.6% in domain and 88.4%
-on the shipped out-of-domain pairs, benchmarks/ad_word_rule.py). Nothing in them is tuned.
+on the shipped out-of-domain pairs, benchmarks/probes/ad_word_rule.py). Nothing in them is tuned.
 Serving: `Predictor.acronym_score(acronym, snippet)`, `Predictor.acronym_scores` (with PAD's when kept).
 Read by pair kind (`parts`, objectives/ad_kinds.py): a snippet is in the part of its negative's kind, `mutate` (the
 PAD-aligned part) or `pseudo`; the report shows every AD table by part, tests the claim again on `mutate`, and

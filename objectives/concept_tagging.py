@@ -85,7 +85,7 @@ class ConceptTagging(TaggingTask):
     # The claim all* - -WHP* of the mini objective ablation's committed report (README command 1, commit 8d77a73,
     # benchmarks/results/objective_ablation_mini_untrained_control_results.parquet): parts (1.82e-6, 4 df) x 5 folds
     # and (4.43e-6, 75 df). A pretraining run's shift, 0.29 points per run and recipe, is measured by the mini study
-    # with --pretrain-seeds 3 (benchmarks/calibration.py's `run_points_from` over its three CT columns; the claim's
+    # with --pretrain-seeds 3 (benchmarks/statistics/calibration.py's `run_points_from` over its three CT columns; the claim's
     # own parts give 0.30): benchmarks/results/objective_ablation_mini_3pretrain_seeds_ad_by_part_results.parquet.
     plan_variance = {"fold": 9.08e-6, "units": 4.43e-6, "units_df": 75.0, "run_points": 0.29,
                      "run_from": "objective_ablation_mini_3pretrain_seeds_ad_by_part"}

@@ -88,7 +88,7 @@ class ModelConfig:
     """Encoder weight init. "bert" (vanilla BERT): normal with std 0.02 everywhere. "fan_in": normal with
     std 1/sqrt(fan-in) per matrix, so attention logits start at order 1 at any width (at 128 wide, 0.02 starts
     with near-uniform attention). "bert" stays the default because fan_in did not help real PAD or CT at mini
-    scale (benchmarks/match_probe.py; docs/journal/mini-study.md)."""
+    scale (benchmarks/probes/match_probe.py; docs/journal/mini-study.md)."""
 
     position: str = "learned"
     """Position embeddings. "learned" (BERT, the paper): a trained table, random at the start. "sinusoidal": the
@@ -110,7 +110,7 @@ class ModelConfig:
     so [CLS] reads almost nothing past the first few words, and PAD, NSP and every sentence-level FEL head read
     [CLS] (issue #65: the last layer's [CLS] put <= 0.0006 of its attention on an AD snippet). Off by default, so
     a distance-biased model saved before the field existed runs as it was trained; the mini preset turns it on
-    (benchmarks/cls_reach.py measures the reach)."""
+    (benchmarks/probes/cls_reach.py measures the reach)."""
 
     def __post_init__(self) -> None:
         _positive(self, "hidden", "num_layers", "head_dim", "ffn", "max_len")
@@ -231,7 +231,7 @@ class PretrainConfig:
     """With `compile` on a CUDA device and one worker: the compiled forward pass with its losses, and its backward
     pass, replayed as CUDA graphs (torch.compile's "reduce-overhead" mode), one launch a graph instead of one a
     kernel, for steps whose time is launches (small models, small per-GPU batches). The same kernels on the same
-    batches: a runtime field. Off by default until a GPU has measured it (benchmarks/gpu_checks.sh); no effect on
+    batches: a runtime field. Off by default until a GPU has measured it (benchmarks/throughput/gpu_checks.sh); no effect on
     a CPU."""
     loss_chunk_rows: int = field(default=-1, metadata={"omit_at_default": True})
     """Rows per chunk of a head over the vocabulary (MLM's decoder and its cross-entropy,

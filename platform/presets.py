@@ -27,7 +27,7 @@ def _pretrain_presets() -> dict[str, PretrainConfig]:
     return {
         "smoke": PretrainConfig(model=MODEL_SIZES["tiny"], batch_size=16, lr=1e-3, max_steps=12, checkpoint_every=5,
                                 eval_batches=2, num_workers=1, cpus_per_worker=0.5, threads_per_worker=1),
-        # The laptop-cramming recipe (issue #15, benchmarks/laptop_budget.py; docs/journal/mini-study.md):
+        # The laptop-cramming recipe (issue #15, benchmarks/probes/laptop_budget.py; docs/journal/mini-study.md):
         # pre-LN blocks, no dropout, the first half of the steps on 64-token examples, linear decay to zero at the
         # last step, and a distance bias on attention (ALiBi slopes 4 and 1/4): without it the 128x2 encoder never
         # starts to predict a masked token from its context within this budget (docs/journal/round-03.md); it
@@ -38,7 +38,7 @@ def _pretrain_presets() -> dict[str, PretrainConfig]:
         # The word embeddings start from the corpus's co-occurrence statistics (std 0.1): MLM at [MASK] and CT on
         # validation higher in each of 3 pretraining seeds, for seconds a model (docs/journal/round-14.md).
         # [CLS] is exempt from the bias: PAD, NSP and FEL's sentence heads read it, and with the bias it saw only the
-        # first few words (issue #65; benchmarks/cls_reach.py).
+        # first few words (issue #65; benchmarks/probes/cls_reach.py).
         "mini": PretrainConfig(model=dataclasses.replace(MODEL_SIZES["128x2"], norm="pre", dropout=0.0, alibi=4.0,
                                                          alibi_exempt_cls=True),
                                batch_size=32, lr=1e-3, warmup_steps=100, decay="linear", max_steps=3000, short_seq_len=64,
@@ -63,8 +63,8 @@ def _pretrain_presets() -> dict[str, PretrainConfig]:
 def _finetune_presets() -> dict[str, FinetuneConfig]:
     return {
         "smoke": FinetuneConfig(budget=40, max_epochs=3, patience=2, batch_size=16, lr=1e-3),
-        # refit: the model learns from the whole budget, as the context-free baselines do (benchmarks/fel_refit.py).
-        # The heads read every layer, a word's pieces averaged: chosen nested in the budget (benchmarks/fel_features.py).
+        # refit: the model learns from the whole budget, as the context-free baselines do (benchmarks/probes/fel_refit.py).
+        # The heads read every layer, a word's pieces averaged: chosen nested in the budget (benchmarks/probes/fel_features.py).
         "mini": FinetuneConfig(budget=200, max_epochs=100, patience=10, lr=1e-3, refit=True, feature_layers="all",
                                word_pooling="mean"),
         "paper": FinetuneConfig(),

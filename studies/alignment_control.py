@@ -101,14 +101,14 @@ def task_spec(paths: dict[str, Path]) -> str:
 def pretrain(objectives: str, steps: int):
     """The control's pretraining: a 64x2 pre-LN encoder on 64-token chunks, the mini recipe otherwise. Three in four
     documents are PAD examples (mini: half): PAD alone reached 86% held out after 64k pairs in
-    benchmarks/synthetic_world_pad_probe.py, and MLM learns what little this text holds from the rest."""
+    benchmarks/probes/synthetic_world_pad_probe.py, and MLM learns what little this text holds from the rest."""
     from alignlab.platform.config import ModelConfig
     from alignlab.platform.encoder.registry import objectives_like
     from alignlab.platform.presets import Preset
 
     base = Preset.named("mini").pretrain
     # fan-in init: with BERT's std 0.02 at width 64 the attention logits start near 0 and PAD's matching never
-    # leaves chance at this budget (benchmarks/synthetic_world_pad_probe.py; benchmarks/match_probe.py).
+    # leaves chance at this budget (benchmarks/probes/synthetic_world_pad_probe.py; benchmarks/probes/match_probe.py).
     model = ModelConfig(hidden=64, num_layers=2, head_dim=32, ffn=256, max_len=CORPUS.max_len, norm="pre", dropout=0.0,
                         init="fan_in")
     return dataclasses.replace(base, model=model, objectives=objectives_like(objectives, base.objectives),

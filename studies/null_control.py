@@ -4,7 +4,7 @@ The preset's model pretrained with all four objectives, finetuned on every task 
 seeds in column `A` (seeds 0 and 1) and again in column `A'` (seeds 2 and 3), heads discarded; `A` is the baseline.
 Nothing differs between the columns but the seeds, so a report of this study that calls a difference significant, or
 bolds a cell, has caught the decision inventing an effect. All five folds run at every preset (at smoke too): with
-one fold the decision has no replicates to estimate the finetuning spread from. `benchmarks/calibration.py --real`
+one fold the decision has no replicates to estimate the finetuning spread from. `benchmarks/statistics/calibration.py --real`
 repeats this over many seed pairs for a false-positive rate with its interval.
 
     python studies/null_control.py --preset mini [--storage DIR]

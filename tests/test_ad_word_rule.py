@@ -13,7 +13,7 @@ from alignlab.objectives.pseudo_acronym import make_pad_pairs
 from alignlab.platform.sources.documents import Document
 from alignlab.platform.sources.text import spelled_spans, spells_a_span
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "probes"))
 import ad_word_rule  # noqa: E402
 
 

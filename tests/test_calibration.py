@@ -1,5 +1,5 @@
 """The report's decision is calibrated: on simulated studies with the variance components of the committed mini
-report (benchmarks/calibration.py, fewer simulated studies than the benchmark's 1,000), its false-positive rate under
+report (benchmarks/statistics/calibration.py, fewer simulated studies than the benchmark's 1,000), its false-positive rate under
 a true null stays at or below 10% and its 95% interval covers the truth at least 90% of the time, with the
 finetuning spread that made the decision before issue #55 fail (CT's shared test set, AD's nested snippets, one and
 three pretraining runs). The old decision fails the same check, so the check can fail."""
@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # as when the script is run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "statistics"))  # as when the script is run
 import calibration  # noqa: E402
 
 SIMS = 200
@@ -63,7 +63,7 @@ def test_a_real_effect_is_found_and_covered(components):
 def test_the_claim_familys_bold_claims_stay_rare_under_the_null_and_a_15_point_ct_gain_is_found(components):
     """The claim family (issue #66): CT's and AD's claims, each an intersection-union test against its ablated
     recipe and a context-free rule, Holm over the two. Under the null a study rarely has a bold claim; a +1.5-point
-    gain on CT at a 0.5-point finetuning shift is bold in most one-run studies (benchmarks/calibration.py --family
+    gain on CT at a 0.5-point finetuning shift is bold in most one-run studies (benchmarks/statistics/calibration.py --family
     measures both precisely)."""
     null = calibration.run_family(components, calibration.FamilyScenario("null"), 150, seed=3)
     assert null["fwer"] <= 0.08, null

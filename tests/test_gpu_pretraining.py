@@ -3,7 +3,7 @@ assigned it, its batches reach the GPU from the prefetch thread or from a collat
 throughput record names the GPU and its MFU. The same reading of a run is applied to the session's smoke model,
 trained on the CPU (conftest.py), so the test's own reading is exercised everywhere; the GPU cases skip without one.
 
-On a GPU machine: `python -m pytest tests/test_gpu_pretraining.py` (`benchmarks/gpu_checks.sh` runs it with the
+On a GPU machine: `python -m pytest tests/test_gpu_pretraining.py` (`benchmarks/throughput/gpu_checks.sh` runs it with the
 other CUDA tests)."""
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "throughput"))
 from collate_reference import ReferenceCollator  # noqa: E402
 from tiny_model import batches, tiny_tokenizer  # noqa: E402
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # as when the script is run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "probes"))  # as when the script is run
 import synthetic_pad_probe as probe  # noqa: E402
 
 

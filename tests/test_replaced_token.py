@@ -140,7 +140,7 @@ def test_the_laptop_budget_benchmark_reports_an_mlm_free_rtd_model_beside_its_al
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "probes"))
     import laptop_budget as lb
     from alignlab.platform.config import to_dict
 

@@ -30,7 +30,7 @@ from alignlab.platform.corpus.corpus_config import CorpusConfig
 from alignlab.platform.corpus.corpus_identity import (HELDOUT_FILE, content_holdout, corpus_id, heldout_doc_ids,
                                                     source_fingerprint)
 from alignlab.platform.encoder.batching import IGNORE
-# Staging is called through this module's name `_stage_documents` (benchmarks/corpus_throughput.py times it).
+# Staging is called through this module's name `_stage_documents` (benchmarks/throughput/corpus_throughput.py times it).
 from alignlab.platform.corpus.corpus_sources import documents_from_columns, iter_sources, stage_documents as _stage_documents
 from alignlab.platform.encoder.registry import CorpusLabels, corpus_labellers
 from alignlab.platform.encoder.tokenizer import Tokenizer, check_vocab_size, train_tokenizer

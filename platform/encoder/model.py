@@ -33,7 +33,7 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
 class EncoderLayer(nn.Module):
     cpu_training_attention = "auto"
     """Which attention trains on CPU without dropout: "auto" (written out in bf16, SDPA in fp32; see `attend`),
-    "sdpa" or "written_out". A class switch only so that benchmarks/attention_cpu.py can time the paths in one
+    "sdpa" or "written_out". A class switch only so that benchmarks/throughput/attention_cpu.py can time the paths in one
     process; the engine never changes it."""
 
     def __init__(self, cfg: ModelConfig):
@@ -67,7 +67,7 @@ class EncoderLayer(nn.Module):
             # - with dropout, SDPA's only CPU kernel is its generic "math" path (scales q and k, a NaN-safe
             #   softmax, bernoulli dropout); this is the same attention with fewer passes;
             # - in bf16 with gradients: SDPA's CPU flash kernel is fast forward but its backward took ~3x this
-            #   path's forward + backward at the mini model's shapes (benchmarks/attention_cpu.py). The scores
+            #   path's forward + backward at the mini model's shapes (benchmarks/throughput/attention_cpu.py). The scores
             #   and the softmax are in fp32, as in the flash kernel. fp32 training keeps SDPA, faster there.
             s = torch.matmul(q * self.head_dim**-0.5, k.transpose(-1, -2))
             if q.dtype == torch.bfloat16:
@@ -161,7 +161,7 @@ def query_attention(encoder: Encoder, input_ids: torch.Tensor, segment_ids: torc
                     attention_mask: torch.Tensor | None = None, query: int = 0) -> torch.Tensor:
     """The attention probabilities of position `query` (0: [CLS]) on every key, in each layer and head
     [layers, B, heads, T], as the encoder computes them in eval mode (bias and padding included). For measuring
-    how far a position reads (benchmarks/cls_reach.py), not for training."""
+    how far a position reads (benchmarks/probes/cls_reach.py), not for training."""
     x = encoder.embed(input_ids, segment_ids)
     mask = attention_mask[:, None, None, :].bool() if attention_mask is not None else None
     if encoder.cfg.alibi > 0:

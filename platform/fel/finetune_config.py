@@ -47,7 +47,7 @@ class FinetuneConfig:
     selected; "logistic" (scheme `pred` only, honest selection), a linear head fitted by L2-regularised logistic
     regression on the frozen features, its penalty chosen by cross-validated log-loss inside the budget: no epochs,
     so no early perplexity minimum to stop at, and no kept pretrained head (docs/fel.md,
-    benchmarks/fel_sensitivity.py). Not in a config's dict (nor its ids) at "trained"."""
+    benchmarks/statistics/fel_sensitivity.py). Not in a config's dict (nor its ids) at "trained"."""
     task_options: tuple[tuple[str, Any], ...] = ()
     """(name, value) of options the tasks themselves declare (`Task.finetune_options`, e.g. how a task's input is
     laid out), sorted; one at its default is dropped, so equal settings make equal configs. In the config's dict

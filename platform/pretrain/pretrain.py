@@ -137,7 +137,7 @@ def make_optimizer(model: torch.nn.Module, cfg: PretrainConfig) -> torch.optim.O
     (BERT's rule: biases and LayerNorm parameters are 1-d and exempt).
 
     Fused (one kernel over every parameter) on CPU and CUDA: on CPU PyTorch's default is a Python loop over the
-    parameters, several times slower for the mini model than fused (benchmarks/adam_cpu.py; benchmarks/README.md)."""
+    parameters, several times slower for the mini model than fused (benchmarks/throughput/adam_cpu.py; benchmarks/README.md)."""
     kw = dict(lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps)
     if {p.device.type for p in model.parameters()} <= {"cpu", "cuda"}:
         kw["fused"] = True

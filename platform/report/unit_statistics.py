@@ -11,7 +11,7 @@ pretraining runs, the run. The paired difference of two cells on the same splits
 - AD's test units are **nested** in the folds: each fold tests its own snippets, so a fold's mean difference
   already carries its units' sampling variance and the folds are the independent replicates.
 - Resampling only the units (the folds averaged first) holds the finetuning samples fixed: its false-positive
-  rate grows with the finetuning spread (benchmarks/calibration.py).
+  rate grows with the finetuning spread (benchmarks/statistics/calibration.py).
 
 The decision (one function, `paired_test`, for every comparison of a report). The seeds of a fold are averaged
 first (a calculation's randomness is keyed by its seed and fold, `finetune.calculation_seed`, so the folds are
@@ -29,7 +29,7 @@ its degrees of freedom (`crossed_variance`):
 - partly crossed: two-way cluster-robust variance (Cameron, Gelbach & Miller 2011), replicates + units - cells,
   with min(R, U) - 1 degrees of freedom.
 p and the interval use Cochran & Cox's (1950) critical value, each part's t quantile weighted by its variance: a
-Satterthwaite blend of a 4-degree-of-freedom part and a many-degree one was liberal (benchmarks/calibration.py). A t
+Satterthwaite blend of a 4-degree-of-freedom part and a many-degree one was liberal (benchmarks/statistics/calibration.py). A t
 reference, not a bootstrap: with five folds a percentile bootstrap over folds covers far less than 95%.
 
 Degenerate cases have a stated outcome (`Evidence.outcome`), never a silent gap: no shared splits, one replicate
@@ -153,7 +153,7 @@ def _evidence(diff: float, parts: list[tuple[float, float]], **kw) -> Evidence:
     """p and 95% interval of `diff`, whose variance is the sum of `parts` ((variance, degrees of freedom) each), by
     Cochran & Cox's weighted critical value: where one part has a few degrees of freedom (five folds, three runs) and
     another many (the test units), its tails are those of the parts, not of a Satterthwaite blend, which let the
-    decision call a difference in 6% of true nulls (benchmarks/calibration.py). p solves |t| = critical(p); `df` is
+    decision call a difference in 6% of true nulls (benchmarks/statistics/calibration.py). p solves |t| = critical(p); `df` is
     the Student t whose 95% critical value equals the blend's (for reading only)."""
     parts = [(v, df) for v, df in parts if v > 0]
     var = sum(v for v, _ in parts)

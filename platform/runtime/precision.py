@@ -7,7 +7,7 @@ from __future__ import annotations
 
 def bf16_is_faster(vendor: str, flags: set[str]) -> bool:
     """Does bf16 autocast train faster than fp32 on a CPU of this vendor ("GenuineIntel", "AuthenticAMD", ...) and
-    these /proc/cpuinfo flags? As measured with the mini step (benchmarks/cpu_precision.py, docs/pretrain.md#precision):
+    these /proc/cpuinfo flags? As measured with the mini step (benchmarks/throughput/cpu_precision.py, docs/pretrain.md#precision):
     - Intel with AMX: bf16 (1.4x the fp32 step);
     - AMD with AVX512-BF16 (Zen 4 on): bf16 (README command 1 in 17 minutes against 22 in fp32);
     - Intel with AVX512-BF16 but no AMX (measured on a VM that hides a Xeon's AMX): fp32. oneDNN's AVX512-BF16

@@ -28,7 +28,7 @@ SYNTHETIC_WORDS = (3, 6)
 """Words of a document, inclusive bounds (entities count as their three words). Short on purpose: at 10-18 words
 (version 1) nearly half of the 22 initials are in every chunk, and the control's 64x2 model left PAD at chance
 for 5,000 steps; at 3-6 words most letters of a negative are absent from its chunk, which gives PAD a first
-foothold, and the model reaches 86% in 2,000 steps (benchmarks/synthetic_world_pad_probe.py,
+foothold, and the model reaches 86% in 2,000 steps (benchmarks/probes/synthetic_world_pad_probe.py,
 docs/journal/issue-65-cls-and-control.md)."""
 _ONSETS = "bdfgklmnprstvz"
 _VOWELS = "aeiou"

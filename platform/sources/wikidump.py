@@ -94,7 +94,7 @@ def wikitext_to_text(
     stays outside the anchor.
     """
     # Imported here, not at module load: only reading a dump needs the parser, and the corpus code that imports this
-    # module also runs where it is not installed (the GPU machine's check, benchmarks/gpu_checks.sh).
+    # module also runs where it is not installed (the GPU machine's check, benchmarks/throughput/gpu_checks.sh).
     import mwparserfromhell
 
     renderer = _Renderer(namespaces)

@@ -15,7 +15,7 @@ from alignlab.platform.config import PretrainConfig
 LAUNCH_FLOOR_S = 7.3e-3
 """How long one optimizer step takes however few FLOPs it makes: the 128x2 eager step on one H100 (MLM + NSP,
 batch 256, GPU logs of 8cf0d68), whose matmuls need a few percent of it. Its time is kernel launches and the Python
-between them, so a second process on the same GPU fills the gaps rather than waiting (benchmarks/side_by_side.py
+between them, so a second process on the same GPU fills the gaps rather than waiting (benchmarks/throughput/side_by_side.py
 measures what K processes get)."""
 PACK_MFU = 0.45
 """The share of a GPU's peak a step's matmuls are assumed to run at when packing is decided (the MFU goal of the
@@ -40,7 +40,7 @@ def models_per_gpu(cfg: PretrainConfig, vocab_size: int) -> int:
     1 for a run that does not train, trains on CPUs, or is data-parallel (its workers need a GPU each).
 
     A rule from one measured floor, not a measurement of packing: `--models-per-gpu K` overrides it, and
-    benchmarks/side_by_side.py measures what K side by side get on a given GPU (docs/cluster.md#small-models-share-a-gpu)."""
+    benchmarks/throughput/side_by_side.py measures what K side by side get on a given GPU (docs/cluster.md#small-models-share-a-gpu)."""
     from alignlab.platform.pretrain.cost import expected_run_flops
     from alignlab.platform.runtime.throughput import peak_flops
 
