@@ -48,12 +48,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # real_aa and the shar
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
 import bench_args
 import machine_info
-from alignlab.platform.runtime.provenance import code_commit  # noqa: E402
+from rates import ALPHA, RESULTS, clopper_pearson, commit_of
 
 from alignlab.platform.report.unit_statistics import holm, paired_test  # noqa: E402
 from alignlab.platform.tasks.task import task as task_named  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
 _PLAN = {name: task_named(name).plan_variance for name in ("ct", "ad")}
 RUN_POINTS = (_PLAN["ct"]["run_points"], _PLAN["ad"]["run_points"])
 """A pretraining run's shift sd in points per recipe, CT and AD: the tasks' own `plan_variance` (CT's measured by the
@@ -62,7 +61,6 @@ RUN_POINTS_SOURCE = ", ".join(f"{n.upper()} " + (f"measured ({v['run_from']})" i
                               for n, v in _PLAN.items())
 DEFAULT_RESULTS = RESULTS / "objective_ablation_mini_results.parquet"
 FOLDS, SEEDS = 5, 2
-ALPHA = 0.05
 
 
 @dataclass(frozen=True)
@@ -464,14 +462,6 @@ def size_adjust(entries: list[dict]) -> None:
             r.pop("p", None)
 
 
-def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    """Exact two-sided interval of a binomial rate (its upper end is the "Monte-Carlo upper 95% bound")."""
-    a = (1 - level) / 2
-    lo = 0.0 if k == 0 else float(sps.beta.ppf(a, k, n - k + 1))
-    hi = 1.0 if k == n else float(sps.beta.ppf(1 - a, k + 1, n - k))
-    return lo, hi
-
-
 # ---------------------------------------------------------------- the claim family (issue #66)
 
 
@@ -600,11 +590,6 @@ def table(entries: list[dict], arms) -> list[str]:
         eff = "null" if not e["effect_points"] else f"+{e['effect_points']:g} ({e['truth_points']:+.2f})"
         lines.append(f"| {e['scenario']} | {eff} | " + " | ".join(cells) + " |")
     return lines
-
-
-def commit_of() -> tuple[str, str]:
-    commit, dirty = code_commit()
-    return commit[:12], " (with uncommitted changes)" if dirty else ""
 
 
 def main(argv=None) -> int:

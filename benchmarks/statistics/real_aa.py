@@ -30,7 +30,7 @@ from scipy import stats as sps
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
 import bench_args
 import machine_info
-from calibration import ALPHA, RESULTS, clopper_pearson, commit_of
+from rates import ALPHA, RESULTS, clopper_pearson, commit_of
 
 from alignlab.platform.report.columns import extra_test_sets
 from alignlab.platform.report.significance import against_model
