@@ -1,7 +1,9 @@
 """The flags every benchmark shares, and the command line it records, in one place (issue #57).
 
 `--device`, `--rounds`, `--threads` and `--out` mean the same in every script that has them (where to run, timed
-rounds, torch's CPU threads, the JSON file the figures go to); each script gives only its own default. `command()`
+rounds, torch's CPU threads, the JSON file the figures go to); each script gives only its own default.
+`add_storage_flags` does the same for the folders a benchmark reads (`--storage`, `--models`, `--corpus`, `--tasks`,
+`--task`). `command()`
 is the line a benchmark prints before and after its figures and records with them in benchmarks/results/, where an
 entry with the same command is replaced (machine_info.record). Each script keeps its own flags, its header lines and
 where it sets torch's threads.
@@ -30,6 +32,22 @@ def add_flags(p: argparse.ArgumentParser, *, device: str | None = None, rounds: 
         p.add_argument("--threads", type=int, default=threads, help=help.get("threads"))
     if out is not None:
         p.add_argument("--out", type=Path, default=RESULTS / out, help=help.get("out"))
+
+
+def add_storage_flags(p: argparse.ArgumentParser, *, models: bool = False, corpus: bool = False,
+                      task: bool = False) -> None:
+    """`--storage` (the storage root), then, as asked, `--models` (finished model ids under it, required) and
+    `--corpus` (a finished corpus folder), always `--tasks` (a task folder) and, with `task`, `--task` (default ct):
+    the folders a benchmark reads, a corpus or task folder defaulting to the only one under --storage
+    (bench_corpus.only_folder)."""
+    p.add_argument("--storage", type=Path, default=Path("alignlab-storage"))
+    if models:
+        p.add_argument("--models", required=True, help="comma-separated finished model ids under <storage>/models")
+    if corpus:
+        p.add_argument("--corpus", type=Path, help="a finished corpus folder (default: the only one under --storage)")
+    p.add_argument("--tasks", type=Path, help="a task folder (default: the only one under --storage)")
+    if task:
+        p.add_argument("--task", default="ct")
 
 
 def command(script: str, argv: list[str] | None) -> str:

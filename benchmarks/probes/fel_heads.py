@@ -122,10 +122,7 @@ def paired_by_fold(rows: list[dict]) -> list[float]:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--storage", type=Path, default=Path("alignlab-storage"))
-    p.add_argument("--models", required=True, help="comma-separated finished model ids under <storage>/models")
-    p.add_argument("--tasks", type=Path, help="a task folder (default: the only one under --storage)")
-    p.add_argument("--task", default="ct")
+    bench_args.add_storage_flags(p, models=True, task=True)
     p.add_argument("--points", type=int, default=10, help="the protocol's first N (fold, seed) calculations")
     p.add_argument("--heads", default=",".join(HEADS))
     bench_args.add_flags(p, threads=1, out="fel_heads.json")

@@ -51,10 +51,7 @@ def strongest_baseline(task: str, train: list, test: list) -> float:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--storage", type=Path, default=Path("alignlab-storage"))
-    p.add_argument("--models", required=True, help="comma-separated finished model ids under <storage>/models")
-    p.add_argument("--tasks", type=Path, help="a task folder (default: the only one under --storage)")
-    p.add_argument("--task", default="ct")
+    bench_args.add_storage_flags(p, models=True, task=True)
     bench_args.add_flags(p, threads=1, out="fel_refit.json")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)

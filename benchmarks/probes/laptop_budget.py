@@ -302,9 +302,7 @@ def fel(run: Run, tok, data: TaskData, n_calcs: int) -> dict:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--storage", type=Path, default=Path("alignlab-storage"))
-    p.add_argument("--corpus", type=Path, help="a finished corpus folder (default: the only one under --storage)")
-    p.add_argument("--tasks", type=Path, help="a task folder (default: the only one under --storage)")
+    bench_args.add_storage_flags(p, corpus=True)
     p.add_argument("--recipes", default="current,candidate", help=f"comma list of: {', '.join(RECIPES)}")
     p.add_argument("--budget-s", type=float, default=300.0, help="training seconds per recipe")
     p.add_argument("--slice-s", type=float, default=10.0, help="interleaving slice")
