@@ -28,7 +28,7 @@ from alignlab.platform.tasks.task_data import NUM_FOLDS
 
 TASK_SNIPPETS = task("ad").build_options["target_snippets"]  # AD's own default, which this study keeps (480)
 AD_POOL = 2 * TASK_SNIPPETS * (NUM_FOLDS - 1) // NUM_FOLDS  # 768
-CT_POOL = 275  # the shipped hand-labelled pool (objectives/task_data/npm)
+CT_POOL = 275  # the shipped hand-labelled pool (tasks/task_data/npm)
 
 
 def budgets(preset: str, chosen: tuple[int, ...] | None = None, reference: int | None = None

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from alignlab.objectives.ad_data import (ADExample, build_ad_dataset, content_span_matcher_ad_baseline,
+from alignlab.tasks.ad_data import (ADExample, build_ad_dataset, content_span_matcher_ad_baseline,
                                          matches_a_content_span)
-from alignlab.objectives.ad_kinds import pair_kind
-from alignlab.objectives.ad_mining import find_acronym_pairs, matches_a_span
+from alignlab.tasks.ad_kinds import pair_kind
+from alignlab.tasks.ad_mining import find_acronym_pairs, matches_a_span
 from alignlab.objectives.pseudo_acronym import make_pad_pairs
 from alignlab.platform.sources.documents import Document
 from alignlab.platform.sources.text import spelled_spans, spells_a_span
@@ -84,7 +84,7 @@ def test_content_span_matcher_rejects_spans_that_start_or_end_on_a_minor_word():
 
 def test_the_shipped_out_of_domain_pairs_scored_with_pads_rule_give_the_benchmarks_figures():
     f = ad_word_rule.word_rule_figures(ad_word_rule.ood_examples())
-    # 332 of the 446 snippets mined under the loose rule survive PAD's (objectives/task_data/npm/mine_ad.py).
+    # 332 of the 446 snippets mined under the loose rule survive PAD's (tasks/task_data/npm/mine_ad.py).
     assert f["n"] == {"pos": 332, "mutate": 210, "pseudo": 122}
     # As measured (benchmarks/results/ad_word_rule.md): aligned by construction, a perfect PAD solver calls every
     # positive and every pseudo acronym positive and every mutated negative negative (the goal: >= 95%, 0%).
@@ -95,7 +95,7 @@ def test_the_shipped_out_of_domain_pairs_scored_with_pads_rule_give_the_benchmar
 
 
 def test_ad_accuracy_by_kind_splits_the_pad_aligned_part_from_the_pseudo_acronym_part():
-    from alignlab.objectives.ad_kinds import accuracy_by_kind, pair_kind
+    from alignlab.tasks.ad_kinds import accuracy_by_kind, pair_kind
     snippet = "much of world of warcraft gameplay involves the completion of quests"
     pos, mutated, pseudo = ADExample("wow", snippet, 1), ADExample("xqz", snippet, 0), ADExample("tco", snippet, 0)
     assert [pair_kind(e) for e in (pos, mutated, pseudo)] == ["pos", "mutate", "pseudo"]

@@ -124,7 +124,7 @@ def _leaks(source: str, names: set[str], where: str = "", owned: frozenset[str] 
 def test_no_engine_module_names_an_objective_or_a_task():
     names, owned = _names(), frozenset(_owned())
     offenders = [o for p in _modules() for o in _leaks(p.read_text(), names, f"platform/{_rel(p)}", owned)]
-    assert not offenders, "objective/task names belong in objectives/, not in the engine:\n" + "\n".join(offenders)
+    assert not offenders, "objective/task names belong in objectives/ and tasks/, not in the engine:\n" + "\n".join(offenders)
 
 
 def test_the_guard_sees_names_in_identifiers_keywords_and_joined_strings():

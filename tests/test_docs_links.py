@@ -22,7 +22,7 @@ LINK = re.compile(r"(?<!!)\[(?:[^\]\[]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"
 IMAGE = re.compile(r"!\[[^\]]*\]\(\s*<?([^)\s>]+)>?\s*\)")
 INLINE_CODE = re.compile(r"(`+)(.+?)\1")
 HTML_ANCHOR = re.compile(r"<a\s+(?:id|name)=\"([^\"]+)\"")
-REPO_PATH = re.compile(r"^(?:platform|docs|benchmarks|studies|objectives|tests|examples)/[\w./-]*[\w/]$")
+REPO_PATH = re.compile(r"^(?:platform|docs|benchmarks|studies|objectives|tasks|tests|examples)/[\w./-]*[\w/]$")
 
 
 def tracked_files(root: Path = ROOT) -> list[Path]:

@@ -10,10 +10,10 @@ import shutil
 import pytest
 import torch
 
-from alignlab.objectives.acronym_detection import pair_input as ad_input
-from alignlab.objectives.ad_data import ADExample
-from alignlab.objectives.concept_tagging import tags_to_brackets
-from alignlab.objectives.ct_data import CTExample
+from alignlab.tasks.acronym_detection import pair_input as ad_input
+from alignlab.tasks.ad_data import ADExample
+from alignlab.tasks.concept_tagging import tags_to_brackets
+from alignlab.tasks.ct_data import CTExample
 from alignlab.objectives.hyperlink import TAGS as WHP_TAGS
 from alignlab.platform.cli import main
 from alignlab.platform.config import MODEL_SIZES

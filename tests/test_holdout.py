@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from alignlab.objectives.ad_data import ADExample, defining_doc_ids
+from alignlab.tasks.ad_data import ADExample, defining_doc_ids
 from alignlab.platform.presets import Preset
 from alignlab.platform.sources.documents import Document
 from alignlab.platform.tasks.task import load_examples

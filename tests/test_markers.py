@@ -102,7 +102,7 @@ def test_an_exported_models_marker_lists_every_file_of_its_final_folder_at_its_s
 def test_a_saved_finetuned_model_with_a_truncated_weights_file_is_refused_on_load(tmp_path):
     from tiny_model import tiny_pretrained
 
-    from alignlab.objectives.ct_data import CTExample
+    from alignlab.tasks.ct_data import CTExample
     from alignlab.platform.fel.finetune import finetune_calculation, load_finetuned, load_pretrained, save_finetuned
     from alignlab.platform.fel.finetune_config import FinetuneConfig
 

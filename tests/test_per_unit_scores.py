@@ -9,8 +9,8 @@ import pytest
 import torch
 from tiny_model import tiny_pretrained
 
-from alignlab.objectives.ad_data import ADExample
-from alignlab.objectives.ct_data import CTExample
+from alignlab.tasks.ad_data import ADExample
+from alignlab.tasks.ct_data import CTExample
 from alignlab.platform.cli import main
 from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained
 from alignlab.platform.fel.finetune_config import FinetuneConfig
@@ -110,7 +110,7 @@ def _unit_key(snippet: str) -> str:
 def test_each_test_units_recorded_part_is_the_pair_kind_of_its_negative(pre):
     """AD's parts (issue #65): a calculation records, in its `unit_keys` order, each snippet's part, which is
     `ad_kinds.pair_kind` of its negative; on real pairs (the shipped out-of-domain set has both kinds)."""
-    from alignlab.objectives.ad_kinds import pair_kind
+    from alignlab.tasks.ad_kinds import pair_kind
     from alignlab.platform.tasks.task_data import SHIPPED_TASK_DATA
 
     ood = task_named("ad").load_examples(SHIPPED_TASK_DATA / "ad_ood.jsonl")

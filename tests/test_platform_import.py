@@ -12,6 +12,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_platform_folder_has_no_init_so_it_cannot_become_a_package():
     assert not (REPO / "platform" / "__init__.py").exists()
     assert not (REPO / "objectives" / "__init__.py").exists()
+    assert not (REPO / "tasks" / "__init__.py").exists()
 
 
 def test_import_platform_is_the_stdlib_with_the_repo_root_on_pythonpath():

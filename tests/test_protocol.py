@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from alignlab.objectives.ad_data import ADExample
-from alignlab.objectives.ct_data import CTExample
+from alignlab.tasks.ad_data import ADExample
+from alignlab.tasks.ct_data import CTExample
 from alignlab.platform.fel.finetune_config import FinetuneConfig
 from alignlab.platform.fel.protocol import calculations, fel_split
 from alignlab.platform.tasks.task_data import NUM_FOLDS, TaskData

@@ -19,7 +19,7 @@ from alignlab.platform.sources.documents import CorpusInputError
 from alignlab.platform.sources.sources import iter_documents
 from alignlab.platform.sources.text_files import SOFTWARE_FILE, read_software
 
-NPM = Path(__file__).resolve().parents[1] / "objectives" / "task_data" / "npm"
+NPM = Path(__file__).resolve().parents[1] / "tasks" / "task_data" / "npm"
 STOP = frozenset("""a an the for to of with and in on from by your you that this is are it as or into using based
 at be can all any its via""".split())
 

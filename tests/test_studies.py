@@ -146,8 +146,8 @@ def test_finetune_search_runs_one_honest_search_per_task():
 
 
 def _task_data():
-    from alignlab.objectives.ad_data import ADExample
-    from alignlab.objectives.ct_data import CTExample
+    from alignlab.tasks.ad_data import ADExample
+    from alignlab.tasks.ct_data import CTExample
     from alignlab.platform.tasks.task_data import TaskData
 
     ad = [ADExample(acr, f"snippet {i} of the acronym study", label) for i in range(300)

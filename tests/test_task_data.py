@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from alignlab.objectives import ad_data as AD
-from alignlab.objectives import ct_data as CT
-from alignlab.objectives import bracketed
-from alignlab.objectives.ad_data import ADExample
-from alignlab.objectives.ad_mining import matches_a_span
-from alignlab.objectives.ct_data import CTExample
+from alignlab.tasks import ad_data as AD
+from alignlab.tasks import ct_data as CT
+from alignlab.tasks import bracketed
+from alignlab.tasks.ad_data import ADExample
+from alignlab.tasks.ad_mining import matches_a_span
+from alignlab.tasks.ct_data import CTExample
 from alignlab.platform.cli import main
 from alignlab.platform.fel.protocol import context_free_baselines
 from alignlab.platform.tasks import task as T

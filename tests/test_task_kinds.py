@@ -137,7 +137,7 @@ def test_a_name_taken_by_other_files_is_refused(declared, tmp_path):
     assert declared("swner", "tagging", EXAMPLE / "pool.jsonl", EXAMPLE / "test.jsonl") is task("swner")
     with pytest.raises(ValueError, match="registered twice"):
         declared("swner", "tagging", EXAMPLE / "test.jsonl", EXAMPLE / "pool.jsonl")
-    with pytest.raises(ValueError, match=r"task name 'ct' registered twice: by alignlab \(alignlab.objectives"):
+    with pytest.raises(ValueError, match=r"task name 'ct' registered twice: by alignlab \(alignlab.tasks"):
         declare_task("ct", "tagging", EXAMPLE / "pool.jsonl", EXAMPLE / "test.jsonl")
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from alignlab.objectives.ad_data import ADExample, build_ad_dataset, letters_only_ad_baseline
-from alignlab.objectives.ad_mining import (ACRONYM_MINOR_WORDS, find_acronym_pairs, matches_a_span,
+from alignlab.tasks.ad_data import ADExample, build_ad_dataset, letters_only_ad_baseline
+from alignlab.tasks.ad_mining import (ACRONYM_MINOR_WORDS, find_acronym_pairs, matches_a_span,
                                            schwartz_hearst_long_form)
-from alignlab.objectives.ct_data import (CT_PATTERNS, PAPER_CT_TAG_FRACTIONS, STOPWORDS, TAGS,
+from alignlab.tasks.ct_data import (CT_PATTERNS, PAPER_CT_TAG_FRACTIONS, STOPWORDS, TAGS,
                                          CTExample, build_ct_dataset, concepts_from_documents, content_words,
                                          lexicon_ct_baseline, tag_sequence_problems)
 from alignlab.platform.sources.documents import Document
@@ -299,8 +299,8 @@ def test_a_negative_never_spells_another_known_long_form_of_its_snippet():
 def test_a_mutated_negative_never_spells_a_span_of_its_snippet():
     # With replacement letters only a and b, "xq" mutates to ab, aa, ba, bb, aq, bq, xa or xb; "ab"
     # spells "apple bananas" (PAD's rule), "ao" does not spell "apple of".
-    from alignlab.objectives.ad_data import _letter_model, _mutated_negative
-    from alignlab.objectives.ad_mining import snippet_candidates
+    from alignlab.tasks.ad_data import _letter_model, _mutated_negative
+    from alignlab.tasks.ad_mining import snippet_candidates
 
     doc = Document("d:xq", "The Xylo Quartz (XQ) sits near apple bananas.", "en")
     (cand,) = snippet_candidates(doc, 60, Counter())

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alignlab.objectives.ad_data import ADExample
-from alignlab.objectives.ct_data import CTExample
+from alignlab.tasks.ad_data import ADExample
+from alignlab.tasks.ct_data import CTExample
 from alignlab.platform.fel.finetune_config import FinetuneConfig
 from alignlab.platform.fel.protocol import calculations, fel_split, validation_split
 from alignlab.platform.tasks.task_data import TaskData

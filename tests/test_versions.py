@@ -165,7 +165,7 @@ def batch_digests(probe: Path, ranks: int) -> dict:
     documents moves the corpus's rows (its "version" names the builders' versions and AD's size)."""
     from fault_hooks import probed_steps
 
-    from alignlab.objectives.ad_data import AD_BUILDER_VERSION, AD_TARGET_SNIPPETS
+    from alignlab.tasks.ad_data import AD_BUILDER_VERSION, AD_TARGET_SNIPPETS
     from alignlab.platform.corpus.corpus_identity import CORPUS_CODE_VERSION
     from alignlab.platform.pretrain.models import PRETRAIN_CODE_VERSION
     from alignlab.platform.tasks.holdout import HOLDOUT_RULE_VERSION

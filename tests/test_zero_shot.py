@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from tiny_model import tiny_pretrained
 
-from alignlab.objectives.ad_kinds import pair_kind
-from alignlab.objectives.ct_data import CTExample
+from alignlab.tasks.ad_kinds import pair_kind
+from alignlab.tasks.ct_data import CTExample
 from alignlab.platform.fel.finetune import build_task_model, load_pretrained
 from alignlab.platform.fel.task_scoring import evaluate_examples
 from alignlab.platform.fel.zero_shot import aligned_head_scores, read_zero_shot, record_zero_shot

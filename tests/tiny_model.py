@@ -13,7 +13,7 @@ from alignlab.platform.config import config_hash
 from alignlab.platform.encoder.tokenizer import Tokenizer, train_tokenizer
 from alignlab.platform.presets import Preset
 
-NPM_TEXTS = Path(__file__).resolve().parents[1] / "objectives" / "task_data" / "npm" / "ct_texts.txt"
+NPM_TEXTS = Path(__file__).resolve().parents[1] / "tasks" / "task_data" / "npm" / "ct_texts.txt"
 
 
 def real_texts() -> list[str]:

@@ -1,6 +1,6 @@
 """Is the PAD→AD pair aligned as built? AD's pairs scored with PAD's exact rule (`text.spells_a_span`: the
 acronym is the initials of a 2-6 span of whitespace words), in domain (the builder on the bundled corpus, the
-task's defaults) and out of domain (the shipped objectives/task_data/npm/ad_ood.jsonl), by pair kind.
+task's defaults) and out of domain (the shipped tasks/task_data/npm/ad_ood.jsonl), by pair kind.
 
     python benchmarks/probes/ad_word_rule.py
 
@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
 import machine_info
-from alignlab.objectives.ad_data import AD_FORMAT, AD_TARGET_SNIPPETS, build_ad_dataset, matches_a_content_span
-from alignlab.objectives.ad_mining import matches_a_span
-from alignlab.objectives.ad_kinds import pair_kind
+from alignlab.tasks.ad_data import AD_FORMAT, AD_TARGET_SNIPPETS, build_ad_dataset, matches_a_content_span
+from alignlab.tasks.ad_mining import matches_a_span
+from alignlab.tasks.ad_kinds import pair_kind
 from alignlab.platform.sources.text import spells_a_span
 from alignlab.platform.tasks.task_data import SHIPPED_TASK_DATA, read_bundled
 from alignlab.platform.tasks.task_files import load_examples

@@ -5,7 +5,7 @@ PAD, NSP and every sentence-level FEL head (AD among them) read [CLS]. Under the
 so an AD snippet's entity (word 8 at the median, word 15 or later in 38% of snippets) barely reaches it;
 `ModelConfig.alibi_exempt_cls` lifts the bias from [CLS]'s row and column.
 
-Inputs: the shipped out-of-domain AD pairs (objectives/task_data/npm/ad_ood.jsonl) as AD feeds them,
+Inputs: the shipped out-of-domain AD pairs (tasks/task_data/npm/ad_ood.jsonl) as AD feeds them,
 `[CLS] a c r o n y m [SEP] snippet [SEP]`. Two kinds of rows:
 - fresh mini-architecture models (the mini preset's `ModelConfig`, exempt and not), one random token id a word
   (no tokenizer needed; at init the logits are near 0, so the bias alone decides where [CLS] looks);
@@ -35,7 +35,7 @@ import machine_info
 from alignlab.platform.encoder.model import Encoder, query_attention
 from alignlab.platform.presets import Preset
 
-AD_OOD = Path(__file__).parents[2] / "objectives" / "task_data" / "npm" / "ad_ood.jsonl"
+AD_OOD = Path(__file__).parents[2] / "tasks" / "task_data" / "npm" / "ad_ood.jsonl"
 FAR = 16
 
 
@@ -76,7 +76,7 @@ def reach(enc: Encoder, inputs: list[tuple[list[int], list[int]]], batch_size: i
 
 
 def trained(mdir: Path, examples: list[dict]) -> tuple[Encoder, list]:
-    from alignlab.objectives.acronym_detection import pair_input
+    from alignlab.tasks.acronym_detection import pair_input
     from alignlab.platform.config import pretrain_from_dict
     from alignlab.platform.encoder.tokenizer import Tokenizer
     from alignlab.platform.pretrain.pretrain import Pretrainer

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench
 import bench_args
 import machine_info
 from bench_corpus import only_folder
-from alignlab.objectives.ct_data import TAGS, ct_lexicon
+from alignlab.tasks.ct_data import TAGS, ct_lexicon
 from alignlab.platform.encoder.model import AlignModel
 from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained
 from alignlab.platform.fel.protocol import calculations, fel_split

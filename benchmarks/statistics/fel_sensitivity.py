@@ -10,7 +10,7 @@ is printed per level and per calculation. A protocol that is not deaf brings eac
 
 The model is, by default, the mini preset's architecture at its initial weights, with a vocabulary trained on the
 shipped npm texts: the question is the protocol's, not the model's. The data is the shipped out-of-domain AD set
-(objectives/task_data/npm/ad_ood.jsonl, 332 snippets), so nothing needs building. `--model-dir` runs a finished
+(tasks/task_data/npm/ad_ood.jsonl, 332 snippets), so nothing needs building. `--model-dir` runs a finished
 pretrained model instead; `--set field=value` changes the FEL settings (e.g. `--set lr=1e-4 --set patience=30`).
 
     python benchmarks/statistics/fel_sensitivity.py                         # the mini settings (the trained head)
@@ -37,7 +37,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
 import bench_args
 import machine_info
-from alignlab.objectives.acronym_detection import snippet_folds
+from alignlab.tasks.acronym_detection import snippet_folds
 from alignlab.platform.fel.finetune import build_task_model, finetune_calculation, load_pretrained
 from alignlab.platform.fel.finetune_config import FinetuneConfig, finetune_from_dict
 from alignlab.platform.fel.protocol import calculations, fel_split

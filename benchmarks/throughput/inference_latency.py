@@ -94,7 +94,7 @@ def bench_size(size: str, tok, runs: int, warmup: int) -> dict:
     pred, model = _predictor(size, tok)
     pred_all_mean, _ = _predictor(size, tok, "all", "mean")
     hf = _hf_bert(size, tok.vocab_size)
-    from alignlab.objectives.acronym_detection import pair_input as ad_input
+    from alignlab.tasks.acronym_detection import pair_input as ad_input
     from alignlab.platform.tasks.task_kinds import query_input as ct_input
 
     ct_ids, _ = ct_input(tok, QUERY.split(), model.cfg.max_len)

@@ -2,8 +2,9 @@
 
 An ablation is leaving an objective out of a tuple: the engine never asks which objective it is handling.
 Each objective module defines one config dataclass, decorated with `@register`, whose `build(tokenizer)`
-returns the objective, an `Objective` subclass. The modules of `alignlab.objectives` are discovered by
-scanning that package, so adding an objective there touches one new module and nothing else.
+returns the objective, an `Objective` subclass. The modules of `alignlab.objectives` (and of `alignlab.tasks`, the
+bundled finetuning tasks, which register with `platform/tasks/task.py`) are discovered by scanning those packages,
+so adding an objective there touches one new module and nothing else.
 
 The verbs an objective may implement (defaults do nothing):
 - corpus time:  `corpus_labels`, a `CorpusLabels` subclass: the shard columns it adds and how they are made (per
@@ -64,6 +65,9 @@ from alignlab.platform.encoder.batching import IGNORE
 
 PACKAGE = "alignlab.objectives"
 """The package whose modules are the bundled objectives (discovered by scanning it)."""
+BUNDLED = (PACKAGE, "alignlab.tasks")
+"""The packages scanned at discovery: the objectives, then the bundled finetuning tasks (CT, AD), a room of their own
+whose modules register their tasks when imported."""
 
 _REGISTRY: dict[str, type] = {}
 
@@ -122,9 +126,10 @@ def is_plugin(config_cls: type) -> bool:
 
 
 def _discover() -> None:
-    pkg = importlib.import_module(PACKAGE)
-    for mod in pkgutil.iter_modules(pkg.__path__):
-        importlib.import_module(f"{PACKAGE}.{mod.name}")
+    for package in BUNDLED:
+        pkg = importlib.import_module(package)
+        for mod in pkgutil.iter_modules(pkg.__path__):
+            importlib.import_module(f"{package}.{mod.name}")
 
 
 def _load_plugins() -> None:

@@ -14,7 +14,7 @@ not need:
 Its outputs equal `model.Encoder`'s in eval mode to float rounding (a test keeps it so).
 
 The verbs (`Predictor.bracket`, `Predictor.acronym_score`, ...) are the tasks' own (`Task.serving_verbs`,
-in objectives/): the predictor holds the fast encoder and the heads' tensors, each task reads its head.
+in tasks/): the predictor holds the fast encoder and the heads' tensors, each task reads its head.
 """
 from __future__ import annotations
 

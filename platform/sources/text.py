@@ -120,7 +120,7 @@ def spelled_spans(letters: str, text: str | Sequence[str], min_words: int = 2,
 
 def spells_a_span(letters: str, text: str | Sequence[str], min_words: int = 2, max_words: int = 6) -> bool:
     """PAD's exact rule as one function (make_pad_pairs' labels obey it, tests/test_ad_word_rule.py; AD's miner,
-    its negatives and its span matchers use it, objectives/ad_mining.py): are `letters`
+    its negatives and its span matchers use it, tasks/ad_mining.py): are `letters`
     (lowercased) the initials of a contiguous `min_words`..`max_words` span of eligible whitespace words
     (`str.split()`) of `text` (or of the given word list)? Every word gives its initial, minor words too, and a
     hyphenated word is one word."""

@@ -1,6 +1,6 @@
 """The finetuning task interface and the registry of tasks by name.
 
-A task (CT, AD, later more) is one object in a module of `objectives/`, registered with `@register_task`.
+A task (CT, AD, later more) is one object in a module of `tasks/`, registered with `@register_task`.
 The engine (finetune, protocol, inference, CLI) looks tasks up by the name a config carries and asks them:
 - model:     `make_head(hidden, dropout)`; `aligned_objective` names the pretraining objective whose head
              has the same shape (kept as the task head's initialisation; the study's "without it" row);
@@ -76,7 +76,7 @@ def unregister(name: str) -> None:
 
 
 def _discover() -> None:
-    registered()  # imports every module of objectives/ and of installed plugins, task modules included
+    registered()  # imports every module of objectives/, of tasks/ and of installed plugins
 
 
 def registered_tasks() -> tuple["Task", ...]:

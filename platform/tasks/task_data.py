@@ -23,8 +23,8 @@ NUM_FOLDS = 5
 """Folds of a task's examples (AD's cross-validation folds; CT's samples of its pool)."""
 
 
-# The objectives room (a namespace package: no origin of its own) ships the real-text task data.
-SHIPPED_TASK_DATA = Path(next(iter(importlib.util.find_spec("alignlab.objectives").submodule_search_locations))) / "task_data" / "npm"
+# The tasks room (a namespace package: no origin of its own) ships the real-text task data.
+SHIPPED_TASK_DATA = Path(next(iter(importlib.util.find_spec("alignlab.tasks").submodule_search_locations))) / "task_data" / "npm"
 TASK_BUILDER_VERSION = 3
 """Bumped when build_tasks writes different files for the same arguments (3: hand-labelled CT by default,
 out-of-domain AD, article titles for the gazetteer baseline)."""

@@ -2,9 +2,9 @@
 
 Each mutant is one textual edit of one source file, applied to a temporary copy of the checkout (the files git
 tracks or would track), never to the checkout itself. The copy's tests run with the copy's code: `PYTHONPATH` puts a
-package `alignlab` first whose subpackages are the copy's `platform/`, `objectives/` and `studies/`, so the editable
-install's mapping to the checkout is never reached, in the test process and in every process it starts (the Ray
-workers and Train workers inherit the environment). A mutant is killed when its tests fail, survives when they pass;
+package `alignlab` first whose subpackages are the copy's `platform/`, `objectives/`, `tasks/` and `studies/`, so the
+editable install's mapping to the checkout is never reached, in the test process and in every process it starts (the
+Ray workers and Train workers inherit the environment). A mutant is killed when its tests fail, survives when they pass;
 any other pytest outcome (a collection error, no test run) is an error of the script, not a kill.
 
     python tests/mutants/mutants.py                      # every mutant
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = {"platform": "platform", "objectives": "objectives", "studies": "studies"}
+PACKAGES = {"platform": "platform", "objectives": "objectives", "tasks": "tasks", "studies": "studies"}
 """alignlab's subpackages and their folders (pyproject.toml's package-dir)."""
 
 

@@ -1,7 +1,7 @@
 """Make `software_summaries.txt`, the bundled software-domain text of the mini corpus (run once; kept for provenance).
 
     python platform/sources/corpus_data/make_software_summaries.py /path/to/pypi.tsv \
-        --exclude objectives/task_data/npm/ct_texts.txt --exclude objectives/task_data/npm/ad_ood.jsonl \
+        --exclude tasks/task_data/npm/ct_texts.txt --exclude tasks/task_data/npm/ad_ood.jsonl \
         --out platform/sources/corpus_data/software_summaries.txt
 
 The input is a tab-separated list of PyPI packages with `name` and `summary` columns (public package metadata).

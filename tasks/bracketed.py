@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from alignlab.objectives.ct_data import CTExample
+from alignlab.tasks.ct_data import CTExample
 from alignlab.platform.tasks.task_files import TaskDataError
 
 
@@ -181,7 +181,7 @@ def split_pool_test(examples: Sequence[CTExample], *, test_size: int, seed: int,
     return pool, test
 
 
-if __name__ == "__main__":  # python -m alignlab.objectives.bracketed LABELLED.txt [TEXTS.txt]: check a file
+if __name__ == "__main__":  # python -m alignlab.tasks.bracketed LABELLED.txt [TEXTS.txt]: check a file
     import sys
 
     try:

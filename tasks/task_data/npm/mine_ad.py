@@ -1,12 +1,12 @@
 """Mine the out-of-domain AD test set from npm package summaries (run once; kept for provenance).
 
-    python objectives/task_data/npm/mine_ad.py /path/to/npm.tsv --out objectives/task_data/npm/ad_ood.jsonl
+    python tasks/task_data/npm/mine_ad.py /path/to/npm.tsv --out tasks/task_data/npm/ad_ood.jsonl
 
 The shipped file was mined (446 snippets) when AD's rule let minor words give no letter and split hyphenated
 words, then filtered to PAD's word rule, which AD follows since (docs/data.md, "One word rule for PAD and AD"):
 
-    python objectives/task_data/npm/mine_ad.py --strict-filter objectives/task_data/npm/ad_ood.jsonl \
-        --out objectives/task_data/npm/ad_ood.jsonl
+    python tasks/task_data/npm/mine_ad.py --strict-filter tasks/task_data/npm/ad_ood.jsonl \
+        --out tasks/task_data/npm/ad_ood.jsonl
 
 keeps a snippet when its positive is exactly the initials of its long form's whitespace words and its negative is
 what the strict builder could have made: a pseudo acronym that still spells a span of the snippet, or a mutated
@@ -27,7 +27,7 @@ import argparse
 import csv
 import sys
 
-from alignlab.objectives.ad_data import AD_FORMAT, build_ad_dataset
+from alignlab.tasks.ad_data import AD_FORMAT, build_ad_dataset
 from alignlab.platform.sources.documents import Document
 from alignlab.platform.sources.text import first_letters, spells_a_span, words_of
 from alignlab.platform.tasks.task_files import load_examples, write_jsonl

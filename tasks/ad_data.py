@@ -47,7 +47,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from alignlab.objectives.ad_mining import PAREN_RE, SnippetCandidate, matches_a_span, snippet_candidates
+from alignlab.tasks.ad_mining import PAREN_RE, SnippetCandidate, matches_a_span, snippet_candidates
 from alignlab.platform.sources.documents import Document
 from alignlab.platform.sources.text import (INELIGIBLE, LETTERS, InitialCache, initials_string, letter_probs,
                                             mutation_kernel, occurs_as_word, spells_a_span, words_of, words_with_spans)

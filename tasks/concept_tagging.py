@@ -17,7 +17,7 @@ from alignlab.platform.tasks.holdout import HeldOutText
 from alignlab.platform.tasks.task import BuiltData, Task, register_task
 from alignlab.platform.tasks.task_kinds import TaggingTask, query_input
 
-from alignlab.objectives.ct_data import (CT_FORMAT, build_ct_dataset, concepts_from_documents, gazetteer_ct_hits,
+from alignlab.tasks.ct_data import (CT_FORMAT, build_ct_dataset, concepts_from_documents, gazetteer_ct_hits,
                                          lexicon_ct_hits, run_rule_ct_hits, tag_fractions, title_words)
 from alignlab.platform.tasks.task_files import majority_hits
 
@@ -27,7 +27,7 @@ CT_BASELINE_NOTES = ("CT: lexicon (each word's most frequent training tag), run 
                      "title is a concept).")
 CT_DATA = ("npm", "templated")
 """CT datasets a study can use (`ct_data`): "npm" (default), the hand-labelled npm package summaries shipped in
-objectives/task_data/npm/ (real text, guideline and agreement beside it); "templated", titles of the
+tasks/task_data/npm/ (real text, guideline and agreement beside it); "templated", titles of the
 bundled corpus placed in templates (gold tags by construction: fast, but a context-free rule solves it)."""
 
 
@@ -179,7 +179,7 @@ class ConceptTagging(TaggingTask):
 
 
 def _convert_bracketed(args) -> int:
-    from alignlab.objectives import bracketed
+    from alignlab.tasks import bracketed
     from alignlab.platform.tasks.task_files import TaskDataError
 
     try:

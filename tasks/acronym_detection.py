@@ -10,7 +10,7 @@ perfect PAD solver read zero-shot); the content-word span matcher (the span must
 pseudo-acronym negatives mostly start or end on "of", "the", ...; the strongest floor, 84.6% in domain and 88.4%
 on the shipped out-of-domain pairs, benchmarks/probes/ad_word_rule.py). Nothing in them is tuned.
 Serving: `Predictor.acronym_score(acronym, snippet)`, `Predictor.acronym_scores` (with PAD's when kept).
-Read by pair kind (`parts`, objectives/ad_kinds.py): a snippet is in the part of its negative's kind, `mutate` (the
+Read by pair kind (`parts`, tasks/ad_kinds.py): a snippet is in the part of its negative's kind, `mutate` (the
 PAD-aligned part) or `pseudo`; the report shows every AD table by part, tests the claim again on `mutate`, and
 gives each model's pretrained PAD head read zero-shot on AD's pairs (`zero_shot_head`).
 
@@ -36,10 +36,10 @@ from alignlab.platform.tasks.task import BuiltData, register_task
 from alignlab.platform.tasks.task_data import NUM_FOLDS, SHIPPED_TASK_DATA, grouped_folds
 from alignlab.platform.tasks.task_kinds import PairClassificationTask
 
-from alignlab.objectives.ad_data import (AD_BUILDER_VERSION, AD_FORMAT, AD_TARGET_SNIPPETS, build_ad_dataset,
+from alignlab.tasks.ad_data import (AD_BUILDER_VERSION, AD_FORMAT, AD_TARGET_SNIPPETS, build_ad_dataset,
                                          content_span_matcher_ad_hits, defining_doc_ids, letters_only_ad_hits,
                                          span_matcher_ad_hits)
-from alignlab.objectives.ad_kinds import snippet_part
+from alignlab.tasks.ad_kinds import snippet_part
 from alignlab.platform.tasks.task_files import majority_hits
 
 
@@ -107,7 +107,7 @@ class AcronymDetection(PairClassificationTask):
     def test_unit(self, ex):
         return ex.snippet  # its positive and negative pair share the snippet: one unit, as in the folds
 
-    # AD read by pair kind (objectives/ad_kinds.py): a snippet is in the part of its negative's kind.
+    # AD read by pair kind (tasks/ad_kinds.py): a snippet is in the part of its negative's kind.
     # A perfect PAD solver rejects every mutated negative and accepts every pseudo acronym (a non-entity span's
     # initials: a PAD positive by design), so the first part is where PAD's rule decides AD's label.
     parts = {"mutate": "positives vs mutated negatives (PAD-aligned)", "pseudo": "positives vs pseudo-acronym negatives"}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from alignlab.objectives.ad_mining import matches_a_span
+from alignlab.tasks.ad_mining import matches_a_span
 
 KINDS = ("pos", "mutate", "pseudo")
 PARTS = {"all": KINDS, "pos_vs_mutate": ("pos", "mutate"), "pos_vs_pseudo": ("pos", "pseudo")}

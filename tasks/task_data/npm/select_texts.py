@@ -1,6 +1,6 @@
 """Select the texts of the hand-labelled CT set from npm package summaries (run once; kept for provenance).
 
-    python objectives/task_data/npm/select_texts.py /path/to/npm.tsv --out objectives/task_data/npm/ct_texts.txt
+    python tasks/task_data/npm/select_texts.py /path/to/npm.tsv --out tasks/task_data/npm/ct_texts.txt
 
 The input is a tab-separated list of npm packages with a `summary` column (public package metadata).
 A summary is kept when it is ASCII, has 3-20 words after CT tokenization (lowercased, `words_of`),

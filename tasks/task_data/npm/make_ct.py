@@ -1,7 +1,7 @@
 """Build the shipped CT files from the annotation passes (run after adjudication; a test checks the output
 is up to date):
 
-    python objectives/task_data/npm/make_ct.py
+    python tasks/task_data/npm/make_ct.py
 
 Reads ct_texts.txt, pass1.txt and pass2.txt (two independent annotation passes, each by an annotator who
 saw neither the other pass nor any adjudicated label) and adjudicated.txt (the source of truth). Writes
@@ -14,8 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-from alignlab.objectives import bracketed
-from alignlab.objectives.ct_data import PAPER_CT_TAG_FRACTIONS, STOPWORDS, tag_fractions
+from alignlab.tasks import bracketed
+from alignlab.tasks.ct_data import PAPER_CT_TAG_FRACTIONS, STOPWORDS, tag_fractions
 
 HERE = Path(__file__).resolve().parent
 TEST_SIZE = 260
