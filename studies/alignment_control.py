@@ -102,7 +102,7 @@ def pretrain(objectives: str, steps: int):
     """The control's pretraining: a 64x2 pre-LN encoder on 64-token chunks, the mini recipe otherwise. Three in four
     documents are PAD examples (mini: half): PAD alone reached 86% held out after 64k pairs in
     benchmarks/probes/synthetic_world_pad_probe.py, and MLM learns what little this text holds from the rest."""
-    from alignlab.platform.config import ModelConfig
+    from alignlab.platform.encoder.model_config import ModelConfig
     from alignlab.platform.encoder.registry import objectives_like
     from alignlab.platform.presets import Preset
 

@@ -4,6 +4,7 @@ import dataclasses
 import pytest
 
 from alignlab.platform import config as C
+from alignlab.platform.encoder.model_config import ModelConfig
 from alignlab.platform.corpus.corpus_config import CorpusConfig
 from alignlab.platform.fel.finetune_config import FinetuneConfig
 from alignlab.platform.presets import Preset
@@ -17,12 +18,12 @@ def test_a_bad_preset_name_is_a_value_error_naming_the_choices():
 @pytest.mark.parametrize("field", ["hidden", "num_layers", "ffn", "head_dim"])
 def test_a_negative_model_size_is_a_value_error_naming_the_field(field):
     with pytest.raises(ValueError, match=f"ModelConfig.{field} must be > 0"):
-        C.ModelConfig(**{field: -1})
+        ModelConfig(**{field: -1})
 
 
 def test_hidden_must_be_a_multiple_of_the_head_size():
     with pytest.raises(ValueError, match="multiple of head_dim"):
-        C.ModelConfig(hidden=100, head_dim=64)
+        ModelConfig(hidden=100, head_dim=64)
 
 
 def test_configs_are_frozen():
@@ -94,7 +95,7 @@ def test_the_encoder_init_is_berts_by_default_and_fan_in_on_request():
     assert fan.tok.weight.std().item() == pytest.approx(128**-0.5, rel=0.05)
     assert float(fan.layers[0].qkv.bias.detach().abs().max()) == 0.0
     with pytest.raises(ValueError, match="init"):
-        C.ModelConfig(init="xavier")
+        ModelConfig(init="xavier")
 
 
 # ---------------------------------------------------------------- model identity

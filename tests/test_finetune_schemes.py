@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from alignlab.platform.config import SCHEMES, ModelConfig
+from alignlab.platform.config import SCHEMES
+from alignlab.platform.encoder.model_config import ModelConfig
 from alignlab.platform.encoder.model import AlignModel
 from alignlab.platform.fel.finetune_schemes import trainable_parameters
 from alignlab.platform.tasks.task import head_for, task_names

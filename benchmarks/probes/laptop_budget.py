@@ -54,7 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench
 import bench_args
 import machine_info
 from bench_corpus import load_corpus, only_folder
-from alignlab.platform.config import ModelConfig, to_dict
+from alignlab.platform.config import to_dict
+from alignlab.platform.encoder.model_config import ModelConfig
 from alignlab.platform.corpus.corpus_embeddings import for_corpus
 from alignlab.platform.encoder.batching import Collator
 from alignlab.platform.encoder.registry import resolve_objectives

@@ -35,7 +35,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
 import bench_args
-from alignlab.platform.config import MODEL_SIZES, NORMS, PRECISIONS
+from alignlab.platform.config import MODEL_SIZES, PRECISIONS
+from alignlab.platform.encoder.model_config import NORMS
 from alignlab.platform.corpus.corpus_embeddings import for_corpus
 from alignlab.platform.encoder.registry import objective_config
 from alignlab.platform.encoder.tokenizer import Tokenizer

@@ -58,7 +58,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(a.threads)
 
     from alignlab.objectives.pseudo_acronym import make_pad_pairs
-    from alignlab.platform.config import ModelConfig
+    from alignlab.platform.encoder.model_config import ModelConfig
     from alignlab.platform.encoder.model import Encoder, SequenceHead
     from alignlab.platform.encoder.tokenizer import Tokenizer, train_tokenizer
     from alignlab.platform.sources import synthetic as syn

@@ -6,14 +6,11 @@ finetuning run can keep a pretrained head (CT from WHP's, AD from PAD's) or disc
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-if TYPE_CHECKING:  # annotations only: the encoder layer sits below config.py (tests/test_architecture.py LAYERS)
-    from alignlab.platform.config import ModelConfig
+from alignlab.platform.encoder.model_config import ModelConfig
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:

@@ -41,7 +41,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from alignlab.platform.config import ModelConfig, config_hash, to_dict
+from alignlab.platform.config import config_hash, to_dict
+from alignlab.platform.encoder.model_config import ModelConfig
 from alignlab.platform.encoder.model import AlignModel
 from alignlab.platform.encoder.tokenizer import Tokenizer, check_model_vocabulary
 from alignlab.platform.fel.finetune_config import FinetuneConfig, finetune_from_dict

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from alignlab.platform.config import ModelConfig
+from alignlab.platform.encoder.model_config import ModelConfig
 from alignlab.platform.fel.finetune_config import FinetuneConfig
 from alignlab.platform.tasks.task import TokenTask
 

@@ -58,7 +58,8 @@ from pathlib import Path
 
 import torch
 
-from alignlab.platform.config import ModelConfig, pretrain_from_dict, to_dict
+from alignlab.platform.config import pretrain_from_dict, to_dict
+from alignlab.platform.encoder.model_config import ModelConfig
 from alignlab.platform.encoder.model import Encoder, AlignModel
 from alignlab.platform.encoder.registry import objective_class
 from alignlab.platform.encoder.tokenizer import CLS, MASK, PAD, SEP, UNK, Tokenizer

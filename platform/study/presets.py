@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from alignlab.platform.config import ModelConfig, PretrainConfig
+from alignlab.platform.config import PretrainConfig
+from alignlab.platform.encoder.model_config import ModelConfig
 from alignlab.platform.presets import Preset
 
 # The objective and task registries (torch) are imported inside the functions that read them: a study script
