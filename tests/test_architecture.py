@@ -37,7 +37,7 @@ GENERIC_WORDS = {
 }
 
 
-PACKAGE_DATA = ("sources/corpus_data", "pretrain/hf")  # shipped files, never imported by the engine
+PACKAGE_DATA = ("sources/corpus_data", "pretrain/hf", "task_data")  # shipped files and their scripts, never imported
 
 
 def _modules() -> list[Path]:
@@ -145,11 +145,13 @@ def _module_name(root: Path, p: Path, package: str = "alignlab.platform") -> str
     return ".".join([package, *(parts[:-1] if parts[-1] == "__init__" else parts)])
 
 
-def _import_graph(root: Path, package: str = "alignlab.platform") -> dict[str, dict[str, int]]:
+def _import_graph(root: Path, package: str = "alignlab.platform",
+                  type_checking: bool = False) -> dict[str, dict[str, int]]:
     """module -> {module of the same package it imports: the line of the first such import}, for every module
     under `root` (package data left out). Imports at module level, in class bodies and inside functions all count;
-    only those under `if TYPE_CHECKING:` do not, since they never run. `from P import name` counts as an import
-    of the submodule P.name when there is one, else of P."""
+    those under `if TYPE_CHECKING:` count only with `type_checking` (they never run, so they close no circle at
+    import time, but an annotation is a dependency all the same). `from P import name` counts as an import of the
+    submodule P.name when there is one, else of P."""
     files = {_module_name(root, p, package): p for p in sorted(root.rglob("*.py"))
              if not _rel_to(root, p).startswith(PACKAGE_DATA)}
     graph = {}
@@ -158,7 +160,7 @@ def _import_graph(root: Path, package: str = "alignlab.platform") -> dict[str, d
 
         def visit(node: ast.AST) -> None:
             for child in ast.iter_child_nodes(node):
-                if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test) and not type_checking:
                     continue
                 targets = []
                 if isinstance(child, ast.Import):
@@ -255,9 +257,11 @@ def test_every_module_of_the_engine_sits_in_a_named_layer():
 
 def test_no_stage_imports_a_later_stage():
     """The data flow runs one way: a stage imports the foundations and the stages before it, never one after it,
-    counting function-local imports (issue #57). A stage that needs a later stage's code is a sign the code
-    belongs earlier."""
-    up = _upward({m: e for m, e in _import_graph(PLATFORM).items() if m != "alignlab.platform"})
+    counting function-local imports (issue #57) and imports for annotations only (issue #69: the encoder took
+    `ModelConfig` from config.py above it; it now sits in the encoder's layer). A stage that needs a later stage's
+    code is a sign the code belongs earlier."""
+    graph = _import_graph(PLATFORM, type_checking=True)
+    up = _upward({m: e for m, e in graph.items() if m != "alignlab.platform"})
     assert not up, "imports that run against the data flow (move the code to the earlier layer):\n" + "\n".join(up)
 
 
@@ -269,6 +273,11 @@ def test_the_stage_order_guard_sees_a_planted_upward_import(tmp_path):
     (tmp_path / "report" / "b.py").write_text("from alignlab.platform.tasks.a import f\n")
     graph = _import_graph(tmp_path)
     assert _upward(graph) == ["alignlab.platform.tasks.a:2 -> alignlab.platform.report.b"]
+    (tmp_path / "tasks" / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                             "    from alignlab.platform.report.b import f\n")
+    assert _upward(_import_graph(tmp_path)) == []  # an annotation-only import runs nothing at import time
+    assert _upward(_import_graph(tmp_path, type_checking=True)) == [
+        "alignlab.platform.tasks.a:3 -> alignlab.platform.report.b"]  # but it is a dependency: the test counts it
 
 
 def test_no_engine_module_defines_a_module_getattr():
@@ -332,3 +341,118 @@ def test_the_guard_sees_a_name_literal_when_there_is_one():
     assert any(isinstance(n, ast.Constant) and n.value in _names() for n in ast.walk(tree))
     assert _imports_ray(ast.parse("from ray import tune")) == [1]
     assert _imports_ray(ast.parse("import ray.data as rd")) == [1]
+
+
+# ---------------------------------------------------------------- the rooms around the engine (issue #69)
+
+REPO = PLATFORM.parent
+ROOMS = ("platform", "objectives", "tasks", "studies", "benchmarks")
+"""The repository's rooms, bottom to top (docs/architecture.md#the-rooms): the engine; the pretraining objectives,
+built on it; the finetuning tasks, built on it and on their aligned objectives (CT's tags are WHP's); the study
+scripts; the benchmarks, which may run any of them. A room imports from itself and the rooms below it only."""
+HELPERS = "common"
+"""benchmarks/common/: the helpers each benchmark folder puts on its path; they import no benchmark."""
+
+
+def _imported(path: Path) -> list[tuple[int, str]]:
+    """(line, dotted name) of every absolute import of a file, at any depth, annotation-only ones included;
+    `from P import n` gives both P and P.n (the name may be a module)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out += [(node.lineno, node.module)] + [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+    return out
+
+
+def _target(repo: Path, path: Path, name: str) -> tuple[str, str] | None:
+    """(room, file relative to the repo) of what an import names, or None outside the repository. `alignlab.X`
+    is room X; a benchmark's bare name is a script of its own folder, of benchmarks/common/ or of studies/, as
+    the folders it puts on sys.path find it."""
+    parts = name.split(".")
+    if parts[0] == "alignlab" and len(parts) > 1 and parts[1] in ROOMS:
+        rel = Path(parts[1], *parts[2:])
+        found = [f for f in (rel.with_suffix(".py"), rel / "__init__.py") if (repo / f).is_file()]
+        return (parts[1], found[0].as_posix()) if found else None
+    rel = path.relative_to(repo)
+    if rel.parts[0] == "benchmarks" and len(parts) == 1:
+        others = sorted(f.relative_to(repo) for f in (repo / "benchmarks").iterdir() if f.is_dir())
+        for folder in (rel.parent, Path("benchmarks", HELPERS), *others, Path("studies")):
+            if (repo / folder / f"{name}.py").is_file():
+                return folder.parts[0], (folder / f"{name}.py").as_posix()
+    return None
+
+
+def _room_edges(repo: Path = REPO) -> dict[str, dict[str, int]]:
+    """file -> {file of the repository it imports: the first line}, over every room's Python files (the engine's
+    package data left out)."""
+    edges: dict[str, dict[str, int]] = {}
+    for room in ROOMS:
+        for path in sorted((repo / room).rglob("*.py")):
+            rel = path.relative_to(repo).as_posix()
+            if room == "platform" and rel.removeprefix("platform/").startswith(PACKAGE_DATA):
+                continue
+            mine = edges.setdefault(rel, {})
+            for line, name in _imported(path):
+                hit = _target(repo, path, name)
+                if hit and hit[1] != rel:
+                    mine.setdefault(hit[1], line)
+    return edges
+
+
+def _room_offences(edges: dict[str, dict[str, int]]) -> list[str]:
+    """Each import of a room above the importer's ("a:line -> b"), and each benchmark that imports a benchmark
+    outside its own folder and benchmarks/common/ (or a helper that imports a benchmark at all). Importing a room's
+    package itself is discovery, not a dependency on its code: `alignlab study` lists `alignlab.studies` as the
+    registry scans `alignlab.objectives` and `alignlab.tasks` (by name, which no walk sees)."""
+    out = []
+    for a, targets in sorted(edges.items()):
+        for b, line in sorted(targets.items()):
+            ra, rb = a.split("/")[0], b.split("/")[0]
+            if ROOMS.index(rb) > ROOMS.index(ra) and b != f"{rb}/__init__.py":
+                out.append(f"{a}:{line} -> {b} (a room above)")
+            elif ra == rb == "benchmarks" and b.split("/")[1] not in {a.split("/")[1], HELPERS}:
+                out.append(f"{a}:{line} -> {b} (another benchmark folder)")
+    return out
+
+
+def test_no_room_imports_a_room_above_it_and_a_benchmark_only_its_folder_and_the_helpers():
+    """platform/ < objectives/ < tasks/ < studies/ < benchmarks/ (`ROOMS`), counting function-local and
+    annotation-only imports and the benchmarks' imports through sys.path; and each benchmark folder stands on
+    benchmarks/common/ alone, so a folder moves or goes without breaking another."""
+    edges = _room_edges()
+    assert any(b.startswith("tasks/") for e in edges.values() for b in e), "the walk found no import of tasks/"
+    offences = _room_offences(edges)
+    assert not offences, "imports against the rooms' order (docs/architecture.md#the-rooms):\n" + "\n".join(offences)
+
+
+def test_no_import_circle_in_the_objectives_the_tasks_or_the_benchmarks():
+    """As inside the engine: no module of objectives/, tasks/ or benchmarks/ imports itself through others
+    (calibration.py and real_aa.py did, until their shared pieces moved to benchmarks/statistics/rates.py)."""
+    edges = _room_edges()
+    circles = _circles({a: {b: n for b, n in t.items()} for a, t in edges.items()})
+    assert not circles, "import circles (move the shared code to a module both import):\n" + "\n".join(
+        " -> ".join(c) for c in circles)
+
+
+def test_the_room_guard_sees_an_objective_importing_a_task_a_benchmark_crossing_folders_and_a_circle(tmp_path):
+    for folder in ("platform", "objectives", "tasks", "studies", "benchmarks/common", "benchmarks/probes",
+                   "benchmarks/throughput"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "tasks" / "ct.py").write_text("from alignlab.objectives.whp import TAGS\n")
+    (tmp_path / "objectives" / "whp.py").write_text("TAGS = ()\ndef f():\n    from alignlab.tasks import ct\n")
+    (tmp_path / "benchmarks" / "common" / "bench_args.py").write_text("import os\n")
+    (tmp_path / "benchmarks" / "throughput" / "feed.py").write_text("import bench_args\n")
+    (tmp_path / "benchmarks" / "probes" / "p.py").write_text("import bench_args\nimport feed\nimport q\n")
+    (tmp_path / "benchmarks" / "probes" / "q.py").write_text("def f():\n    import p\n")
+    edges = _room_edges(tmp_path)
+    assert edges["benchmarks/throughput/feed.py"] == {"benchmarks/common/bench_args.py": 1}
+    assert _room_offences(edges) == [
+        "benchmarks/probes/p.py:2 -> benchmarks/throughput/feed.py (another benchmark folder)",
+        "objectives/whp.py:3 -> tasks/ct.py (a room above)"]
+    assert _circles(edges) == [["benchmarks/probes/p.py", "benchmarks/probes/q.py", "benchmarks/probes/p.py"],
+                               ["objectives/whp.py", "tasks/ct.py", "objectives/whp.py"]]
+    (tmp_path / "benchmarks" / "common" / "bench_args.py").write_text("def f():\n    import feed\n")
+    assert "benchmarks/common/bench_args.py:2 -> benchmarks/throughput/feed.py (another benchmark folder)" in \
+        _room_offences(_room_edges(tmp_path))  # a helper imports no benchmark
