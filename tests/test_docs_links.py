@@ -108,11 +108,13 @@ def missing_paths(path: Path, root: Path = ROOT) -> list[str]:
 
 
 # Copies of study reports: their image links point into the study folder they were written in (`plots/*.png`).
-STUDY_REPORT_COPIES = "benchmarks/results/"
+# The journal's logs/ holds the superseded ones.
+STUDY_REPORT_COPIES = ("benchmarks/results/", "docs/journal/logs/")
 
 
 def test_every_relative_link_in_the_docs_resolves_to_a_file_and_heading():
-    pages = [md for md in markdown_files() if not md.relative_to(ROOT).as_posix().startswith(STUDY_REPORT_COPIES)]
+    pages = [md for md in markdown_files() if not md.relative_to(ROOT).as_posix().startswith(STUDY_REPORT_COPIES)
+             or md == RESULTS_INDEX]
     problems = [p for md in pages for p in broken_links(md)]
     assert not problems, "broken links:\n" + "\n".join(problems)
 
@@ -121,6 +123,50 @@ def test_every_repo_path_named_in_backticks_outside_the_journal_exists():
     pages = [md for md in markdown_files() if "docs/journal/" not in md.relative_to(ROOT).as_posix()]
     problems = [p for md in pages for p in missing_paths(md)]
     assert not problems, "paths that do not exist:\n" + "\n".join(problems)
+
+
+RESULTS = ROOT / "benchmarks" / "results"
+RESULTS_INDEX = RESULTS / "README.md"
+CLAIM_PAGES = ("README.md", "docs/results.md", "docs/throughput.md", "docs/statistics.md")
+"""The pages whose claims benchmarks/results/README.md maps to the files that back them."""
+
+
+def indexed_results(index: Path = RESULTS_INDEX) -> set[str]:
+    """The files the results index links to, by name (its links into benchmarks/results/ itself)."""
+    return {t for t in LINK.findall(index.read_text(encoding="utf-8")) if "/" not in t and "#" not in t}
+
+
+def cited_results(pages: tuple[str, ...] = CLAIM_PAGES, root: Path = ROOT) -> dict[str, list[str]]:
+    """Result file name -> 'PAGE:LINE' of each line of the claim pages that names it (by path, link or name)."""
+    names = {p.name for p in (root / "benchmarks" / "results").iterdir() if p.is_file() and p.name != "README.md"}
+    found: dict[str, list[str]] = {}
+    for page in pages:
+        for number, line in enumerate((root / page).read_text(encoding="utf-8").splitlines(), 1):
+            for name in re.findall(r"[\w.-]+\.(?:md|json|log|parquet|png)\b", line):
+                if name in names:
+                    found.setdefault(name, []).append(f"{page}:{number}")
+    return found
+
+
+def test_the_results_index_names_existing_files_and_every_result_the_claim_pages_cite():
+    indexed = indexed_results()
+    assert len(indexed) > 20, "the index names almost no file: the check would check nothing"
+    missing = sorted(n for n in indexed if not (RESULTS / n).is_file())
+    assert not missing, f"{RESULTS_INDEX.relative_to(ROOT)} names files that do not exist: {missing}"
+    unindexed = {n: where for n, where in cited_results().items() if n not in indexed}
+    assert not unindexed, "result files the claim pages cite that benchmarks/results/README.md does not name:\n" + \
+        "\n".join(f"{n} ({', '.join(w)})" for n, w in sorted(unindexed.items()))
+
+
+def test_the_results_index_check_sees_a_cited_file_the_index_leaves_out(tmp_path):
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    for name in ("a.json", "b.log", "README.md"):
+        (tmp_path / "benchmarks" / "results" / name).write_text("")
+    (tmp_path / "page.md").write_text("Figures in `benchmarks/results/a.json`; the log [b](b.log); c.log is not ours.\n")
+    index = tmp_path / "benchmarks" / "results" / "README.md"
+    index.write_text("| claim | [a.json](a.json) |\n")
+    assert indexed_results(index) == {"a.json"}
+    assert cited_results(("page.md",), root=tmp_path) == {"a.json": ["page.md:1"], "b.log": ["page.md:1"]}
 
 
 def test_no_file_refers_to_a_document_outside_the_repository():
