@@ -71,7 +71,7 @@ part() {  # part NAME SECONDS COMMAND...: COMMAND under its own timeout, its out
 }
 
 # The carried wheels into a private folder (a part of its own: its seconds count in the call), and alignlab
-# (platform/, objectives/, studies/ mapped into the alignlab namespace, as pyproject.toml's editable install does)
+# (platform/, objectives/, tasks/, studies/ mapped into the alignlab namespace, as pyproject.toml's editable install does)
 # importable from this checkout without installing it.
 pyver=$($py -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')
 wheels=${ALIGNLAB_GPU_WHEELS:-$root/.gpu_wheels/cp$pyver}
@@ -85,7 +85,7 @@ if compgen -G "$wheels/*.whl" > /dev/null; then
 fi
 if ! $py -c "import alignlab.platform.config" 2>/dev/null; then
   mkdir -p "$site/alignlab"
-  for d in platform objectives studies; do ln -sfn "$root/$d" "$site/alignlab/$d"; done
+  for d in platform objectives tasks studies; do ln -sfn "$root/$d" "$site/alignlab/$d"; done
 fi
 export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
 
