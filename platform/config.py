@@ -153,8 +153,8 @@ class PretrainConfig:
     `linear_cross_entropy`): > 0 never holds more than that many rows' fp32 logits at once; 0 the whole [N, V]
     logits; -1 (auto): on a GPU, chunks of about 256 MiB only where the whole logits and their gradient would hold
     more than 3 GiB (eager: 8 bytes a logit, compiled under bf16: 4; of the GPU check's 768x3 steps of 256 rows,
-    only the eager one at the paper's 111K vocabulary chunks), else the whole logits; always the whole logits on a CPU (where they are
-    small and the plain loss is the one every CPU model was trained with). The rule and why:
+    only the eager one at the paper's 111K vocabulary chunks), else the whole logits; always the whole logits on a
+    CPU (where they are small and the plain loss is the one every CPU model was trained with). The rule and why:
     `pretrain.auto_loss_chunk_rows`. A runtime field: the same loss within float tolerance."""
     use_gpu: bool = False
     precision: str = "auto"
