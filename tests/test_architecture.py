@@ -232,11 +232,11 @@ def test_the_circle_guard_sees_a_planted_circle_through_a_local_import_and_ignor
 
 
 LAYERS = ("storage", "runtime", "encoder", "config", "sources", "tasks", "corpus", "pretrain", "fel", "presets",
-          "report", "study", "cli")
+          "report", "study", "cli", "bench")
 """platform/ bottom to top: the foundations (the storage root, the runtime, the encoder every stage shares, the
 configs), then the stages in the order of the data flow, the presets that set every stage, the report (which reads
-the studies' results from disk), the studies (which run every stage, the report last) and the command. A folder or
-a top-level module each (docs/architecture.md#the-rooms)."""
+the studies' results from disk), the studies (which run every stage, the report last), the command, and what the
+benchmarks above the engine share (`bench/`: nothing in the engine imports it). A folder or a top-level module each (docs/architecture.md#the-rooms)."""
 
 
 def _layer(mod: str) -> int:
@@ -350,8 +350,6 @@ ROOMS = ("platform", "objectives", "tasks", "studies", "benchmarks")
 """The repository's rooms, bottom to top (docs/architecture.md#the-rooms): the engine; the pretraining objectives,
 built on it; the finetuning tasks, built on it and on their aligned objectives (CT's tags are WHP's); the study
 scripts; the benchmarks, which may run any of them. A room imports from itself and the rooms below it only."""
-HELPERS = "common"
-"""benchmarks/common/: the helpers each benchmark folder puts on its path; they import no benchmark."""
 
 
 def _imported(path: Path) -> list[tuple[int, str]]:
@@ -368,8 +366,9 @@ def _imported(path: Path) -> list[tuple[int, str]]:
 
 def _target(repo: Path, path: Path, name: str) -> tuple[str, str] | None:
     """(room, file relative to the repo) of what an import names, or None outside the repository. `alignlab.X`
-    is room X; a benchmark's bare name is a script of its own folder, of benchmarks/common/ or of studies/, as
-    the folders it puts on sys.path find it."""
+    is room X (the benchmarks' shared helpers are the engine's, `alignlab.platform.bench`); a benchmark's bare name
+    is a script of its own folder, of another benchmark folder or of studies/, as the folders it puts on sys.path
+    find it."""
     parts = name.split(".")
     if parts[0] == "alignlab" and len(parts) > 1 and parts[1] in ROOMS:
         rel = Path(parts[1], *parts[2:])
@@ -378,7 +377,7 @@ def _target(repo: Path, path: Path, name: str) -> tuple[str, str] | None:
     rel = path.relative_to(repo)
     if rel.parts[0] == "benchmarks" and len(parts) == 1:
         others = sorted(f.relative_to(repo) for f in (repo / "benchmarks").iterdir() if f.is_dir())
-        for folder in (rel.parent, Path("benchmarks", HELPERS), *others, Path("studies")):
+        for folder in (rel.parent, *others, Path("studies")):
             if (repo / folder / f"{name}.py").is_file():
                 return folder.parts[0], (folder / f"{name}.py").as_posix()
     return None
@@ -403,7 +402,7 @@ def _room_edges(repo: Path = REPO) -> dict[str, dict[str, int]]:
 
 def _room_offences(edges: dict[str, dict[str, int]]) -> list[str]:
     """Each import of a room above the importer's ("a:line -> b"), and each benchmark that imports a benchmark
-    outside its own folder and benchmarks/common/ (or a helper that imports a benchmark at all). Importing a room's
+    outside its own folder (what benchmarks share is in `alignlab.platform.bench`). Importing a room's
     package itself is discovery, not a dependency on its code: `alignlab study` lists `alignlab.studies` as the
     registry scans `alignlab.objectives` and `alignlab.tasks` (by name, which no walk sees)."""
     out = []
@@ -412,15 +411,16 @@ def _room_offences(edges: dict[str, dict[str, int]]) -> list[str]:
             ra, rb = a.split("/")[0], b.split("/")[0]
             if ROOMS.index(rb) > ROOMS.index(ra) and b != f"{rb}/__init__.py":
                 out.append(f"{a}:{line} -> {b} (a room above)")
-            elif ra == rb == "benchmarks" and b.split("/")[1] not in {a.split("/")[1], HELPERS}:
+            elif ra == rb == "benchmarks" and b.split("/")[1] != a.split("/")[1]:
                 out.append(f"{a}:{line} -> {b} (another benchmark folder)")
     return out
 
 
-def test_no_room_imports_a_room_above_it_and_a_benchmark_only_its_folder_and_the_helpers():
+def test_no_room_imports_a_room_above_it_and_a_benchmark_only_its_own_folder():
     """platform/ < objectives/ < tasks/ < studies/ < benchmarks/ (`ROOMS`), counting function-local and
     annotation-only imports and the benchmarks' imports through sys.path; and each benchmark folder stands on
-    benchmarks/common/ alone, so a folder moves or goes without breaking another."""
+    the engine (its helpers in `alignlab.platform.bench`) alone, so a folder moves or goes without breaking
+    another."""
     edges = _room_edges()
     assert any(b.startswith("tasks/") for e in edges.values() for b in e), "the walk found no import of tasks/"
     offences = _room_offences(edges)
@@ -437,22 +437,29 @@ def test_no_import_circle_in_the_objectives_the_tasks_or_the_benchmarks():
 
 
 def test_the_room_guard_sees_an_objective_importing_a_task_a_benchmark_crossing_folders_and_a_circle(tmp_path):
-    for folder in ("platform", "objectives", "tasks", "studies", "benchmarks/common", "benchmarks/probes",
-                   "benchmarks/throughput"):
+    for folder in ("platform/bench", "objectives", "tasks", "studies", "benchmarks/probes", "benchmarks/throughput"):
         (tmp_path / folder).mkdir(parents=True)
     (tmp_path / "tasks" / "ct.py").write_text("from alignlab.objectives.whp import TAGS\n")
     (tmp_path / "objectives" / "whp.py").write_text("TAGS = ()\ndef f():\n    from alignlab.tasks import ct\n")
-    (tmp_path / "benchmarks" / "common" / "bench_args.py").write_text("import os\n")
-    (tmp_path / "benchmarks" / "throughput" / "feed.py").write_text("import bench_args\n")
-    (tmp_path / "benchmarks" / "probes" / "p.py").write_text("import bench_args\nimport feed\nimport q\n")
+    (tmp_path / "platform" / "bench" / "bench_args.py").write_text("import os\n")
+    (tmp_path / "benchmarks" / "throughput" / "feed.py").write_text("from alignlab.platform.bench import bench_args\n")
+    (tmp_path / "benchmarks" / "probes" / "p.py").write_text("import feed\nimport q\n")
     (tmp_path / "benchmarks" / "probes" / "q.py").write_text("def f():\n    import p\n")
     edges = _room_edges(tmp_path)
-    assert edges["benchmarks/throughput/feed.py"] == {"benchmarks/common/bench_args.py": 1}
+    assert edges["benchmarks/throughput/feed.py"] == {"platform/bench/bench_args.py": 1}
     assert _room_offences(edges) == [
-        "benchmarks/probes/p.py:2 -> benchmarks/throughput/feed.py (another benchmark folder)",
+        "benchmarks/probes/p.py:1 -> benchmarks/throughput/feed.py (another benchmark folder)",
         "objectives/whp.py:3 -> tasks/ct.py (a room above)"]
     assert _circles(edges) == [["benchmarks/probes/p.py", "benchmarks/probes/q.py", "benchmarks/probes/p.py"],
                                ["objectives/whp.py", "tasks/ct.py", "objectives/whp.py"]]
-    (tmp_path / "benchmarks" / "common" / "bench_args.py").write_text("def f():\n    import feed\n")
-    assert "benchmarks/common/bench_args.py:2 -> benchmarks/throughput/feed.py (another benchmark folder)" in \
-        _room_offences(_room_edges(tmp_path))  # a helper imports no benchmark
+    (tmp_path / "platform" / "bench" / "bench_args.py").write_text("def f():\n    from alignlab.tasks import ct\n")
+    assert "platform/bench/bench_args.py:2 -> tasks/ct.py (a room above)" in \
+        _room_offences(_room_edges(tmp_path))  # the helpers stand on the engine alone
+
+
+def test_the_benchmarks_folder_holds_at_most_five_entries_its_readme_the_results_and_the_question_folders():
+    """A newcomer reads benchmarks/ by question; a sixth entry (a loose script, a helpers folder) goes into one of
+    the question folders or, if every benchmark shares it, into `platform/bench/`."""
+    entries = sorted(p.name for p in (REPO / "benchmarks").iterdir()
+                     if p.name != "__pycache__" and not p.name.startswith("."))
+    assert len(entries) <= 5 and {"README.md", "results"} <= set(entries), entries

@@ -19,8 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import machine_info
+from alignlab.platform.bench import machine_info
 from alignlab.tasks.ad_data import AD_FORMAT, AD_TARGET_SNIPPETS, build_ad_dataset, matches_a_content_span
 from alignlab.tasks.ad_mining import matches_a_span
 from alignlab.tasks.ad_kinds import pair_kind

@@ -23,15 +23,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import bench_args
-import machine_info
+from alignlab.platform.bench import bench_args, machine_info
 from alignlab.platform.encoder.model import Encoder, query_attention
 from alignlab.platform.presets import Preset
 

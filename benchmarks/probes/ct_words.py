@@ -24,17 +24,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import bench_args
-import machine_info
-from bench_corpus import only_folder
+from alignlab.platform.bench import bench_args, machine_info
+from alignlab.platform.bench.bench_corpus import only_folder
 from alignlab.tasks.ct_data import TAGS, ct_lexicon
 from alignlab.platform.encoder.model import AlignModel
 from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained

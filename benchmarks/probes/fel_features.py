@@ -18,16 +18,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import bench_args
-import machine_info
-from bench_corpus import only_folder
+from alignlab.platform.bench import bench_args, machine_info
+from alignlab.platform.bench.bench_corpus import only_folder
 from ct_words import load_model
 from fel_refit import inner_split, strongest_baseline
 from alignlab.platform.fel.finetune import finetune_calculation

@@ -27,17 +27,14 @@ import dataclasses
 import json
 import statistics
 import subprocess
-import sys
 import time
 import warnings
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import bench_args
-import machine_info
-from bench_corpus import only_folder
+from alignlab.platform.bench import bench_args, machine_info
+from alignlab.platform.bench.bench_corpus import only_folder
 from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained
 from alignlab.platform.fel.protocol import calculations, fel_split
 from alignlab.platform.presets import Preset
@@ -122,7 +119,7 @@ def paired_by_fold(rows: list[dict]) -> list[float]:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    bench_args.add_storage_flags(p, models=True, task=True)
+    bench_args.add_storage_flags(p, models=True, task="ct")
     p.add_argument("--points", type=int, default=10, help="the protocol's first N (fold, seed) calculations")
     p.add_argument("--heads", default=",".join(HEADS))
     bench_args.add_flags(p, threads=1, out="fel_heads.json")

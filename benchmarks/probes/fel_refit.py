@@ -19,16 +19,12 @@ import dataclasses
 import itertools
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import bench_args
-import machine_info
-from bench_corpus import only_folder
+from alignlab.platform.bench import bench_args, machine_info
+from alignlab.platform.bench.bench_corpus import only_folder
 from alignlab.platform.fel.finetune import finetune_calculation, load_pretrained
 from alignlab.platform.fel.protocol import fel_split
 from alignlab.platform.presets import Preset
@@ -51,7 +47,7 @@ def strongest_baseline(task: str, train: list, test: list) -> float:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    bench_args.add_storage_flags(p, models=True, task=True)
+    bench_args.add_storage_flags(p, models=True, task="ct")
     bench_args.add_flags(p, threads=1, out="fel_refit.json")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)

@@ -50,10 +50,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import bench_args
-import machine_info
-from bench_corpus import load_corpus, only_folder
+from alignlab.platform.bench import bench_args, machine_info
+from alignlab.platform.bench.bench_corpus import load_corpus, only_folder
 from alignlab.platform.config import to_dict
 from alignlab.platform.encoder.model_config import ModelConfig
 from alignlab.platform.corpus.corpus_embeddings import for_corpus

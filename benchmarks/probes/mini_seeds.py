@@ -22,11 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import bench_args
-import machine_info
 import fel_settings
-from bench_corpus import only_folder
+from alignlab.platform.bench import bench_args, machine_info
+from alignlab.platform.bench.bench_corpus import only_folder
 from alignlab.platform.encoder.registry import resolve_objectives
 from alignlab.platform.presets import Preset
 

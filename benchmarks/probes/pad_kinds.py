@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -29,9 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import bench_args
-import machine_info
+from alignlab.platform.bench import bench_args, machine_info
 from alignlab.objectives.pseudo_acronym import make_pad_pairs
 from alignlab.platform.config import pretrain_from_dict
 from alignlab.platform.encoder.batching import Collator

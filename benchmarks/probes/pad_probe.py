@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -33,8 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import bench_args
+from alignlab.platform.bench import bench_args
 from alignlab.platform.config import MODEL_SIZES, PRECISIONS
 from alignlab.platform.encoder.model_config import NORMS
 from alignlab.platform.corpus.corpus_embeddings import for_corpus

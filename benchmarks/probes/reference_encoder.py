@@ -25,10 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import bench_args
-import machine_info
-from bench_corpus import load_corpus
+from alignlab.platform.bench import bench_args, machine_info
+from alignlab.platform.bench.bench_corpus import load_corpus
 from alignlab.platform.encoder.batching import IGNORE, Collator
 from alignlab.platform.encoder.registry import resolve_objectives
 from alignlab.platform.pretrain.pretrain import to_numpy_rows

@@ -45,11 +45,9 @@ import numpy as np
 from scipy import stats as sps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # real_aa and the shared pieces, when imported by a test
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import bench_args
-import machine_info
 from rates import ALPHA, RESULTS, clopper_pearson, commit_of
 
+from alignlab.platform.bench import bench_args, machine_info
 from alignlab.platform.report.unit_statistics import holm, paired_test  # noqa: E402
 from alignlab.platform.tasks.task import task as task_named  # noqa: E402
 

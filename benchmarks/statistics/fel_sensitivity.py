@@ -27,16 +27,13 @@ import hashlib
 import json
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import bench_args
-import machine_info
+from alignlab.platform.bench import bench_args, machine_info
 from alignlab.tasks.acronym_detection import snippet_folds
 from alignlab.platform.fel.finetune import build_task_model, finetune_calculation, load_pretrained
 from alignlab.platform.fel.finetune_config import FinetuneConfig, finetune_from_dict

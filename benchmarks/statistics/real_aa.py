@@ -27,11 +27,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import bench_args
-import machine_info
 from rates import ALPHA, RESULTS, clopper_pearson, commit_of
 
+from alignlab.platform.bench import bench_args, machine_info
 from alignlab.platform.report.columns import extra_test_sets
 from alignlab.platform.report.significance import against_model
 from alignlab.platform.report.unit_statistics import unit_columns, unit_table

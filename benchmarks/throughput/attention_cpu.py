@@ -15,17 +15,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import bench_args
-import machine_info
-from bench_corpus import load_corpus
+from alignlab.platform.bench import bench_args, machine_info
+from alignlab.platform.bench.bench_corpus import load_corpus
 from alignlab.platform.corpus.corpus_embeddings import for_corpus
 from alignlab.platform.encoder.model import EncoderLayer
 from alignlab.platform.presets import Preset

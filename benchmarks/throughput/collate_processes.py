@@ -27,9 +27,8 @@ from types import SimpleNamespace
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import machine_info
-from bench_corpus import only_folder
+from alignlab.platform.bench import machine_info
+from alignlab.platform.bench.bench_corpus import only_folder
 from feed_rate import OBJECTIVES, record_batches
 
 from alignlab.platform.encoder.batching import Collator

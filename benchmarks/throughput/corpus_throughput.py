@@ -50,10 +50,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from alignlab.platform.bench import bench_args, machine_info
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import bench_args
-import machine_info
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "corpus_throughput.json"
 PHASES = ("stage_s", "tokenizer_s", "labelling_s", "stats_s", "other_s")

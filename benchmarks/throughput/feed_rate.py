@@ -39,10 +39,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import bench_args
-import machine_info
-from bench_corpus import only_folder
+from alignlab.platform.bench import bench_args, machine_info
+from alignlab.platform.bench.bench_corpus import only_folder
 from collate_reference import ReferenceCollator
 
 from alignlab.platform.encoder.batching import Collator, rows_from_arrow

@@ -76,10 +76,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import bench_args
-import machine_info
 from pretrain_throughput import HFStep, make_tokenizer, synthetic_rows, write_corpus
+from alignlab.platform.bench import bench_args, machine_info
 from alignlab.objectives.masked_lm import MaskedLMConfig
 from alignlab.objectives.next_sentence import NextSentenceConfig
 from alignlab.platform.config import MODEL_SIZES, PretrainConfig

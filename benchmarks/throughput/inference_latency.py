@@ -27,12 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import bench_args
-import machine_info
 
 import numpy as np
 import torch
+from alignlab.platform.bench import bench_args, machine_info
 
 QUERY = "when was the first super mario game released in japan"
 ACRONYM = "wow"

@@ -24,10 +24,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from alignlab.platform.bench import bench_args, machine_info
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import bench_args
-import machine_info
 
 
 def child(a) -> None:

@@ -47,9 +47,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import bench_args
-import machine_info
+from alignlab.platform.bench import bench_args, machine_info
 from alignlab.objectives.masked_lm import MaskedLMConfig, decoder_flops
 from alignlab.objectives.next_sentence import NextSentenceConfig
 from alignlab.platform.config import MODEL_SIZES, PretrainConfig

@@ -28,11 +28,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # bench_args, machine_info, bench_corpus
-import bench_args
-import machine_info
 from gpu_pretrain import config, device_label, sync
 from pretrain_throughput import make_tokenizer, synthetic_rows
+from alignlab.platform.bench import bench_args, machine_info
 from alignlab.platform.config import MODEL_SIZES
 from alignlab.platform.pretrain.pretrain import Pretrainer, to_numpy_rows
 

@@ -14,7 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+"""benchmarks/results/ of the checkout alignlab is imported from (the benchmarks run from a clone, installed editable)."""
 
 
 def add_flags(p: argparse.ArgumentParser, *, device: str | None = None, rounds: int | None = None,
@@ -35,10 +36,10 @@ def add_flags(p: argparse.ArgumentParser, *, device: str | None = None, rounds: 
 
 
 def add_storage_flags(p: argparse.ArgumentParser, *, models: bool = False, corpus: bool = False,
-                      task: bool = False) -> None:
+                      task: str | None = None) -> None:
     """`--storage` (the storage root), then, as asked, `--models` (finished model ids under it, required) and
-    `--corpus` (a finished corpus folder), always `--tasks` (a task folder) and, with `task`, `--task` (default ct):
-    the folders a benchmark reads, a corpus or task folder defaulting to the only one under --storage
+    `--corpus` (a finished corpus folder), always `--tasks` (a task folder) and, given `task`, `--task` with that
+    default: the folders a benchmark reads, a corpus or task folder defaulting to the only one under --storage
     (bench_corpus.only_folder)."""
     p.add_argument("--storage", type=Path, default=Path("alignlab-storage"))
     if models:
@@ -46,8 +47,8 @@ def add_storage_flags(p: argparse.ArgumentParser, *, models: bool = False, corpu
     if corpus:
         p.add_argument("--corpus", type=Path, help="a finished corpus folder (default: the only one under --storage)")
     p.add_argument("--tasks", type=Path, help="a task folder (default: the only one under --storage)")
-    if task:
-        p.add_argument("--task", default="ct")
+    if task is not None:
+        p.add_argument("--task", default=task)
 
 
 def command(script: str, argv: list[str] | None) -> str:
