@@ -236,7 +236,8 @@ LAYERS = ("storage", "runtime", "encoder", "config", "sources", "tasks", "corpus
 """platform/ bottom to top: the foundations (the storage root, the runtime, the encoder every stage shares, the
 configs), then the stages in the order of the data flow, the presets that set every stage, the report (which reads
 the studies' results from disk), the studies (which run every stage, the report last), the command, and what the
-benchmarks above the engine share (`bench/`: nothing in the engine imports it). A folder or a top-level module each (docs/architecture.md#the-rooms)."""
+benchmarks above the engine share (`bench/`: nothing in the engine imports it). A folder or a top-level module each
+(docs/architecture.md#the-rooms)."""
 
 
 def _layer(mod: str) -> int:

@@ -6,15 +6,11 @@ import os
 import sys
 from pathlib import Path
 
+from alignlab.platform.runtime import provenance
+
 
 def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
+    return provenance.cpu_model() or "unknown"
 
 
 def machine(*modules: str) -> dict:

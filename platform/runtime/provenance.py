@@ -40,15 +40,18 @@ def machine() -> str:
             return f"{n} x {torch.cuda.get_device_name(0)}"
     except ImportError:
         pass
-    name = _platform.processor() or _platform.machine()
+    return f"{os.cpu_count()}-core {cpu_model() or _platform.processor() or _platform.machine()}"
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name from /proc/cpuinfo (Linux); None where it cannot be read."""
     try:
         for line in open("/proc/cpuinfo"):
             if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return f"{os.cpu_count()}-core {name}"
+    return None
 
 
 def _version(package: str) -> str:
